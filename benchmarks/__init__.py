@@ -1,0 +1,1 @@
+"""Named benchmarks for scripts/bench: each module lists `BENCHES` (see benchmarks/_harness.py)."""

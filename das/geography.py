@@ -1,0 +1,131 @@
+"""Geographic hierarchy: levels as geocode prefixes, the parent/child index, aggregation.
+
+A block geocode has 15 digits: state 2 + county 3 + tract 6 + block 4 (the block group is the
+block's first digit). A level is a prefix length, so with blocks sorted by geocode every
+geounit's blocks, and every parent's children, are contiguous ranges.
+
+>>> g = Geography.from_blocks(["440010001001000", "440010001001001", "440030002002000"])
+>>> g.units("county").tolist(), g.children_of("county", 0).tolist()
+(['44001', '44003'], ['44001000100'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+# Name -> geocode prefix length. The nation's geocode is the empty string.
+LEVEL_DIGITS = {"nation": 0, "state": 2, "county": 5, "tract": 11, "block_group": 12, "block": 15}
+DEFAULT_LEVELS = ("nation", "state", "county", "tract", "block")
+GEOCODE_WIDTH = 15
+
+
+def level_digits(levels: tuple[str, ...]) -> tuple[int, ...]:
+    """Prefix length of each level; levels must start at nation, end at block, and nest."""
+    unknown = [lv for lv in levels if lv not in LEVEL_DIGITS]
+    if unknown:
+        raise ValueError(f"unknown geography level(s) {unknown}; known: {list(LEVEL_DIGITS)}")
+    digits = tuple(LEVEL_DIGITS[lv] for lv in levels)
+    if levels[0] != "nation" or levels[-1] != "block" or list(digits) != sorted(set(digits)):
+        raise ValueError(f"levels must run from nation to block, coarse to fine, without repeats: {levels}")
+    return digits
+
+
+@dataclass(frozen=True, eq=False)
+class Geography:
+    """The blocks of a run (sorted 15-digit geocodes) and the levels above them."""
+
+    blocks: np.ndarray  # (n_blocks,) str, sorted, unique
+    levels: tuple[str, ...] = DEFAULT_LEVELS
+    _unit_index: dict = field(default_factory=dict, repr=False)  # level -> (geocodes, block->unit)
+
+    @classmethod
+    def from_blocks(cls, blocks, levels: tuple[str, ...] = DEFAULT_LEVELS) -> "Geography":
+        level_digits(tuple(levels))
+        blocks = np.asarray(blocks, dtype=f"U{GEOCODE_WIDTH}")
+        bad = np.char.str_len(blocks) != GEOCODE_WIDTH
+        if bad.any():
+            raise ValueError(f"block geocode {blocks[bad][0]!r} is not {GEOCODE_WIDTH} digits")
+        order = np.argsort(blocks, kind="stable")
+        blocks = blocks[order]
+        if len(blocks) > 1 and (blocks[1:] == blocks[:-1]).any():
+            raise ValueError("block geocodes repeat")
+        return cls(blocks=blocks, levels=tuple(levels))
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.blocks)
+
+    def _index(self, level: str) -> tuple[np.ndarray, np.ndarray]:
+        if level not in self._unit_index:
+            if level not in self.levels:
+                raise KeyError(f"level {level!r} is not in this geography's levels {self.levels}")
+            prefixes = pd.Series(self.blocks).str.slice(0, LEVEL_DIGITS[level]).to_numpy(dtype=str)
+            # Sorted blocks give sorted prefixes: a unit starts wherever the prefix changes.
+            starts = np.flatnonzero(np.r_[True, prefixes[1:] != prefixes[:-1]]) if len(prefixes) else np.array([], dtype=np.int64)
+            block_to_unit = np.cumsum(np.r_[0, (prefixes[1:] != prefixes[:-1]).astype(np.int64)]) if len(prefixes) else np.array([], dtype=np.int64)
+            self._unit_index[level] = (prefixes[starts], block_to_unit.astype(np.int64))
+        return self._unit_index[level]
+
+    def units(self, level: str) -> np.ndarray:
+        """Geocodes of the geounits at `level`, sorted."""
+        return self._index(level)[0]
+
+    def n_units(self, level: str) -> int:
+        return len(self.units(level))
+
+    def block_to_unit(self, level: str) -> np.ndarray:
+        """For each block, the index of its geounit at `level`."""
+        return self._index(level)[1]
+
+    def parent_level(self, level: str) -> str | None:
+        i = self.levels.index(level)
+        return self.levels[i - 1] if i > 0 else None
+
+    def child_level(self, level: str) -> str | None:
+        i = self.levels.index(level)
+        return self.levels[i + 1] if i + 1 < len(self.levels) else None
+
+    def parent_index(self, level: str) -> np.ndarray:
+        """For each geounit at `level`, the index of its parent at the level above."""
+        parent = self.parent_level(level)
+        if parent is None:
+            raise ValueError("the nation has no parent")
+        first_block = np.searchsorted(self.block_to_unit(level), np.arange(self.n_units(level)))
+        return self.block_to_unit(parent)[first_block]
+
+    def child_ranges(self, level: str) -> np.ndarray:
+        """Offsets (n_units + 1,): the children of unit i at the next level are [o[i], o[i+1])."""
+        child = self.child_level(level)
+        if child is None:
+            raise ValueError("blocks have no children")
+        return np.searchsorted(self.parent_index(child), np.arange(self.n_units(level) + 1))
+
+    def children_of(self, level: str, unit: int) -> np.ndarray:
+        """Geocodes of the children of geounit number `unit` at `level`."""
+        o = self.child_ranges(level)
+        return self.units(self.child_level(level))[o[unit] : o[unit + 1]]
+
+    def aggregation_matrix(self, level: str) -> sp.csr_matrix:
+        """(n_units x n_blocks) 0/1 matrix: row u sums the blocks of geounit u."""
+        n = self.n_blocks
+        return sp.csr_matrix(
+            (np.ones(n, dtype=np.int64), (self.block_to_unit(level), np.arange(n))),
+            shape=(self.n_units(level), n),
+        )
+
+    def aggregate(self, block_values, level: str):
+        """Sum per-block rows (sparse or dense, n_blocks x k) to the geounits of `level`."""
+        if level == "block":
+            return block_values
+        result = self.aggregation_matrix(level) @ block_values
+        return result.tocsr() if sp.issparse(result) else result
+
+
+def block_geocodes(state, county, tract, block) -> np.ndarray:
+    """Concatenate zero-padded geography columns into 15-digit block geocodes."""
+    parts = [pd.Series(np.asarray(x), dtype="string") for x in (state, county, tract, block)]
+    return (parts[0] + parts[1] + parts[2] + parts[3]).to_numpy(dtype=f"U{GEOCODE_WIDTH}")

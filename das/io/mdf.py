@@ -1,0 +1,118 @@
+"""Microdata detail file (MDF): one row per person or unit, expanded from block histograms.
+
+Columns follow the PPMF/MDF conventions: the five geography columns, EPNUM (persons) and the
+schema's attribute columns with their input codes, plus derived columns (RTYPE ...). Written as
+Parquet (dictionary-encoded strings) or, optionally, in a pipe-delimited text layout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from das.schema import Schema
+
+GEOGRAPHY_COLUMNS = (("TABBLKST", 0, 2), ("TABBLKCOU", 2, 5), ("TABTRACTCE", 5, 11),
+                     ("TABBLKGRPCE", 11, 12), ("TABBLK", 11, 15))
+
+
+def expand(histograms: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Block index and cell index of every record in (n_blocks x n_cells) count histograms."""
+    h = histograms.tocsr()
+    h.sum_duplicates()
+    counts = h.data.astype(np.int64)
+    if (counts < 0).any():
+        raise ValueError("histograms hold negative counts; cannot expand to records")
+    rows = np.repeat(np.arange(h.shape[0]), np.diff(h.indptr))
+    return np.repeat(rows, counts), np.repeat(h.indices.astype(np.int64), counts)
+
+
+def _code_array(codes: tuple, levels: np.ndarray) -> pa.Array:
+    if isinstance(codes[0], str):
+        return pa.DictionaryArray.from_arrays(pa.array(levels.astype(np.int32)), pa.array(list(codes)))
+    values = np.asarray(codes, dtype=np.int64)[levels]
+    small = np.int8 if values.size == 0 or (values.min() >= -128 and values.max() < 128) else np.int16
+    return pa.array(values.astype(small))
+
+
+def geography_arrays(blocks: np.ndarray, block_index: np.ndarray) -> dict[str, pa.Array]:
+    """The five geography columns, dictionary-encoded over the blocks actually present."""
+    present, inverse = np.unique(block_index, return_inverse=True)
+    columns = {}
+    for name, start, stop in GEOGRAPHY_COLUMNS:
+        parts = pd.Series(blocks[present], dtype="string").str.slice(start, stop).to_numpy(dtype=str)
+        uniq, part_index = np.unique(parts, return_inverse=True)
+        columns[name] = pa.DictionaryArray.from_arrays(
+            pa.array(part_index[inverse].astype(np.int32)), pa.array(uniq.tolist(), pa.string())
+        )
+    return columns
+
+
+def records_table(
+    schema: Schema, blocks: np.ndarray, block_index: np.ndarray, cells: np.ndarray,
+    with_epnum: bool = True,
+) -> pa.Table:
+    """Arrow table of records (block, cell) in the schema's input columns."""
+    columns = geography_arrays(blocks, block_index)
+    if with_epnum:
+        columns["EPNUM"] = pa.array(np.arange(1, len(cells) + 1, dtype=np.int64))
+    levels = schema.cell_levels(cells)
+    for column, attribute, mapping in schema.derived:
+        base = levels[schema.names.index(attribute)]
+        columns[column] = _code_array(tuple(mapping), base)
+    for a, lv in zip(schema.attributes, levels):
+        columns[a.column] = _code_array(a.codes, np.asarray(lv))
+    return pa.table(columns)
+
+
+def person_mdf(schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix) -> pa.Table:
+    block_index, cells = expand(histograms)
+    return records_table(schema, blocks, block_index, cells)
+
+
+def unit_mdf(
+    schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix | None, gq_facilities: np.ndarray
+) -> pa.Table:
+    """Housing units from the unit histograms, then one row per GQ facility (an invariant)."""
+    parts = []
+    if histograms is not None:
+        block_index, cells = expand(histograms)
+        parts.append(records_table(schema, blocks, block_index, cells, with_epnum=False))
+    rows, types = np.nonzero(gq_facilities)
+    counts = gq_facilities[rows, types].astype(np.int64)
+    gq_blocks = np.repeat(rows, counts)
+    gq_types = np.repeat(types + 1, counts)
+    gq = geography_arrays(blocks, gq_blocks)
+    gq["RTYPE"] = pa.array(np.full(len(gq_blocks), 4, dtype=np.int8))
+    gq["GQTYPE_PL"] = pa.array(gq_types.astype(np.int8))
+    gq["HH_STATUS"] = pa.array(np.zeros(len(gq_blocks), dtype=np.int8))
+    gq_table = pa.table(gq)
+    if parts:
+        gq_table = gq_table.select(parts[0].column_names).cast(parts[0].schema)
+        parts.append(gq_table)
+        table = pa.concat_tables(parts).combine_chunks()
+        order = np.lexsort([table["RTYPE"].to_numpy(), np.concatenate([block_index, gq_blocks])])
+        return table.take(order)
+    return gq_table
+
+
+def write_table(table: pa.Table, path: Path, layout: str = "parquet") -> Path:
+    """Write to a temporary name and rename, so a partial file never looks complete."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    if layout == "parquet":
+        pq.write_table(table, tmp, compression="zstd")
+    elif layout == "pipe":
+        plain = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+                          for n, c in zip(table.column_names, table.columns)})
+        pacsv.write_csv(plain, tmp, pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none"))
+    else:
+        raise ValueError(f"unknown MDF layout {layout!r}: expected 'parquet' or 'pipe'")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,98 @@
+"""Published tables (P1-P5, H1) as marginal queries of histograms, at every geographic level.
+
+Table definitions are data (`specs/tables/*.toml`): a table is a list of schema queries, with an
+optional `where` restricting the histogram first (P3/P4 count only people 18 and over). One
+Parquet file per table: a row per geounit at every level, a column per answer cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from das.geography import Geography
+from das.schema import Schema, SpecError, load_toml, resolve_spec
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    title: str
+    schema: str
+    queries: tuple[str, ...]
+    where: tuple[tuple[str, int], ...] = ()
+
+
+def load_tables(name_or_path: str | Path = "pl94") -> tuple[TableSpec, ...]:
+    path = resolve_spec(name_or_path, "tables")
+    tables = []
+    for name, t in load_toml(path).items():
+        if not isinstance(t, dict) or "queries" not in t or "schema" not in t:
+            raise SpecError(f"{path}: table {name!r} needs `schema` and `queries`")
+        where = tuple((str(k), int(v)) for k, v in t.get("where", {}).items())
+        tables.append(TableSpec(name, t.get("title", name), t["schema"], tuple(t["queries"]), where))
+    return tuple(tables)
+
+
+def column_names(schema: Schema, spec: TableSpec) -> list[str]:
+    """Readable column names: "total", "hispanic=Hispanic or Latino", "votingage=..|cenrace=..."."""
+    names = []
+    for qname in spec.queries:
+        q = schema.query(qname)
+        if not q.factors:
+            names.append("total")
+            continue
+        for idx in np.ndindex(*q.shape):
+            names.append("|".join(f"{f}={schema.factor_labels(f)[i]}" for f, i in zip(q.factors, idx)))
+    return names
+
+
+def table_matrix(schema: Schema, spec: TableSpec) -> sp.csr_matrix:
+    """(n_columns x n_cells): the table's answers as one stacked query matrix, `where` applied."""
+    stacked = sp.vstack([schema.query(q).matrix for q in spec.queries]).tocsr()
+    if spec.where:
+        keep = np.ones(schema.size, dtype=bool)
+        for factor, level in spec.where:
+            keep &= schema.levels_of(factor, np.arange(schema.size)) == level
+        stacked = (stacked @ sp.diags(keep.astype(np.int64), dtype=np.int64)).tocsr()
+    return stacked
+
+
+def compute_table(
+    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix
+) -> pd.DataFrame:
+    """The table for every geounit at every level of `geography`."""
+    matrix = table_matrix(schema, spec).T.tocsc()
+    block_answers = (block_histograms @ matrix).toarray().astype(np.int64)
+    frames = []
+    for level in geography.levels:
+        answers = geography.aggregate(block_answers, level)
+        frame = pd.DataFrame(answers, columns=column_names(schema, spec))
+        frame.insert(0, "geocode", geography.units(level))
+        frame.insert(0, "level", level)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_tables(
+    out_dir: Path,
+    geography: Geography,
+    histograms: dict[str, sp.csr_matrix],
+    schemas: dict[str, Schema],
+    tables: tuple[TableSpec, ...],
+) -> list[Path]:
+    """Write each table whose schema has histograms; `histograms`/`schemas` are keyed by schema name."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for spec in tables:
+        if spec.schema not in histograms:
+            continue
+        frame = compute_table(schemas[spec.schema], spec, geography, histograms[spec.schema])
+        path = out_dir / f"{spec.name}.parquet"
+        frame.to_parquet(path, index=False)
+        written.append(path)
+    return written

@@ -1,0 +1,325 @@
+"""Schemas as data: the attributes of a histogram, its cells, and marginal queries over it.
+
+A `Schema` is a small frozen value loaded from a spec (`specs/schemas/*.toml`); PL94 is an
+instance, not a subclass. Cells are numbered in row-major (C) order over the attributes as
+listed, so a cell index and an attribute-level tuple convert with numpy's ravel/unravel.
+
+>>> s = load_schema("pl94_persons")
+>>> s.size, s.shape
+(2016, (8, 2, 2, 63))
+>>> s.query("votingage x hispanic").matrix.shape
+(4, 2016)
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+QUERY_SEPARATOR = " x "
+
+
+class SpecError(ValueError):
+    """A spec file is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One dimension of the histogram: its levels, the input column and code of each level."""
+
+    name: str
+    column: str
+    codes: tuple  # input code of each level (int or str), in level order
+    labels: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.codes)
+
+
+@dataclass(frozen=True)
+class Recode:
+    """A coarsening of one attribute: level i of `attribute` maps to level `mapping[i]`."""
+
+    name: str
+    attribute: str
+    mapping: tuple[int, ...]
+    labels: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A marginal query: `matrix` (answer cells x histogram cells, 0/1) and its answer labels."""
+
+    name: str
+    factors: tuple[str, ...]  # attribute or recode names; () is the total
+    shape: tuple[int, ...]
+    matrix: sp.csr_matrix
+
+    @property
+    def size(self) -> int:
+        return self.matrix.shape[0]
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Attributes (in cell order), recodes, derived record columns, and an optional row filter."""
+
+    name: str
+    description: str
+    universe: str
+    attributes: tuple[Attribute, ...]
+    recodes: tuple[Recode, ...] = ()
+    derived: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (column, attribute, map)
+    record_filter: tuple[str, int] | None = None  # (column, value) rows this schema counts
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(a.size for a in self.attributes)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+    def attribute(self, name: str) -> Attribute:
+        for a in self.attributes:
+            if a.name == name:
+                return a
+        raise KeyError(f"schema {self.name!r} has no attribute {name!r}; it has {self.names}")
+
+    def factor_size(self, name: str) -> int:
+        """Number of levels of an attribute or recode."""
+        for r in self.recodes:
+            if r.name == name:
+                return r.size
+        return self.attribute(name).size
+
+    def factor_labels(self, name: str) -> tuple[str, ...]:
+        for r in self.recodes:
+            if r.name == name:
+                return r.labels
+        return self.attribute(name).labels
+
+    def cell_index(self, levels) -> np.ndarray | int:
+        """Attribute-level tuple (scalars or arrays, one per attribute) -> cell index.
+
+        >>> int(load_schema("pl94_persons").cell_index((0, 1, 0, 0)))
+        126
+        """
+        return np.ravel_multi_index(tuple(levels), self.shape)
+
+    def cell_levels(self, cells) -> tuple:
+        """Cell index (scalar or array) -> tuple of attribute levels."""
+        return np.unravel_index(cells, self.shape)
+
+    def levels_of(self, name: str, cells) -> np.ndarray:
+        """Level of attribute or recode `name` for each cell index."""
+        cells = np.asarray(cells)
+        for r in self.recodes:
+            if r.name == name:
+                base = self.cell_levels(cells)[self.names.index(r.attribute)]
+                return np.asarray(r.mapping, dtype=np.int64)[base]
+        return np.asarray(self.cell_levels(cells)[self.names.index(self.attribute(name).name)])
+
+    def query(self, name: str) -> Query:
+        """A named marginal: "total", "detailed", or factors joined by " x " ("votingage x hispanic")."""
+        return _query(self, name)
+
+    def marginal_cells(self, factors: tuple[str, ...], cells) -> np.ndarray:
+        """Index of each cell's answer cell in the marginal over `factors`."""
+        cells = np.asarray(cells)
+        if not factors:
+            return np.zeros(cells.shape, dtype=np.int64)
+        levels = tuple(self.levels_of(f, cells) for f in factors)
+        return np.ravel_multi_index(levels, tuple(self.factor_size(f) for f in factors))
+
+
+def parse_query_name(schema: Schema, name: str) -> tuple[str, ...]:
+    """Factors of a query name; "total" is (), "detailed" is every attribute."""
+    name = name.strip()
+    if name == "total":
+        return ()
+    if name == "detailed":
+        return schema.names
+    factors = tuple(part.strip() for part in " ".join(name.split()).split(QUERY_SEPARATOR))
+    known = set(schema.names) | {r.name for r in schema.recodes}
+    for f in factors:
+        if f not in known:
+            raise SpecError(
+                f"query {name!r}: {f!r} is neither an attribute nor a recode of schema "
+                f"{schema.name!r} (known: {sorted(known)})"
+            )
+    if len(set(factors)) != len(factors):
+        raise SpecError(f"query {name!r} names a factor twice")
+    return factors
+
+
+@functools.lru_cache(maxsize=256)
+def _query(schema: Schema, name: str) -> Query:
+    factors = parse_query_name(schema, name)
+    cells = np.arange(schema.size)
+    rows = schema.marginal_cells(factors, cells)
+    shape = tuple(schema.factor_size(f) for f in factors)
+    n_rows = int(np.prod(shape)) if shape else 1
+    matrix = sp.csr_matrix(
+        (np.ones(schema.size, dtype=np.int64), (rows, cells)), shape=(n_rows, schema.size)
+    )
+    return Query(name=name, factors=factors, shape=shape, matrix=matrix)
+
+
+# ---------------------------------------------------------------------------------------------
+# CENRACE: the 63 combinations of six race flags
+
+
+def race_combinations(n_races: int = 6) -> list[tuple[int, ...]]:
+    """Race-flag positions of each CENRACE level: by number of races, then lexicographic.
+
+    >>> race_combinations()[:7]
+    [(0,), (1,), (2,), (3,), (4,), (5,), (0, 1)]
+    """
+    return [c for r in range(1, n_races + 1) for c in combinations(range(n_races), r)]
+
+
+def cenrace_to_flags(level: int, n_races: int = 6) -> tuple[bool, ...]:
+    """CENRACE level (0-based; code "01" is level 0) -> tuple of race flags."""
+    chosen = race_combinations(n_races)[level]
+    return tuple(i in chosen for i in range(n_races))
+
+
+def flags_to_cenrace(flags: tuple[bool, ...]) -> int:
+    """Tuple of race flags (at least one set) -> CENRACE level (0-based)."""
+    chosen = tuple(i for i, f in enumerate(flags) if f)
+    if not chosen:
+        raise ValueError("at least one race flag must be set")
+    return race_combinations(len(flags)).index(chosen)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading specs
+
+
+def specs_root() -> Path:
+    """The directory holding schemas/, strategies/ and runs/ (shipped as the das.specs package)."""
+    return Path(str(resources.files("das.specs")))
+
+
+def resolve_spec(name_or_path: str | Path, kind: str) -> Path:
+    """A spec path as given, or the shipped spec `specs/<kind>/<name>.toml`."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.exists():
+        return path
+    shipped = specs_root() / kind / f"{name_or_path}.toml"
+    if shipped.exists():
+        return shipped
+    available = sorted(p.stem for p in (specs_root() / kind).glob("*.toml"))
+    raise SpecError(f"no {kind[:-1]} spec {str(name_or_path)!r}: not a file, and not one of {available}")
+
+
+def load_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def load_schema(name_or_path: str | Path) -> Schema:
+    """Load a schema spec by shipped name ("pl94_persons") or by path."""
+    path = resolve_spec(name_or_path, "schemas")
+    return _load_schema(str(path.resolve()))
+
+
+@functools.lru_cache(maxsize=32)
+def _load_schema(path: str) -> Schema:
+    return schema_from_dict(load_toml(Path(path)), source=path)
+
+
+def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
+    def need(d: dict, key: str, where: str):
+        if key not in d:
+            raise SpecError(f"{source}: {where} is missing {key!r}")
+        return d[key]
+
+    attributes = []
+    for i, a in enumerate(need(spec, "attributes", "the schema")):
+        where = f"attribute #{i + 1}"
+        name = need(a, "name", where)
+        if "code_range" in a:
+            lo, hi = a["code_range"]
+            codes = tuple(range(int(lo), int(hi) + 1))
+        else:
+            codes = tuple(need(a, "codes", f"attribute {name!r}"))
+        labels = tuple(a.get("labels", [str(c) for c in codes]))
+        if len(labels) != len(codes):
+            raise SpecError(f"{source}: attribute {name!r} has {len(codes)} codes but {len(labels)} labels")
+        if len(set(codes)) != len(codes):
+            raise SpecError(f"{source}: attribute {name!r} repeats a code")
+        attributes.append(Attribute(name, need(a, "column", f"attribute {name!r}"), codes, labels))
+    by_name = {a.name: a for a in attributes}
+    if len(by_name) != len(attributes):
+        raise SpecError(f"{source}: two attributes share a name")
+
+    recodes = []
+    for rname, r in spec.get("recodes", {}).items():
+        base = by_name.get(need(r, "attribute", f"recode {rname!r}"))
+        if base is None:
+            raise SpecError(f"{source}: recode {rname!r} refers to unknown attribute {r['attribute']!r}")
+        if "bins" in r:
+            edges = list(r["bins"])
+            if edges[0] != 0 or edges != sorted(edges):
+                raise SpecError(f"{source}: recode {rname!r}: bins must start at 0 and increase")
+            mapping = tuple(int(np.searchsorted(edges, i, side="right") - 1) for i in range(base.size))
+            default_labels = [
+                f"{base.codes[lo]}-{base.codes[hi - 1]}" if hi - 1 > lo else f"{base.codes[lo]}"
+                for lo, hi in zip(edges, edges[1:] + [base.size])
+            ]
+        else:
+            mapping = tuple(int(m) for m in need(r, "map", f"recode {rname!r}"))
+            default_labels = [str(i) for i in range(max(mapping) + 1)]
+        if len(mapping) != base.size:
+            raise SpecError(f"{source}: recode {rname!r} maps {len(mapping)} levels, attribute has {base.size}")
+        labels = tuple(r.get("labels", default_labels))
+        if sorted(set(mapping)) != list(range(len(labels))):
+            raise SpecError(f"{source}: recode {rname!r} must map onto levels 0..{len(labels) - 1}")
+        if rname in by_name:
+            raise SpecError(f"{source}: recode {rname!r} has the name of an attribute")
+        recodes.append(Recode(rname, base.name, mapping, labels))
+
+    derived = []
+    for column, d in spec.get("derived", {}).items():
+        base = by_name.get(need(d, "attribute", f"derived column {column!r}"))
+        if base is None or len(d.get("map", [])) != base.size:
+            raise SpecError(f"{source}: derived column {column!r} needs an attribute and one value per level")
+        derived.append((column, base.name, tuple(int(v) for v in d["map"])))
+
+    record_filter = None
+    if "record_filter" in spec:
+        f = spec["record_filter"]
+        record_filter = (str(need(f, "column", "record_filter")), int(need(f, "equals", "record_filter")))
+
+    return Schema(
+        name=need(spec, "name", "the schema"),
+        description=spec.get("description", ""),
+        universe=spec.get("universe", "persons"),
+        attributes=tuple(attributes),
+        recodes=tuple(recodes),
+        derived=tuple(derived),
+        record_filter=record_filter,
+    )
