@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 QUERY_SEPARATOR = " x "
+CONSTRAINT_KINDS = ("facilities", "structural_zero", "housing_units")
 
 
 class SpecError(ValueError):
@@ -59,6 +60,15 @@ class Recode:
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """A rule every output holds: `kind` names how bounds come from invariants (see topdown)."""
+
+    kind: str  # "facilities" | "structural_zero" | "housing_units"
+    query: str
+    cells: tuple[tuple[int, ...], ...] = ()  # structural_zero: answer cells (factor levels)
+
+
+@dataclass(frozen=True)
 class Query:
     """A marginal query: `matrix` (answer cells x histogram cells, 0/1) and its answer labels."""
 
@@ -83,6 +93,7 @@ class Schema:
     recodes: tuple[Recode, ...] = ()
     derived: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (column, attribute, map)
     record_filter: tuple[str, int] | None = None  # (column, value) rows this schema counts
+    constraints: tuple[Constraint, ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -314,7 +325,15 @@ def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
         f = spec["record_filter"]
         record_filter = (str(need(f, "column", "record_filter")), int(need(f, "equals", "record_filter")))
 
-    return Schema(
+    constraints = []
+    for i, c in enumerate(spec.get("constraints", [])):
+        kind = need(c, "kind", f"constraint #{i + 1}")
+        if kind not in CONSTRAINT_KINDS:
+            raise SpecError(f"{source}: constraint #{i + 1} kind {kind!r} is not one of {CONSTRAINT_KINDS}")
+        constraints.append(Constraint(kind, need(c, "query", f"constraint #{i + 1}"),
+                                      tuple(tuple(int(v) for v in cell) for cell in c.get("cells", []))))
+
+    schema = Schema(
         name=need(spec, "name", "the schema"),
         description=spec.get("description", ""),
         universe=spec.get("universe", "persons"),
@@ -322,4 +341,11 @@ def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
         recodes=tuple(recodes),
         derived=tuple(derived),
         record_filter=record_filter,
+        constraints=tuple(constraints),
     )
+    for c in schema.constraints:
+        query = schema.query(c.query)  # raises SpecError for an unknown factor
+        for cell in c.cells:
+            if len(cell) != len(query.shape) or any(not 0 <= v < n for v, n in zip(cell, query.shape)):
+                raise SpecError(f"{source}: constraint cell {list(cell)} is outside query {c.query!r}")
+    return schema
