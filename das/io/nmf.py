@@ -1,0 +1,109 @@
+"""Noisy measurement file (NMF): every noisy answer with its level, geocode, query, cell and
+exact variance, as Parquet, so others can re-run or replace the post-processing.
+
+Layout: `nmf/<release>/<level>.parquet`, one file per level, row groups per (query, chunk of
+geounits); within a query, rows run geounit-major then cell. Columns: level, geocode, query
+(dictionary strings), cell (int32), noisy (int64), variance_num / variance_den (int64, the
+exact rational variance sigma^2). A file is written under a temporary name and renamed when
+complete, so a present file is a whole level.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+NMF_SCHEMA = pa.schema([
+    ("level", pa.dictionary(pa.int32(), pa.string())),
+    ("geocode", pa.dictionary(pa.int32(), pa.string())),
+    ("query", pa.dictionary(pa.int32(), pa.string())),
+    ("cell", pa.int32()),
+    ("noisy", pa.int64()),
+    ("variance_num", pa.int64()),
+    ("variance_den", pa.int64()),
+])
+INT64_MAX = 2**63 - 1
+
+
+def level_path(nmf_dir: Path, release: str, level: str) -> Path:
+    return Path(nmf_dir) / release / f"{level}.parquet"
+
+
+def measurement_batch(
+    level: str, geocodes: np.ndarray, query: str, noisy: np.ndarray, variance: Fraction
+) -> pa.RecordBatch:
+    """Rows for noisy answers (n_units x n_cells) of one query on the given geounits."""
+    n_units, n_cells = noisy.shape
+    if variance.numerator > INT64_MAX or variance.denominator > INT64_MAX:
+        raise OverflowError(f"variance {variance} of {level}/{query} does not fit int64 num/den")
+    n = n_units * n_cells
+    dictionary = pa.array(np.asarray(geocodes, dtype=str).tolist(), pa.string())
+
+    def constant(value: str) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
+
+    return pa.record_batch([
+        constant(level),
+        pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(n_units, dtype=np.int32), n_cells)), dictionary),
+        constant(query),
+        pa.array(np.tile(np.arange(n_cells, dtype=np.int32), n_units)),
+        pa.array(noisy.reshape(-1).astype(np.int64)),
+        pa.array(np.full(n, variance.numerator, dtype=np.int64)),
+        pa.array(np.full(n, variance.denominator, dtype=np.int64)),
+    ], schema=NMF_SCHEMA)
+
+
+class LevelWriter:
+    """Write one level's NMF file atomically: batches go to `<file>.partial`, renamed on close."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(self.path.name + ".partial")
+        self.writer = pq.ParquetWriter(self.tmp, NMF_SCHEMA, compression="zstd")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.writer.write_batch(batch)
+
+    def close(self) -> Path:
+        self.writer.close()
+        self.tmp.replace(self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self.writer.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, Fraction]]:
+    """Query -> (noisy answers (n_units x n_cells) int64, exact variance) for one NMF level file.
+
+    If `geocodes` is given, the file's geounits must be exactly these, in this order.
+    """
+    table = pq.read_table(path)
+    result: dict[str, tuple[np.ndarray, Fraction]] = {}
+    queries = table["query"].combine_chunks()
+    for name in queries.dictionary.to_pylist():
+        part = table.filter(pc.equal(table["query"], name))
+        units = part["geocode"].combine_chunks()
+        unit_codes = units.dictionary.to_numpy(zero_copy_only=False).astype(str)[units.indices.to_numpy()]
+        cells = part["cell"].to_numpy()
+        n_cells = int(cells.max()) + 1 if len(cells) else 0
+        n_units = len(cells) // n_cells if n_cells else 0
+        noisy = part["noisy"].to_numpy().reshape(n_units, n_cells)
+        order_units = unit_codes[::n_cells] if n_cells else unit_codes
+        if geocodes is not None and not np.array_equal(order_units, np.asarray(geocodes, dtype=str)):
+            raise ValueError(f"{path}: query {name!r} does not cover the expected geounits in order")
+        if not np.array_equal(cells, np.tile(np.arange(n_cells), n_units)):
+            raise ValueError(f"{path}: query {name!r} rows are not geounit-major, cell-minor")
+        num, den = part["variance_num"].to_numpy(), part["variance_den"].to_numpy()
+        if len(num) and ((num != num[0]).any() or (den != den[0]).any()):
+            raise ValueError(f"{path}: query {name!r} has more than one variance")
+        variance = Fraction(int(num[0]), int(den[0])) if len(num) else Fraction(0)
+        result[name] = (noisy, variance)
+    return result
