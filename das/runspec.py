@@ -1,0 +1,116 @@
+"""Run specs (`specs/runs/*.toml`): which inputs, hierarchy, schemas, strategies and budget.
+
+A run spec is the whole description of a release, so the manifest can record it verbatim.
+Input paths are relative to the spec file (or absolute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from das.geography import DEFAULT_LEVELS, level_digits
+from das.schema import SpecError, load_toml, resolve_spec
+
+
+@dataclass(frozen=True)
+class Release:
+    """One histogram released under one strategy: persons (PL94/DHC) or housing units (H1)."""
+
+    schema: str
+    strategy: str
+    rho: Fraction | None  # None: the strategy's own default budget
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    description: str
+    path: Path
+    persons_path: Path
+    units_path: Path
+    levels: tuple[str, ...]
+    persons: Release
+    units: Release | None
+    delta: Fraction
+    seed: int | None  # set => replication mode, outputs are labelled not private
+    tables: str
+    mdf_layout: str
+    rounding: str
+    solver: str
+    text: str  # the spec file verbatim, for the manifest
+
+
+def parse_fraction(value, where: str) -> Fraction:
+    """An exact positive rational from an int or a string "a/b" or "0.25" (never a float)."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise SpecError(f"{where}: write {value!r} as a string fraction like \"1/4\" (floats are not exact)")
+    try:
+        result = Fraction(value) if isinstance(value, int) else Fraction(str(value).strip())
+    except (ValueError, ZeroDivisionError):
+        raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\"") from None
+    if result <= 0:
+        raise SpecError(f"{where}: must be positive, got {value!r}")
+    return result
+
+
+def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
+    path = resolve_spec(name_or_path, "runs").resolve()
+    spec = load_toml(path)
+
+    def section(key: str, required: bool = True) -> dict | None:
+        value = spec.get(key)
+        if value is None and required:
+            raise SpecError(f"{path}: missing section [{key}]")
+        if value is not None and not isinstance(value, dict):
+            raise SpecError(f"{path}: [{key}] must be a table")
+        return value
+
+    def input_path(key: str) -> Path:
+        raw = section("input").get(key)
+        if not raw:
+            raise SpecError(f"{path}: [input] needs `{key}` (a Parquet or CSV file)")
+        p = Path(raw)
+        return p if p.is_absolute() else (path.parent / p).resolve()
+
+    def release(key: str, required: bool) -> Release | None:
+        s = section(key, required)
+        if s is None:
+            return None
+        for field in ("schema", "strategy"):
+            if field not in s:
+                raise SpecError(f"{path}: [{key}] needs `{field}`")
+        rho = parse_fraction(s["rho"], f"{path}: [{key}] rho") if "rho" in s else None
+        return Release(s["schema"], s["strategy"], rho)
+
+    levels = tuple(spec.get("levels", DEFAULT_LEVELS))
+    try:
+        level_digits(levels)
+    except ValueError as e:
+        raise SpecError(f"{path}: levels: {e}") from None
+    privacy = section("privacy", required=False) or {}
+    output = section("output", required=False) or {}
+    post = section("postprocess", required=False) or {}
+    if seed is None and "seed" in privacy:
+        seed = int(privacy["seed"])
+    layout = output.get("mdf_layout", "parquet")
+    if layout not in ("parquet", "pipe"):
+        raise SpecError(f"{path}: [output] mdf_layout must be 'parquet' or 'pipe', not {layout!r}")
+    return RunSpec(
+        name=spec.get("name", path.stem),
+        description=spec.get("description", ""),
+        path=path,
+        persons_path=input_path("persons"),
+        units_path=input_path("units"),
+        levels=levels,
+        persons=release("persons", True),
+        units=release("units", False),
+        delta=parse_fraction(privacy.get("delta", "1e-10"), f"{path}: [privacy] delta"),
+        seed=seed,
+        tables=output.get("tables", "pl94"),
+        mdf_layout=layout,
+        rounding=post.get("rounding", "auto"),
+        solver=post.get("solver", "CLARABEL"),
+        text=path.read_text(),
+    )
