@@ -1,0 +1,104 @@
+"""Constraints and invariants as bounds on query answers, per block, summed up the hierarchy.
+
+Every rule of DESIGN.md section 5 is a family of rows `lower <= Q x <= upper` over one schema
+query: written once per block from the invariants (housing units, GQ facilities by type), the
+same rows bound every parent by summing the block bounds (an upper bound of 0 stays 0: a
+structural zero; `inf` stays unbounded). The total-population invariant binds only the levels
+where it is published (nation and state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from das.geography import Geography
+from das.schema import Schema
+
+INVARIANT_LEVELS = ("nation", "state")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """lower <= answers of `query` <= upper, one row per geounit (n_units x n_query_cells)."""
+
+    query: str
+    lower: np.ndarray  # int64
+    upper: np.ndarray  # float64, inf = unbounded (counts are far below 2**53, so exact)
+
+    def structural_zeros(self) -> np.ndarray:
+        """(n_units x n_query_cells) bool: answer cells forced to 0."""
+        return self.upper == 0
+
+    def binding(self) -> np.ndarray:
+        """(n_query_cells,) bool: answer cells with a bound other than 0 <= x < inf or == 0."""
+        nontrivial = (self.lower > 0) | (np.isfinite(self.upper) & (self.upper > 0))
+        return nontrivial.any(axis=0)
+
+
+@dataclass(frozen=True)
+class Invariants:
+    """Exactly published facts the output must reproduce (outside the privacy budget)."""
+
+    housing_units: np.ndarray      # (n_blocks,) int64
+    gq_facilities: np.ndarray      # (n_blocks, 7) int64, GQ types 1..7
+    total_population: dict[str, np.ndarray]  # level -> (n_units,) int64, for INVARIANT_LEVELS
+
+
+def block_bounds(schema: Schema, invariants: Invariants) -> list[Bounds]:
+    """The schema's constraint families as per-block bounds."""
+    n_blocks = len(invariants.housing_units)
+    families = []
+    for c in schema.constraints:
+        size = schema.query(c.query).size
+        lower = np.zeros((n_blocks, size), dtype=np.int64)
+        upper = np.full((n_blocks, size), np.inf)
+        if c.kind == "facilities":
+            if size != 8:
+                raise ValueError(f"facilities constraint needs an 8-level hhgq query, got {c.query!r} ({size})")
+            has = np.column_stack([invariants.housing_units > 0, invariants.gq_facilities > 0])
+            lower[:, 1:] = has[:, 1:]
+            upper[~has] = 0
+        elif c.kind == "structural_zero":
+            q = schema.query(c.query)
+            for cell in c.cells:
+                upper[:, int(np.ravel_multi_index(cell, q.shape))] = 0
+        elif c.kind == "housing_units":
+            lower[:, 0] = invariants.housing_units
+            upper[:, 0] = invariants.housing_units
+        families.append(Bounds(c.query, lower, upper))
+    return families
+
+
+def level_bounds(
+    schema: Schema, invariants: Invariants, geography: Geography, level: str,
+    families: list[Bounds] | None = None,
+) -> list[Bounds]:
+    """Bounds for every geounit of `level`: block bounds summed up, plus the total invariant."""
+    families = block_bounds(schema, invariants) if families is None else families
+    result = []
+    for f in families:
+        lower = geography.aggregate(f.lower, level)
+        with np.errstate(invalid="ignore"):
+            upper = geography.aggregate(f.upper, level)
+        result.append(Bounds(f.query, np.asarray(lower, dtype=np.int64), np.asarray(upper, dtype=float)))
+    if level in invariants.total_population and schema.universe == "persons":
+        total = invariants.total_population[level].astype(np.int64)[:, None]
+        result.append(Bounds("total", total, total.astype(float)))
+    return result
+
+
+def holds(schema: Schema, bounds: list[Bounds], histograms) -> list[str]:
+    """Violations (as text) of `bounds` by histograms (n_units x n_cells), for checks and tests."""
+    problems = []
+    for b in bounds:
+        answers = np.asarray((histograms @ schema.query(b.query).matrix.T).todense()) \
+            if hasattr(histograms, "tocsr") else histograms @ schema.query(b.query).matrix.T.toarray()
+        low = answers < b.lower
+        high = answers > b.upper
+        for kind, bad in (("below its lower bound", low), ("above its upper bound", high)):
+            if bad.any():
+                unit, cell = np.argwhere(bad)[0]
+                problems.append(f"{b.query} cell {cell} of geounit #{unit} is {kind} ({int(bad.sum())} cases)")
+    return problems
