@@ -1,0 +1,117 @@
+"""The `das` command line: run, validate, validate-input, privacy, measure."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _cmd_run(args) -> int:
+    from das.run import run
+
+    result = run(args.spec, args.out, seed=args.seed, workers=args.workers,
+                 overwrite=args.overwrite, progress=not args.no_progress)
+    print(result.summary)
+    print(f"wrote {result.out_dir}")
+    return 0 if result.valid else 1
+
+
+def _cmd_validate(args) -> int:
+    from das.validate import main
+
+    return main(args.run_dir)
+
+
+def _cmd_validate_input(args) -> int:
+    from das.io.validation import validate_input_main
+
+    return validate_input_main(args.persons, args.units, args.schema)
+
+
+def _cmd_privacy(args) -> int:
+    from das.privacy.accounting import render_certificate
+
+    from das.run import prepare
+
+    certs = prepare(args.spec, seed=None).certificates
+    if args.json:
+        print(json.dumps(certs, indent=2, default=str))
+    else:
+        for name, cert in certs.items():
+            print(f"== {name}")
+            print(render_certificate(cert))
+    return 0
+
+
+def _cmd_measure(args) -> int:
+    from das.run import measure_only
+
+    manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite)
+    print(f"wrote {len(manifest['nmf'])} NMF files and manifest.json to {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
+    r.add_argument("spec", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    r.add_argument("--out", default=None, help="output directory (default: runs/<spec name>)")
+    r.add_argument("--seed", type=int, default=None,
+                   help="replication mode: seeded noise, outputs labelled NOT private")
+    r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel solver processes")
+    r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.set_defaults(func=_cmd_run)
+
+    v = sub.add_parser("validate", help="independently check a run directory's outputs")
+    v.add_argument("run_dir")
+    v.set_defaults(func=_cmd_validate)
+
+    vi = sub.add_parser("validate-input", help="check persons/units microdata files")
+    vi.add_argument("persons")
+    vi.add_argument("units")
+    vi.add_argument("--schema", default="pl94_persons")
+    vi.set_defaults(func=_cmd_validate_input)
+
+    pr = sub.add_parser("privacy", help="print the privacy certificate of a run spec")
+    pr.add_argument("spec")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=_cmd_privacy)
+
+    m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
+    m.add_argument("spec")
+    m.add_argument("--out", required=True)
+    m.add_argument("--seed", type=int, default=None)
+    m.add_argument("--overwrite", action="store_true")
+    m.set_defaults(func=_cmd_measure)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "out", "x") is None:
+        args.out = os.path.join("runs", args.spec.rsplit("/", 1)[-1].removesuffix(".toml"))
+    from das.io.microdata import InputError
+    from das.privacy.accounting import BudgetError
+    from das.run import RunError
+    from das.schema import SpecError
+
+    try:
+        return args.func(args)
+    except (SpecError, RunError, BudgetError) as e:
+        print(f"das {args.command}: {e}", file=sys.stderr)
+        return 2
+    except InputError as e:
+        print(f"das {args.command}: input is invalid:\n{e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

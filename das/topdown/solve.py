@@ -1,0 +1,362 @@
+"""Solve one parent: weighted least squares (cvxpy), then integer rounding (HiGHS), then checks.
+
+L2 (DESIGN.md section 6): minimise sum_q (1/var_q) ||Q_q x_c - y_c,q||^2 over x >= 0 with the
+children summing exactly to the parent and every child bound held; multipass: the first pass
+fits the pass-1 queries (`total`), the next pass holds each child's pass-1 answers where the
+first pass put them (plus a small slack) and fits the rest.
+
+Rounding: x = floor(x*) + b, b in [0, 1]. Controlled rounding: every child bound row and every
+child's total is held between the floor and ceiling of its L2 value, the per-cell parent sums
+exactly; the objective is the L1 distance of the cells to x*, which is linear in b. The rows
+per child (total, then nested groups such as hhgq) and the per-cell parent sums are two laminar
+families, so the constraint matrix is totally unimodular and HiGHS's simplex returns an integer
+vertex. If it is not integral (non-nested bound rows) HiGHS solves it as a MIP. The result is
+checked in exact integer arithmetic before it is accepted.
+
+Failsafe: when a problem is infeasible as stated, the smallest total L1 relaxation of the parent
+equality (or, at the root, of the bounds) is found by an LP, the problem is solved with that
+slack, and a FailsafeEvent records where and how much.
+"""
+
+from __future__ import annotations
+
+import time
+
+import cvxpy as cp
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution
+
+INTEGRAL_TOL = 1e-6
+PASS_SLACK = 1e-3
+
+
+class SolveError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrices over the problem's variables (allowed child x cell pairs, child-major)
+
+
+def _variables(problem: ParentProblem) -> np.ndarray:
+    return np.flatnonzero(problem.allowed.ravel())
+
+
+def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
+    """kron(I_children, matrix) restricted to the variable columns."""
+    return sp.kron(sp.identity(n_children, format="csr"), matrix, format="csr")[:, columns]
+
+
+def _parent_sum(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
+    """(n_cells x n_var): per-cell sums over children."""
+    ones = sp.csr_matrix(np.ones((1, problem.n_children)))
+    return sp.kron(ones, sp.identity(problem.n_cells, format="csr"), format="csr")[:, columns]
+
+
+def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
+    return _per_child(sp.csr_matrix(np.ones((1, problem.n_cells))), problem.n_children, columns)
+
+
+def _bound_rows(problem: ParentProblem, columns: np.ndarray):
+    c: ChildConstraints | None = problem.constraints
+    if c is None or c.matrix.shape[0] == 0:
+        return None, None, None
+    return (_per_child(c.matrix, problem.n_children, columns),
+            c.lower.astype(float).ravel(), c.upper.astype(float).ravel())
+
+
+def _queries_in_pass(problem: ParentProblem, names: tuple[str, ...], done: set[str]):
+    if names:
+        return [q for q in problem.queries if q.name in names]
+    return [q for q in problem.queries if q.name not in done]
+
+
+# ---------------------------------------------------------------------------------------------
+# L2
+
+
+def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget=None):
+    """One weighted least-squares pass; returns x or None when infeasible."""
+    n_var = len(columns)
+    x = cp.Variable(n_var, nonneg=True)
+    terms = []
+    for q in queries:
+        a = _per_child(q.matrix, problem.n_children, columns)
+        keep = a.getnnz(axis=1) > 0
+        if not keep.any():
+            continue
+        w = 1.0 / np.sqrt(q.variance)
+        terms.append(cp.sum_squares(w * (a[keep] @ x) - w * q.noisy.ravel()[keep]))
+    objective = cp.Minimize(cp.sum(terms) if terms else 0)
+    constraints = []
+    slack = None
+    if parent is not None:
+        s_matrix, counts = parent
+        if slack_budget is None:
+            constraints.append(s_matrix @ x == counts)
+        else:
+            slack = cp.Variable(len(counts))
+            constraints += [s_matrix @ x - counts == slack, cp.norm1(slack) <= slack_budget]
+    b_matrix, lower, upper = bounds
+    if b_matrix is not None:
+        lo = lower > 0
+        hi = np.isfinite(upper)
+        if lo.any():
+            constraints.append(b_matrix[lo] @ x >= lower[lo])
+        if hi.any():
+            constraints.append(b_matrix[hi] @ x <= upper[hi])
+    for matrix, target in fixed:
+        constraints += [matrix @ x >= target - PASS_SLACK, matrix @ x <= target + PASS_SLACK]
+    prob = cp.Problem(objective, constraints)
+    try:
+        prob.solve(solver=solver)
+    except cp.error.SolverError:
+        prob.solve(solver="CLARABEL" if solver != "CLARABEL" else "OSQP")
+    if prob.status not in ("optimal", "optimal_inaccurate"):
+        return None
+    return np.clip(np.asarray(x.value, dtype=float), 0, None)
+
+
+def _min_slack(problem, columns, parent, bounds, relax_bounds: bool) -> float:
+    """Smallest total L1 relaxation making the constraints feasible (LP, HiGHS)."""
+    n_var = len(columns)
+    x = cp.Variable(n_var, nonneg=True)
+    constraints, slacks = [], []
+    if parent is not None:
+        s_matrix, counts = parent
+        s = cp.Variable(len(counts))
+        slacks.append(cp.norm1(s))
+        constraints.append(s_matrix @ x - counts == s)
+    b_matrix, lower, upper = bounds
+    if b_matrix is not None:
+        lo = lower > 0
+        hi = np.isfinite(upper)
+        if relax_bounds:
+            if lo.any():
+                s_lo = cp.Variable(int(lo.sum()), nonneg=True)
+                slacks.append(cp.sum(s_lo))
+                constraints.append(b_matrix[lo] @ x + s_lo >= lower[lo])
+            if hi.any():
+                s_hi = cp.Variable(int(hi.sum()), nonneg=True)
+                slacks.append(cp.sum(s_hi))
+                constraints.append(b_matrix[hi] @ x - s_hi <= upper[hi])
+        else:
+            if lo.any():
+                constraints.append(b_matrix[lo] @ x >= lower[lo])
+            if hi.any():
+                constraints.append(b_matrix[hi] @ x <= upper[hi])
+    prob = cp.Problem(cp.Minimize(cp.sum(slacks) if slacks else 0), constraints)
+    prob.solve(solver="HIGHS")
+    if prob.status not in ("optimal", "optimal_inaccurate"):
+        raise SolveError(f"parent {problem.parent}: even the relaxed problem is infeasible ({prob.status})")
+    return float(prob.value)
+
+
+def _relaxed_bounds(problem, columns, bounds, budget):
+    """At the root: solve for the least-relaxed bounds, return bounds that the data can meet."""
+    b_matrix, lower, upper = bounds
+    n_var = len(columns)
+    x = cp.Variable(n_var, nonneg=True)
+    s_lo = cp.Variable(len(lower), nonneg=True)
+    s_hi = cp.Variable(len(upper), nonneg=True)
+    lo = np.where(lower > 0, lower, 0.0)
+    hi = np.where(np.isfinite(upper), upper, 1e12)
+    prob = cp.Problem(cp.Minimize(cp.sum(s_lo) + cp.sum(s_hi)),
+                      [b_matrix @ x + s_lo >= lo, b_matrix @ x - s_hi <= hi])
+    prob.solve(solver="HIGHS")
+    new_lower = np.floor(lo - np.asarray(s_lo.value) + 1e-9)
+    new_upper = np.where(np.isfinite(upper), np.ceil(hi + np.asarray(s_hi.value) - 1e-9), np.inf)
+    return b_matrix, new_lower, new_upper
+
+
+def solve_l2(problem: ParentProblem, solver: str = "CLARABEL"):
+    """Multipass weighted least squares; returns (x* over variables, events, bounds used)."""
+    columns = _variables(problem)
+    parent = None
+    if problem.parent_counts is not None:
+        parent = (_parent_sum(problem, columns), problem.parent_counts.astype(float))
+    bounds = _bound_rows(problem, columns)
+    events: list[FailsafeEvent] = []
+    slack_budget = None
+    fixed: list = []
+    done: set[str] = set()
+    x = None
+    for names in problem.passes:
+        queries = _queries_in_pass(problem, names, done)
+        if not queries:
+            continue
+        x = _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget)
+        if x is None and not events:
+            relax_bounds = parent is None
+            slack = _min_slack(problem, columns, parent, bounds, relax_bounds)
+            if relax_bounds:
+                bounds = _relaxed_bounds(problem, columns, bounds, slack)
+                events.append(FailsafeEvent(problem.parent, "l2", "bounds", slack,
+                                            "bounds at the root relaxed by the minimal L1 slack"))
+            else:
+                slack_budget = slack + 1e-6
+                events.append(FailsafeEvent(problem.parent, "l2", "parent equality", slack,
+                                            f"children sum to the parent within L1 {slack:.6g}"))
+            x = _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget)
+        if x is None:
+            raise SolveError(f"parent {problem.parent}: least squares failed after the failsafe")
+        for q in queries:
+            done.add(q.name)
+        if names:  # hold this pass's answers for the next passes
+            for q in queries:
+                a = _per_child(q.matrix, problem.n_children, columns)
+                fixed.append((a, a @ x))
+    if x is None:  # no queries at all: any feasible point
+        x = _least_squares(problem, columns, [], [], parent, bounds, solver, slack_budget)
+    return x, events, bounds, columns
+
+
+# ---------------------------------------------------------------------------------------------
+# Rounding
+
+
+def _snap(values: np.ndarray) -> np.ndarray:
+    near = np.abs(values - np.rint(values)) < INTEGRAL_TOL
+    return np.where(near, np.rint(values), values)
+
+
+def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, col_upper, integer: bool):
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    n = len(cost)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = a_matrix.shape[0]
+    lp.col_cost_ = np.asarray(cost, dtype=float)
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.asarray(col_upper, dtype=float)
+    lp.row_lower_ = np.asarray(row_lower, dtype=float)
+    lp.row_upper_ = np.asarray(row_upper, dtype=float)
+    csc = a_matrix.tocsc()
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = csc.indices.astype(np.int32)
+    lp.a_matrix_.value_ = csc.data.astype(float)
+    if integer:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    h.passModel(lp)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    return np.asarray(h.getSolution().col_value, dtype=float)
+
+
+def round_l1(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds, parent_target=None):
+    """Integer x = floor(x*) + b closest in L1 to x*, holding sums and bounds; (values, method)."""
+    x = _snap(x)
+    base = np.floor(x)
+    frac = x - base
+    cost = 1.0 - 2.0 * frac  # |base + b - x| = frac + b (1 - 2 frac) for b in {0, 1}
+    rows, lows, highs = [], [], []
+    if problem.parent_counts is not None:
+        s_matrix = _parent_sum(problem, columns)
+        target = problem.parent_counts if parent_target is None else parent_target
+        r = target - s_matrix @ base
+        rows.append(s_matrix)
+        lows.append(r)
+        highs.append(r)
+    # each child's total between floor and ceil of its L2 value
+    t_matrix = _total_matrix(problem, columns)
+    t_star = _snap(t_matrix @ x)
+    t_base = t_matrix @ base
+    rows.append(t_matrix)
+    lows.append(np.floor(t_star) - t_base)
+    highs.append(np.ceil(t_star) - t_base)
+    b_matrix, lower, upper = bounds
+    if b_matrix is not None:
+        v_star = _snap(b_matrix @ x)
+        v_base = b_matrix @ base
+        lo = np.maximum(np.floor(v_star), np.where(lower > 0, lower, -np.inf))
+        hi = np.minimum(np.ceil(v_star), upper)
+        rows.append(b_matrix)
+        lows.append(lo - v_base)
+        highs.append(hi - v_base)
+    a_matrix = sp.vstack(rows).tocsr()
+    row_lower, row_upper = np.concatenate(lows), np.concatenate(highs)
+    ones = np.ones(len(x))
+    b = _highs_lp(cost, a_matrix, row_lower, row_upper, ones, integer=False)
+    method = "lp"
+    if b is None or np.abs(b - np.rint(b)).max(initial=0) > INTEGRAL_TOL:
+        b = _highs_lp(cost, a_matrix, row_lower, row_upper, ones, integer=True)
+        method = "milp"
+    if b is None:
+        return None, "infeasible"
+    return (base + np.rint(b)).astype(np.int64), method
+
+
+def _check(problem: ParentProblem, counts: np.ndarray, bounds_matrix, lower, upper, columns, parent_target) -> list[str]:
+    """Exact integer checks of a candidate solution over the variables."""
+    problems = []
+    if (counts < 0).any():
+        problems.append("negative count")
+    if problem.parent_counts is not None:
+        sums = _parent_sum(problem, columns) @ counts
+        target = problem.parent_counts if parent_target is None else parent_target
+        if not np.array_equal(np.rint(sums).astype(np.int64), np.asarray(target, dtype=np.int64)):
+            problems.append("children do not sum to the parent")
+    if bounds_matrix is not None:
+        values = bounds_matrix @ counts
+        if (values < lower - 1e-9).any() or (values > upper + 1e-9).any():
+            problems.append("a child bound is violated")
+    return problems
+
+
+def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str = "auto") -> ParentSolution:
+    """L2, rounding, exact checks; trivial parents (empty, one child) without a solver."""
+    t0 = time.perf_counter()
+    shape = (problem.n_children, problem.n_cells)
+    if problem.parent_counts is not None and problem.parent_counts.sum() == 0 or problem.n_cells == 0:
+        return ParentSolution(np.zeros(shape, np.int64), np.zeros(shape), [], {"total": 0.0}, "empty")
+    if problem.parent_counts is not None and problem.n_children == 1 and problem.allowed.all():
+        counts = problem.parent_counts.reshape(1, -1).astype(np.int64)
+        columns = _variables(problem)
+        b_matrix, lower, upper = _bound_rows(problem, columns)
+        if not _check(problem, counts.ravel(), b_matrix, lower, upper, columns, None):
+            return ParentSolution(counts, counts.astype(float), [], {"total": time.perf_counter() - t0}, "copy")
+    x, events, bounds, columns = solve_l2(problem, solver)
+    t1 = time.perf_counter()
+    parent_target = None
+    if events and problem.parent_counts is not None:
+        # the children may not sum to the given parent: round to the relaxed sums
+        parent_target = np.rint(_parent_sum(problem, columns) @ x).astype(np.int64)
+    values, method = round_l1(problem, x, columns, bounds, parent_target)
+    if values is None:
+        raise SolveError(f"parent {problem.parent}: rounding infeasible")
+    b_matrix, lower, upper = bounds
+    problems = _check(problem, values, b_matrix, lower, upper, columns, parent_target)
+    if problems:
+        raise SolveError(f"parent {problem.parent}: rounded solution fails checks: {problems}")
+    counts = np.zeros(problem.n_children * problem.n_cells, dtype=np.int64)
+    counts[columns] = values
+    l2 = np.zeros(problem.n_children * problem.n_cells)
+    l2[columns] = x
+    timings = {"l2": t1 - t0, "rounding": time.perf_counter() - t1, "total": time.perf_counter() - t0}
+    return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method)
+
+
+def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto") -> ParentSolution:
+    """The top geounit: its own noisy answers and bounds, no parent to sum to."""
+    from das.topdown.engine import parent_problem
+
+    counts = np.ones(schema.size, dtype=np.int64)  # every cell is a candidate at the root
+    single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
+    one = [type(b)(b.query, b.lower[:1], b.upper[:1]) for b in bounds]
+    problem = parent_problem(schema, "root", np.array([""]), counts, single, one)
+    problem = ParentProblem(
+        parent="", children=("",), cells=problem.cells, parent_counts=None, allowed=problem.allowed,
+        queries=problem.queries, constraints=problem.constraints, passes=problem.passes,
+    )
+    solution = solve_parent(problem, solver=solver, rounding=rounding)
+    full = np.zeros(schema.size, dtype=np.int64)
+    full[problem.cells] = solution.counts[0]
+    solution.counts = full
+    return solution
