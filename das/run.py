@@ -201,7 +201,8 @@ def run(
     geography, invariants = read_and_measure(prep, out_dir, timings, log)
     nmf_dir = out_dir / "nmf"
 
-    options = EngineOptions(workers=workers, solver=spec.solver, rounding=spec.rounding, progress=progress)
+    options = EngineOptions(workers=workers, solver=spec.solver, rounding=spec.rounding, progress=progress,
+                            passes=spec.passes)
     solved, level_reports = {}, {}
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()

@@ -39,6 +39,7 @@ class RunSpec:
     mdf_layout: str
     rounding: str
     solver: str
+    passes: tuple[tuple[str, ...], ...]  # L2 passes: query names fitted per pass; [] = all remaining
     text: str  # the spec file verbatim, for the manifest
 
 
@@ -112,5 +113,6 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
         mdf_layout=layout,
         rounding=post.get("rounding", "auto"),
         solver=post.get("solver", "CLARABEL"),
+        passes=tuple(tuple(str(q) for q in names) for names in post.get("passes", [[]])),
         text=path.read_text(),
     )

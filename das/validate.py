@@ -226,7 +226,8 @@ def validate_run(run_dir: Path) -> Report:
     return report
 
 
-def main(run_dir: str, out=sys.stdout) -> int:
+def main(run_dir: str, out=None) -> int:
+    out = out or sys.stdout
     try:
         report = validate_run(Path(run_dir))
     except FileNotFoundError as e:

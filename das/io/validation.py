@@ -13,7 +13,8 @@ def validate_input(persons_path, units_path, schema) -> list[Problem]:
     return problems
 
 
-def validate_input_main(persons, units, schema_name: str = "pl94_persons", out=sys.stdout) -> int:
+def validate_input_main(persons, units, schema_name: str = "pl94_persons", out=None) -> int:
+    out = out or sys.stdout
     schema = load_schema(schema_name)
     problems, inputs = collect_problems(persons, units, schema)
     if problems:

@@ -34,6 +34,7 @@ class EngineOptions:
     solver: str = "CLARABEL"
     rounding: str = "auto"
     progress: bool = True
+    passes: tuple[tuple[str, ...], ...] = ((),)  # query names per L2 pass; () = all remaining
 
 
 @dataclass
@@ -56,6 +57,7 @@ def parent_problem(
     parent_counts: np.ndarray,
     noisy: dict[str, tuple[np.ndarray, Fraction]],
     bounds: list[Bounds],
+    passes: tuple[tuple[str, ...], ...] = ((),),
 ) -> ParentProblem:
     """One parent's problem: variables are children x the parent's nonzero cells."""
     cells = np.flatnonzero(parent_counts)
@@ -86,7 +88,8 @@ def parent_problem(
         queries.append(QueryAnswers(
             name=name, matrix=q[keep], noisy=answers[:, keep].astype(np.float64), variance=float(variance)
         ))
-    passes = (("total",), ()) if "total" in noisy else ((),)
+    passes = tuple(tuple(q for q in names if q in noisy) for names in passes)
+    passes = tuple(names for names in passes if names or names == ()) or ((),)
     return ParentProblem(
         parent=parent, children=tuple(str(c) for c in children), cells=cells,
         parent_counts=parent_counts[cells].astype(np.int64), allowed=allowed,
@@ -116,7 +119,7 @@ def postprocess(
     root_solution = solve_root(
         schema, {k: (v[0][0], v[1]) for k, v in noisy.items()},
         level_bounds(schema, invariants, geography, root, families), solver=options.solver,
-        rounding=options.rounding,
+        rounding=options.rounding, passes=options.passes,
     )
     solved = sp.csr_matrix(root_solution.counts.reshape(1, -1))
     reports.append(LevelReport(root, 1, time.perf_counter() - t0, list(root_solution.events)))
@@ -139,7 +142,8 @@ def postprocess(
                     counts = solved[p].toarray().ravel()
                     child_noisy = {k: (v[0][lo:hi], v[1]) for k, v in noisy.items()}
                     child_bounds = [Bounds(b.query, b.lower[lo:hi], b.upper[lo:hi]) for b in bounds]
-                    yield (parent_problem(schema, parents[p], children[lo:hi], counts, child_noisy, child_bounds),
+                    yield (parent_problem(schema, parents[p], children[lo:hi], counts, child_noisy, child_bounds,
+                                          options.passes),
                            options.solver, options.rounding)
 
             results = pool.map(_solve, problems(), chunksize=1) if pool else map(_solve, problems())

@@ -343,14 +343,15 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
     return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method)
 
 
-def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto") -> ParentSolution:
+def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto",
+               passes: tuple = ((),)) -> ParentSolution:
     """The top geounit: its own noisy answers and bounds, no parent to sum to."""
     from das.topdown.engine import parent_problem
 
     counts = np.ones(schema.size, dtype=np.int64)  # every cell is a candidate at the root
     single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
     one = [type(b)(b.query, b.lower[:1], b.upper[:1]) for b in bounds]
-    problem = parent_problem(schema, "root", np.array([""]), counts, single, one)
+    problem = parent_problem(schema, "root", np.array([""]), counts, single, one, passes)
     problem = ParentProblem(
         parent="", children=("",), cells=problem.cells, parent_counts=None, allowed=problem.allowed,
         queries=problem.queries, constraints=problem.constraints, passes=problem.passes,
