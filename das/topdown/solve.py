@@ -120,56 +120,63 @@ def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, sla
     return np.clip(np.asarray(x.value, dtype=float), 0, None)
 
 
-def _min_slack(problem, columns, parent, bounds, relax_bounds: bool) -> float:
-    """Smallest total L1 relaxation making the constraints feasible (LP, HiGHS)."""
-    n_var = len(columns)
-    x = cp.Variable(n_var, nonneg=True)
-    constraints, slacks = [], []
+def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
+    """Smallest total L1 relaxation (LP, HiGHS) of the parent equality and, if asked, the bounds.
+
+    Returns (parent slack L1, bound slack L1, bounds widened just enough) or None if infeasible.
+    """
+    x = cp.Variable(len(columns), nonneg=True)
+    constraints, objective = [], []
+    s_par = None
     if parent is not None:
         s_matrix, counts = parent
-        s = cp.Variable(len(counts))
-        slacks.append(cp.norm1(s))
-        constraints.append(s_matrix @ x - counts == s)
+        s_par = cp.Variable(len(counts))
+        objective.append(cp.norm1(s_par))
+        constraints.append(s_matrix @ x - counts == s_par)
     b_matrix, lower, upper = bounds
+    s_lo = s_hi = None
     if b_matrix is not None:
-        lo = lower > 0
-        hi = np.isfinite(upper)
+        lo = np.where(lower > 0, lower, 0.0)
+        finite = np.isfinite(upper)
+        hi = np.where(finite, upper, 0.0)
         if relax_bounds:
-            if lo.any():
-                s_lo = cp.Variable(int(lo.sum()), nonneg=True)
-                slacks.append(cp.sum(s_lo))
-                constraints.append(b_matrix[lo] @ x + s_lo >= lower[lo])
-            if hi.any():
-                s_hi = cp.Variable(int(hi.sum()), nonneg=True)
-                slacks.append(cp.sum(s_hi))
-                constraints.append(b_matrix[hi] @ x - s_hi <= upper[hi])
+            s_lo = cp.Variable(len(lower), nonneg=True)
+            s_hi = cp.Variable(len(upper), nonneg=True)
+            objective += [cp.sum(s_lo), cp.sum(s_hi)]
+            constraints.append(b_matrix @ x + s_lo >= lo)
+            if finite.any():
+                constraints.append(b_matrix[finite] @ x - s_hi[finite] <= hi[finite])
         else:
-            if lo.any():
-                constraints.append(b_matrix[lo] @ x >= lower[lo])
-            if hi.any():
-                constraints.append(b_matrix[hi] @ x <= upper[hi])
-    prob = cp.Problem(cp.Minimize(cp.sum(slacks) if slacks else 0), constraints)
+            constraints.append(b_matrix @ x >= lo)
+            if finite.any():
+                constraints.append(b_matrix[finite] @ x <= hi[finite])
+    prob = cp.Problem(cp.Minimize(cp.sum(objective) if objective else 0), constraints)
     prob.solve(solver="HIGHS")
     if prob.status not in ("optimal", "optimal_inaccurate"):
-        raise SolveError(f"parent {problem.parent}: even the relaxed problem is infeasible ({prob.status})")
-    return float(prob.value)
+        return None
+    parent_slack = float(np.abs(s_par.value).sum()) if s_par is not None else 0.0
+    if s_lo is None:
+        return parent_slack, 0.0, bounds
+    widen_lo, widen_hi = np.asarray(s_lo.value), np.asarray(s_hi.value)
+    new_lower = np.floor(np.where(lower > 0, lower, 0.0) - widen_lo + 1e-9)
+    new_upper = np.where(np.isfinite(upper), np.ceil(upper + widen_hi - 1e-9), np.inf)
+    return parent_slack, float(widen_lo.sum() + widen_hi.sum()), (b_matrix, new_lower, new_upper)
 
 
-def _relaxed_bounds(problem, columns, bounds, budget):
-    """At the root: solve for the least-relaxed bounds, return bounds that the data can meet."""
-    b_matrix, lower, upper = bounds
-    n_var = len(columns)
-    x = cp.Variable(n_var, nonneg=True)
-    s_lo = cp.Variable(len(lower), nonneg=True)
-    s_hi = cp.Variable(len(upper), nonneg=True)
-    lo = np.where(lower > 0, lower, 0.0)
-    hi = np.where(np.isfinite(upper), upper, 1e12)
-    prob = cp.Problem(cp.Minimize(cp.sum(s_lo) + cp.sum(s_hi)),
-                      [b_matrix @ x + s_lo >= lo, b_matrix @ x - s_hi <= hi])
-    prob.solve(solver="HIGHS")
-    new_lower = np.floor(lo - np.asarray(s_lo.value) + 1e-9)
-    new_upper = np.where(np.isfinite(upper), np.ceil(hi + np.asarray(s_hi.value) - 1e-9), np.inf)
-    return b_matrix, new_lower, new_upper
+def _failsafe(problem, columns, parent, bounds):
+    """Relax the parent equality minimally; if that cannot suffice, the bounds too."""
+    relaxed = _relaxation(problem, columns, parent, bounds, relax_bounds=False) if parent is not None else None
+    if relaxed is None:
+        relaxed = _relaxation(problem, columns, parent, bounds, relax_bounds=True)
+    if relaxed is None:
+        raise SolveError(f"parent {problem.parent}: even the relaxed problem is infeasible")
+    parent_slack, bound_slack, bounds = relaxed
+    what = [name for name, amount in (("parent equality", parent_slack), ("child bounds", bound_slack)) if amount > 1e-9]
+    event = FailsafeEvent(problem.parent, "l2", " and ".join(what) or "none", parent_slack + bound_slack,
+                          f"children sum to the parent within L1 {parent_slack:.6g}; "
+                          f"bounds widened by L1 {bound_slack:.6g}")
+    budget = parent_slack + 1e-6 if parent is not None else None
+    return bounds, budget, event
 
 
 def solve_l2(problem: ParentProblem, solver: str = "CLARABEL"):
@@ -190,16 +197,8 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL"):
             continue
         x = _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget)
         if x is None and not events:
-            relax_bounds = parent is None
-            slack = _min_slack(problem, columns, parent, bounds, relax_bounds)
-            if relax_bounds:
-                bounds = _relaxed_bounds(problem, columns, bounds, slack)
-                events.append(FailsafeEvent(problem.parent, "l2", "bounds", slack,
-                                            "bounds at the root relaxed by the minimal L1 slack"))
-            else:
-                slack_budget = slack + 1e-6
-                events.append(FailsafeEvent(problem.parent, "l2", "parent equality", slack,
-                                            f"children sum to the parent within L1 {slack:.6g}"))
+            bounds, slack_budget, event = _failsafe(problem, columns, parent, bounds)
+            events.append(event)
             x = _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget)
         if x is None:
             raise SolveError(f"parent {problem.parent}: least squares failed after the failsafe")
