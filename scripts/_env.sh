@@ -9,12 +9,19 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "[das] creating $VENV" >&2
     "$PY" -m venv "$VENV"
 fi
-STAMP="$VENV/.das-install-stamp"
-WANT="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1) ${DAS_EXTRAS:-dev,report}"
+EXTRAS="${DAS_EXTRAS:-dev,report}"
+STAMP="$VENV/.das-installed-${EXTRAS//,/-}"
+WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     echo "[das] installing das and its dependencies into .venv (once)" >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[${DAS_EXTRAS:-dev,report}]" >&2
+    LOG="$VENV/install.log"
+    if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip \
+           && "$VENV/bin/python" -m pip install --disable-pip-version-check -e "$ROOT[$EXTRAS]"; } \
+         > "$LOG" 2>&1; then
+        tail -n 40 "$LOG" >&2
+        echo "[das] installing into .venv failed; the whole log is $LOG" >&2
+        exit 1
+    fi
     echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
