@@ -77,6 +77,34 @@ def _run_state(spec: str, persons: str, workers: int = 2) -> dict:
     return figures
 
 
+def _run_subset(counties: tuple[str, ...]) -> dict:
+    """Vermont restricted to some counties (the same spec, inputs filtered), end to end."""
+    from das.run import run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name in ("persons", "units"):
+            frame = pd.read_parquet(ROOT / "geography_fixtures/vt" / f"{name}.parquet")
+            frame[frame["TABBLKCOU"].astype(str).isin(counties)].to_parquet(tmp / f"{name}.parquet")
+        spec = (ROOT / "specs/runs/vt_demo.toml").read_text().replace("../../geography_fixtures/vt/", "")
+        (tmp / "spec.toml").write_text(spec)
+        t0 = time.perf_counter()
+        run(tmp / "spec.toml", tmp / "out", seed=2020, workers=2, progress=False, log=_quiet)
+        seconds = time.perf_counter() - t0
+        manifest = json.loads((tmp / "out" / "manifest.json").read_text())
+        blocks = manifest["counts"]["blocks"]
+        return {"seconds": seconds, "blocks": blocks, "persons": manifest["counts"]["persons"],
+                "s_per_1000_blocks": seconds / blocks * 1000}
+
+
+def run_vt_county() -> dict:
+    return _run_subset(("007",))  # Chittenden, the largest county
+
+
+def run_vt_half() -> dict:
+    return _run_subset(("001", "003", "005", "007", "009", "011", "013"))
+
+
 def run_vt() -> dict:
     return _run_state("vt_demo", "geography_fixtures/vt/persons.parquet")
 
@@ -93,6 +121,11 @@ BENCHES = [
           "2 workers, seeded; accuracy = MAE of total population vs the input",
           run_vt, key="seconds", repeats=3, target="< 300 s, peak < 4 GB; MAE counties 1.86, tracts 1.94, "
           "blocks 1.6-4.2 (Census 2010 production-settings figures)"),
+    Bench("run.vt_county", "das run on one Vermont county (Chittenden, 007), 2 workers, seeded: "
+          "cost per 1000 blocks at the smallest of three sizes",
+          run_vt_county, key="s_per_1000_blocks", repeats=3, target="cost per block no worse than linear"),
+    Bench("run.vt_half", "das run on half of Vermont (counties 001-013, 7 of 14), 2 workers, seeded",
+          run_vt_half, key="s_per_1000_blocks", repeats=1, target="cost per block no worse than linear"),
     Bench("run.de", "das run de: Delaware end to end, 2 workers, seeded",
           run_de, key="seconds", repeats=1, target="< 300 s, peak < 4 GB"),
 ]

@@ -134,3 +134,14 @@ def test_vermont_demo_end_to_end(tmp_path):
     assert p1[p1["level"] == "state"]["total"].iloc[0] == 625_741
     assert (p1["total"] >= 0).all()
     assert np.isclose(p1[p1["level"] == "county"]["total"].sum(), 625_741)
+
+
+def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
+    """Schema-generic: DHC persons (233,856 cells) on Grand Isle County, validated."""
+    result = run("vt_grand_isle_dhc", tmp_path / "dhc", seed=3, workers=1, progress=False, log=quiet)
+    assert result.valid, result.manifest["validation"]["violations"][:5]
+    mdf = pd.read_parquet(tmp_path / "dhc" / "mdf_persons.parquet")
+    assert {"QSEX", "QAGE", "GQTYPE_PL", "CENRACE"} <= set(mdf.columns)
+    assert len(mdf) == len(pd.read_parquet(FIXTURES / "vt_grand_isle" / "persons.parquet"))
+    assert mdf["QAGE"].between(0, 115).all()
+    assert (tmp_path / "dhc" / "tables" / "P12.parquet").exists()
