@@ -140,72 +140,113 @@ def _load(path: Path, col: _Collector) -> pa.Table | None:
     return None
 
 
-def _column(table: pa.Table, name: str, kind: str, col: _Collector, csv: bool) -> np.ndarray | None:
-    """A column as numpy: kind 'digits' (string of digits) or 'int'. Checks type and nulls."""
+@dataclass(frozen=True)
+class _Encoded:
+    """A text column as its distinct values and one index per row (Arrow dictionary encoding):
+    checks and conversions run on the distinct values, not on every row."""
+
+    values: np.ndarray   # (n_distinct,) str
+    indices: np.ndarray  # (n_rows,) int64
+
+    def rows(self, bad_values: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(bad_values[self.indices])
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        return self.values[self.indices[rows]]
+
+
+def _column(table: pa.Table, name: str, kind: str, col: _Collector, csv: bool):
+    """kind 'int': int64 numpy values; kind 'text': an _Encoded column. Checks type and nulls."""
     if name not in table.column_names:
         col.add(f"missing column {name} (expected columns include {name})", column=name)
         return None
     arr = table[name].combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
     if arr.null_count:
         rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
         col.add("a value (the cell is empty/null)", column=name, rows=rows, values=["null"] * len(rows))
         return None
+    value_type = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
     if kind == "int":
-        if pa.types.is_integer(arr.type):
+        if pa.types.is_integer(value_type):
+            if pa.types.is_dictionary(arr.type):
+                arr = arr.cast(value_type)
             return arr.to_numpy().astype(np.int64)
         if not csv:
-            col.add(f"column {name} has type {arr.type}, expected an integer type", column=name)
+            col.add(f"column {name} has type {value_type}, expected an integer type", column=name)
             return None
-        text = pd.Series(arr.to_numpy(zero_copy_only=False), dtype=str)
-        ok = text.str.fullmatch(r"-?\d+")
+        enc = _encode(arr)
+        ok = pd.Series(enc.values, dtype=str).str.fullmatch(r"-?\d+").to_numpy()
         if not ok.all():
-            rows = np.flatnonzero(~ok.to_numpy())
-            col.add("an integer", column=name, rows=rows, values=text.to_numpy()[rows])
+            rows = enc.rows(~ok)
+            col.add("an integer", column=name, rows=rows, values=enc.at(rows))
             return None
-        return text.astype(np.int64).to_numpy()
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        col.add(f"column {name} has type {arr.type}, expected a string of digits (zero-padded)", column=name)
+        return enc.values.astype(np.int64)[enc.indices]
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+        col.add(f"column {name} has type {value_type}, expected a string of digits (zero-padded)", column=name)
         return None
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=str)
+    return _encode(arr)
 
 
-def _geocodes(table: pa.Table, col: _Collector, csv: bool) -> np.ndarray | None:
+def _encode(arr: pa.Array) -> _Encoded:
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    values = np.asarray(arr.dictionary.to_pylist(), dtype=str)
+    return _Encoded(values, arr.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def _geocodes(table: pa.Table, col: _Collector, csv: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """(distinct 15-digit geocodes, index of each row's geocode), or None after reporting problems."""
     parts = []
     for name, width in GEOGRAPHY:
-        values = _column(table, name, "digits", col, csv)
-        if values is None:
+        enc = _column(table, name, "text", col, csv)
+        if enc is None:
             parts.append(None)
             continue
-        s = pd.Series(values, dtype=str)
-        bad = ~s.str.fullmatch(rf"\d{{{width}}}").to_numpy()
+        bad = ~pd.Series(enc.values, dtype=str).str.fullmatch(rf"\d{{{width}}}").to_numpy()
         if bad.any():
-            rows = np.flatnonzero(bad)
-            col.add(f"{width} digits (zero-padded)", column=name, rows=rows, values=values[rows])
+            rows = enc.rows(bad)
+            col.add(f"{width} digits (zero-padded)", column=name, rows=rows, values=enc.at(rows))
             parts.append(None)
         else:
-            parts.append(s)
+            parts.append(enc)
     if OPTIONAL_GEOGRAPHY[0] in table.column_names and parts[3] is not None:
-        bg = _column(table, OPTIONAL_GEOGRAPHY[0], "digits", col, csv)
+        bg = _column(table, OPTIONAL_GEOGRAPHY[0], "text", col, csv)
         if bg is not None:
-            bad = np.flatnonzero(bg != parts[3].str.slice(0, 1).to_numpy())
-            if len(bad):
-                col.add("the first digit of TABBLK", column="TABBLKGRPCE", rows=bad, values=bg[bad])
+            first = np.asarray([v[:1] for v in parts[3].values], dtype=str)
+            pair = bg.indices * len(parts[3].values) + parts[3].indices
+            distinct, first_row = np.unique(pair, return_index=True)
+            wrong = bg.values[distinct // len(parts[3].values)] != first[distinct % len(parts[3].values)]
+            if wrong.any():
+                rows = np.flatnonzero(np.isin(pair, distinct[wrong]))
+                col.add("the first digit of TABBLK", column="TABBLKGRPCE", rows=rows, values=bg.at(rows))
     if any(p is None for p in parts):
         return None
-    return (parts[0] + parts[1] + parts[2] + parts[3]).to_numpy(dtype="U15")
+    key = np.zeros(len(parts[0].indices), dtype=np.int64)
+    for enc in parts:
+        key = key * len(enc.values) + enc.indices
+    distinct, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
+    geocodes = np.asarray([
+        "".join(enc.values[enc.indices[r]] for enc in parts) for r in first_row
+    ], dtype="U15")
+    return geocodes, inverse.astype(np.int64)
 
 
-def _codes(values: np.ndarray, allowed, name: str, col: _Collector) -> np.ndarray | None:
-    """Level index of each value given the allowed codes, or report the bad ones."""
+def _codes(values, allowed, name: str, col: _Collector) -> np.ndarray | None:
+    """Level index of each row given the allowed codes (values: int64 array or _Encoded)."""
     allowed = list(allowed)
     lookup = pd.Index(allowed)
+    shown = f"{allowed[0]!r}..{allowed[-1]!r}" if len(allowed) > 8 else ", ".join(map(repr, allowed))
+    if isinstance(values, _Encoded):
+        levels = lookup.get_indexer(values.values)
+        if (levels < 0).any():
+            rows = values.rows(levels < 0)
+            col.add("one of " + shown, column=name, rows=rows, values=values.at(rows))
+            return None
+        return levels.astype(np.int64)[values.indices]
     levels = lookup.get_indexer(values)
     bad = np.flatnonzero(levels < 0)
     if len(bad):
-        shown = f"{allowed[0]!r}..{allowed[-1]!r}" if len(allowed) > 8 else ", ".join(map(repr, allowed))
-        negative = isinstance(allowed[0], (int, np.integer)) and (np.asarray(values)[bad] < 0).any()
+        negative = (np.asarray(values)[bad] < 0).any()
         col.add(("a nonnegative code, one of " if negative else "one of ") + shown, column=name,
                 rows=bad, values=np.asarray(values)[bad])
         return None
@@ -222,9 +263,9 @@ def _read_units_table(path: Path) -> tuple[UnitInventory | None, pa.Table | None
         col.add("the units file has no rows: it defines the block universe, at least one unit is needed")
         return None, None, None, col
     csv = col.csv
-    geocodes = _geocodes(table, col, csv)
+    geo = _geocodes(table, col, csv)
     values = {c: _column(table, c, "int", col, csv) for c in UNIT_COLUMNS}
-    if geocodes is None or any(v is None for v in values.values()):
+    if geo is None or any(v is None for v in values.values()):
         return None, None, None, col
     rtype, gq, status = values["RTYPE"], values["GQTYPE_PL"], values["HH_STATUS"]
     if _codes(rtype, [2, 4], "RTYPE", col) is None or _codes(gq, range(8), "GQTYPE_PL", col) is None \
@@ -245,7 +286,12 @@ def _read_units_table(path: Path) -> tuple[UnitInventory | None, pa.Table | None
         col.add("HH_STATUS 0 for a group-quarters facility (RTYPE 4)", column="HH_STATUS", rows=bad, values=status[bad])
     if col.problems:
         return None, None, None, col
-    blocks, block_index = np.unique(geocodes, return_inverse=True)
+    distinct, row_geocode = geo
+    order = np.argsort(distinct)
+    blocks = distinct[order]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    block_index = rank[row_geocode]
     n = len(blocks)
     inventory = UnitInventory(
         blocks=blocks,
@@ -267,19 +313,22 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray, col: _Collecto
              block_index: np.ndarray | None = None) -> tuple[Records | None, dict]:
     csv = col.csv
     if block_index is None:
-        geocodes = _geocodes(table, col, csv)
-        if geocodes is None:
+        geo = _geocodes(table, col, csv)
+        if geo is None:
             return None, {}
+        distinct, row_geocode = geo
         if blocks is None:
-            block_index = np.zeros(len(geocodes), dtype=np.int64)
-            absent = []
+            block_index = np.zeros(len(row_geocode), dtype=np.int64)
         else:
-            block_index = np.minimum(np.searchsorted(blocks, geocodes), len(blocks) - 1)
-            absent = np.flatnonzero(blocks[block_index] != geocodes)
-        if len(absent):
-            col.add("a block present in the units file (every person's block must have a housing unit "
-                    "or GQ facility there)", column="TABBLK (geocode)", rows=absent, values=geocodes[absent])
-            return None, {}
+            found = np.minimum(np.searchsorted(blocks, distinct), len(blocks) - 1)
+            missing = blocks[found] != distinct
+            if missing.any():
+                absent = np.flatnonzero(missing[row_geocode])
+                col.add("a block present in the units file (every person's block must have a housing unit "
+                        "or GQ facility there)", column="TABBLK (geocode)", rows=absent,
+                        values=distinct[row_geocode[absent]])
+                return None, {}
+            block_index = found[row_geocode]
     keep = np.ones(table.num_rows, dtype=bool)
     if schema.record_filter is not None:
         fcol, fval = schema.record_filter
@@ -289,13 +338,15 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray, col: _Collecto
         keep = values == fval
     levels, raw = [], {}
     for a in schema.attributes:
-        kind = "digits" if isinstance(a.codes[0], str) else "int"
+        kind = "text" if isinstance(a.codes[0], str) else "int"
         values = _column(table, a.column, kind, col, csv)
         if values is None:
             levels.append(None)
             continue
         raw[a.column] = values
-        levels.append(_codes(values[keep], a.codes, a.column, col))
+        if not keep.all():
+            values = _Encoded(values.values, values.indices[keep]) if kind == "text" else values[keep]
+        levels.append(_codes(values, a.codes, a.column, col))
     for column, attribute, mapping in schema.derived:
         values = _column(table, column, "int", col, csv)
         lv = levels[schema.names.index(attribute)]
