@@ -82,8 +82,17 @@ def measure_release(
     rng,
     nmf_dir: Path,
     on_level=None,
+    accountant=None,
 ) -> dict[str, Path]:
-    """Measure every level of `plan` (level -> measurements), skipping levels already written."""
+    """Measure every level of `plan` (level -> measurements), skipping levels already written.
+
+    Every measurement is charged to `accountant` (if given) before any noise is drawn, so a plan
+    that would overspend, or measure a (level, query) twice, stops before the first draw.
+    """
+    if accountant is not None:
+        for level in geography.levels:
+            for m in plan.get(level, []):
+                accountant.charge(level, m.query, 1 / m.variance)
     written = {}
     for level in geography.levels:
         path = nmf.level_path(nmf_dir, release, level)

@@ -25,7 +25,7 @@ from das.io import mdf as mdf_io
 from das.io.microdata import read_inputs
 from das.io.tables import load_tables, write_tables
 from das.measure import Measurement, measure_release
-from das.privacy.accounting import allocate, certificate
+from das.privacy.accounting import PrivacyAccountant, allocate, certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, validate_strategy
 from das.runspec import RunSpec, load_run_spec
@@ -160,7 +160,12 @@ def read_and_measure(prep: Prepared, out_dir: Path, timings: dict, log) -> tuple
     del inputs
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()
-        measure_release(name, geography, histograms[name], schema, prep.plans[name], prep.rng, out_dir / "nmf")
+        budget = Fraction(prep.certificates[name]["rho"])
+        accountant = PrivacyAccountant(budget)
+        measure_release(name, geography, histograms[name], schema, prep.plans[name], prep.rng, out_dir / "nmf",
+                        accountant=accountant)
+        if accountant.spent != budget:
+            raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {budget}")
         timings[f"measure_{name}"] = time.perf_counter() - t0
         log(f"measured {name}: {sum(len(v) for v in prep.plans[name].values())} queries over "
             f"{len(spec.levels)} levels ({timings[f'measure_{name}']:.1f} s)")

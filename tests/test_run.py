@@ -1,6 +1,7 @@
 """End to end: `das run` on the tiny geography and on real-shaped data, validated."""
 
 import json
+from fractions import Fraction
 import shutil
 from pathlib import Path
 
@@ -145,3 +146,28 @@ def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
     assert len(mdf) == len(pd.read_parquet(FIXTURES / "vt_grand_isle" / "persons.parquet"))
     assert mdf["QAGE"].between(0, 115).all()
     assert (tmp_path / "dhc" / "tables" / "P12.parquet").exists()
+
+
+def test_process_pool_gives_the_same_release_as_one_process(tiny_run, tmp_path):
+    pooled = run("tiny", tmp_path / "pooled", seed=7, workers=2, progress=False, log=quiet)
+    assert pooled.manifest["outputs"] == tiny_run.manifest["outputs"]
+
+
+@pytest.mark.slow
+def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path):
+    from das.io import nmf
+    from das.run import measure_only
+
+    manifest = measure_only("de_production", tmp_path / "de", seed=5, log=quiet)
+    assert manifest["status"] == "measured"
+    levels = ["nation", "state", "county", "tract", "block_group", "block"]
+    counts = {"nation": 1, "state": 1, "county": 3, "tract": 218, "block_group": 574}
+    for level in levels:
+        answers = nmf.read_level(nmf.level_path(tmp_path / "de" / "nmf", "persons", level))
+        detailed, variance = answers["detailed"]
+        assert detailed.shape[1] == 2016
+        if level in counts:
+            assert detailed.shape[0] == counts[level]
+        assert variance == Fraction(manifest["privacy"]["persons"]["by_level"][levels.index(level)]["queries"][-1]["sigma2"])
+    cert = manifest["privacy"]["persons"]
+    assert cert["rho"] == "293764/114921" and round(cert["eps"], 2) == 17.14
