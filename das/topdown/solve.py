@@ -21,6 +21,7 @@ slack, and a FailsafeEvent records where and how much.
 from __future__ import annotations
 
 import time
+import warnings
 
 import cvxpy as cp
 import highspy
@@ -111,10 +112,13 @@ def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, sla
     for matrix, target in fixed:
         constraints += [matrix @ x >= target - PASS_SLACK, matrix @ x <= target + PASS_SLACK]
     prob = cp.Problem(objective, constraints)
-    try:
-        prob.solve(solver=solver)
-    except cp.error.SolverError:
-        prob.solve(solver="CLARABEL" if solver != "CLARABEL" else "OSQP")
+    with warnings.catch_warnings():
+        # "optimal_inaccurate" is accepted: the rounded result is checked exactly afterwards
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            prob.solve(solver=solver)
+        except cp.error.SolverError:
+            prob.solve(solver="CLARABEL" if solver != "CLARABEL" else "OSQP")
     if prob.status not in ("optimal", "optimal_inaccurate"):
         return None
     return np.clip(np.asarray(x.value, dtype=float), 0, None)
