@@ -100,3 +100,10 @@ def test_infeasible_bounds_trigger_the_failsafe_with_minimal_slack():
     assert (counts >= 0).all()
     values = counts @ c.matrix.T.toarray()
     assert (values >= lower).all()  # the bounds hold; the parent sums are what was relaxed
+
+
+def test_forced_milp_rounding_agrees_on_validity():
+    problem, _ = make_problem(n_children=10, n_cells=40, seed=5, noise=2.0)
+    solution = solve_parent(problem, rounding="milp")
+    assert solution.rounding_method == "milp"
+    assert_valid(problem, solution.counts)
