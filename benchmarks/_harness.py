@@ -9,8 +9,8 @@ writes BENCHMARKS.md with the machine, the command, the medians and ours/referen
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 Figures = dict[str, float]
 

@@ -6,7 +6,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from benchmarks._harness import Bench

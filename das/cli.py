@@ -32,7 +32,6 @@ def _cmd_validate_input(args) -> int:
 
 def _cmd_privacy(args) -> int:
     from das.privacy.accounting import render_certificate
-
     from das.run import prepare
 
     certs = prepare(args.spec, seed=None).certificates

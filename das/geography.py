@@ -43,7 +43,7 @@ class Geography:
     _unit_index: dict = field(default_factory=dict, repr=False)  # level -> (geocodes, block->unit)
 
     @classmethod
-    def from_blocks(cls, blocks, levels: tuple[str, ...] = DEFAULT_LEVELS) -> "Geography":
+    def from_blocks(cls, blocks, levels: tuple[str, ...] = DEFAULT_LEVELS) -> Geography:
         level_digits(tuple(levels))
         blocks = np.asarray(blocks, dtype=f"U{GEOCODE_WIDTH}")
         bad = np.char.str_len(blocks) != GEOCODE_WIDTH
@@ -65,8 +65,9 @@ class Geography:
                 raise KeyError(f"level {level!r} is not in this geography's levels {self.levels}")
             prefixes = pd.Series(self.blocks).str.slice(0, LEVEL_DIGITS[level]).to_numpy(dtype=str)
             # Sorted blocks give sorted prefixes: a unit starts wherever the prefix changes.
-            starts = np.flatnonzero(np.r_[True, prefixes[1:] != prefixes[:-1]]) if len(prefixes) else np.array([], dtype=np.int64)
-            block_to_unit = np.cumsum(np.r_[0, (prefixes[1:] != prefixes[:-1]).astype(np.int64)]) if len(prefixes) else np.array([], dtype=np.int64)
+            changes = prefixes[1:] != prefixes[:-1]
+            starts = np.flatnonzero(np.r_[True, changes]) if len(prefixes) else np.array([], dtype=np.int64)
+            block_to_unit = np.cumsum(np.r_[0, changes.astype(np.int64)]) if len(prefixes) else np.array([], dtype=np.int64)
             self._unit_index[level] = (prefixes[starts], block_to_unit.astype(np.int64))
         return self._unit_index[level]
 

@@ -191,14 +191,18 @@ def validate_run(run_dir: Path) -> Report:
     hu_in = units_in[units_in["RTYPE"].astype(int) == 2].groupby("geocode").size()
     hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == 2].groupby("geocode").size()
     hu_in, hu_out = hu_in.align(hu_out, fill_value=0)
-    report.check("housing units per block invariant",
-                 _first([f"block {g}: {hu_out[g]} housing units, input has {hu_in[g]}" for g in hu_in.index[hu_in != hu_out]]))
+    report.check("housing units per block invariant", _first([
+        f"block {g}: {hu_out[g]} housing units, input has {hu_in[g]}" for g in hu_in.index[hu_in != hu_out]]))
     gq_cols = ["geocode", "GQTYPE_PL"]
-    fac_in = units_in[units_in["RTYPE"].astype(int) == 4].assign(GQTYPE_PL=lambda f: f["GQTYPE_PL"].astype(int)).groupby(gq_cols).size()
-    fac_out = mdf_units[mdf_units["RTYPE"].astype(int) == 4].assign(GQTYPE_PL=lambda f: f["GQTYPE_PL"].astype(int)).groupby(gq_cols).size()
+    def facilities_of(frame):
+        gq = frame[frame["RTYPE"].astype(int) == 4]
+        return gq.assign(GQTYPE_PL=gq["GQTYPE_PL"].astype(int)).groupby(gq_cols).size()
+
+    fac_in, fac_out = facilities_of(units_in), facilities_of(mdf_units)
     fac_in, fac_out = fac_in.align(fac_out, fill_value=0)
-    report.check("GQ facilities per block invariant",
-                 _first([f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}" for g, t in fac_in.index[fac_in != fac_out]]))
+    report.check("GQ facilities per block invariant", _first([
+        f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}"
+        for g, t in fac_in.index[fac_in != fac_out]]))
 
     problems = []
     hhgq = levels["hhgq"].to_numpy() if "hhgq" in levels else None

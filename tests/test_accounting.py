@@ -5,7 +5,13 @@ from fractions import Fraction
 import pytest
 
 from das.privacy.accounting import (
-    BudgetError, PrivacyAccountant, allocate, certificate, delta_for_eps, eps_for_delta, eps_loose,
+    BudgetError,
+    PrivacyAccountant,
+    allocate,
+    certificate,
+    delta_for_eps,
+    eps_for_delta,
+    eps_loose,
     render_certificate,
 )
 from das.privacy.strategy import load_strategy, validate_strategy
@@ -85,7 +91,8 @@ def test_inexact_and_bad_specs_are_refused(tmp_path):
     levels = ("nation", "state")
     validate_strategy(load_strategy(write(tmp_path, strategy_text())), schema, levels)
     with pytest.raises(SpecError, match="sum to 4096/4097, not exactly 1"):
-        validate_strategy(load_strategy(write(tmp_path, strategy_text(q="1/2", r=str(Fraction(1, 2) - Fraction(1, 4097))))), schema, levels)
+        short = str(Fraction(1, 2) - Fraction(1, 4097))
+        validate_strategy(load_strategy(write(tmp_path, strategy_text(q="1/2", r=short))), schema, levels)
     with pytest.raises(SpecError, match="not exactly 1"):
         validate_strategy(load_strategy(write(tmp_path, strategy_text(a="1/2", b="1/3"))), schema, levels)
     with pytest.raises(SpecError, match="must be positive"):

@@ -154,7 +154,8 @@ def test_empty_files(tmp_path):
 
 def test_non_numeric_and_negative_values(tmp_path):
     p, _ = tiny_frames()
-    assert "column CENHISP: 'abc' is not valid: expected an integer" in problems_for(tmp_path, persons=edit(p, 1, "CENHISP", "abc"))
+    msg = problems_for(tmp_path, persons=edit(p, 1, "CENHISP", "abc"))
+    assert "column CENHISP: 'abc' is not valid: expected an integer" in msg
     msg = problems_for(tmp_path, persons=edit(p, 1, "VOTING_AGE", "-1"))
     assert "'-1' is not valid: expected a nonnegative code" in msg
 

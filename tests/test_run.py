@@ -1,8 +1,8 @@
 """End to end: `das run` on the tiny geography and on real-shaped data, validated."""
 
 import json
-from fractions import Fraction
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np

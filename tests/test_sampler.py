@@ -9,8 +9,12 @@ from scipy import stats
 from das.privacy import sampler
 from das.privacy.randomness import SeededRandomSource, SystemRandomSource, make_random_source
 from das.privacy.sampler import (
-    bernoulli_exp, discrete_gaussian, discrete_gaussian_pmf, discrete_gaussian_reference,
-    discrete_gaussian_variance, discrete_laplace,
+    bernoulli_exp,
+    discrete_gaussian,
+    discrete_gaussian_pmf,
+    discrete_gaussian_reference,
+    discrete_gaussian_variance,
+    discrete_laplace,
 )
 
 ALPHA = 1e-3

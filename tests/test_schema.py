@@ -3,7 +3,12 @@ import pytest
 import scipy.sparse as sp
 
 from das.schema import (
-    SpecError, cenrace_to_flags, flags_to_cenrace, load_schema, race_combinations, schema_from_dict,
+    SpecError,
+    cenrace_to_flags,
+    flags_to_cenrace,
+    load_schema,
+    race_combinations,
+    schema_from_dict,
 )
 
 PL94 = load_schema("pl94_persons")

@@ -99,7 +99,7 @@ class _Collector:
 def _load(path: Path, col: _Collector) -> pa.Table | None:
     """Read a Parquet or CSV file as an Arrow table; CSV columns are all read as text."""
     if not path.exists():
-        col.add(f"file not found")
+        col.add("file not found")
         return None
     if path.stat().st_size == 0:
         col.add("the file is empty (0 bytes): expected a header and rows")
@@ -118,7 +118,7 @@ def _load(path: Path, col: _Collector) -> pa.Table | None:
             col.add(f"not a readable Parquet file ({str(e).splitlines()[0]})")
             return None
     if suffix == ".csv":
-        with open(path, "r", errors="replace") as f:
+        with open(path, errors="replace") as f:
             header = f.readline().rstrip("\r\n")
         names = header.split(",")
         if len(names) == 1 and any(d in header for d in "|;\t"):
@@ -280,7 +280,8 @@ def _read_units_table(path: Path) -> tuple[UnitInventory | None, pa.Table | None
         col.add("GQTYPE_PL 1..7 for a group-quarters facility (RTYPE 4)", column="GQTYPE_PL", rows=bad, values=gq[bad])
     bad = np.flatnonzero(hu & (status == 0))
     if len(bad):
-        col.add("HH_STATUS 1 (occupied) or 2 (vacant) for a housing unit (RTYPE 2)", column="HH_STATUS", rows=bad, values=status[bad])
+        col.add("HH_STATUS 1 (occupied) or 2 (vacant) for a housing unit (RTYPE 2)", column="HH_STATUS",
+                rows=bad, values=status[bad])
     bad = np.flatnonzero(~hu & (status != 0))
     if len(bad):
         col.add("HH_STATUS 0 for a group-quarters facility (RTYPE 4)", column="HH_STATUS", rows=bad, values=status[bad])

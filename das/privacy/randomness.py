@@ -22,7 +22,7 @@ class RandomSource:
     def uint64(self, n: int) -> np.ndarray:
         raise NotImplementedError
 
-    def spawn(self, key: str) -> "RandomSource":
+    def spawn(self, key: str) -> RandomSource:
         raise NotImplementedError
 
     def uniform_below(self, q: int, n: int) -> np.ndarray:
@@ -66,7 +66,7 @@ class SystemRandomSource(RandomSource):
     def uint64(self, n: int) -> np.ndarray:
         return np.frombuffer(os.urandom(8 * n), dtype=np.uint64).copy() if n else np.empty(0, np.uint64)
 
-    def spawn(self, key: str) -> "RandomSource":
+    def spawn(self, key: str) -> RandomSource:
         return SystemRandomSource()
 
 
@@ -85,7 +85,7 @@ class SeededRandomSource(RandomSource):
     def uint64(self, n: int) -> np.ndarray:
         return self._bits.random_raw(n).astype(np.uint64) if n else np.empty(0, np.uint64)
 
-    def spawn(self, key: str) -> "RandomSource":
+    def spawn(self, key: str) -> RandomSource:
         return SeededRandomSource(self.seed, f"{self.key}/{key}")
 
 

@@ -154,9 +154,7 @@ def _resolve(sigma2: Fraction, u: int, rng: RandomSource) -> int:
                 continue
             break
         # first k whose F(k) might exceed u_lo
-        for index, (lo, hi) in enumerate(enclosures):
-            if hi > u_lo:
-                break
+        index = next(i for i, (_, hi) in enumerate(enclosures) if hi > u_lo)
         previous_hi = enclosures[index - 1][1] if index > 0 else Fraction(0)
         lo, hi = enclosures[index]
         if previous_hi <= u_lo and u_hi <= lo:

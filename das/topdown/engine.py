@@ -97,6 +97,18 @@ def parent_problem(
     )
 
 
+def _level_tasks(schema, parents, children, offsets, solved, noisy, bounds, options):
+    """One (problem, solver, rounding) task per parent, built lazily in parent order."""
+    for p in range(len(parents)):
+        lo, hi = offsets[p], offsets[p + 1]
+        counts = solved[p].toarray().ravel()
+        child_noisy = {k: (v[0][lo:hi], v[1]) for k, v in noisy.items()}
+        child_bounds = [Bounds(b.query, b.lower[lo:hi], b.upper[lo:hi]) for b in bounds]
+        problem = parent_problem(schema, parents[p], children[lo:hi], counts, child_noisy, child_bounds,
+                                 options.passes)
+        yield problem, options.solver, options.rounding
+
+
 def _solve(args):
     problem, solver, rounding = args
     return solve_parent(problem, solver=solver, rounding=rounding)
@@ -136,22 +148,12 @@ def postprocess(
             bounds = level_bounds(schema, invariants, geography, level, families)
             parents = geography.units(parent_level)
 
-            def problems():
-                for p in range(len(parents)):
-                    lo, hi = offsets[p], offsets[p + 1]
-                    counts = solved[p].toarray().ravel()
-                    child_noisy = {k: (v[0][lo:hi], v[1]) for k, v in noisy.items()}
-                    child_bounds = [Bounds(b.query, b.lower[lo:hi], b.upper[lo:hi]) for b in bounds]
-                    yield (parent_problem(schema, parents[p], children[lo:hi], counts, child_noisy, child_bounds,
-                                          options.passes),
-                           options.solver, options.rounding)
-
-            results = pool.map(_solve, problems(), chunksize=1) if pool else map(_solve, problems())
+            tasks = _level_tasks(schema, parents, children, offsets, solved, noisy, bounds, options)
+            results = pool.map(_solve, tasks, chunksize=1) if pool else map(_solve, tasks)
             progress = tqdm(results, total=len(parents), desc=f"{release} {level}", unit="parent",
                             disable=None if options.progress else True, leave=False)
             data, indices, indptr_counts, events = [], [], [], []
             for p, solution in enumerate(progress):
-                lo, hi = offsets[p], offsets[p + 1]
                 cells = np.flatnonzero(solved[p].toarray().ravel())
                 block = sp.csr_matrix(solution.counts)
                 data.append(block.data)
