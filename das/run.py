@@ -11,6 +11,7 @@ import hashlib
 import json
 import platform
 import shutil
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -48,6 +49,19 @@ class RunResult:
     manifest: dict
     valid: bool
     summary: str
+
+
+def code_version() -> str:
+    """das version, plus the git commit when running from a checkout (and '+dirty' if modified)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        return f"{das.__version__} (git {commit}{'+dirty' if dirty else ''})"
+    except (OSError, subprocess.SubprocessError):
+        return das.__version__
 
 
 def _sha256(path: Path) -> str:
@@ -116,7 +130,7 @@ def prepare(spec_path: str | Path, seed: int | None) -> Prepared:
 def start_manifest(prep: Prepared, out_dir: Path, log) -> dict:
     spec = prep.spec
     manifest = {
-        "das_version": das.__version__,
+        "das_version": code_version(),
         "spec_name": spec.name,
         "spec_path": str(spec.path),
         "spec_text": spec.text,
