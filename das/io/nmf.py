@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 NMF_SCHEMA = pa.schema([
@@ -83,27 +82,46 @@ class LevelWriter:
 def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, Fraction]]:
     """Query -> (noisy answers (n_units x n_cells) int64, exact variance) for one NMF level file.
 
-    If `geocodes` is given, the file's geounits must be exactly these, in this order.
+    If `geocodes` is given, the file's geounits must be exactly these, in this order. Works on
+    the dictionary indices and contiguous slices, never on a per-row string array (a block-level
+    file of a state has tens of millions of rows).
     """
-    table = pq.read_table(path)
+    parquet = pq.ParquetFile(path)
+    group_query = []  # each row group holds rows of one query (batches are written per query)
+    for g in range(parquet.num_row_groups):
+        q = parquet.read_row_group(g, columns=["query"])["query"].unify_dictionaries().combine_chunks()
+        names_in_group = set(np.asarray(q.dictionary.to_pylist(), dtype=object)[np.unique(q.indices.to_numpy())])
+        if len(names_in_group) != 1:
+            raise ValueError(f"{path}: row group {g} mixes queries")
+        group_query.append(names_in_group.pop())
+    runs: list[tuple[str, list[int]]] = []
+    for g, name in enumerate(group_query):
+        if runs and runs[-1][0] == name:
+            runs[-1][1].append(g)
+        else:
+            runs.append((name, [g]))
     result: dict[str, tuple[np.ndarray, Fraction]] = {}
-    queries = table["query"].combine_chunks()
-    for name in queries.dictionary.to_pylist():
-        part = table.filter(pc.equal(table["query"], name))
-        units = part["geocode"].combine_chunks()
-        unit_codes = units.dictionary.to_numpy(zero_copy_only=False).astype(str)[units.indices.to_numpy()]
+    for name, groups in runs:
+        if name in result:
+            raise ValueError(f"{path}: query {name!r} is not stored contiguously")
+        part = parquet.read_row_groups(groups, columns=["geocode", "cell", "noisy", "variance_num", "variance_den"])
         cells = part["cell"].to_numpy()
-        n_cells = int(cells.max()) + 1 if len(cells) else 0
-        n_units = len(cells) // n_cells if n_cells else 0
-        noisy = part["noisy"].to_numpy().reshape(n_units, n_cells)
-        order_units = unit_codes[::n_cells] if n_cells else unit_codes
+        n_cells = int(cells.max()) + 1
+        if len(cells) % n_cells:
+            raise ValueError(f"{path}: query {name!r} rows do not form whole geounits")
+        n_units = len(cells) // n_cells
+        if not (cells.reshape(n_units, n_cells) == np.arange(n_cells)).all():
+            raise ValueError(f"{path}: query {name!r} rows are not geounit-major, cell-minor")
+        units = part["geocode"].unify_dictionaries().combine_chunks()
+        unit_index = units.indices.to_numpy(zero_copy_only=False).reshape(n_units, n_cells)
+        if not (unit_index == unit_index[:, :1]).all():
+            raise ValueError(f"{path}: query {name!r} mixes geounits within a row block")
+        order_units = np.asarray(units.dictionary.to_pylist(), dtype=str)[unit_index[:, 0]]
         if geocodes is not None and not np.array_equal(order_units, np.asarray(geocodes, dtype=str)):
             raise ValueError(f"{path}: query {name!r} does not cover the expected geounits in order")
-        if not np.array_equal(cells, np.tile(np.arange(n_cells), n_units)):
-            raise ValueError(f"{path}: query {name!r} rows are not geounit-major, cell-minor")
         num, den = part["variance_num"].to_numpy(), part["variance_den"].to_numpy()
-        if len(num) and ((num != num[0]).any() or (den != den[0]).any()):
+        if num.min() != num.max() or den.min() != den.max():
             raise ValueError(f"{path}: query {name!r} has more than one variance")
-        variance = Fraction(int(num[0]), int(den[0])) if len(num) else Fraction(0)
-        result[name] = (noisy, variance)
+        result[name] = (part["noisy"].to_numpy().reshape(n_units, n_cells), Fraction(int(num[0]), int(den[0])))
+        del part, cells, unit_index, num, den
     return result
