@@ -86,14 +86,19 @@ def plan_for(strategy, rho: Fraction, levels) -> tuple[dict[str, list[Measuremen
     return plan, allocation
 
 
-def prepare_out_dir(out_dir: Path, spec: RunSpec, overwrite: bool) -> None:
-    if out_dir.exists() and any(out_dir.iterdir()):
+def check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse a non-empty output directory unless asked to overwrite it."""
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         manifest = out_dir / "manifest.json"
-        if not overwrite:
-            owner = ""
-            if manifest.exists():
-                owner = f" (it holds run {json.loads(manifest.read_text()).get('spec_name')!r})"
-            raise RunError(f"output directory {out_dir} is not empty{owner}; choose another or pass --overwrite")
+        owner = ""
+        if manifest.exists():
+            owner = f" (it holds run {json.loads(manifest.read_text()).get('spec_name')!r})"
+        raise RunError(f"output directory {out_dir} is not empty{owner}; choose another or pass --overwrite")
+
+
+def prepare_out_dir(out_dir: Path, spec: RunSpec, overwrite: bool) -> None:
+    check_out_dir(out_dir, overwrite)
+    if out_dir.exists() and any(out_dir.iterdir()):
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -152,8 +157,8 @@ def start_manifest(prep: Prepared, out_dir: Path, log) -> dict:
     return manifest
 
 
-def read_and_measure(prep: Prepared, out_dir: Path, timings: dict, log) -> tuple[Geography, Invariants]:
-    """Read inputs, measure every release into out_dir/nmf; only invariants survive."""
+def read_confidential(prep: Prepared, timings: dict, log):
+    """Read and validate the inputs: (geography, invariants, true block histograms per release)."""
     spec = prep.spec
     schemas = {name: schema for name, _, schema in prep.releases}
     t0 = time.perf_counter()
@@ -171,7 +176,12 @@ def read_and_measure(prep: Prepared, out_dir: Path, timings: dict, log) -> tuple
     timings["read_inputs"] = time.perf_counter() - t0
     log(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
         f"({timings['read_inputs']:.1f} s)")
-    del inputs
+    return geography, invariants, histograms
+
+
+def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir: Path, timings: dict, log) -> None:
+    """Measure every release into out_dir/nmf, charging the accountant before any draw."""
+    spec = prep.spec
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()
         budget = Fraction(prep.certificates[name]["rho"])
@@ -183,17 +193,18 @@ def read_and_measure(prep: Prepared, out_dir: Path, timings: dict, log) -> tuple
         timings[f"measure_{name}"] = time.perf_counter() - t0
         log(f"measured {name}: {sum(len(v) for v in prep.plans[name].values())} queries over "
             f"{len(spec.levels)} levels ({timings[f'measure_{name}']:.1f} s)")
-    return geography, invariants  # the true histograms go out of scope here
 
 
 def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print) -> dict:
     """`das measure`: the NMF and a manifest, no post-processing."""
     prep = prepare(spec_path, seed)
     out_dir = Path(out_dir)
+    check_out_dir(out_dir, overwrite)
+    timings: dict[str, float] = {}
+    geography, _, histograms = read_confidential(prep, timings, log)  # bad input: nothing written
     prepare_out_dir(out_dir, prep.spec, overwrite)
     manifest = start_manifest(prep, out_dir, log)
-    timings: dict[str, float] = {}
-    read_and_measure(prep, out_dir, timings, log)
+    measure_all(prep, geography, histograms, out_dir, timings, log)
     nmf_dir = out_dir / "nmf"
     manifest.update({"status": "measured", "timings_seconds": timings,
                      "nmf": {str(p.relative_to(out_dir)): _sha256(p) for p in sorted(nmf_dir.rglob("*.parquet"))}})
@@ -214,10 +225,13 @@ def run(
     prep = prepare(spec_path, seed)
     spec = prep.spec
     out_dir = Path(out_dir)
+    check_out_dir(out_dir, overwrite)
+    timings: dict[str, float] = {}
+    geography, invariants, histograms = read_confidential(prep, timings, log)  # bad input: nothing written
     prepare_out_dir(out_dir, spec, overwrite)
     manifest = start_manifest(prep, out_dir, log)
-    timings: dict[str, float] = {}
-    geography, invariants = read_and_measure(prep, out_dir, timings, log)
+    measure_all(prep, geography, histograms, out_dir, timings, log)
+    del histograms  # the true counts are not needed past this point
     nmf_dir = out_dir / "nmf"
 
     options = EngineOptions(workers=workers, solver=spec.solver, rounding=spec.rounding, progress=progress,

@@ -171,3 +171,17 @@ def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path)
         assert variance == Fraction(manifest["privacy"]["persons"]["by_level"][levels.index(level)]["queries"][-1]["sigma2"])
     cert = manifest["privacy"]["persons"]
     assert cert["rho"] == "293764/114921" and round(cert["eps"], 2) == 17.14
+
+
+def test_bad_input_stops_the_run_before_any_output(tmp_path, capsys):
+    persons = pd.read_csv(FIXTURES / "tiny/persons.csv", dtype=str)
+    persons.loc[3, "CENRACE"] = "99"
+    persons.to_csv(tmp_path / "persons.csv", index=False)
+    shutil.copy(FIXTURES / "tiny/units.csv", tmp_path / "units.csv")
+    spec = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/", "")
+    (tmp_path / "spec.toml").write_text(spec)
+    code = das_main(["run", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "out"), "--seed", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "persons.csv row 4 (line 5), column CENRACE: '99' is not valid" in err
+    assert not (tmp_path / "out").exists()
