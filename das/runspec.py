@@ -11,6 +11,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das.geography import DEFAULT_LEVELS, level_digits
+from das.privacy.strategy import parse_fraction
 from das.schema import SpecError, load_toml, resolve_spec
 
 
@@ -41,19 +42,6 @@ class RunSpec:
     solver: str
     passes: tuple[tuple[str, ...], ...]  # L2 passes: query names fitted per pass; [] = all remaining
     text: str  # the spec file verbatim, for the manifest
-
-
-def parse_fraction(value, where: str) -> Fraction:
-    """An exact positive rational from an int or a string "a/b" or "0.25" (never a float)."""
-    if isinstance(value, bool) or isinstance(value, float):
-        raise SpecError(f"{where}: write {value!r} as a string fraction like \"1/4\" (floats are not exact)")
-    try:
-        result = Fraction(value) if isinstance(value, int) else Fraction(str(value).strip())
-    except (ValueError, ZeroDivisionError):
-        raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\"") from None
-    if result <= 0:
-        raise SpecError(f"{where}: must be positive, got {value!r}")
-    return result
 
 
 def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:

@@ -1,180 +1,438 @@
 """Exact zero-concentrated DP accounting (rho-zCDP) with `Fraction`s end to end.
 
-Convention: bounded neighbours (datasets differ by changing one record), so a marginal query
-(a count vector) has squared L2 sensitivity 2, and the discrete Gaussian with variance sigma^2
-costs rho = 2 / (2 sigma^2) = 1 / sigma^2. Each record is in one geounit per level, so one
-query at one level costs its rho once; costs add over queries and levels.
-rho -> (eps, delta) by the tight conversion of Canonne, Kamath and Steinke (2020, Cor. 13).
+Convention (stated again in every certificate, `CONVENTION`):
+- Bounded neighbours: two datasets are neighbours if they differ by changing one record.
+  Changing a record moves one unit of count from one cell to another, so a marginal query
+  (a vector of counts) has squared L2 sensitivity Delta_2^2 = 1 + 1 = 2.
+- A query answered with discrete Gaussian noise of variance sigma^2 is
+  (Delta_2^2 / (2 sigma^2))-zCDP = (1 / sigma^2)-zCDP (Canonne, Kamath, Steinke 2020, Thm 14):
+  rho_q = 1 / sigma^2, so sigma^2 = 1 / rho_q, rational whenever rho_q is.
+- Each record lies in exactly one geounit of a level, so a query measured in every geounit of
+  a level costs its rho_q once; costs add over queries and levels (zCDP composition).
+
+Budgets are never floats: the total rho, every share, every rho_q and every sigma^2 are
+`Fraction`s, and a strategy whose shares do not sum to exactly 1 is refused. Only the
+conversion to (eps, delta) leaves the rationals, and it is computed with 60-digit arithmetic
+(mpmath) and rounded in the conservative direction (eps and delta up).
+
+>>> round(eps_for_delta(Fraction(293764, 114921), Fraction(1, 10**10)), 2)
+17.14
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-from scipy.optimize import minimize_scalar
+import mpmath
 
-from das.privacy.strategy import Strategy
+from das.schema import SpecError
 
-CONVENTION = ("rho-zCDP, bounded neighbours (change one record); each marginal query has squared "
-              "L2 sensitivity 2; discrete Gaussian noise of variance sigma^2 costs rho = 1/sigma^2; "
-              "costs add over queries and levels")
-EPS_DECIMALS = 4
+if TYPE_CHECKING:
+    from das.privacy.strategy import Strategy
+
+CONVENTION = (
+    "rho-zCDP with bounded neighbours (datasets differ by changing one record): every marginal query has "
+    "squared L2 sensitivity 2, so discrete Gaussian noise of variance sigma^2 costs rho = 2/(2 sigma^2) = 1/sigma^2; "
+    "each record is in one geounit per level, and costs add over queries and levels"
+)
+CONVERSION = ("Canonne, Kamath, Steinke (2020), Corollary 13: delta = min over alpha > 1 of "
+              "exp((alpha-1)(alpha rho - eps)) / (alpha-1) * (1 - 1/alpha)^alpha")
+EPS_DECIMALS = 4  # eps is certified rounded UP to this many decimal places
+DELTA_DIGITS = 4  # delta_for_eps is rounded UP to this many significant digits
+_DPS = 60  # decimal digits of working precision for the conversions
 
 
-class BudgetError(ValueError):
-    """A spending plan or charge that the accountant refuses."""
+class BudgetError(SpecError):
+    """A budget the accountant refuses: inexact or non-positive shares, overspending, a double charge."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Allocation: a strategy's shares applied to a total rho
+
+
+def check_shares(strategy: Strategy) -> None:
+    """Raise BudgetError unless every share is positive and shares sum to exactly 1 (Fraction equality).
+
+    Level rho_shares must sum to 1 over the levels, and the query shares of each level to 1.
+    """
+    where = strategy.source
+    for lv in strategy.levels:
+        if not isinstance(lv.rho_share, Fraction) or lv.rho_share <= 0:
+            raise BudgetError(f"{where}: levels.{lv.level}.rho_share must be a positive Fraction, got {lv.rho_share!r}")
+        if not lv.queries:
+            raise BudgetError(f"{where}: levels.{lv.level} measures no query")
+        for query, share in lv.queries:
+            if not isinstance(share, Fraction) or share <= 0:
+                raise BudgetError(f"{where}: levels.{lv.level}.queries.{query!r} must be a positive Fraction, got {share!r}")
+    total = sum((lv.rho_share for lv in strategy.levels), Fraction(0))
+    if total != 1:
+        raise BudgetError(f"{where}: level rho_shares sum to {total}, not exactly 1 (off by {total - 1})")
+    for lv in strategy.levels:
+        within = sum((s for _, s in lv.queries), Fraction(0))
+        if within != 1:
+            raise BudgetError(f"{where}: query shares of level {lv.level} sum to {within}, not exactly 1 "
+                              f"(off by {within - 1})")
 
 
 @dataclass(frozen=True)
-class Charge:
+class QueryAllocation:
+    """The exact budget of one query at one level: rho_q = rho x level share x query share."""
+
     level: str
     query: str
+    share: Fraction  # of the level's rho
     rho: Fraction
 
     @property
     def sigma2(self) -> Fraction:
+        """Variance of the discrete Gaussian noise: 1 / rho_q (see CONVENTION)."""
         return 1 / self.rho
+
+    @property
+    def sigma(self) -> float:
+        return math.sqrt(self.sigma2)
 
 
 @dataclass(frozen=True)
 class Allocation:
+    """Every (level, query) budget of a release, in strategy order; they sum to `rho` exactly."""
+
     rho: Fraction
-    items: tuple[Charge, ...]
+    items: tuple[QueryAllocation, ...]
 
     def total(self) -> Fraction:
         return sum((c.rho for c in self.items), Fraction(0))
 
+    def level(self, level: str) -> tuple[QueryAllocation, ...]:
+        return tuple(c for c in self.items if c.level == level)
 
-def allocate(strategy: Strategy, rho: Fraction) -> Allocation:
-    """Exact per-(level, query) rho and sigma^2 = 1/rho_q; refuses shares not summing to 1."""
+    def get(self, level: str, query: str) -> QueryAllocation:
+        for c in self.items:
+            if c.level == level and c.query == query:
+                return c
+        raise KeyError(f"no measurement of {query!r} at level {level!r} in this allocation")
+
+
+def allocate(strategy: Strategy, rho: Fraction | None = None) -> Allocation:
+    """Exact rho_q and sigma^2 = 1/rho_q for every (level, query); `rho` defaults to the strategy's.
+
+    Refuses (BudgetError) a missing or non-positive or inexact budget and shares that are not
+    positive or do not sum to exactly 1.
+
+    >>> from das.privacy.strategy import load_strategy
+    >>> a = allocate(load_strategy("h1_units"))
+    >>> a.total() == Fraction(11417641, 152349649), a.get("block", "detailed").sigma2
+    (True, Fraction(124926712180, 1130346459))
+    """
+    if rho is None:
+        rho = strategy.rho
+    if rho is None:
+        raise BudgetError(f"{strategy.source}: no budget: neither the run nor the strategy sets rho")
+    if isinstance(rho, int) and not isinstance(rho, bool):
+        rho = Fraction(rho)
     if not isinstance(rho, Fraction) or rho <= 0:
-        raise BudgetError(f"rho must be a positive Fraction, got {rho!r}")
-    if sum((lv.rho_share for lv in strategy.levels), Fraction(0)) != 1:
-        raise BudgetError(f"{strategy.source}: level shares do not sum to exactly 1")
-    items = []
-    for lv in strategy.levels:
-        if sum((s for _, s in lv.queries), Fraction(0)) != 1:
-            raise BudgetError(f"{strategy.source}: query shares of level {lv.level} do not sum to exactly 1")
-        for query, share in lv.queries:
-            if share <= 0 or lv.rho_share <= 0:
-                raise BudgetError(f"{strategy.source}: level {lv.level} query {query!r} has a non-positive share")
-            items.append(Charge(lv.level, query, rho * lv.rho_share * share))
-    allocation = Allocation(rho, tuple(items))
-    assert allocation.total() == rho  # exact, by the checks above
+        raise BudgetError(f"rho must be a positive Fraction (exact), got {rho!r}")
+    check_shares(strategy)
+    items = tuple(
+        QueryAllocation(lv.level, query, share, rho * lv.rho_share * share)
+        for lv in strategy.levels
+        for query, share in lv.queries
+    )
+    allocation = Allocation(rho, items)
+    if allocation.total() != rho:  # cannot happen after check_shares; never let it pass silently
+        raise BudgetError(f"{strategy.source}: allocation sums to {allocation.total()}, not rho = {rho}")
     return allocation
 
 
 @dataclass
 class PrivacyAccountant:
-    """Charges measurements against a budget; refuses overspending and double measurement."""
+    """Charges measurements one by one against a budget; refuses instead of warning.
+
+    Refused (BudgetError): a charge that is not an exact positive Fraction, a (level, query)
+    charged twice (noise is never drawn twice for one measurement), a charge that would take
+    the total over the budget, and, when a `plan` is given, a charge the plan does not contain
+    or of a different amount.
+
+    >>> acct = PrivacyAccountant(Fraction(1))
+    >>> acct.charge("state", "total", Fraction(3, 4)); acct.remaining
+    Fraction(1, 4)
+    >>> acct.charge("county", "total", Fraction(1, 2))
+    Traceback (most recent call last):
+    ...
+    das.privacy.accounting.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
+    """
 
     budget: Fraction
+    plan: Allocation | None = None
     spent: Fraction = Fraction(0)
-    charges: dict = field(default_factory=dict)
+    charges: dict = field(default_factory=dict)  # (level, query) -> rho, in charge order
+
+    def __post_init__(self):
+        if not isinstance(self.budget, Fraction) or self.budget <= 0:
+            raise BudgetError(f"the budget must be a positive Fraction, got {self.budget!r}")
+        if self.plan is not None and self.plan.rho != self.budget:
+            raise BudgetError(f"the plan allocates rho = {self.plan.rho}, the budget is {self.budget}")
+
+    @classmethod
+    def for_allocation(cls, allocation: Allocation) -> PrivacyAccountant:
+        """An accountant that accepts exactly the charges of `allocation`."""
+        return cls(allocation.rho, plan=allocation)
+
+    @property
+    def remaining(self) -> Fraction:
+        return self.budget - self.spent
 
     def charge(self, level: str, query: str, rho: Fraction) -> None:
-        if (level, query) in self.charges:
-            raise BudgetError(f"{level}/{query} was already measured: noise is never drawn twice")
+        name = f"{level}/{query}"
+        if isinstance(rho, int) and not isinstance(rho, bool):
+            rho = Fraction(rho)
+        if not isinstance(rho, Fraction):
+            raise BudgetError(f"{name}: a charge must be an exact Fraction, got {rho!r}")
         if rho <= 0:
-            raise BudgetError(f"{level}/{query}: a charge must be positive, got {rho}")
+            raise BudgetError(f"{name}: a charge must be positive, got {rho}")
+        if (level, query) in self.charges:
+            raise BudgetError(f"{name} was already measured: noise is never drawn twice for one measurement")
+        if self.plan is not None:
+            try:
+                planned = self.plan.get(level, query).rho
+            except KeyError:
+                raise BudgetError(f"{name} is not in the plan") from None
+            if rho != planned:
+                raise BudgetError(f"{name}: charging {rho}, the plan allocates {planned}")
         if self.spent + rho > self.budget:
-            raise BudgetError(f"{level}/{query}: charging {rho} would spend {self.spent + rho}, over the budget {self.budget}")
+            raise BudgetError(f"{name}: charging {rho} would spend {self.spent + rho}, over the budget {self.budget}")
         self.charges[(level, query)] = rho
         self.spent += rho
 
 
-def _log_delta(rho: float, eps: float, alpha: float) -> float:
-    # log of exp((a-1)(a rho - eps)) / (a-1) * (1 - 1/a)^a
-    return (alpha - 1) * (alpha * rho - eps) - math.log(alpha - 1) + alpha * math.log1p(-1 / alpha)
+# ---------------------------------------------------------------------------------------------
+# rho-zCDP -> (eps, delta)-DP
+#
+# Canonne, Kamath, Steinke (2020), Corollary 13: a rho-zCDP mechanism is (eps, delta)-DP for
+#   delta = inf_{a > 1} exp((a-1)(a rho - eps)) / (a-1) * (1 - 1/a)^a.
+# Any single a gives a valid (eps, delta) pair, so an imperfect minimisation errs on the safe side.
+#
+# delta for a given eps: log delta(a) = (a-1)(a rho - eps) - log(a-1) + a log(1 - 1/a) has
+#   d/da = (2a - 1) rho - eps + log(1 - 1/a),
+# strictly increasing from -inf (a -> 1) to +inf: one minimum, at the root, found by bisection.
+#
+# eps for a given delta (L = log(1/delta) > 0): solving the bound for eps at each a,
+#   eps(a) = a rho + (L - log(a-1) + a log(1 - 1/a)) / (a-1),
+#   d/da = rho + (log a - L) / (a-1)^2,
+# which is negative until rho (a-1)^2 + log a = L (left side strictly increasing) and positive
+# after: again one minimum, at the root of a monotone function, found by bisection.
+# The minimum of eps(a) is the smallest eps with delta(eps) <= delta, so the two are inverses.
 
 
-def _best_alpha(objective, rho: float) -> float:
-    """Minimise a function of alpha > 1 (any alpha gives a valid bound: suboptimal is conservative)."""
-    hi = max(10.0, 10 * (1 + 1 / max(rho, 1e-12)))
-    result = minimize_scalar(lambda la: objective(1 + math.exp(la)), bounds=(-30, math.log(hi * 100)),
-                             method="bounded", options={"xatol": 1e-12})
-    return 1 + math.exp(result.x)
+def _mpf(x) -> mpmath.mpf:
+    """An exact rational (Fraction, int, decimal string, float) as a working-precision mpf."""
+    q = x if isinstance(x, Fraction) else Fraction(repr(x) if isinstance(x, float) else x)
+    return mpmath.mpf(q.numerator) / q.denominator
 
 
-def delta_for_eps(rho: Fraction, eps: float) -> float:
-    """Tight delta for (eps, delta)-DP from rho-zCDP, rounded up (to 3 significant digits)."""
-    r = float(rho)
-    alpha = _best_alpha(lambda a: _log_delta(r, eps, a), r)
-    delta = min(1.0, math.exp(_log_delta(r, eps, alpha)))
-    if delta == 0:
-        return 0.0
-    exponent = math.floor(math.log10(delta)) - 2
-    return math.ceil(delta / 10**exponent) * 10**exponent
+def _bisect_increasing(f, lo, hi, iterations: int = 250):
+    """Root of an increasing function with f(lo) < 0 < f(hi); returns a point inside the bracket."""
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        if f(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
-def eps_for_delta(rho: Fraction, delta: Fraction | float, decimals: int = EPS_DECIMALS) -> float:
-    """Smallest eps certified at delta by the tight bound, rounded UP to `decimals` places."""
-    r, log_d = float(rho), math.log(float(delta))
-
-    def eps_at(alpha: float) -> float:  # solve log_delta(r, eps, alpha) = log_d for eps
-        return alpha * r + (-log_d - math.log(alpha - 1) + alpha * math.log1p(-1 / alpha)) / (alpha - 1)
-
-    alpha = _best_alpha(eps_at, r)
-    eps = max(0.0, eps_at(alpha))
-    scale = 10**decimals
-    # round up with a margin for floating-point error in the evaluation (conservative)
-    return math.ceil(eps * (1 + 1e-12) * scale) / scale
+def _upper_bracket(f, start):
+    hi = start
+    while f(hi) <= 0:
+        hi = 1 + 2 * (hi - 1)
+    return hi
 
 
-def eps_loose(rho: Fraction, delta: Fraction | float) -> float:
-    """The simple bound eps = rho + 2 sqrt(rho ln(1/delta)), for comparison."""
-    r = float(rho)
-    return r + 2 * math.sqrt(r * math.log(1 / float(delta)))
+def _ceil_decimal(x: mpmath.mpf, exponent: int) -> Decimal:
+    """The smallest multiple of 10^exponent at or above x (x >= 0), with a margin for working error."""
+    n = int(mpmath.ceil(x * (1 + mpmath.mpf(10) ** -40) / mpmath.mpf(10) ** exponent))
+    return Decimal(n).scaleb(exponent)
 
 
-def _frac(x: Fraction) -> str:
+def _float_up(rounded: Decimal, x: mpmath.mpf) -> float:
+    """`rounded` as a float, nudged up one ulp if the nearest float fell below the true value x."""
+    f = float(rounded)
+    return f if mpmath.mpf(f) >= x * (1 + mpmath.mpf(10) ** -40) else math.nextafter(f, math.inf)
+
+
+def _check_rho(rho) -> mpmath.mpf:
+    r = _mpf(rho)
+    if r <= 0:
+        raise ValueError(f"rho must be positive, got {rho}")
+    return r
+
+
+def eps_for_delta(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_DECIMALS) -> float:
+    """The smallest eps certified at `delta` by the tight bound, rounded UP to `decimals` places.
+
+    >>> eps_for_delta(Fraction(293764, 114921), "1e-10")
+    17.1436
+    """
+    with mpmath.workdps(_DPS):
+        r, d = _check_rho(rho), _mpf(delta)
+        if not 0 < d < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        log_inv_delta = -mpmath.log(d)
+
+        def slope(a):  # sign of d eps / d a
+            return r * (a - 1) ** 2 + mpmath.log(a) - log_inv_delta
+
+        alpha = _bisect_increasing(slope, mpmath.mpf(1), _upper_bracket(slope, 2 + mpmath.sqrt(log_inv_delta / r)))
+        eps = alpha * r + (log_inv_delta - mpmath.log(alpha - 1) + alpha * mpmath.log(1 - 1 / alpha)) / (alpha - 1)
+        eps = max(eps, mpmath.mpf(0))
+        return _float_up(_ceil_decimal(eps, -decimals), eps)
+
+
+def delta_for_eps(rho: Fraction, eps: float | Fraction | str, digits: int = DELTA_DIGITS) -> float:
+    """The tight delta at `eps`, rounded UP to `digits` significant digits (at most 1).
+
+    >>> delta_for_eps(Fraction(293764, 114921), "17.1436")
+    9.999e-11
+    """
+    with mpmath.workdps(_DPS):
+        r, e = _check_rho(rho), _mpf(eps)
+        if e < 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+
+        def slope(a):  # d log delta / d a
+            return (2 * a - 1) * r - e + mpmath.log(1 - 1 / a)
+
+        alpha = _bisect_increasing(slope, mpmath.mpf(1), _upper_bracket(slope, mpmath.mpf(2)))
+        log_delta = (alpha - 1) * (alpha * r - e) - mpmath.log(alpha - 1) + alpha * mpmath.log(1 - 1 / alpha)
+        if log_delta >= 0:
+            return 1.0
+        delta = mpmath.exp(log_delta)
+        exponent = int(mpmath.floor(log_delta / mpmath.log(10)))  # delta = m x 10^exponent, 1 <= m < 10
+        return _float_up(_ceil_decimal(delta, exponent - (digits - 1)), delta)
+
+
+def eps_loose(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_DECIMALS) -> float:
+    """The simple bound eps = rho + 2 sqrt(rho ln(1/delta)) (Bun & Steinke 2016), rounded up; for comparison.
+
+    >>> eps_loose(Fraction(293764, 114921), "1e-10")
+    17.9002
+    """
+    with mpmath.workdps(_DPS):
+        r, d = _check_rho(rho), _mpf(delta)
+        if not 0 < d < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        eps = r + 2 * mpmath.sqrt(r * -mpmath.log(d))
+        return _float_up(_ceil_decimal(eps, -decimals), eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# The certificate
+
+
+def fraction_text(x: Fraction) -> str:
+    """ "a/b" (or "a" for an integer): the exact form used in certificates and manifests."""
     return f"{x.numerator}/{x.denominator}" if x.denominator != 1 else str(x.numerator)
 
 
-def certificate(strategy: Strategy, rho: Fraction, delta: Fraction, levels, schema_name: str,
-                randomness_private: bool) -> dict:
-    """The privacy certificate of one release (JSON-able; exact values as "a/b" strings)."""
-    allocation = allocate(strategy, Fraction(rho))
+def _decimal(x: Fraction) -> float:
+    return float(x)
+
+
+def _delta_text(delta: Fraction) -> str:
+    """ "1e-10" for a power of ten, else the exact "a/b"."""
+    k = len(str(delta.denominator)) - 1
+    if delta.numerator == 1 and delta.denominator == 10**k and k > 0:
+        return f"1e-{k}"
+    return fraction_text(delta)
+
+
+NOT_PRIVATE_WARNING = ("seeded replication mode: the noise came from a seeded pseudo-random generator, "
+                       "so this release is NOT private and must not be published")
+
+
+def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | float | str | None, levels,
+                schema_name: str, randomness_private: bool) -> dict:
+    """The privacy certificate of one release: JSON-able, exact values as "a/b" strings.
+
+    `rho` and `delta` default to the strategy's. Refuses a strategy for another schema or
+    other levels (SpecError) and any inexact budget (BudgetError).
+    """
+    if strategy.schema != schema_name:
+        raise SpecError(f"{strategy.source}: strategy is for schema {strategy.schema!r}, not {schema_name!r}")
+    if strategy.level_names != tuple(levels):
+        raise SpecError(f"{strategy.source}: strategy levels {list(strategy.level_names)} are not {list(levels)}")
+    allocation = allocate(strategy, rho)
+    delta = strategy.delta if delta is None else delta
+    if delta is None:
+        raise BudgetError(f"{strategy.source}: no delta: neither the run nor the strategy sets one")
+    delta = delta if isinstance(delta, Fraction) else Fraction(repr(delta) if isinstance(delta, float) else delta)
+    total = allocation.total()
     by_level = []
     for lv in strategy.levels:
-        charges = [c for c in allocation.items if c.level == lv.level]
+        items = allocation.level(lv.level)
+        level_rho = sum((c.rho for c in items), Fraction(0))
         by_level.append({
-            "level": lv.level, "rho_share": _frac(lv.rho_share),
-            "rho": _frac(sum((c.rho for c in charges), Fraction(0))),
-            "queries": [{"query": c.query, "share": _frac(s), "rho": _frac(c.rho),
-                         "sigma2": _frac(c.sigma2), "sigma": math.sqrt(float(c.sigma2))}
-                        for c, (_, s) in zip(charges, lv.queries)],
+            "level": lv.level,
+            "rho_share": fraction_text(lv.rho_share),
+            "rho": fraction_text(level_rho),
+            "rho_decimal": _decimal(level_rho),
+            "queries": [{
+                "query": c.query,
+                "share": fraction_text(c.share),
+                "rho": fraction_text(c.rho),
+                "rho_decimal": _decimal(c.rho),
+                "sigma2": fraction_text(c.sigma2),
+                "sigma2_decimal": _decimal(c.sigma2),
+                "sigma": c.sigma,
+            } for c in items],
         })
     cert = {
-        "schema": schema_name, "strategy": strategy.name, "levels": list(levels),
+        "schema": schema_name,
+        "strategy": strategy.name,
+        "levels": list(levels),
         "convention": CONVENTION,
-        "rho": _frac(allocation.total()), "rho_decimal": float(allocation.total()),
-        "delta": str(float(delta)), "eps": eps_for_delta(allocation.total(), delta),
-        "eps_loose_bound": round(eps_loose(allocation.total(), delta), EPS_DECIMALS),
-        "conversion": "Canonne, Kamath, Steinke 2020, Corollary 13 (eps rounded up)",
+        "rho": fraction_text(total),
+        "rho_decimal": _decimal(total),
+        "delta": _delta_text(delta),
+        "eps": eps_for_delta(total, delta),
+        "eps_rounding": f"rounded up to {EPS_DECIMALS} decimals",
+        "eps_loose_bound": eps_loose(total, delta),
+        "conversion": CONVERSION,
+        "loose_bound": "eps = rho + 2 sqrt(rho ln(1/delta)), for comparison only",
+        "randomness": "operating-system CSPRNG" if randomness_private else "seeded pseudo-random generator",
         "private": bool(randomness_private),
         "by_level": by_level,
     }
     if not randomness_private:
-        cert["warning"] = "seeded replication mode: this release is NOT private"
+        cert["warning"] = NOT_PRIVATE_WARNING
     return cert
 
 
 def render_certificate(cert: dict) -> str:
+    """A plain-text table of a certificate for the terminal."""
+    width = max([34] + [len(q["query"]) for lv in cert["by_level"] for q in lv["queries"]])
     lines = [
         f"schema {cert['schema']}, strategy {cert['strategy']}, levels {' > '.join(cert['levels'])}",
-        f"total rho = {cert['rho']} (= {cert['rho_decimal']:.6f})",
-        f"(eps, delta) = ({cert['eps']}, {cert['delta']})   [loose bound: eps = {cert['eps_loose_bound']}]",
-        f"convention: {cert['convention']}",
+        f"total rho    {cert['rho']}  (= {cert['rho_decimal']:.6f})",
+        f"(eps, delta) ({cert['eps']}, {cert['delta']})  tight bound, eps {cert.get('eps_rounding', 'rounded up')}",
+        f"loose bound  eps = {cert['eps_loose_bound']}  (rho + 2 sqrt(rho ln(1/delta)))",
+        f"randomness   {cert.get('randomness', '')}",
     ]
+    lines += textwrap.wrap(cert["convention"], 100, initial_indent="convention   ", subsequent_indent=" " * 13)
     if not cert["private"]:
-        lines.append("WARNING: " + cert["warning"])
-    lines.append(f"{'level':12s} {'query':34s} {'rho':>12s} {'sigma^2':>12s} {'sigma':>9s}")
+        lines += textwrap.wrap(cert["warning"], 100, initial_indent="WARNING: ", subsequent_indent=" " * 9)
+    header = f"{'level':12s} {'query':{width}s} {'share':>11s} {'rho':>11s} {'sigma^2':>12s} {'sigma':>9s}"
+    lines += ["", header, "-" * len(header)]
     for lv in cert["by_level"]:
-        lines.append(f"{lv['level']:12s} {'(level share ' + lv['rho_share'] + ')':34s} {float(Fraction(lv['rho'])):12.6f}")
+        lines.append(f"{lv['level']:12s} {'(all queries)':{width}s} {lv['rho_share']:>11s} "
+                     f"{float(Fraction(lv['rho'])):11.6f}")
         for q in lv["queries"]:
-            lines.append(f"{'':12s} {q['query']:34s} {float(Fraction(q['rho'])):12.6f} "
+            lines.append(f"{'':12s} {q['query']:{width}s} {q['share']:>11s} {float(Fraction(q['rho'])):11.6f} "
                          f"{float(Fraction(q['sigma2'])):12.3f} {q['sigma']:9.3f}")
+    lines.append("share: of the level's rho (levels: of the total); sigma^2 = 1/rho exactly (see the JSON form)")
     return "\n".join(lines)

@@ -1,88 +1,194 @@
-"""Strategies as data (`specs/strategies/*.toml`): per-level and per-query shares of rho.
+"""Strategies as data (`specs/strategies/*.toml`): how a release splits its rho over levels and queries.
 
-Every share is an exact `Fraction`. A strategy is valid for a run only if its levels are the
-run's levels in order, every query is a query of the schema, and the shares sum to exactly 1
-across levels and within each level: the accountant refuses anything else.
+A strategy is a table of exact fractions, not a class: each geography level gets a `rho_share`
+of the total rho, and each query measured at that level a share of the level's rho, so
+
+    rho(level, query) = rho x level.rho_share x query share,    sigma^2 = 1 / rho(level, query).
+
+Every number is an exact `Fraction`, written in the spec as an integer or a string ("3773/4097",
+"0.398", "1e-10"); a TOML float is refused because it is already rounded. A strategy fits a run
+only if its levels are the run's levels in order, every query is a query of the schema, and the
+shares are positive and sum to exactly 1 across levels and within every level.
+
+>>> s = load_strategy("pl94_production_2020")
+>>> s.level_names
+('nation', 'state', 'county', 'tract', 'block_group', 'block')
+>>> s.level("block").share("detailed")
+Fraction(3945, 4097)
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from das.runspec import parse_fraction
-from das.schema import Schema, SpecError, load_toml, parse_query_name, resolve_spec
+from das.privacy.accounting import BudgetError, check_shares
+from das.schema import QUERY_SEPARATOR, Schema, SpecError, load_toml, parse_query_name, resolve_spec
+
+__all__ = ["BudgetError", "LevelShare", "Strategy", "load_strategy", "parse_fraction", "strategy_from_dict",
+           "validate_strategy"]
+
+STRATEGY_KEYS = {"name", "schema", "description", "rho", "delta", "levels"}
+LEVEL_KEYS = {"rho_share", "queries", "description"}
+
+# An exact rational written as a/b, an integer, or a decimal with optional exponent. No spaces,
+# underscores, "inf" or "nan" (all of which Fraction() would accept or half-accept).
+_FRACTION = re.compile(r"[+-]?\d+/\d+")
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def parse_fraction(value, where: str) -> Fraction:
+    """An exact positive rational from a TOML integer or a string: "a/b", "12", "0.25", "1e-10".
+
+    `where` names the file and key for the error message. Floats are refused: 0.1 in TOML is
+    already the binary float 0.1000000000000000055..., not 1/10.
+
+    >>> parse_fraction("293764/114921", "x"), parse_fraction("1e-10", "x"), parse_fraction(2, "x")
+    (Fraction(293764, 114921), Fraction(1, 10000000000), Fraction(2, 1))
+    >>> parse_fraction("1/0", "spec.toml: rho")
+    Traceback (most recent call last):
+    ...
+    das.schema.SpecError: spec.toml: rho: '1/0' is not an exact fraction (zero denominator)
+    """
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\"")
+    if isinstance(value, float):
+        raise SpecError(f"{where}: write {value!r} as a string like \"1/4\" or \"0.25\" (floats are not exact)")
+    if isinstance(value, int):
+        result = Fraction(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if _FRACTION.fullmatch(text):
+            numerator, denominator = text.split("/")
+            if int(denominator) == 0:
+                raise SpecError(f"{where}: {value!r} is not an exact fraction (zero denominator)")
+            result = Fraction(int(numerator), int(denominator))
+        elif _DECIMAL.fullmatch(text):
+            result = Fraction(text)  # exact: Fraction parses decimal strings without rounding
+        else:
+            raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\" or \"0.25\"")
+    else:
+        raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\"")
+    if result <= 0:
+        raise SpecError(f"{where}: must be positive, got {value!r}")
+    return result
 
 
 @dataclass(frozen=True)
 class LevelShare:
+    """One level of a strategy: its share of the total rho and the queries measured there."""
+
     level: str
     rho_share: Fraction
-    queries: tuple[tuple[str, Fraction], ...]  # (query name, share of the level's rho)
+    queries: tuple[tuple[str, Fraction], ...]  # (query name, share of the level's rho), in spec order
+
+    @property
+    def query_names(self) -> tuple[str, ...]:
+        return tuple(q for q, _ in self.queries)
+
+    def share(self, query: str) -> Fraction:
+        for q, s in self.queries:
+            if q == query:
+                return s
+        raise KeyError(f"level {self.level!r} measures no query {query!r}; it measures {list(self.query_names)}")
 
 
 @dataclass(frozen=True)
 class Strategy:
+    """A named table of exact shares for one schema; `rho`/`delta` are defaults a run may override."""
+
     name: str
     schema: str
     description: str
     rho: Fraction | None
     delta: Fraction | None
     levels: tuple[LevelShare, ...]
-    source: str
+    source: str  # the spec file, for messages
 
     @property
     def level_names(self) -> tuple[str, ...]:
         return tuple(lv.level for lv in self.levels)
 
+    def level(self, name: str) -> LevelShare:
+        for lv in self.levels:
+            if lv.level == name:
+                return lv
+        raise KeyError(f"strategy {self.name!r} has no level {name!r}; it has {list(self.level_names)}")
+
 
 def load_strategy(name_or_path: str | Path) -> Strategy:
+    """Load a strategy spec by shipped name ("pl94_five_level") or by path.
+
+    Refuses (SpecError) anything malformed: unknown keys, a level without queries, a share that
+    is not an exact positive fraction. Fitness for a schema and a hierarchy is `validate_strategy`.
+    """
     path = resolve_spec(name_or_path, "strategies")
-    spec = load_toml(path)
-    where = str(path)
-    levels = []
-    for level, body in spec.get("levels", {}).items():
-        if not isinstance(body, dict) or "rho_share" not in body or "queries" not in body:
-            raise SpecError(f"{where}: [levels.{level}] needs `rho_share` and a `queries` table")
-        queries = tuple(
-            (str(q), parse_fraction(share, f"{where}: levels.{level}.queries.{q!r}"))
-            for q, share in body["queries"].items()
-        )
-        levels.append(LevelShare(level, parse_fraction(body["rho_share"], f"{where}: levels.{level}.rho_share"), queries))
-    if not levels:
-        raise SpecError(f"{where}: no [levels.*] tables")
+    return strategy_from_dict(load_toml(path), source=str(path))
+
+
+def strategy_from_dict(spec: dict, source: str = "<dict>") -> Strategy:
+    unknown = sorted(set(spec) - STRATEGY_KEYS)
+    if unknown:
+        raise SpecError(f"{source}: unknown key(s) {unknown}; a strategy has {sorted(STRATEGY_KEYS)}")
     if "schema" not in spec:
-        raise SpecError(f"{where}: missing `schema`")
+        raise SpecError(f"{source}: missing `schema` (the schema this strategy measures)")
+    levels_spec = spec.get("levels")
+    if not isinstance(levels_spec, dict) or not levels_spec:
+        raise SpecError(f"{source}: no [levels.<name>] tables")
+    levels = []
+    for level, body in levels_spec.items():
+        key = f"levels.{level}"
+        if not isinstance(body, dict) or "rho_share" not in body or "queries" not in body:
+            raise SpecError(f"{source}: [{key}] needs `rho_share` and a `queries` table")
+        unknown = sorted(set(body) - LEVEL_KEYS)
+        if unknown:
+            raise SpecError(f"{source}: [{key}] has unknown key(s) {unknown}; a level has {sorted(LEVEL_KEYS)}")
+        if not isinstance(body["queries"], dict) or not body["queries"]:
+            raise SpecError(f"{source}: [{key}] queries must be a non-empty table {{ \"query name\" = \"share\" }}")
+        queries = tuple(
+            (str(q), parse_fraction(share, f"{source}: {key}.queries.{q!r}")) for q, share in body["queries"].items()
+        )
+        levels.append(LevelShare(str(level), parse_fraction(body["rho_share"], f"{source}: {key}.rho_share"), queries))
     return Strategy(
-        name=spec.get("name", path.stem),
-        schema=spec["schema"],
-        description=spec.get("description", ""),
-        rho=parse_fraction(spec["rho"], f"{where}: rho") if "rho" in spec else None,
-        delta=parse_fraction(spec["delta"], f"{where}: delta") if "delta" in spec else None,
+        name=str(spec.get("name", Path(source).stem)),
+        schema=str(spec["schema"]),
+        description=str(spec.get("description", "")),
+        rho=parse_fraction(spec["rho"], f"{source}: rho") if "rho" in spec else None,
+        delta=parse_fraction(spec["delta"], f"{source}: delta") if "delta" in spec else None,
         levels=tuple(levels),
-        source=where,
+        source=source,
     )
 
 
-def validate_strategy(strategy: Strategy, schema: Schema, levels: tuple[str, ...]) -> None:
-    """Raise SpecError unless the strategy fits this schema and hierarchy exactly."""
+def validate_strategy(strategy: Strategy, schema: Schema, levels: tuple[str, ...] | list[str]) -> None:
+    """Raise SpecError unless the strategy fits this schema and hierarchy exactly.
+
+    Checks: the strategy is for `schema`; its levels are exactly `levels`, in order; every query
+    is a query of the schema, written in its canonical form ("votingage x hispanic"), and no
+    level measures the same marginal twice; every share is positive and the shares sum to
+    exactly 1 across levels and within each level (BudgetError, a SpecError, otherwise).
+    """
     where = strategy.source
     if strategy.schema != schema.name:
-        raise SpecError(f"{where}: strategy is for schema {strategy.schema!r}, the run uses {schema.name!r}")
+        raise SpecError(f"{where}: strategy {strategy.name!r} is for schema {strategy.schema!r}, the run uses {schema.name!r}")
     if strategy.level_names != tuple(levels):
         raise SpecError(f"{where}: strategy levels {list(strategy.level_names)} are not the run's levels {list(levels)}")
-    total = sum((lv.rho_share for lv in strategy.levels), Fraction(0))
-    if total != 1:
-        raise SpecError(f"{where}: level rho_shares sum to {total}, not exactly 1")
+    if strategy.delta is not None and strategy.delta >= 1:
+        raise SpecError(f"{where}: delta must be below 1, got {strategy.delta}")
     for lv in strategy.levels:
-        names = [q for q, _ in lv.queries]
-        if len(set(names)) != len(names):
-            raise SpecError(f"{where}: level {lv.level} lists a query twice")
-        if not names:
-            raise SpecError(f"{where}: level {lv.level} measures no query")
-        for q in names:
-            parse_query_name(schema, q)  # SpecError naming the bad factor
-        within = sum((s for _, s in lv.queries), Fraction(0))
-        if within != 1:
-            raise SpecError(f"{where}: query shares of level {lv.level} sum to {within}, not exactly 1")
+        seen: dict[frozenset, str] = {}
+        for q in lv.query_names:
+            try:
+                factors = parse_query_name(schema, q)
+            except SpecError as e:
+                raise SpecError(f"{where}: levels.{lv.level}: {e}") from None
+            canonical = q.strip() if q.strip() in ("total", "detailed") else QUERY_SEPARATOR.join(factors)
+            if q != canonical:
+                raise SpecError(f"{where}: levels.{lv.level}: write query {q!r} as {canonical!r}")
+            key = frozenset(factors)
+            if key in seen:
+                raise SpecError(f"{where}: levels.{lv.level} measures the same marginal twice: {seen[key]!r} and {q!r}")
+            seen[key] = q
+    check_shares(strategy)
