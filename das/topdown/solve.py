@@ -79,10 +79,20 @@ def _queries_in_pass(problem: ParentProblem, names: tuple[str, ...], done: set[s
 # L2
 
 
+def _scale_of(problem: ParentProblem, queries, parent) -> float:
+    """A typical magnitude of the answers: the problem is solved in units of it, so that interior-point
+    tolerances are relative (Clarabel missed a 322,539 equality by 15 on unscaled counts)."""
+    values = [np.abs(q.noisy).max(initial=0) for q in queries]
+    if parent is not None:
+        values.append(np.abs(parent[1]).max(initial=0))
+    return max(1.0, float(max(values, default=1.0)))
+
+
 def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget=None):
     """One weighted least-squares pass; returns x or None when infeasible."""
     n_var = len(columns)
-    x = cp.Variable(n_var, nonneg=True)
+    scale = _scale_of(problem, queries, parent)
+    z = cp.Variable(n_var, nonneg=True)  # x = scale * z
     terms = []
     for q in queries:
         a = _per_child(q.matrix, problem.n_children, columns)
@@ -90,27 +100,26 @@ def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, sla
         if not keep.any():
             continue
         w = 1.0 / np.sqrt(q.variance)
-        terms.append(cp.sum_squares(w * (a[keep] @ x) - w * q.noisy.ravel()[keep]))
+        terms.append(cp.sum_squares(w * (a[keep] @ z) - w * q.noisy.ravel()[keep] / scale))
     objective = cp.Minimize(cp.sum(terms) if terms else 0)
     constraints = []
-    slack = None
     if parent is not None:
         s_matrix, counts = parent
         if slack_budget is None:
-            constraints.append(s_matrix @ x == counts)
+            constraints.append(s_matrix @ z == counts / scale)
         else:
             slack = cp.Variable(len(counts))
-            constraints += [s_matrix @ x - counts == slack, cp.norm1(slack) <= slack_budget]
+            constraints += [s_matrix @ z - counts / scale == slack, cp.norm1(slack) <= slack_budget / scale]
     b_matrix, lower, upper = bounds
     if b_matrix is not None:
         lo = lower > 0
         hi = np.isfinite(upper)
         if lo.any():
-            constraints.append(b_matrix[lo] @ x >= lower[lo])
+            constraints.append(b_matrix[lo] @ z >= lower[lo] / scale)
         if hi.any():
-            constraints.append(b_matrix[hi] @ x <= upper[hi])
+            constraints.append(b_matrix[hi] @ z <= upper[hi] / scale)
     for matrix, target in fixed:
-        constraints += [matrix @ x >= target - PASS_SLACK, matrix @ x <= target + PASS_SLACK]
+        constraints += [matrix @ z >= (target - PASS_SLACK) / scale, matrix @ z <= (target + PASS_SLACK) / scale]
     prob = cp.Problem(objective, constraints)
     with warnings.catch_warnings():
         # "optimal_inaccurate" is accepted: the rounded result is checked exactly afterwards
@@ -125,7 +134,7 @@ def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, sla
             prob.solve(solver="CLARABEL")
     if prob.status not in ("optimal", "optimal_inaccurate"):
         return None
-    return np.clip(np.asarray(x.value, dtype=float), 0, None)
+    return np.clip(np.asarray(z.value, dtype=float) * scale, 0, None)
 
 
 def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
@@ -322,17 +331,24 @@ def round_l1(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds,
     if b is None or np.abs(b - np.rint(b)).max(initial=0) > INTEGRAL_TOL:
         b = _highs_lp(cost, a_matrix, row_lower, row_upper, ones, integer=True)
         method = "milp"
-    if b is None and b_matrix is not None:
-        # The least-squares point was too inexact for controlled rounding: keep only the hard
-        # rules (parent sums, the bounds themselves) and let the MIP find the closest integers.
-        n_parent = rows[0].shape[0] if problem.parent_counts is not None else 0
-        hard = sp.vstack(rows[:n_parent and 1] + [b_matrix]).tocsr()
-        v_base = b_matrix @ base
-        hard_lower = np.concatenate(lows[:n_parent and 1] + [np.where(lower > 0, lower, -np.inf) - v_base])
-        hard_upper = np.concatenate(highs[:n_parent and 1] + [upper - v_base])
-        b = _highs_lp(cost, hard, hard_lower, hard_upper, ones, integer=True)
-        method = "milp-hard-rules"
     if b is None:
+        # The least-squares point was too inexact for controlled rounding: keep only the hard
+        # rules (parent sums, the bounds themselves) and let a MIP move each cell any whole
+        # number of units up (d+) or down (d-, at most to 0) from its floor, at L1 cost.
+        n = len(x)
+        hard_rows = ([rows[0]] if problem.parent_counts is not None else []) + ([b_matrix] if b_matrix is not None else [])
+        hard_lower = ([lows[0]] if problem.parent_counts is not None else []) + (
+            [np.where(lower > 0, lower, -np.inf) - b_matrix @ base] if b_matrix is not None else [])
+        hard_upper = ([highs[0]] if problem.parent_counts is not None else []) + (
+            [upper - b_matrix @ base] if b_matrix is not None else [])
+        if hard_rows:
+            hard = sp.vstack(hard_rows).tocsr()
+            both = sp.hstack([hard, -hard]).tocsr()
+            col_upper = np.concatenate([np.full(n, np.inf), base])
+            d = _highs_lp(np.r_[cost, 2.0 - cost], both, np.concatenate(hard_lower), np.concatenate(hard_upper),
+                          col_upper, integer=True)
+            if d is not None:
+                return (base + np.rint(d[:n]) - np.rint(d[n:])).astype(np.int64), "milp-hard-rules"
         return None, "infeasible"
     return (base + np.rint(b)).astype(np.int64), method
 
