@@ -2,11 +2,23 @@
 
 Every problem found is reported with the file, row, column, bad value and what was expected,
 and never with a whole row (rows are confidential). Column names and codes come from the
-schema spec, so the same reader serves PL94, DHC and the units schema.
+schema spec, so the same reader serves PL94, DHC and the units schema; the consistency of
+persons with the units file comes from the schema's constraints (facilities, structural zeros).
+
+Columns are read as Arrow dictionary arrays: every check and every conversion runs on the
+distinct values of a column, then is broadcast to the rows by index (no per-row Python).
+
+>>> from das.schema import load_schema
+>>> inputs = read_inputs("geography_fixtures/tiny/persons.csv", "geography_fixtures/tiny/units.csv",
+...                      load_schema("pl94_persons"))
+>>> inputs.person_histograms.shape, int(inputs.person_histograms.sum())
+((12, 2016), 145)
 """
 
 from __future__ import annotations
 
+import csv as pycsv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,24 +29,38 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from das.geography import block_geocodes
 from das.histogram import block_histograms
 from das.schema import Schema
 
 GEOGRAPHY = (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4))
-OPTIONAL_GEOGRAPHY = ("TABBLKGRPCE", 1)
-UNIT_COLUMNS = ("RTYPE", "GQTYPE_PL", "HH_STATUS")
-MAX_ROWS_LISTED = 5
-MAX_PROBLEMS = 200
+BLOCK_GROUP = "TABBLKGRPCE"  # optional; the first digit of TABBLK
+EPNUM = "EPNUM"  # optional person number; unique when present
+GEOCODE = "geocode (TABBLKST+TABBLKCOU+TABTRACTCE+TABBLK)"
+# The units file's own columns (the unit inventory is fixed by the format, not by a schema).
+HOUSING_UNIT, GQ_FACILITY = 2, 4  # RTYPE
+OCCUPIED = 1  # HH_STATUS
+N_GQ_TYPES = 7
+MAX_ROWS_LISTED = 5  # rows listed per check, then a count of the rest
+OTHER_DELIMITERS = {"|": "pipe", ";": "semicolon", "\t": "tab"}
 
 
 @dataclass(frozen=True)
 class Problem:
+    """One thing wrong with an input file: where (file, 1-based data row, column), the value
+    found and what was expected. Never a whole row.
+
+    >>> print(Problem("persons.csv", 17, "CENRACE", "64", "one of '01'..'63'", csv=True))
+    persons.csv row 17 (line 18), column CENRACE: '64' is not valid (expected one of '01'..'63')
+    """
+
     file: str
-    row: int | None       # 1-based data row
+    row: int | None  # 1-based data row (the CSV header is line 1, so row r is line r + 1)
     column: str | None
     value: str | None
-    expected: str
-    csv: bool = False
+    expected: str  # what was expected; without a value, the whole description of the problem
+    csv: bool = False  # say the CSV line number too
+    unreadable: bool = False  # the file could not be opened or parsed at all
 
     def __str__(self) -> str:
         where = Path(self.file).name
@@ -43,7 +69,7 @@ class Problem:
         if self.column is not None:
             where += f", column {self.column}"
         if self.value is not None:
-            return f"{where}: {self.value!r} is not valid: expected {self.expected}"
+            return f"{where}: {self.value!r} is not valid (expected {self.expected})"
         return f"{where}: {self.expected}"
 
 
@@ -59,85 +85,160 @@ class InputError(Exception):
 
 @dataclass(frozen=True)
 class UnitInventory:
-    blocks: np.ndarray          # (n_blocks,) sorted 15-digit geocodes: the block universe
-    housing_units: np.ndarray   # (n_blocks,) int64
-    occupied: np.ndarray        # (n_blocks,) int64
-    gq_facilities: np.ndarray   # (n_blocks, 7) int64, GQ types 1..7
+    """Per block of the universe (the blocks of the units file), in sorted geocode order."""
+
+    blocks: np.ndarray  # (n_blocks,) str 15-digit geocodes, sorted unique
+    housing_units: np.ndarray  # (n_blocks,) int64
+    occupied: np.ndarray  # (n_blocks,) int64
+    gq_facilities: np.ndarray  # (n_blocks, 7) int64: facilities of GQ types 1..7
 
 
 @dataclass(frozen=True)
 class Records:
-    block_index: np.ndarray     # (n,) int64 into the universe's blocks
-    cells: np.ndarray           # (n,) int64 schema cells
+    """One entry per counted input row."""
+
+    block_index: np.ndarray  # (n,) int64 index into the universe's blocks
+    cells: np.ndarray  # (n,) int64 cell index in the schema
 
 
 @dataclass(frozen=True)
 class Inputs:
     inventory: UnitInventory
-    person_histograms: sp.csr_matrix
-    unit_histograms: sp.csr_matrix | None
+    person_histograms: sp.csr_matrix  # (n_blocks x schema cells) int64
+    unit_histograms: sp.csr_matrix | None  # with a units schema
+
+
+# ---------------------------------------------------------------------------------------------
+# Collecting problems
 
 
 class _Collector:
-    def __init__(self, path: Path, csv: bool):
-        self.path, self.csv, self.problems = str(path), csv, []
+    """Problems of one file."""
 
-    def add(self, expected: str, column=None, rows=None, values=None):
-        """One problem per offending row (first few), then a count of the rest."""
+    def __init__(self, path: Path):
+        self.path = str(path)
+        self.csv = path.suffix.lower() == ".csv"
+        self.problems: list[Problem] = []
+
+    def add(self, expected: str, column: str | None = None, rows=None, values=None,
+            unreadable: bool = False) -> None:
+        """One problem per offending row (the first few), then a count of the rest.
+        `rows` are 0-based data rows; `values` (optional) the offending value of each."""
         if rows is None:
-            self.problems.append(Problem(self.path, None, column, None, expected, self.csv))
+            self.problems.append(Problem(self.path, None, column, None, expected, self.csv, unreadable))
             return
         rows = np.asarray(rows)
         for i, r in enumerate(rows[:MAX_ROWS_LISTED]):
-            v = None if values is None else str(values[i])
-            self.problems.append(Problem(self.path, int(r) + 1, column, v, expected, self.csv))
+            value = None if values is None else str(values[i])
+            self.problems.append(Problem(self.path, int(r) + 1, column, value, expected, self.csv))
         if len(rows) > MAX_ROWS_LISTED:
             self.problems.append(Problem(self.path, None, column, None,
-                                         f"{len(rows) - MAX_ROWS_LISTED} more rows with the same problem", self.csv))
+                                         f"... and {len(rows) - MAX_ROWS_LISTED:,} more rows with the "
+                                         f"same problem (expected {expected})", self.csv))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a file as an Arrow table
 
 
 def _load(path: Path, col: _Collector) -> pa.Table | None:
-    """Read a Parquet or CSV file as an Arrow table; CSV columns are all read as text."""
+    """A Parquet or CSV file (by extension) as an Arrow table; CSV columns are read as text."""
     if not path.exists():
-        col.add("file not found")
+        col.add("file not found", unreadable=True)
+        return None
+    if not path.is_file():
+        col.add("not a file (a directory?): expected a .parquet or .csv file", unreadable=True)
+        return None
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
+        col.add(f"unknown file extension {path.suffix!r}: expected .parquet or .csv", unreadable=True)
         return None
     if path.stat().st_size == 0:
         col.add("the file is empty (0 bytes): expected a header and rows")
         return None
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        try:
-            schema = pq.read_schema(path)
-            names = schema.names
-            dupes = sorted({n for n in names if names.count(n) > 1})
-            if dupes:
-                col.add(f"duplicate column name(s) {dupes}: every column must appear once")
+    return _load_parquet(path, col) if suffix == ".parquet" else _load_csv(path, col)
+
+
+def _duplicates(names: list[str]) -> list[str]:
+    return sorted({n for n in names if names.count(n) > 1})
+
+
+def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
+    try:
+        names = pq.read_schema(path).names
+    except (pa.ArrowException, OSError) as e:
+        col.add(f"not a Parquet file, or a corrupt one ({str(e).splitlines()[0]})", unreadable=True)
+        return None
+    dupes = _duplicates(names)
+    if dupes:
+        col.add(f"duplicate column name(s) {dupes}: every column must appear once")
+        return None
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        col.add(f"the Parquet data could not be read ({str(e).splitlines()[0]})", unreadable=True)
+        return None
+
+
+def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
+    with open(path, "rb") as f:
+        header = f.readline().decode("utf-8-sig", errors="replace").rstrip("\r\n")
+    if not header.strip():
+        col.add("the first line is empty: expected a header line naming the columns", unreadable=True)
+        return None
+    names = next(pycsv.reader([header]))
+    if len(names) == 1:
+        for delimiter, word in OTHER_DELIMITERS.items():
+            if delimiter in header:
+                col.add(f"the header is a single column containing {delimiter!r}: the file looks "
+                        f"{word}-delimited; expected comma-separated values")
                 return None
-            return pq.read_table(path)
-        except (pa.ArrowInvalid, OSError) as e:
-            col.add(f"not a readable Parquet file ({str(e).splitlines()[0]})")
-            return None
-    if suffix == ".csv":
-        with open(path, errors="replace") as f:
-            header = f.readline().rstrip("\r\n")
-        names = header.split(",")
-        if len(names) == 1 and any(d in header for d in "|;\t"):
-            delim = next(d for d in "|;\t" if d in header)
-            col.add(f"the header has one column containing {delim!r}: the file looks {delim!r}-delimited, "
-                    f"expected comma-separated values", rows=[-1])
-            return None
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            col.add(f"duplicate column name(s) {dupes} in the header: every column must appear once")
-            return None
-        try:
-            return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
-                column_types={n: pa.string() for n in names}, strings_can_be_null=False))
-        except pa.ArrowInvalid as e:
-            col.add(f"not a readable CSV file ({str(e).splitlines()[0]})")
-            return None
-    col.add(f"unknown file type {path.suffix!r}: expected .parquet or .csv")
-    return None
+    dupes = _duplicates(names)
+    if dupes:
+        col.add(f"duplicate column name(s) {dupes} in the header: every column must appear once")
+        return None
+    invalid: list[tuple[int | None, int, int]] = []
+
+    def on_invalid_row(row) -> str:
+        invalid.append((row.number, row.actual_columns, row.expected_columns))
+        return "skip"
+
+    def read(use_threads: bool) -> pa.Table:
+        return pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=use_threads),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid_row),
+            convert_options=pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in names}, null_values=[""],
+                strings_can_be_null=True, quoted_strings_can_be_null=True),
+        )
+
+    try:
+        table = read(use_threads=True)
+        if invalid:  # rare: read again on one thread, which knows the line numbers
+            invalid.clear()
+            read(use_threads=False)
+    except pa.ArrowException as e:
+        # Arrow's message can quote a record: say only which column, never the text.
+        message = str(e)
+        found = re.search(r"CSV column #(\d+)", message)
+        column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else None
+        if "UTF8" in message:
+            col.add("text encoded as UTF-8 (this column has bytes that are not)", column=column, unreadable=True)
+        else:
+            col.add("a well-formed comma-separated file (the CSV parser stopped; its message is "
+                    "withheld because it may quote a record)", column=column, unreadable=True)
+        return None
+    if invalid:
+        lines = np.asarray([n if n is not None else 0 for n, _, _ in invalid])
+        counts = [f"{actual} fields" for _, actual, _ in invalid]
+        col.add(f"{len(names)} comma-separated fields, as many as the header", rows=lines - 2, values=counts)
+        return None
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Columns
 
 
 @dataclass(frozen=True)
@@ -145,7 +246,7 @@ class _Encoded:
     """A text column as its distinct values and one index per row (Arrow dictionary encoding):
     checks and conversions run on the distinct values, not on every row."""
 
-    values: np.ndarray   # (n_distinct,) str
+    values: np.ndarray  # (n_distinct,) str
     indices: np.ndarray  # (n_rows,) int64
 
     def rows(self, bad_values: np.ndarray) -> np.ndarray:
@@ -154,286 +255,372 @@ class _Encoded:
     def at(self, rows: np.ndarray) -> np.ndarray:
         return self.values[self.indices[rows]]
 
+    def take(self, rows: np.ndarray) -> _Encoded:
+        return _Encoded(self.values, self.indices[rows])
 
-def _column(table: pa.Table, name: str, kind: str, col: _Collector, csv: bool):
-    """kind 'int': int64 numpy values; kind 'text': an _Encoded column. Checks type and nulls."""
+    def fullmatch(self, pattern: str) -> np.ndarray:
+        """Per distinct value: does it match the regular expression?"""
+        return pd.Series(self.values, dtype=object).str.fullmatch(pattern).to_numpy(dtype=bool)
+
+
+def _encode(arr: pa.Array) -> _Encoded:
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.cast(pa.string()).dictionary_encode()
+    values = np.asarray(arr.dictionary.to_pylist(), dtype=str)
+    return _Encoded(values, arr.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def _shown(values, rows: np.ndarray) -> np.ndarray:
+    """The values of a column (int64 array or _Encoded) at some rows, for messages."""
+    return values.at(rows) if isinstance(values, _Encoded) else np.asarray(values)[rows]
+
+
+def _column(table: pa.Table, name: str, kind: str, col: _Collector, needed_for: str):
+    """A column as int64 values (kind "int") or an _Encoded text column (kind "text"), after
+    checking that it exists, has no nulls and has the right type; None after a problem."""
     if name not in table.column_names:
-        col.add(f"missing column {name} (expected columns include {name})", column=name)
+        near = [c for c in table.column_names if c.strip().lower() == name.lower()]
+        hint = f"; found {near[0]!r}: names are case- and space-sensitive" if near else ""
+        col.add(f"missing column {name} (needed for {needed_for}{hint})", column=name)
         return None
     arr = table[name].combine_chunks()
     if arr.null_count:
         rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
-        col.add("a value (the cell is empty/null)", column=name, rows=rows, values=["null"] * len(rows))
+        col.add("a value; the cell is " + ("empty" if col.csv else "null"), column=name,
+                rows=rows, values=["" if col.csv else "null"] * len(rows))
         return None
     value_type = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
+    is_text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type) \
+        or pa.types.is_string_view(value_type)
     if kind == "int":
         if pa.types.is_integer(value_type):
             if pa.types.is_dictionary(arr.type):
                 arr = arr.cast(value_type)
-            return arr.to_numpy().astype(np.int64)
-        if not csv:
-            col.add(f"column {name} has type {value_type}, expected an integer type", column=name)
+            return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        if not (col.csv and is_text):
+            col.add(f"column {name} has type {value_type}, expected an integer type (int8..int64)",
+                    column=name)
             return None
+        try:  # Arrow's strict cast: fast, and all we need when every value is an integer
+            return arr.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
         enc = _encode(arr)
-        ok = pd.Series(enc.values, dtype=str).str.fullmatch(r"-?\d+").to_numpy()
+        ok = enc.fullmatch(r"-?\d{1,18}")
         if not ok.all():
             rows = enc.rows(~ok)
             col.add("an integer", column=name, rows=rows, values=enc.at(rows))
             return None
         return enc.values.astype(np.int64)[enc.indices]
-    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
-        col.add(f"column {name} has type {value_type}, expected a string of digits (zero-padded)", column=name)
+    if not is_text:
+        col.add(f"column {name} has type {value_type}, expected string (zero-padded digits)", column=name)
         return None
     return _encode(arr)
 
 
-def _encode(arr: pa.Array) -> _Encoded:
-    if not pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_encode()
-    values = np.asarray(arr.dictionary.to_pylist(), dtype=str)
-    return _Encoded(values, arr.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+def _show_codes(codes) -> str:
+    codes = list(codes)
+    if len(codes) > 8:
+        return f"one of {codes[0]!r}..{codes[-1]!r}"
+    return "one of " + ", ".join(map(repr, codes))
 
 
-def _geocodes(table: pa.Table, col: _Collector, csv: bool) -> tuple[np.ndarray, np.ndarray] | None:
-    """(distinct 15-digit geocodes, index of each row's geocode), or None after reporting problems."""
-    parts = []
-    for name, width in GEOGRAPHY:
-        enc = _column(table, name, "text", col, csv)
-        if enc is None:
-            parts.append(None)
-            continue
-        bad = ~pd.Series(enc.values, dtype=str).str.fullmatch(rf"\d{{{width}}}").to_numpy()
-        if bad.any():
-            rows = enc.rows(bad)
-            col.add(f"{width} digits (zero-padded)", column=name, rows=rows, values=enc.at(rows))
-            parts.append(None)
-        else:
-            parts.append(enc)
-    if OPTIONAL_GEOGRAPHY[0] in table.column_names and parts[3] is not None:
-        bg = _column(table, OPTIONAL_GEOGRAPHY[0], "text", col, csv)
-        if bg is not None:
-            first = np.asarray([v[:1] for v in parts[3].values], dtype=str)
-            pair = bg.indices * len(parts[3].values) + parts[3].indices
-            distinct, first_row = np.unique(pair, return_index=True)
-            wrong = bg.values[distinct // len(parts[3].values)] != first[distinct % len(parts[3].values)]
-            if wrong.any():
-                rows = np.flatnonzero(np.isin(pair, distinct[wrong]))
-                col.add("the first digit of TABBLK", column="TABBLKGRPCE", rows=rows, values=bg.at(rows))
-    if any(p is None for p in parts):
-        return None
-    key = np.zeros(len(parts[0].indices), dtype=np.int64)
-    for enc in parts:
-        key = key * len(enc.values) + enc.indices
-    distinct, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
-    geocodes = np.asarray([
-        "".join(enc.values[enc.indices[r]] for enc in parts) for r in first_row
-    ], dtype="U15")
-    return geocodes, inverse.astype(np.int64)
-
-
-def _codes(values, allowed, name: str, col: _Collector) -> np.ndarray | None:
-    """Level index of each row given the allowed codes (values: int64 array or _Encoded)."""
-    allowed = list(allowed)
-    lookup = pd.Index(allowed)
-    shown = f"{allowed[0]!r}..{allowed[-1]!r}" if len(allowed) > 8 else ", ".join(map(repr, allowed))
+def _levels(values, codes, name: str, col: _Collector, row_of=None) -> np.ndarray | None:
+    """Level index of each value given the codes of the levels (values: int64 array or _Encoded);
+    `row_of` maps value positions to file rows (when only some rows are counted)."""
+    lookup = pd.Index(list(codes))
     if isinstance(values, _Encoded):
-        levels = lookup.get_indexer(values.values)
-        if (levels < 0).any():
-            rows = values.rows(levels < 0)
-            col.add("one of " + shown, column=name, rows=rows, values=values.at(rows))
-            return None
-        return levels.astype(np.int64)[values.indices]
-    levels = lookup.get_indexer(values)
+        distinct_levels = lookup.get_indexer(values.values)
+        levels = distinct_levels[values.indices]
+    else:
+        levels = lookup.get_indexer(values)
     bad = np.flatnonzero(levels < 0)
     if len(bad):
-        negative = (np.asarray(values)[bad] < 0).any()
-        col.add(("a nonnegative code, one of " if negative else "one of ") + shown, column=name,
-                rows=bad, values=np.asarray(values)[bad])
+        shown = _shown(values, bad)
+        negative = not isinstance(values, _Encoded) and (shown < 0).any()
+        col.add(("a nonnegative code, " if negative else "") + _show_codes(codes), column=name,
+                rows=bad if row_of is None else row_of[bad], values=shown)
         return None
     return levels.astype(np.int64)
 
 
-def _read_units_table(path: Path) -> tuple[UnitInventory | None, pa.Table | None, np.ndarray | None, _Collector]:
-    path = Path(path)
-    col = _Collector(path, path.suffix.lower() == ".csv")
+# ---------------------------------------------------------------------------------------------
+# Geography
+
+
+def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(distinct 15-digit geocodes, index of each row's geocode), or None after reporting problems."""
+    parts = []
+    for name, width in GEOGRAPHY:
+        enc = _column(table, name, "text", col, f"the block geocode of every {what}")
+        if enc is not None:
+            bad = ~enc.fullmatch(rf"\d{{{width}}}")
+            if bad.any():
+                rows = enc.rows(bad)
+                col.add(f"{width} digits, zero-padded", column=name, rows=rows, values=enc.at(rows))
+                enc = None
+        parts.append(enc)
+    block = parts[-1]
+    if BLOCK_GROUP in table.column_names and block is not None:
+        group = _column(table, BLOCK_GROUP, "text", col, "the block group")
+        if group is not None:
+            first_digit = np.asarray([v[:1] for v in block.values], dtype=str)
+            wrong = group.values[group.indices] != first_digit[block.indices]
+            if wrong.any():
+                rows = np.flatnonzero(wrong)
+                col.add("the first digit of TABBLK", column=BLOCK_GROUP, rows=rows, values=group.at(rows))
+    if any(p is None for p in parts):
+        return None
+    key = np.zeros(len(block.indices), dtype=np.int64)
+    for enc in parts:
+        key = key * len(enc.values) + enc.indices
+    _, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
+    geocodes = block_geocodes(*(enc.values[enc.indices[first_row]] for enc in parts))
+    return geocodes, inverse.astype(np.int64).ravel()
+
+
+# ---------------------------------------------------------------------------------------------
+# The units file: the block universe and its invariants
+
+
+@dataclass(frozen=True)
+class _Units:
+    inventory: UnitInventory
+    table: pa.Table
+    block_index: np.ndarray  # (n_rows,) each row's block
+
+
+def _read_units(path: Path, col: _Collector) -> _Units | None:
     table = _load(path, col)
     if table is None:
-        return None, None, None, col
+        return None
     if table.num_rows == 0:
-        col.add("the units file has no rows: it defines the block universe, at least one unit is needed")
-        return None, None, None, col
-    csv = col.csv
-    geo = _geocodes(table, col, csv)
-    values = {c: _column(table, c, "int", col, csv) for c in UNIT_COLUMNS}
-    if geo is None or any(v is None for v in values.values()):
-        return None, None, None, col
-    rtype, gq, status = values["RTYPE"], values["GQTYPE_PL"], values["HH_STATUS"]
-    if _codes(rtype, [2, 4], "RTYPE", col) is None or _codes(gq, range(8), "GQTYPE_PL", col) is None \
-            or _codes(status, [0, 1, 2], "HH_STATUS", col) is None:
-        return None, None, None, col
-    hu = rtype == 2
-    bad = np.flatnonzero(hu & (gq != 0))
-    if len(bad):
-        col.add("GQTYPE_PL 0 for a housing unit (RTYPE 2)", column="GQTYPE_PL", rows=bad, values=gq[bad])
-    bad = np.flatnonzero(~hu & (gq == 0))
-    if len(bad):
-        col.add("GQTYPE_PL 1..7 for a group-quarters facility (RTYPE 4)", column="GQTYPE_PL", rows=bad, values=gq[bad])
-    bad = np.flatnonzero(hu & (status == 0))
-    if len(bad):
-        col.add("HH_STATUS 1 (occupied) or 2 (vacant) for a housing unit (RTYPE 2)", column="HH_STATUS",
-                rows=bad, values=status[bad])
-    bad = np.flatnonzero(~hu & (status != 0))
-    if len(bad):
-        col.add("HH_STATUS 0 for a group-quarters facility (RTYPE 4)", column="HH_STATUS", rows=bad, values=status[bad])
+        col.add("the units file has no rows: it defines the blocks of the run, so at least one "
+                "housing unit or group-quarters facility is needed")
+        return None
+    geo = _geocodes(table, col, "unit")
+    columns = {name: _column(table, name, "int", col, "the unit inventory")
+               for name in ("RTYPE", "GQTYPE_PL", "HH_STATUS")}
+    if geo is None or any(v is None for v in columns.values()):
+        return None
+    rtype, gqtype, status = columns["RTYPE"], columns["GQTYPE_PL"], columns["HH_STATUS"]
+    for name, codes in (("RTYPE", (HOUSING_UNIT, GQ_FACILITY)), ("GQTYPE_PL", range(N_GQ_TYPES + 1)),
+                        ("HH_STATUS", (0, 1, 2))):
+        _levels(columns[name], codes, name, col)
     if col.problems:
-        return None, None, None, col
+        return None
+    housing = rtype == HOUSING_UNIT
+    for rows, column, values, expected in (
+        (housing & (gqtype != 0), "GQTYPE_PL", gqtype, "GQTYPE_PL 0 for a housing unit (RTYPE 2)"),
+        (~housing & (gqtype == 0), "GQTYPE_PL", gqtype, "GQTYPE_PL 1..7 for a group-quarters facility (RTYPE 4)"),
+        (housing & (status == 0), "HH_STATUS", status,
+         "HH_STATUS 1 (occupied) or 2 (vacant) for a housing unit (RTYPE 2)"),
+        (~housing & (status != 0), "HH_STATUS", status, "HH_STATUS 0 for a group-quarters facility (RTYPE 4)"),
+    ):
+        bad = np.flatnonzero(rows)
+        if len(bad):
+            col.add(expected, column=column, rows=bad, values=values[bad])
+    if col.problems:
+        return None
     distinct, row_geocode = geo
     order = np.argsort(distinct)
-    blocks = distinct[order]
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     block_index = rank[row_geocode]
-    n = len(blocks)
+    n = len(distinct)
+    facilities = np.zeros((n, N_GQ_TYPES + 1), dtype=np.int64)
+    np.add.at(facilities, (block_index[~housing], gqtype[~housing]), 1)
     inventory = UnitInventory(
-        blocks=blocks,
-        housing_units=np.bincount(block_index[hu], minlength=n).astype(np.int64),
-        occupied=np.bincount(block_index[hu & (status == 1)], minlength=n).astype(np.int64),
-        gq_facilities=np.stack([np.bincount(block_index[gq == t], minlength=n) for t in range(1, 8)], axis=1).astype(np.int64),
+        blocks=distinct[order],
+        housing_units=np.bincount(block_index[housing], minlength=n).astype(np.int64),
+        occupied=np.bincount(block_index[housing & (status == OCCUPIED)], minlength=n).astype(np.int64),
+        gq_facilities=facilities[:, 1:].copy(),
     )
-    return inventory, table, block_index, col
+    return _Units(inventory, table, block_index)
 
 
 def read_units(path) -> UnitInventory:
-    inventory, _, _, col = _read_units_table(Path(path))
+    """The block universe and its invariants from a units file; InputError lists every problem."""
+    path = Path(path)
+    col = _Collector(path)
+    units = _read_units(path, col)
     if col.problems:
         raise InputError(col.problems)
-    return inventory
+    return units.inventory
 
 
-def _records(table: pa.Table, schema: Schema, blocks: np.ndarray, col: _Collector,
-             block_index: np.ndarray | None = None) -> tuple[Records | None, dict]:
-    csv = col.csv
+# ---------------------------------------------------------------------------------------------
+# Records of a schema
+
+
+@dataclass(frozen=True)
+class _Read:
+    records: Records
+    rows: np.ndarray  # (n,) 0-based file row of each record
+    columns: dict  # column name -> int64 values or _Encoded, over all file rows
+    levels: dict  # attribute name -> (n,) level of each record
+
+    def factor_levels(self, schema: Schema, factors: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """Level of each record in each factor (an attribute or a recode)."""
+        recodes = {r.name: r for r in schema.recodes}
+        return tuple(np.asarray(recodes[f].mapping)[self.levels[recodes[f].attribute]] if f in recodes
+                     else self.levels[f] for f in factors)
+
+
+def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _Collector,
+             block_index: np.ndarray | None = None) -> _Read | None:
+    """The records a schema counts in a table, or None after reporting problems. `blocks`: the
+    universe (None: the units file is unusable; check this file alone); `block_index`: each
+    row's block when already known (the units file itself)."""
+    what = "person" if schema.universe == "persons" else "unit"
     if block_index is None:
-        geo = _geocodes(table, col, csv)
-        if geo is None:
-            return None, {}
-        distinct, row_geocode = geo
-        if blocks is None:
-            block_index = np.zeros(len(row_geocode), dtype=np.int64)
-        else:
-            found = np.minimum(np.searchsorted(blocks, distinct), len(blocks) - 1)
-            missing = blocks[found] != distinct
-            if missing.any():
-                absent = np.flatnonzero(missing[row_geocode])
-                col.add("a block present in the units file (every person's block must have a housing unit "
-                        "or GQ facility there)", column="TABBLK (geocode)", rows=absent,
-                        values=distinct[row_geocode[absent]])
-                return None, {}
-            block_index = found[row_geocode]
-    keep = np.ones(table.num_rows, dtype=bool)
+        geo = _geocodes(table, col, what)
+        if geo is not None and blocks is not None:
+            distinct, row_geocode = geo
+            found = np.minimum(np.searchsorted(blocks, distinct), max(len(blocks) - 1, 0))
+            absent = blocks[found] != distinct if len(blocks) else np.ones(len(distinct), bool)
+            if absent.any():
+                rows = np.flatnonzero(absent[row_geocode])
+                col.add("a block that appears in the units file (the units file defines the blocks "
+                        "of the run)", column=GEOCODE, rows=rows, values=distinct[row_geocode[rows]])
+            else:
+                block_index = found[row_geocode]
+    if EPNUM in table.column_names:
+        person_numbers = _column(table, EPNUM, "int", col, "the person number")
+        if person_numbers is not None:
+            repeated = np.flatnonzero(pd.Series(person_numbers).duplicated().to_numpy())
+            if len(repeated):
+                col.add("a unique EPNUM (this one is on an earlier row too)", column=EPNUM,
+                        rows=repeated, values=person_numbers[repeated])
+    rows = np.arange(table.num_rows)
     if schema.record_filter is not None:
-        fcol, fval = schema.record_filter
-        values = _column(table, fcol, "int", col, csv)
+        column, value = schema.record_filter
+        values = _column(table, column, "int", col, f"choosing the rows schema {schema.name} counts")
         if values is None:
-            return None, {}
-        keep = values == fval
-    levels, raw = [], {}
+            return None
+        rows = np.flatnonzero(values == value)
+    columns, levels = {}, []
     for a in schema.attributes:
         kind = "text" if isinstance(a.codes[0], str) else "int"
-        values = _column(table, a.column, kind, col, csv)
+        values = _column(table, a.column, kind, col, f"attribute {a.name} of schema {schema.name}")
         if values is None:
             levels.append(None)
             continue
-        raw[a.column] = values
-        if not keep.all():
-            values = _Encoded(values.values, values.indices[keep]) if kind == "text" else values[keep]
-        levels.append(_codes(values, a.codes, a.column, col))
+        columns[a.column] = values
+        counted = values if len(rows) == table.num_rows else (
+            values.take(rows) if kind == "text" else values[rows])
+        levels.append(_levels(counted, a.codes, a.column, col, row_of=rows))
     for column, attribute, mapping in schema.derived:
-        values = _column(table, column, "int", col, csv)
-        lv = levels[schema.names.index(attribute)]
-        if values is None or lv is None:
+        values = _column(table, column, "int", col, f"checking attribute {attribute} of schema {schema.name}")
+        level = levels[schema.names.index(attribute)]
+        if values is None or level is None:
             continue
-        expected = np.asarray(mapping)[lv]
-        bad = np.flatnonzero(values[keep] != expected)
+        bad = np.flatnonzero(values[rows] != np.asarray(mapping)[level])
         if len(bad):
-            rows = np.flatnonzero(keep)[bad]
-            col.add(f"{column} consistent with {schema.attribute(attribute).column} "
-                    f"({', '.join(f'{c} -> {m}' for c, m in zip(schema.attribute(attribute).codes, mapping))})",
-                    column=column, rows=rows, values=values[rows])
-    if any(lv is None for lv in levels) or col.problems:
-        return None, raw
-    cells = schema.cell_index(tuple(levels)).astype(np.int64)
-    return Records(block_index[keep].astype(np.int64), cells), raw
+            a = schema.attribute(attribute)
+            rule = ", ".join(f"{code} -> {m}" for code, m in zip(a.codes, mapping))
+            col.add(f"{column} consistent with {a.column} ({a.column} {rule})", column=column,
+                    rows=rows[bad], values=values[rows[bad]])
+    if col.problems or block_index is None:
+        return None
+    cells = np.asarray(schema.cell_index(tuple(levels)), dtype=np.int64).reshape(-1)
+    return _Read(Records(block_index[rows].astype(np.int64), cells), rows, columns, dict(zip(schema.names, levels)))
 
 
 def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
+    """The records of one file that `schema` counts (persons with a persons schema, units with
+    a units schema), located in the universe `blocks`; InputError lists every problem."""
     path = Path(path)
-    col = _Collector(path, path.suffix.lower() == ".csv")
+    col = _Collector(path)
     table = _load(path, col)
-    records = None
-    if table is not None:
-        records, _ = _records(table, schema, blocks, col)
+    read = None if table is None else _records(table, schema, np.asarray(blocks), col)
     if col.problems:
         raise InputError(col.problems)
-    return records
+    return read.records
 
 
-def _cross_checks(records: Records, raw: dict, inventory: UnitInventory, schema: Schema, col: _Collector) -> None:
-    """Persons against the units file: GQ persons need a facility of their type, household persons
-    a housing unit; nobody under 18 in a nursing facility."""
-    if "GQTYPE_PL" not in raw:
-        return
-    gq = raw["GQTYPE_PL"]
-    b = records.block_index
-    gq_rows = np.flatnonzero(gq > 0)
-    no_facility = gq_rows[inventory.gq_facilities[b[gq_rows], gq[gq_rows] - 1] == 0]
-    if len(no_facility):
-        col.add("a GQ facility of this type (GQTYPE_PL) in the person's block per the units file",
-                column="GQTYPE_PL", rows=no_facility, values=gq[no_facility])
-    hh_rows = np.flatnonzero(gq == 0)
-    no_housing = hh_rows[inventory.housing_units[b[hh_rows]] == 0]
-    if len(no_housing):
-        col.add("a housing unit in the person's block for a household person (the block has none in the units file)",
-                column="GQTYPE_PL", rows=no_housing, values=gq[no_housing])
-    if "votingage" in schema.names or any(r.name == "votingage" for r in schema.recodes):
-        minors = schema.levels_of("votingage", records.cells) == 0
-        bad = np.flatnonzero(minors & (gq == 3))
-        if len(bad):
-            col.add("nobody under 18 in a nursing facility (GQTYPE_PL 3)", column="GQTYPE_PL", rows=bad, values=gq[bad])
+# ---------------------------------------------------------------------------------------------
+# Persons against the units file
 
 
-def collect_problems(persons_path, units_path, schema: Schema, units_schema: Schema | None = None):
-    """(problems, Inputs or None): every check, without stopping at the first."""
-    inventory, unit_table, unit_blocks, ucol = _read_units_table(Path(units_path))
-    problems = list(ucol.problems)
-    persons_path = Path(persons_path)
-    pcol = _Collector(persons_path, persons_path.suffix.lower() == ".csv")
+def _constraint_checks(read: _Read, inventory: UnitInventory, schema: Schema, col: _Collector) -> None:
+    """The schema's constraints hold in the input: persons are where the units file puts
+    facilities of their type (and housing units for household persons), and no one is in a
+    structural-zero cell (e.g. under 18 in a nursing facility)."""
+    records = read.records
+    for c in schema.constraints:
+        query = schema.query(c.query)
+        attributes = [_attribute_of(schema, f) for f in query.factors]
+        shown_column = attributes[-1].column if attributes else None
+        if c.kind == "facilities" and len(query.factors) == 1 and query.size == N_GQ_TYPES + 1:
+            (level,) = read.factor_levels(schema, query.factors)
+            has = np.column_stack([inventory.housing_units > 0, inventory.gq_facilities > 0])
+            missing = ~has[records.block_index, level]
+            household = np.flatnonzero(missing & (level == 0))
+            if len(household):
+                rows = read.rows[household]
+                col.add("a block with housing units for a household person (the units file has no "
+                        "housing unit in this block)", column=shown_column, rows=rows,
+                        values=_shown(read.columns[shown_column], rows))
+            group_quarters = np.flatnonzero(missing & (level > 0))
+            if len(group_quarters):
+                rows = read.rows[group_quarters]
+                col.add("a block with a group-quarters facility of this type (the units file has none "
+                        "of this type in this block)", column=shown_column, rows=rows,
+                        values=_shown(read.columns[shown_column], rows))
+        elif c.kind == "structural_zero" and c.cells:
+            levels = read.factor_levels(schema, query.factors)
+            bad = np.zeros(len(records.cells), dtype=bool)
+            for cell in c.cells:
+                bad |= np.logical_and.reduce([lv == v for lv, v in zip(levels, cell)])
+            bad = np.flatnonzero(bad)
+            if len(bad):
+                rows = read.rows[bad]
+                cells = " or ".join(
+                    " and ".join(f"{f} '{schema.factor_labels(f)[v]}'" for f, v in zip(query.factors, cell))
+                    for cell in c.cells)
+                col.add(f"nobody with {cells} (a structural zero of schema {schema.name})",
+                        column=shown_column, rows=rows, values=_shown(read.columns[shown_column], rows))
+
+
+def _attribute_of(schema: Schema, factor: str):
+    """The attribute behind a factor (an attribute, or the attribute a recode coarsens)."""
+    for r in schema.recodes:
+        if r.name == factor:
+            return schema.attribute(r.attribute)
+    return schema.attribute(factor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Both files
+
+
+def collect_problems(persons_path, units_path, schema: Schema,
+                     units_schema: Schema | None = None) -> tuple[list[Problem], Inputs | None]:
+    """Every problem in the two files (each check runs, none stops the others), and the inputs
+    when there are none."""
+    units_path, persons_path = Path(units_path), Path(persons_path)
+    ucol, pcol = _Collector(units_path), _Collector(persons_path)
+    units = _read_units(units_path, ucol)
     table = _load(persons_path, pcol)
-    records = raw = None
-    if table is not None and "EPNUM" in table.column_names:
-        ep = _column(table, "EPNUM", "int", pcol, pcol.csv)
-        if ep is not None:
-            dup = np.flatnonzero(pd.Series(ep).duplicated().to_numpy())
-            if len(dup):
-                pcol.add("a unique person number (EPNUM repeats)", column="EPNUM", rows=dup, values=ep[dup])
-    if table is not None and inventory is not None:
-        records, raw = _records(table, schema, inventory.blocks, pcol)
-        if records is not None:
-            _cross_checks(records, raw, inventory, schema, pcol)
-    elif table is not None:  # the units file is unusable: still check the persons file alone
-        _records(table, schema, None, pcol)
-    problems += pcol.problems
-    if problems or records is None:
-        return problems[:MAX_PROBLEMS], None
-    person_histograms = block_histograms(records, len(inventory.blocks), schema.size)
-    unit_histograms = None
-    if units_schema is not None:
-        ucol2 = _Collector(Path(units_path), ucol.csv)
-        unit_records, _ = _records(unit_table, units_schema, inventory.blocks, ucol2, block_index=unit_blocks)
-        if ucol2.problems:
-            return ucol2.problems, None
-        unit_histograms = block_histograms(unit_records, len(inventory.blocks), units_schema.size)
-    return [], Inputs(inventory, person_histograms, unit_histograms)
+    persons = None
+    if table is not None:
+        persons = _records(table, schema, None if units is None else units.inventory.blocks, pcol)
+        if persons is not None and units is not None:
+            _constraint_checks(persons, units.inventory, schema, pcol)
+    unit_records = None
+    if units is not None and units_schema is not None:
+        unit_records = _records(units.table, units_schema, units.inventory.blocks, ucol,
+                                block_index=units.block_index)
+    problems = ucol.problems + pcol.problems
+    if problems:
+        return problems, None
+    n_blocks = len(units.inventory.blocks)
+    return [], Inputs(
+        units.inventory,
+        block_histograms(persons.records, n_blocks, schema.size),
+        None if unit_records is None else block_histograms(unit_records.records, n_blocks, units_schema.size),
+    )
 
 
 def read_inputs(persons_path, units_path, schema: Schema, units_schema: Schema | None = None) -> Inputs:

@@ -1,29 +1,62 @@
-"""`das validate-input PERSONS UNITS`: every problem in the input files, or an all-clear."""
+"""`das validate-input PERSONS UNITS [--schema NAME]`: every problem in the input files, or an
+all-clear with a few notes. Exit code 0 ok, 1 problems, 2 a file could not be read at all (not
+found, unknown extension, not Parquet, malformed CSV) or the schema is unknown."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from das.io.microdata import Problem, collect_problems
-from das.schema import load_schema
+import numpy as np
+
+from das.io.microdata import Inputs, Problem, collect_problems
+from das.schema import Schema, SpecError, load_schema
 
 
-def validate_input(persons_path, units_path, schema) -> list[Problem]:
+def validate_input(persons_path, units_path, schema: Schema) -> list[Problem]:
+    """Every problem in the persons and units files (no check stops the others); [] if none."""
     problems, _ = collect_problems(persons_path, units_path, schema)
     return problems
 
 
+def notes(inputs: Inputs, schema: Schema) -> list[str]:
+    """Legal but worth a look: no persons at all; facilities that hold nobody of their type
+    (the facilities constraint will still put at least one person of that type there)."""
+    found = []
+    if inputs.person_histograms.sum() == 0:
+        found.append("the persons file has no rows: a release with no persons")
+    for c in schema.constraints:
+        query = schema.query(c.query)
+        if c.kind != "facilities" or query.size != inputs.inventory.gq_facilities.shape[1] + 1:
+            continue
+        by_type = np.asarray((inputs.person_histograms @ query.matrix.T).todense())[:, 1:]
+        empty = (inputs.inventory.gq_facilities > 0) & (by_type == 0)
+        if empty.any():
+            found.append(f"{int(empty.any(axis=1).sum()):,} block(s) have a group-quarters facility with "
+                         f"nobody of its type ({int(empty.sum()):,} block x type pairs); the published "
+                         f"counts will have at least one person there")
+    return found
+
+
 def validate_input_main(persons, units, schema_name: str = "pl94_persons", out=None) -> int:
+    """Print a report on the two files; return the exit code (0 ok, 1 problems, 2 unreadable)."""
     out = out or sys.stdout
-    schema = load_schema(schema_name)
-    problems, inputs = collect_problems(persons, units, schema)
+    try:
+        schema = load_schema(schema_name)
+    except SpecError as e:
+        print(f"das validate-input: {e}", file=out)
+        return 2
+    print(f"checking {persons} (persons, schema {schema.name}) and {units} (units)", file=out)
+    problems, inputs = collect_problems(Path(persons), Path(units), schema)
     if problems:
         print(f"{len(problems)} problem(s):", file=out)
         for p in problems:
             print(f"  - {p}", file=out)
-        return 1
-    n = int(inputs.person_histograms.sum())
-    print(f"ok: {n:,} persons in {len(inputs.inventory.blocks):,} blocks "
-          f"({int(inputs.inventory.housing_units.sum()):,} housing units, "
-          f"{int(inputs.inventory.gq_facilities.sum()):,} GQ facilities), schema {schema.name}", file=out)
+        return 2 if any(p.unreadable for p in problems) else 1
+    for note in notes(inputs, schema):
+        print(f"note: {note}", file=out)
+    inventory = inputs.inventory
+    print(f"ok: {int(inputs.person_histograms.sum()):,} persons in {len(inventory.blocks):,} blocks "
+          f"({int(inventory.housing_units.sum()):,} housing units, {int(inventory.occupied.sum()):,} "
+          f"occupied; {int(inventory.gq_facilities.sum()):,} GQ facilities)", file=out)
     return 0
