@@ -110,6 +110,7 @@ class Prepared:
     spec: RunSpec
     releases: list  # (name, Release, Schema)
     plans: dict
+    allocations: dict
     certificates: dict
     rng: object
     tables: tuple
@@ -121,15 +122,15 @@ def prepare(spec_path: str | Path, seed: int | None) -> Prepared:
     releases = [("persons", spec.persons, persons_schema)]
     if spec.units:
         releases.append(("units", spec.units, load_schema(spec.units.schema)))
-    plans, certificates = {}, {}
+    plans, allocations, certificates = {}, {}, {}
     rng = make_random_source(spec.seed)
     for name, release, schema in releases:
         strategy = load_strategy(release.strategy)
         validate_strategy(strategy, schema, spec.levels)
         rho = release.rho if release.rho is not None else strategy.rho
-        plans[name], _ = plan_for(strategy, rho, spec.levels)
+        plans[name], allocations[name] = plan_for(strategy, rho, spec.levels)
         certificates[name] = certificate(strategy, rho, spec.delta, spec.levels, schema.name, rng.private)
-    return Prepared(spec, releases, plans, certificates, rng, load_tables(spec.tables))
+    return Prepared(spec, releases, plans, allocations, certificates, rng, load_tables(spec.tables))
 
 
 def start_manifest(prep: Prepared, out_dir: Path, log) -> dict:
@@ -184,8 +185,9 @@ def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir:
     spec = prep.spec
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()
-        budget = Fraction(prep.certificates[name]["rho"])
-        accountant = PrivacyAccountant(budget)
+        # refuses any measurement that is not in the certified plan, or with another variance
+        accountant = PrivacyAccountant.for_allocation(prep.allocations[name])
+        budget = prep.allocations[name].rho
         measure_release(name, geography, histograms[name], schema, prep.plans[name], prep.rng, out_dir / "nmf",
                         accountant=accountant)
         if accountant.spent != budget:
