@@ -3,11 +3,14 @@ answer plus exact discrete-Gaussian noise, streamed to the NMF in chunks of geou
 
 True answers exist only inside one chunk at a time; only noisy answers leave this module.
 Each (release, level, query, chunk) draws from its own random stream, so seeded runs are
-reproducible whatever the order of work, and a level already in the NMF is never drawn again.
+reproducible whatever the order of work (or the machine it runs on), and a level or a chunk
+already committed to the NMF is never drawn again.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -15,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from das.checkpoint import crash_point
+from das.executors import ordered_map
 from das.geography import Geography
 from das.io import nmf
 from das.privacy.sampler import discrete_gaussian
@@ -39,6 +44,34 @@ def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.nd
     return (histograms @ schema.query(query).matrix.T).toarray().astype(np.int64)
 
 
+def _noisy_chunk(task) -> np.ndarray:
+    """Truth + exact discrete-Gaussian noise of the given variance, from the chunk's own stream."""
+    truth, variance, stream = task
+    return truth + discrete_gaussian(variance, truth.size, stream).reshape(truth.shape)
+
+
+def parts_dir(out_path: Path) -> Path:
+    """Where a level's committed (query, chunk) parts live until the level file is assembled."""
+    return out_path.with_name(out_path.name + ".parts")
+
+
+def _part_path(parts: Path, query_number: int, chunk_number: int) -> Path:
+    return parts / f"q{query_number:03d}-c{chunk_number:07d}.nmfpart"
+
+
+def _check_plan(parts: Path, plan: list) -> None:
+    """A parts directory belongs to one plan of (query, variance, chunk size, geounits); refuse another."""
+    stored = parts / "plan.json"
+    if stored.exists():
+        if json.loads(stored.read_text()) != plan:
+            raise ValueError(f"{parts}: committed measurement chunks were made with another plan "
+                             f"(queries, variances, chunking or geounits differ); expected {plan}")
+        return
+    tmp = stored.with_name("plan.json.partial")
+    tmp.write_text(json.dumps(plan))
+    tmp.replace(stored)
+
+
 def measure_level(
     release: str,
     level: str,
@@ -48,29 +81,61 @@ def measure_level(
     measurements: list[Measurement],
     rng,
     out_path: Path,
+    *,
+    executor=None,
+    report: dict | None = None,
 ) -> Path:
-    """Measure every query at one level and write that level's NMF file (atomically)."""
+    """Measure every query at one level and write that level's NMF file (atomically).
+
+    Each (query, chunk) is committed to `<level>.parquet.parts/` as soon as it is drawn; a chunk
+    committed by an earlier, interrupted run is reused and never drawn again. A chunk whose write
+    was torn (a `.partial` file: never renamed, never read, never used) is deleted and drawn; see
+    docs/scale.md for why that keeps the privacy accounting honest. `report` (if given) receives
+    counts of reused and drawn chunks and the names of torn ones. `executor` draws the chunks
+    elsewhere (das.executors); the streams are the same, so seeded results are too.
+    """
     geocodes = geography.units(level)
     n_units = len(geocodes)
+    parts = parts_dir(out_path)
+    parts.mkdir(parents=True, exist_ok=True)
+    chunks = [max(1, CHUNK_CELLS // max(schema.query(m.query).size, 1)) for m in measurements]
+    _check_plan(parts, [[m.query, str(m.variance), c, n_units] for m, c in zip(measurements, chunks)])
+    torn = sorted(p.name for p in parts.glob("*.partial"))
+    for name in torn:
+        (parts / name).unlink()
+    todo, reused = [], 0
+    for qi, (m, chunk) in enumerate(zip(measurements, chunks)):
+        for number, start in enumerate(range(0, n_units, chunk)):
+            if _part_path(parts, qi, number).exists():
+                reused += 1
+            else:
+                todo.append((qi, m, number, start, min(n_units, start + chunk)))
+
+    def tasks():
+        for _, m, number, start, stop in todo:
+            truth = true_answers(level_histograms[start:stop], schema, m.query)
+            yield truth, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}")
+
+    noisy_chunks = (ordered_map(executor, _noisy_chunk, tasks(), in_flight=getattr(executor, "slots", 1) + 1)
+                    if executor else map(_noisy_chunk, tasks()))
+    for (qi, m, number, start, stop), noisy in zip(todo, noisy_chunks):
+        nmf.write_part(_part_path(parts, qi, number),
+                       nmf.measurement_batch(level, geocodes[start:stop], m.query, noisy, m.variance))
+        del noisy
+        crash_point(f"measure:{release}:{level}")
+    if report is not None:
+        report.update({"reused_chunks": reused, "drawn_chunks": len(todo), "torn_chunks_discarded": torn})
     writer = nmf.LevelWriter(out_path)
     try:
-        for m in measurements:
-            width = schema.query(m.query).size
-            chunk = max(1, CHUNK_CELLS // max(width, 1))
-            for number, start in enumerate(range(0, max(n_units, 1), chunk)):
-                stop = min(n_units, start + chunk)
-                if stop <= start:
-                    break
-                truth = true_answers(level_histograms[start:stop], schema, m.query)
-                stream = rng.spawn(f"{release}/{level}/{m.query}/{number}")
-                noise = discrete_gaussian(m.variance, truth.size, stream).reshape(truth.shape)
-                noisy = truth + noise
-                del truth
-                writer.write(nmf.measurement_batch(level, geocodes[start:stop], m.query, noisy, m.variance))
+        for qi, chunk in enumerate(chunks):
+            for number in range(len(range(0, n_units, chunk))):
+                writer.write_table(nmf.read_part(_part_path(parts, qi, number)))
     except BaseException:
         writer.abort()
         raise
-    return writer.close()
+    path = writer.close()
+    shutil.rmtree(parts, ignore_errors=True)
+    return path
 
 
 def measure_release(
@@ -83,6 +148,9 @@ def measure_release(
     nmf_dir: Path,
     on_level=None,
     accountant=None,
+    *,
+    executor=None,
+    report: dict | None = None,
 ) -> dict[str, Path]:
     """Measure every level of `plan` (level -> measurements), skipping levels already written.
 
@@ -97,12 +165,19 @@ def measure_release(
     for level in geography.levels:
         path = nmf.level_path(nmf_dir, release, level)
         if path.exists():  # a complete level from an earlier, interrupted run: never redraw
+            shutil.rmtree(parts_dir(path), ignore_errors=True)  # left if killed just after the rename
             written[level] = path
+            if report is not None:
+                report[level] = {"reused_level": True}
             continue
         histograms = geography.aggregate(block_histograms, level)
+        level_report: dict = {}
         written[level] = measure_level(
-            release, level, geography, histograms, schema, plan.get(level, []), rng, path
+            release, level, geography, histograms, schema, plan.get(level, []), rng, path,
+            executor=executor, report=level_report,
         )
+        if report is not None:
+            report[level] = level_report
         if on_level is not None:
             on_level(level)
     return written

@@ -1,0 +1,79 @@
+"""Where independent tasks run: in process, on a local process pool, or on Dask (das.distributed).
+
+An executor has `submit(fn, arg) -> future` (a future has `.result()`), `slots` (tasks that can
+run at once) and `close()`. `ordered_map` feeds it lazily with a bounded number of tasks in
+flight and yields results in input order, so a level's problems are never all in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing import get_context
+
+IN_FLIGHT_PER_SLOT = 4
+
+
+def limit_threads() -> None:
+    """One BLAS/OpenMP thread per worker process: parallelism comes from the tasks."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+
+
+class InlineExecutor:
+    """Runs each task in this process when submitted (workers = 1)."""
+
+    slots = 1
+
+    def submit(self, fn: Callable, arg) -> Future:
+        future: Future = Future()
+        future.set_result(fn(arg))
+        return future
+
+    def close(self) -> None:
+        pass
+
+
+class PoolExecutor:
+    """A spawn-started local process pool, one solver thread per process."""
+
+    def __init__(self, workers: int):
+        self.slots = workers
+        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads)
+
+    def submit(self, fn: Callable, arg) -> Future:
+        return self.pool.submit(fn, arg)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def local_executor(workers: int):
+    return PoolExecutor(workers) if workers > 1 else InlineExecutor()
+
+
+def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None = None):
+    """`local` (a process pool of `workers`, or in process for 1) or `dask` (a scheduler address or a local cluster)."""
+    if engine == "local":
+        if scheduler:
+            raise ValueError("--scheduler needs --engine dask")
+        return local_executor(workers)
+    if engine == "dask":
+        from das.distributed import DaskExecutor
+
+        return DaskExecutor(scheduler=scheduler, workers=workers)
+    raise ValueError(f"unknown engine {engine!r}: expected 'local' or 'dask'")
+
+
+def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None = None) -> Iterator:
+    """fn over items on the executor, in order, with at most `in_flight` tasks submitted and not yet yielded."""
+    limit = in_flight or max(1, IN_FLIGHT_PER_SLOT * getattr(executor, "slots", 1))
+    pending: deque = deque()
+    for item in items:
+        pending.append(executor.submit(fn, item))
+        if len(pending) >= limit:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
