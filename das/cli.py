@@ -9,10 +9,18 @@ import sys
 
 
 def _cmd_run(args) -> int:
-    from das.run import run
+    from das.run import RunError, resume_run, run
 
-    result = run(args.spec, args.out, seed=args.seed, workers=args.workers,
-                 overwrite=args.overwrite, progress=not args.no_progress)
+    if args.resume:
+        if args.overwrite:
+            raise RunError("--resume continues a run; it cannot be combined with --overwrite")
+        result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
+                            progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler)
+    else:
+        if args.spec is None:
+            raise RunError("das run needs a SPEC (or --resume RUN_DIR)")
+        result = run(args.spec, args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
+                     progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler)
     print(result.summary)
     print(f"wrote {result.out_dir}")
     return 0 if result.valid else 1
@@ -57,13 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
-    r.add_argument("spec", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    r.add_argument("spec", nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
     r.add_argument("--out", default=None, help="output directory (default: runs/<spec name>)")
     r.add_argument("--seed", type=int, default=None,
                    help="replication mode: seeded noise, outputs labelled NOT private")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel solver processes")
     r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue an interrupted run from its stored noisy measurements and checkpoints "
+                        "(never drawing noise again); SPEC defaults to the run's own")
+    r.add_argument("--engine", choices=("local", "dask"), default="local",
+                   help="where tasks run: a local process pool, or Dask (pip install 'das[dask]')")
+    r.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="Dask scheduler address (tcp://host:8786); default: a local cluster of --workers processes")
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
@@ -87,21 +102,24 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=None)
     m.add_argument("--overwrite", action="store_true")
     m.set_defaults(func=_cmd_measure)
+    from das.research.cli import add_parsers as add_research_parsers
+    add_research_parsers(sub)
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "out", "x") is None:
+    if getattr(args, "out", "x") is None and getattr(args, "spec", None) is not None:
         args.out = os.path.join("runs", args.spec.rsplit("/", 1)[-1].removesuffix(".toml"))
     from das.io.microdata import InputError
     from das.privacy.accounting import BudgetError
+    from das.research.replicate import StudyError
     from das.run import RunError
     from das.schema import SpecError
 
     try:
         return args.func(args)
-    except (SpecError, RunError, BudgetError) as e:
+    except (SpecError, RunError, BudgetError, StudyError) as e:
         print(f"das {args.command}: {e}", file=sys.stderr)
         return 2
     except InputError as e:

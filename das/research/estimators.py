@@ -1,0 +1,164 @@
+"""Estimators of the same noisy measurements, for bias research.
+
+- `topdown`: the product (nonnegative, integral, consistent) from block histograms.
+- `noisy`: the raw noisy answer of a query where it was measured at that level (or the sum of
+  the noisy detailed cells when only the detailed query was): unbiased, inconsistent, can be < 0.
+- `wls`: the unconstrained weighted least-squares estimate, top-down per parent, under only the
+  equalities every geounit shares (published totals, structural zeros): consistent, unbiased,
+  fractional and possibly negative. It is the reference that isolates what nonnegativity and
+  integrality add.
+
+WLS per parent p with children c: minimize sum_c sum_q w_q ||Q_q x_c - y_cq||^2 subject to
+C x_c = d_c and sum_c x_c = x_p, with w_q = 1/variance. Every child of a level shares the normal
+matrix M = sum_q w_q Q_q' Q_q and the constraint rows C, which gives a closed form: the unconstrained
+child solutions x^_c = M^-1 b_c, corrected to C x_c = d_c along M^-1 C', then shifted by an equal
+share of the parent discrepancy (that shift lies in the null space of C, since C x_p = sum_c d_c).
+Both corrections are linear in the noise, so unbiasedness carries down from the root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import scipy.linalg as la
+import scipy.sparse as sp
+
+from das.geography import Geography
+from das.io import nmf
+from das.schema import Schema
+from das.topdown.constraints import Invariants, block_bounds, level_bounds
+
+ESTIMATORS = ("topdown", "noisy", "wls")
+MAX_DENSE_CELLS = 20_000  # without `detailed`, M^-1 is formed densely (n x n floats)
+
+
+def query_matrix(schema: Schema, name: str) -> sp.csr_matrix:
+    if name == "detailed":
+        return sp.identity(schema.size, format="csr", dtype=np.float64)
+    return schema.query(name).matrix.astype(np.float64)
+
+
+def answers(schema: Schema, histograms, name: str) -> np.ndarray:
+    """(n_units x n_query_cells) answers of a query for histograms (sparse or dense, n_units x n_cells)."""
+    q = query_matrix(schema, name)
+    result = histograms @ q.T
+    return result.toarray() if sp.issparse(result) else np.asarray(result)
+
+
+def noisy_answers(schema: Schema, noisy: dict, name: str) -> np.ndarray | None:
+    """The raw noisy estimate of `name` at a level (None if neither it nor `detailed` was measured)."""
+    if name in noisy:
+        return noisy[name][0].astype(np.float64)
+    if "detailed" in noisy:
+        return answers(schema, noisy["detailed"][0].astype(np.float64), name)
+    return None
+
+
+def _equalities(schema: Schema, geography: Geography, invariants: Invariants, level: str, families):
+    """(C, D): rows of equalities every geounit at `level` holds, and their (n_units x k) values."""
+    rows, values = [], []
+    for b in level_bounds(schema, invariants, geography, level, families):
+        fixed = np.isfinite(b.upper) & (b.lower == b.upper)
+        columns = np.flatnonzero(fixed.all(axis=0))
+        if columns.size:
+            rows.append(query_matrix(schema, b.query)[columns])
+            values.append(b.lower[:, columns].astype(np.float64))
+    if not rows:
+        return None, None
+    c = sp.vstack(rows).toarray()
+    d = np.hstack(values)
+    _, keep = np.unique(c, axis=0, return_index=True)  # the same row from two families
+    keep = np.sort(keep)
+    return c[keep], d[:, keep]
+
+
+class _LevelSystem:
+    """M^-1 (applied, never formed when `detailed` is measured) and the constraint correction of
+    one level, shared by all its geounits."""
+
+    def __init__(self, schema: Schema, noisy: dict, c: np.ndarray | None):
+        n = schema.size
+        self.weights = {name: (query_matrix(schema, name), 1.0 / float(var)) for name, (_, var) in noisy.items()}
+        if "detailed" in noisy:
+            # Woodbury: M = a I + U W U' with U the stacked marginal matrices (n x r, r << n), so
+            # M^-1 = (I - U (a W^-1 + U'U)^-1 U') / a and only an r x r system is factored.
+            self.a = self.weights["detailed"][1]
+            marginals = [(q, w) for name, (q, w) in self.weights.items() if name != "detailed"]
+            if marginals:
+                self.u = sp.vstack([q for q, _ in marginals]).T.tocsc()
+                w_inv = np.concatenate([np.full(q.shape[0], 1.0 / w) for q, w in marginals])
+                inner = np.diag(self.a * w_inv) + (self.u.T @ self.u).toarray()
+                self.inner = la.cho_factor(inner)
+            else:
+                self.u = None
+        else:
+            if n > MAX_DENSE_CELLS:
+                raise ValueError(f"without a `detailed` measurement the WLS reference holds M^-1 densely and "
+                                 f"supports schemas up to {MAX_DENSE_CELLS:,} cells; {schema.name!r} has {n:,}")
+            m = np.zeros((n, n))
+            for q, w in self.weights.values():
+                m += w * (q.T @ q).toarray()
+            # singular when the queries do not identify every cell: the minimum-norm solution,
+            # still unbiased for every query the measurements identify
+            self.m_inv = la.pinvh(m)
+            self.a = None
+        self.c = c
+        if c is not None:
+            m_inv_ct = self.apply_inverse(c).T  # (n x k)
+            self.g = m_inv_ct @ la.pinvh(c @ m_inv_ct)  # M^-1 C' (C M^-1 C')^-1
+
+    def apply_inverse(self, b: np.ndarray) -> np.ndarray:
+        """Rows of b times M^-1 (M is symmetric)."""
+        if self.a is None:
+            return b @ self.m_inv
+        if self.u is None:
+            return b / self.a
+        bu = np.asarray((self.u.T @ b.T).T)
+        return (b - np.asarray((self.u @ la.cho_solve(self.inner, bu.T)).T)) / self.a
+
+    def solve(self, noisy: dict, d: np.ndarray | None) -> np.ndarray:
+        """Each geounit's WLS histogram under its own equalities (n_units x n)."""
+        b = None
+        for name, (q, w) in self.weights.items():
+            part = np.asarray((q.T @ (w * noisy[name][0].astype(np.float64).T)).T)
+            b = part if b is None else b + part
+        x = self.apply_inverse(b)
+        if self.c is not None:
+            x += (d - x @ self.c.T) @ self.g.T
+        return x
+
+
+def wls_level(schema, geography, invariants, level, noisy, parent=None, families=None) -> np.ndarray:
+    """WLS histograms (n_units x n_cells) of one level given its noisy answers and the parents' WLS."""
+    if not noisy:
+        raise ValueError(f"{level}: nothing measured; the WLS estimate needs a measurement at every level")
+    families = block_bounds(schema, invariants) if families is None else families
+    c, d = _equalities(schema, geography, invariants, level, families)
+    x = _LevelSystem(schema, noisy, c).solve(noisy, d)
+    if parent is not None:
+        x = distribute(x, parent, geography.child_ranges(geography.parent_level(level)))
+    return x
+
+
+def wls_levels(
+    schema: Schema, geography: Geography, invariants: Invariants, nmf_dir: Path, release: str,
+) -> Iterator[tuple[str, np.ndarray]]:
+    """(level, WLS histograms of its geounits (n_units x n_cells)), top-down, from an NMF."""
+    families = block_bounds(schema, invariants)
+    parent = None
+    for level in geography.levels:
+        noisy = nmf.read_level(nmf.level_path(nmf_dir, release, level), geography.units(level))
+        parent = wls_level(schema, geography, invariants, level, noisy, parent, families)
+        yield level, parent
+
+
+def distribute(children: np.ndarray, parents: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Shift each parent's children by an equal share of (sum of children - parent)."""
+    counts = np.diff(offsets)
+    if (counts <= 0).any():
+        raise ValueError("every parent needs at least one child")
+    sums = np.add.reduceat(children, offsets[:-1], axis=0)
+    shift = (sums - parents) / counts[:, None]
+    return children - np.repeat(shift, counts, axis=0)

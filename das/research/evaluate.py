@@ -1,0 +1,92 @@
+"""`das metrics RUN_DIR`: score one release (its MDF, and its NMF through the other estimators)
+against the confidential input, in the same files a replicate study writes (one replicate)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from das.geography import Geography
+from das.io.microdata import block_histograms, read_inputs, read_records
+from das.research.estimators import ESTIMATORS
+from das.research.replicate import (
+    CONFIDENTIAL,
+    DEFAULT_QUERIES,
+    RELEASE,
+    Context,
+    StudyError,
+    _part_name,
+    _write_parquet,
+    score,
+    scored_queries,
+    summarize,
+)
+from das.schema import load_schema
+from das.topdown.constraints import INVARIANT_LEVELS, Invariants
+
+
+def truth_context(persons, units, schema_name: str, levels) -> Context:
+    """The confidential input as a scoring context: geography, invariants, true block histograms."""
+    schema = load_schema(schema_name)
+    inputs = read_inputs(persons, units, schema)
+    geography = Geography.from_blocks(inputs.inventory.blocks, tuple(levels))
+    blocks = inputs.person_histograms.tocsr()
+    invariants = Invariants(
+        housing_units=inputs.inventory.housing_units,
+        gq_facilities=inputs.inventory.gq_facilities,
+        total_population={lv: np.asarray(geography.aggregate(blocks, lv).sum(axis=1)).ravel()
+                          for lv in INVARIANT_LEVELS if lv in levels},
+    )
+    return Context(None, schema, geography, invariants, blocks)
+
+
+def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
+                 queries=DEFAULT_QUERIES, keep=("total",), overwrite: bool = True) -> dict:
+    """Score a `das run` output directory; writes stats/errors/metrics files to `out`."""
+    run_dir = Path(run_dir)
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.exists():
+        raise StudyError(f"{run_dir} is not a das run directory: {manifest_path.name} is missing")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("status") != "complete":
+        raise StudyError(f"{manifest_path}: status is {manifest.get('status')!r}, expected 'complete'")
+    persons, units = truth or (manifest["inputs"]["persons"], manifest["inputs"]["units"])
+    for path in (persons, units):
+        if not Path(path).exists():
+            raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
+    ctx = truth_context(persons, units, manifest["persons"]["schema"], manifest["levels"])
+    mdf = run_dir / "mdf_persons.parquet"
+    topdown = None
+    if "topdown" in estimators:
+        if not mdf.exists():
+            raise StudyError(f"{mdf} is missing: the topdown estimator reads the run's MDF")
+        records = read_records(mdf, ctx.schema, ctx.geography.blocks)
+        topdown = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
+    nmf_dir = run_dir / "nmf"
+    if {"noisy", "wls"} & set(estimators) and not (nmf_dir / RELEASE).exists():
+        raise StudyError(f"{nmf_dir / RELEASE} is missing: the noisy and wls estimators read the run's NMF")
+    out = Path(out) if out else run_dir / "metrics"
+    if out.exists() and overwrite:
+        shutil.rmtree(out)
+    (out / "parts").mkdir(parents=True, exist_ok=True)
+    queries = scored_queries(ctx.schema, queries)
+    rho = manifest["privacy"][RELEASE]["rho"]
+    stats, errors = score(ctx, nmf_dir, topdown, tuple(estimators), queries, tuple(keep),
+                          {"rho": str(rho), "replicate": 0})
+    _write_parquet(errors, out / "parts" / _part_name(0, 0, "errors"))
+    _write_parquet(stats, out / "parts" / _part_name(0, 0, "stats"))
+    meta = {
+        "kind": "run", "run_dir": str(run_dir), "spec_name": manifest["spec_name"], "rhos": [str(rho)],
+        "study": {"spec": manifest["spec_name"], "runs": 1, "estimators": list(estimators), "queries": list(queries),
+                  "keep": list(keep), "seed": None},
+        "queries": list(queries), "levels": manifest["levels"], "schema": ctx.schema.name,
+        "randomness": manifest["randomness"], "notice": CONFIDENTIAL, "status": "complete",
+        "n_blocks": ctx.geography.n_blocks,
+        "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+    }
+    meta.update(summarize(out))
+    (out / "study.json").write_text(json.dumps(meta, indent=2))
+    return meta

@@ -1,0 +1,130 @@
+"""Error metrics of an estimate against the truth, by level, query and true-size bin.
+
+Everything is built from additive sufficient statistics per (level, query, size bin), so one
+replicate, many replicates or a budget sweep combine by summing rows; the metrics are then a
+few ratios of sums. A "cell" is one geounit x one cell of the query (for `total`: one geounit).
+
+Definitions (over the cells of a bin; T = true, E = estimate, err = E - T):
+  MAE = mean |err|; RMSE = sqrt(mean err^2); mean signed error = mean err; max |err|;
+  MAPE = 100 mean |err| / T and MALPE = 100 mean err / T, over cells with T > 0;
+  share off by more than 5% = share of cells with |err| > 0.05 T (any error > 1e-9 when T = 0);
+  TVD (bin "all" only) = mean over geounits of 1/2 sum_cells |E/sum E - T/sum T|, over geounits
+  with both sums positive, E clipped at 0 first (raw noisy answers can be negative).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# True-size bins of a cell: [0], [1, 9], [10, 99], [100, 999], [1000, 9999], [10000, inf)
+SIZE_BINS = ("0", "1-9", "10-99", "100-999", "1000-9999", "10000+")
+BIN_EDGES = np.array([0, 1, 10, 100, 1000, 10000])
+ALL = "all"
+
+STAT_COLUMNS = ("n", "n_pos", "sum_err", "sum_abs", "sum_sq", "max_abs", "sum_rel", "sum_abs_rel",
+                "n_off5", "tvd_sum", "n_tvd")
+METRIC_COLUMNS = ("n", "mean_error", "mae", "rmse", "mape", "malpe", "max_abs_error", "share_off_5pct", "tvd")
+
+
+def size_bin(truth: np.ndarray) -> np.ndarray:
+    """Index into SIZE_BINS of each true count (negative truth is not a count: ValueError)."""
+    truth = np.asarray(truth)
+    if truth.size and truth.min() < 0:
+        raise ValueError("true counts must be nonnegative")
+    return np.searchsorted(BIN_EDGES, truth, side="right") - 1
+
+
+def _tvd(estimate: np.ndarray, truth: np.ndarray) -> tuple[float, int]:
+    """(sum over geounits of TVD, number of geounits it is defined for) of (units x cells) arrays."""
+    if truth.shape[1] < 2:
+        return 0.0, 0
+    est = np.clip(estimate, 0, None)
+    e_sum, t_sum = est.sum(axis=1), truth.sum(axis=1)
+    ok = (e_sum > 0) & (t_sum > 0)
+    if not ok.any():
+        return 0.0, 0
+    tvd = 0.5 * np.abs(est[ok] / e_sum[ok, None] - truth[ok] / t_sum[ok, None]).sum(axis=1)
+    return float(tvd.sum()), int(ok.sum())
+
+
+def error_stats(estimate: np.ndarray, truth: np.ndarray) -> pd.DataFrame:
+    """Sufficient statistics per size bin (and "all") of an estimate of (units x cells) counts."""
+    estimate = np.asarray(estimate, dtype=np.float64)
+    truth = np.asarray(truth)
+    if estimate.shape != truth.shape:
+        raise ValueError(f"estimate shape {estimate.shape} differs from truth shape {truth.shape}")
+    t = truth.reshape(-1).astype(np.float64)
+    err = estimate.reshape(-1) - t
+    bins = size_bin(truth.reshape(-1))
+    pos = t > 0
+    rel = np.divide(err, t, out=np.zeros_like(err), where=pos)
+    off = np.abs(err) > 0.05 * t + 1e-9  # float estimators: rounding noise is not an error
+    n_bins = len(SIZE_BINS)
+
+    def by_bin(values, mask=None):
+        w = values if mask is None else np.where(mask, values, 0.0)
+        return np.bincount(bins, weights=w, minlength=n_bins)
+
+    abs_err = np.abs(err)
+    maxes = np.zeros(n_bins)
+    if err.size:
+        np.maximum.at(maxes, bins, abs_err)
+    stats = pd.DataFrame({
+        "bin": list(SIZE_BINS),
+        "n": np.bincount(bins, minlength=n_bins).astype(np.int64),
+        "n_pos": by_bin(pos.astype(np.float64)).astype(np.int64),
+        "sum_err": by_bin(err),
+        "sum_abs": by_bin(abs_err),
+        "sum_sq": by_bin(err * err),
+        "max_abs": maxes,
+        "sum_rel": by_bin(rel),
+        "sum_abs_rel": by_bin(np.abs(rel)),
+        "n_off5": by_bin(off.astype(np.float64)).astype(np.int64),
+        "tvd_sum": 0.0,
+        "n_tvd": 0,
+    })
+    stats = stats[stats["n"] > 0]
+    tvd_sum, n_tvd = _tvd(estimate, truth)
+    total = {c: stats[c].sum() for c in STAT_COLUMNS if c not in ("max_abs", "tvd_sum", "n_tvd")}
+    total.update(bin=ALL, max_abs=float(abs_err.max()) if err.size else 0.0, tvd_sum=tvd_sum, n_tvd=n_tvd)
+    return pd.concat([stats, pd.DataFrame([total])], ignore_index=True)
+
+
+def combine(stats: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Sum sufficient statistics over everything not in `by` (max for max_abs)."""
+    agg = {c: ("max" if c == "max_abs" else "sum") for c in STAT_COLUMNS}
+    return stats.groupby(by, sort=False, observed=True).agg(agg).reset_index()
+
+
+def metrics(stats: pd.DataFrame) -> pd.DataFrame:
+    """The metrics (METRIC_COLUMNS) of each row of sufficient statistics, keys kept."""
+    keys = [c for c in stats.columns if c not in STAT_COLUMNS]
+    n = stats["n"].to_numpy(dtype=np.float64)
+    n_pos = stats["n_pos"].to_numpy(dtype=np.float64)
+    n_tvd = stats["n_tvd"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = stats[keys].copy()
+        out["n"] = stats["n"].astype(np.int64)
+        out["mean_error"] = stats["sum_err"] / n
+        out["mae"] = stats["sum_abs"] / n
+        out["rmse"] = np.sqrt(stats["sum_sq"] / n)
+        out["mape"] = np.where(n_pos > 0, 100 * stats["sum_abs_rel"] / n_pos, np.nan)
+        out["malpe"] = np.where(n_pos > 0, 100 * stats["sum_rel"] / n_pos, np.nan)
+        out["max_abs_error"] = stats["max_abs"]
+        out["share_off_5pct"] = stats["n_off5"] / n
+        out["tvd"] = np.where(n_tvd > 0, stats["tvd_sum"] / n_tvd, np.nan)
+    return out.reset_index(drop=True)
+
+
+def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
+    """A plain Markdown table (no extra dependency), numbers formatted, NaN shown as '-'."""
+    def cell(v):
+        if isinstance(v, float | np.floating):
+            return "-" if np.isnan(v) else floatfmt.format(v)
+        return str(v)
+
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |",
+             "|" + "|".join("---" for _ in frame.columns) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)

@@ -1,0 +1,345 @@
+"""Replicate studies: many independent noise draws on the same input, each post-processed and
+scored against the truth, kept compactly.
+
+`das replicate SPEC --runs N --out DIR [--rho R ...] [--estimators topdown,noisy,wls]` writes
+  DIR/study.json           what was run (spec, budgets, seeds or OS randomness, code version)
+  DIR/parts/*.parquet      one stats file and one errors file per (budget, replicate), atomic;
+                           a rerun of the same study skips the parts already written
+  DIR/stats.parquet        sufficient statistics per (rho, replicate, estimator, level, query, bin)
+  DIR/errors.parquet       per-geounit estimates and truth for the `keep` queries (default total)
+  DIR/metrics.parquet/.md  metrics pooled over replicates, and the bias test across replicates
+Every output is computed against the confidential truth: it is research output, not a release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from das.geography import Geography
+from das.io import nmf
+from das.privacy.accounting import PrivacyAccountant
+from das.privacy.randomness import make_random_source
+from das.privacy.strategy import load_strategy, parse_fraction
+from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level
+from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
+from das.schema import Schema, SpecError, parse_query_name
+from das.topdown.constraints import Invariants, block_bounds
+from das.topdown.engine import EngineOptions, postprocess
+
+RELEASE = "persons"
+DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
+CONFIDENTIAL = ("Research output computed against the confidential input: it holds true counts "
+                "and errors, is NOT a privacy-protected release, and must stay with the data owner.")
+KEYS = ["rho", "replicate", "estimator", "level", "query"]
+
+
+class StudyError(RuntimeError):
+    """A study cannot start (bad options, an output directory holding another study)."""
+
+
+@dataclass(frozen=True)
+class Study:
+    """What a replicate study runs: one spec, budgets, replicates per budget, estimators, queries."""
+
+    spec: str
+    rhos: tuple[str, ...] = ("spec",)  # exact fractions as text; "spec" = the spec's own budget
+    runs: int = 20
+    estimators: tuple[str, ...] = ESTIMATORS
+    queries: tuple[str, ...] = DEFAULT_QUERIES
+    keep: tuple[str, ...] = ("total",)  # queries whose per-geounit estimates are kept
+    seed: int | None = None  # None: OS CSPRNG noise
+
+    def check(self) -> None:
+        unknown = [e for e in self.estimators if e not in ESTIMATORS]
+        if unknown or not self.estimators:
+            raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
+        if self.runs < 1:
+            raise StudyError(f"--runs must be at least 1, not {self.runs}")
+        if not set(self.keep) <= set(self.queries):
+            raise StudyError(f"kept queries {sorted(set(self.keep) - set(self.queries))} are not among the scored queries")
+        for r in self.rhos:
+            if r != "spec" and parse_fraction(r, "--rho") <= 0:
+                raise StudyError(f"--rho must be positive, not {r}")
+
+
+@dataclass
+class Context:
+    """The confidential input of a study, read once per process."""
+
+    spec: object
+    schema: Schema
+    geography: Geography
+    invariants: Invariants
+    blocks: sp.csr_matrix  # true block histograms
+    truth: dict = field(default_factory=dict)  # (level, query) -> true answers
+
+    def true_answers(self, level: str, query: str) -> np.ndarray:
+        if (level, query) not in self.truth:
+            self.truth[level, query] = answers(self.schema, self.geography.aggregate(self.blocks, level), query)
+        return self.truth[level, query]
+
+
+def load_context(spec_path: str, seed: int | None) -> Context:
+    from das.run import prepare, read_confidential
+
+    prep = prepare(spec_path, seed)
+    geography, invariants, histograms = read_confidential(prep, {}, lambda *_: None)
+    schema = next(s for name, _, s in prep.releases if name == RELEASE)
+    return Context(prep.spec, schema, geography, invariants, histograms[RELEASE].tocsr())
+
+
+def scored_queries(schema: Schema, queries) -> tuple[str, ...]:
+    """The queries the schema has (a default query the schema lacks is dropped)."""
+    kept = []
+    for q in queries:
+        try:
+            parse_query_name(schema, q)
+            kept.append(q)
+        except SpecError:
+            if q not in DEFAULT_QUERIES:
+                raise
+    return tuple(kept)
+
+
+def _frames(ctx: Context, estimator: str, level: str, estimates: dict, keep):
+    """Stats rows and kept per-geounit rows for one estimator at one level."""
+    stats, errors = [], []
+    for query, est in estimates.items():
+        truth = ctx.true_answers(level, query)
+        s = error_stats(est, truth)
+        stats.append(s.assign(estimator=estimator, level=level, query=query))
+        if query in keep:
+            units, cells = np.indices(truth.shape)
+            errors.append(pd.DataFrame({
+                "estimator": estimator, "level": level, "query": query,
+                "unit": units.ravel().astype(np.int32), "cell": cells.ravel().astype(np.int32),
+                "truth": truth.ravel().astype(np.int64), "estimate": np.asarray(est, np.float64).ravel(),
+            }))
+    return stats, errors
+
+
+def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, queries, keep, tags: dict):
+    """(stats, errors) DataFrames of every estimator, level and query of one draw of noise."""
+    stats, errors = [], []
+    schema, geography = ctx.schema, ctx.geography
+    families = block_bounds(schema, ctx.invariants) if "wls" in estimators else None
+    parent = None
+    for level in geography.levels:
+        noisy = None
+        if nmf_dir is not None and ({"noisy", "wls"} & set(estimators)):
+            noisy = nmf.read_level(nmf.level_path(nmf_dir, RELEASE, level), geography.units(level))
+        per_estimator = {}
+        if "topdown" in estimators:
+            hist = geography.aggregate(topdown_blocks, level)
+            per_estimator["topdown"] = {q: answers(schema, hist, q) for q in queries}
+        if "noisy" in estimators:
+            per_estimator["noisy"] = {q: a for q in queries if (a := noisy_answers(schema, noisy, q)) is not None}
+        if "wls" in estimators:
+            parent = wls_level(schema, geography, ctx.invariants, level, noisy, parent, families)
+            per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
+        del noisy
+        for estimator in estimators:
+            s, e = _frames(ctx, estimator, level, per_estimator[estimator], keep)
+            stats += s
+            errors += e
+    stats = pd.concat(stats, ignore_index=True).assign(**tags)
+    errors = pd.concat(errors, ignore_index=True).assign(**tags) if errors else pd.DataFrame()
+    return stats, errors
+
+
+def plan_for_rho(ctx: Context, rho_text: str):
+    from das.run import plan_for
+
+    strategy = load_strategy(ctx.spec.persons.strategy)
+    rho = strategy.rho if ctx.spec.persons.rho is None else ctx.spec.persons.rho
+    if rho_text != "spec":
+        rho = parse_fraction(rho_text, "--rho")
+    plan, allocation = plan_for(strategy, rho, ctx.spec.levels)
+    return rho, plan, allocation
+
+
+def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, work_dir: Path):
+    """One draw of noise at one budget: measure, post-process, score. Returns (stats, errors, seconds)."""
+    from das.measure import measure_release
+
+    t0 = time.perf_counter()
+    rho, plan, allocation = plan_for_rho(ctx, rho_text)
+    rng = make_random_source(study.seed)
+    if study.seed is not None:  # a stream of its own per (budget, replicate): reproducible in any order
+        rng = rng.spawn(f"replicate/{rho}/{replicate}")
+    nmf_dir = Path(tempfile.mkdtemp(prefix=f"rep{replicate}-", dir=work_dir))
+    try:
+        measure_release(RELEASE, ctx.geography, ctx.blocks, ctx.schema, plan, rng, nmf_dir,
+                        accountant=PrivacyAccountant.for_allocation(allocation))
+        topdown = None
+        timings = {"measure": time.perf_counter() - t0}
+        if "topdown" in study.estimators:
+            spec = ctx.spec
+            options = EngineOptions(workers=1, solver=spec.solver, rounding=spec.rounding, progress=False,
+                                    passes=spec.passes)
+            topdown, _ = postprocess(RELEASE, ctx.schema, ctx.geography, ctx.invariants, nmf_dir, options)
+        timings["postprocess"] = time.perf_counter() - t0 - timings["measure"]
+        queries = scored_queries(ctx.schema, study.queries)
+        stats, errors = score(ctx, nmf_dir, topdown, study.estimators, queries, study.keep,
+                              {"rho": str(rho), "replicate": replicate})
+        timings["total"] = time.perf_counter() - t0
+        return stats, errors, timings
+    finally:
+        shutil.rmtree(nmf_dir, ignore_errors=True)
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+
+
+def _part_name(rho_index: int, replicate: int, kind: str) -> str:
+    return f"{kind}-rho{rho_index}-rep{replicate:04d}.parquet"
+
+
+_CONTEXT: dict = {}
+
+
+def _worker(args):
+    """Process-pool entry: one replicate, its parts written atomically; returns timings."""
+    study, rho_index, rho_text, replicate, out_dir = args
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    key = (study.spec, study.seed)
+    if key not in _CONTEXT:
+        _CONTEXT.clear()
+        _CONTEXT[key] = load_context(study.spec, study.seed)
+    ctx = _CONTEXT[key]
+    parts = Path(out_dir) / "parts"
+    stats, errors, timings = run_replicate(ctx, study, rho_text, replicate, parts)
+    _write_parquet(errors, parts / _part_name(rho_index, replicate, "errors"))
+    _write_parquet(stats, parts / _part_name(rho_index, replicate, "stats"))  # written last: marks done
+    return rho_index, replicate, timings
+
+
+def bias_table(stats: pd.DataFrame) -> pd.DataFrame:
+    """Mean signed error per (rho, estimator, level, query, bin) across replicates, with its
+    standard error and t statistic: each replicate's mean error is one independent draw."""
+    per_rep = stats.assign(mean_error=stats["sum_err"] / stats["n"])
+    groups = per_rep.groupby(["rho", "estimator", "level", "query", "bin"], sort=False, observed=True)["mean_error"]
+    table = groups.agg(["mean", "std", "count"]).reset_index()
+    table = table.rename(columns={"mean": "mean_error", "std": "sd_between", "count": "replicates"})
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["se"] = table["sd_between"] / np.sqrt(table["replicates"])
+        # t is undefined where replicates agree to rounding (an invariant): se ~ 0
+        table["t"] = np.where(table["se"] > 1e-9 * (1 + table["mean_error"].abs()), table["mean_error"] / table["se"], np.nan)
+    return table
+
+
+def summarize(out_dir: Path) -> dict:
+    """Pool the parts into stats/errors/metrics files; returns the headline figures."""
+    parts = out_dir / "parts"
+    stats = pd.concat([pd.read_parquet(p) for p in sorted(parts.glob("stats-*.parquet"))], ignore_index=True)
+    error_parts = [pd.read_parquet(p) for p in sorted(parts.glob("errors-*.parquet"))]
+    errors = pd.concat([e for e in error_parts if len(e)], ignore_index=True) if error_parts else pd.DataFrame()
+    _write_parquet(stats, out_dir / "stats.parquet")
+    if len(errors):
+        _write_parquet(errors, out_dir / "errors.parquet")
+    pooled = metrics(combine(stats, ["rho", "estimator", "level", "query", "bin"]))
+    bias = bias_table(stats)
+    _write_parquet(pooled, out_dir / "metrics.parquet")
+    _write_parquet(bias, out_dir / "bias.parquet")
+    (out_dir / "metrics.md").write_text(render_metrics(pooled, bias))
+    return {"replicates": int(stats["replicate"].nunique()), "rows": len(stats)}
+
+
+def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
+    """Markdown: metrics over all cells ("all" bin) and the bias test by size bin."""
+    lines = [f"> {CONFIDENTIAL}", "", "## Metrics, pooled over replicates (all cells)", ""]
+    overall = pooled[pooled["bin"] == "all"].drop(columns=["bin"])
+    lines += [markdown_table(overall), "", "## Signed error by true size (mean over replicates; t = mean / se)", ""]
+    table = bias[bias["bin"] != "all"].copy()
+    table["bin"] = pd.Categorical(table["bin"], SIZE_BINS, ordered=True)
+    table = table.sort_values(["rho", "query", "level", "estimator", "bin"])
+    lines += [markdown_table(table[["rho", "query", "level", "estimator", "bin", "replicates", "mean_error", "se", "t"]]), ""]
+    return "\n".join(lines)
+
+
+def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwrite: bool = False,
+                    log=print) -> dict:
+    """Run (or finish) a study into out_dir; returns study.json's content."""
+    from das.run import code_version
+
+    study.check()
+    out_dir = Path(out_dir)
+    meta_path = out_dir / "study.json"
+    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(study).items()}
+    if out_dir.exists() and any(out_dir.iterdir()):
+        previous = json.loads(meta_path.read_text())["study"] if meta_path.exists() else None
+        if overwrite:
+            shutil.rmtree(out_dir)
+        elif previous != config:
+            raise StudyError(f"{out_dir} is not empty and holds another study ({meta_path.name} "
+                             f"{'differs' if previous else 'is missing'}); choose another directory or pass --overwrite")
+    (out_dir / "parts").mkdir(parents=True, exist_ok=True)
+    ctx = load_context(study.spec, study.seed)  # reads and validates the input before any work
+    queries = scored_queries(ctx.schema, study.queries)
+    rhos = [str(plan_for_rho(ctx, r)[0]) for r in study.rhos]
+    meta = {
+        "study": config, "rhos": rhos, "queries": list(queries), "levels": list(ctx.geography.levels),
+        "spec_name": ctx.spec.name, "schema": ctx.schema.name, "das_version": code_version(),
+        "randomness": "operating-system CSPRNG" if study.seed is None else f"seeded (seed {study.seed}): NOT private",
+        "notice": CONFIDENTIAL, "status": "running", "n_blocks": ctx.geography.n_blocks,
+        "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+    }
+    meta_path.write_text(json.dumps(meta, indent=2))
+    tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(study.rhos) for rep in range(study.runs)
+             if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
+    log(f"replicate {ctx.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
+        f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")
+    t0 = time.perf_counter()
+    timings = []
+    if workers <= 1:
+        _CONTEXT[(study.spec, study.seed)] = ctx
+        results = (_worker(t) for t in tasks)
+        for done, (i, rep, t) in enumerate(results, 1):
+            timings.append({"rho": rhos[i], "replicate": rep, **t})
+            log(f"  [{done}/{len(tasks)}] rho {rhos[i]} replicate {rep}: {t['total']:.1f} s")
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(_worker, t) for t in tasks]
+            for done, future in enumerate(as_completed(futures), 1):
+                i, rep, t = future.result()
+                timings.append({"rho": rhos[i], "replicate": rep, **t})
+                log(f"  [{done}/{len(tasks)}] rho {rhos[i]} replicate {rep}: {t['total']:.1f} s")
+    wall = time.perf_counter() - t0
+    meta.update(summarize(out_dir))
+    meta.update(status="complete", wall_seconds=wall, workers=workers, replicate_timings=timings,
+                seconds_per_replicate=(wall / len(tasks)) if tasks else None)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def rho_list(text: str | None) -> tuple[str, ...]:
+    """--rho "1/10,1,293764/114921" -> exact fractions as text (validated)."""
+    if not text:
+        return ("spec",)
+    values = []
+    for part in text.split(","):
+        value = parse_fraction(part.strip(), "--rho")
+        if value <= 0:
+            raise StudyError(f"--rho values must be positive, not {part.strip()}")
+        values.append(str(Fraction(value)))
+    return tuple(values)
