@@ -8,6 +8,8 @@ flight and yields results in input order, so a level's problems are never all in
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -20,6 +22,18 @@ def limit_threads() -> None:
     """One BLAS/OpenMP thread per worker process: parallelism comes from the tasks."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+
+
+def _worker_init(parent: int) -> None:
+    """Limit threads, and exit when the run that started this worker is gone (killed with -9, say)."""
+    limit_threads()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 class InlineExecutor:
@@ -41,7 +55,8 @@ class PoolExecutor:
 
     def __init__(self, workers: int):
         self.slots = workers
-        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads)
+        self.pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker_init,
+                                        initargs=(os.getpid(),))
 
     def submit(self, fn: Callable, arg) -> Future:
         return self.pool.submit(fn, arg)

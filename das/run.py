@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import das
+from das.checkpoint import crash_point, is_disk_full, run_fingerprint
+from das.executors import make_executor
 from das.geography import Geography
 from das.io import mdf as mdf_io
 from das.io.microdata import read_inputs
@@ -88,12 +90,21 @@ def plan_for(strategy, rho: Fraction, levels) -> tuple[dict[str, list[Measuremen
 
 def check_out_dir(out_dir: Path, overwrite: bool) -> None:
     """Refuse a non-empty output directory unless asked to overwrite it."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RunError(f"output directory {out_dir} is a file, not a directory")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         manifest = out_dir / "manifest.json"
-        owner = ""
+        owner, hint = "", ""
         if manifest.exists():
-            owner = f" (it holds run {json.loads(manifest.read_text()).get('spec_name')!r})"
-        raise RunError(f"output directory {out_dir} is not empty{owner}; choose another or pass --overwrite")
+            try:
+                held = json.loads(manifest.read_text())
+            except (OSError, ValueError):
+                held = {}
+            owner = f" (it holds run {held.get('spec_name')!r})"
+            if held.get("status") not in (None, "complete"):
+                owner = f" (it holds an unfinished run of {held.get('spec_name')!r}, status {held.get('status')!r})"
+                hint = f", continue it with `das run --resume {out_dir}`"
+        raise RunError(f"output directory {out_dir} is not empty{owner}; choose another{hint} or pass --overwrite")
 
 
 def prepare_out_dir(out_dir: Path, spec: RunSpec, overwrite: bool) -> None:
@@ -180,16 +191,24 @@ def read_confidential(prep: Prepared, timings: dict, log):
     return geography, invariants, histograms
 
 
-def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir: Path, timings: dict, log) -> None:
-    """Measure every release into out_dir/nmf, charging the accountant before any draw."""
+def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir: Path, timings: dict, log,
+                *, executor=None, report: dict | None = None) -> None:
+    """Measure every release into out_dir/nmf, charging the accountant before any draw.
+
+    Levels and chunks already committed (an interrupted run) are reused, never drawn again;
+    `report` (if given) receives, per release and level, what was reused and what was drawn.
+    """
     spec = prep.spec
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()
         # refuses any measurement that is not in the certified plan, or with another variance
         accountant = PrivacyAccountant.for_allocation(prep.allocations[name])
         budget = prep.allocations[name].rho
+        release_report: dict = {}
         measure_release(name, geography, histograms[name], schema, prep.plans[name], prep.rng, out_dir / "nmf",
-                        accountant=accountant)
+                        accountant=accountant, executor=executor, report=release_report)
+        if report is not None:
+            report[name] = release_report
         if accountant.spent != budget:
             raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {budget}")
         timings[f"measure_{name}"] = time.perf_counter() - t0
@@ -214,6 +233,63 @@ def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print) -> d
     return manifest
 
 
+def _progress_found(out_dir: Path, prep: Prepared) -> dict:
+    """What an interrupted run left: NMF levels complete or in committed chunks, checkpointed levels and batches."""
+    found: dict = {}
+    for name, _, _ in prep.releases:
+        nmf_dir, ckpt = out_dir / "nmf" / name, out_dir / "checkpoints" / name
+        found[name] = {
+            "nmf_levels": [lv for lv in prep.spec.levels if (nmf_dir / f"{lv}.parquet").exists()],
+            "nmf_levels_in_chunks": {lv: len(list((nmf_dir / f"{lv}.parquet.parts").glob("*.nmfpart")))
+                                     for lv in prep.spec.levels if (nmf_dir / f"{lv}.parquet.parts").is_dir()},
+            "solved_levels": [lv for lv in prep.spec.levels if (ckpt / f"{lv}.npz").exists()],
+            "solved_batches": {lv: len(list((ckpt / f"{lv}.parts").glob("b*.npz")))
+                               for lv in prep.spec.levels if (ckpt / f"{lv}.parts").is_dir()},
+        }
+    return found
+
+
+def _load_manifest(out_dir: Path) -> dict:
+    path = out_dir / "manifest.json"
+    if not path.is_file():
+        raise RunError(f"cannot resume {out_dir}: {path} not found (expected the directory of an interrupted "
+                       "`das run`, which writes manifest.json before it measures anything)")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RunError(f"cannot resume {out_dir}: {path} is not readable JSON ({e})") from None
+    missing = [k for k in ("spec_path", "fingerprint", "status") if k not in manifest]
+    if missing:
+        raise RunError(f"cannot resume {out_dir}: {path} has no {', '.join(missing)} (it was not written by a "
+                       "resumable `das run`)")
+    return manifest
+
+
+def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) -> None:
+    """Refuse to continue a run directory with another spec, seed or input."""
+    problems = []
+    if what == "spec" and stored.get("spec_sha256") != current["spec_sha256"]:
+        problems.append("the run spec differs from the one the run started with")
+    if what == "spec" and stored.get("seed") != current["seed"]:
+        problems.append(f"seed {current['seed']} differs from the run's {stored.get('seed')}")
+    if what == "inputs":
+        for name, files in current["inputs"].items():
+            if stored.get("inputs", {}).get(name) != files:
+                problems.append(f"the {name} input changed since the run started (SHA-256 differs)")
+    if problems:
+        raise RunError(f"{out_dir} belongs to another run: " + "; ".join(problems)
+                       + ". Resume with the same spec, seed and inputs, or start a new run in another directory")
+
+
+def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None, **kwargs) -> RunResult:
+    """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
+    manifest = _load_manifest(Path(run_dir))
+    stored_seed = manifest["fingerprint"].get("seed")
+    if seed is not None and seed != stored_seed:
+        raise RunError(f"{run_dir} belongs to another run: seed {seed} differs from the run's {stored_seed}")
+    return run(spec_path or manifest["spec_path"], run_dir, seed=stored_seed, resume=True, **kwargs)
+
+
 def run(
     spec_path: str | Path,
     out_dir: str | Path,
@@ -222,22 +298,97 @@ def run(
     overwrite: bool = False,
     progress: bool = True,
     log=print,
+    *,
+    resume: bool = False,
+    engine: str = "local",
+    scheduler: str | None = None,
 ) -> RunResult:
+    """A whole release into out_dir; with resume=True, continue the interrupted run in out_dir.
+
+    A resumed run reuses every noisy measurement already committed (never drawing it again),
+    every solved level and batch of parents, and records the interruption in the manifest.
+    """
     t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    stored = _load_manifest(out_dir) if resume else None
+    if stored and stored["status"] == "complete" and "validation" in stored:
+        log(f"{out_dir} already holds a complete run; nothing to resume")
+        return RunResult(out_dir, stored, stored["validation"]["valid"], render_summary(stored))
     prep = prepare(spec_path, seed)
     spec = prep.spec
-    out_dir = Path(out_dir)
-    check_out_dir(out_dir, overwrite)
+    fingerprint = run_fingerprint(spec.text, spec.seed, {"persons": spec.persons_path, "units": spec.units_path})
+    if stored:
+        _check_fingerprint(out_dir, stored["fingerprint"], fingerprint, "spec")
+    else:
+        check_out_dir(out_dir, overwrite)
+    try:
+        executor = make_executor(engine, workers, scheduler)
+    except (ValueError, RuntimeError) as e:
+        raise RunError(str(e)) from None
+    try:
+        return _start_or_resume(prep, out_dir, stored, fingerprint, overwrite, executor, engine, workers, progress,
+                                log, t_start)
+    finally:
+        executor.close()
+
+
+def _start_or_resume(prep, out_dir, stored, fingerprint, overwrite, executor, engine, workers, progress, log,
+                     t_start) -> RunResult:
+    spec = prep.spec
     timings: dict[str, float] = {}
     geography, invariants, histograms = read_confidential(prep, timings, log)  # bad input: nothing written
-    prepare_out_dir(out_dir, spec, overwrite)
-    manifest = start_manifest(prep, out_dir, log)
-    measure_all(prep, geography, histograms, out_dir, timings, log)
+    if stored:
+        _check_fingerprint(out_dir, stored["fingerprint"], fingerprint, "inputs")
+        manifest = stored
+        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "previous_status": stored["status"],
+                  "found": _progress_found(out_dir, prep)}
+        manifest.setdefault("interruptions", []).append(record)
+        manifest["status"] = "running"
+        _write_json(out_dir / "manifest.json", manifest)
+        log(f"resuming {out_dir} (was {stored['status']}): reusing the stored NMF and checkpoints, no noise is "
+            "drawn again for a committed measurement")
+    else:
+        prepare_out_dir(out_dir, spec, overwrite)
+        manifest = start_manifest(prep, out_dir, log)
+        manifest.update({"fingerprint": fingerprint, "seed": spec.seed})
+        _write_json(out_dir / "manifest.json", manifest)
+        record = None
+    try:
+        return _continue_run(prep, out_dir, manifest, record, geography, invariants, histograms, timings,
+                             executor, engine, workers, progress, log, t_start)
+    except BaseException as e:
+        _mark_interrupted(out_dir, manifest, e)
+        if is_disk_full(e):
+            raise RunError(f"disk full while writing to {out_dir} ({e.strerror}: {e.filename or 'an output file'}); "
+                           f"everything committed so far is kept: free some space and continue with "
+                           f"`das run --resume {out_dir}`") from e
+        raise
+
+
+def _mark_interrupted(out_dir: Path, manifest: dict, error: BaseException) -> None:
+    """Best effort (the disk may be full): say in the manifest that the run stopped and why."""
+    try:
+        manifest["status"] = "interrupted"
+        manifest["error"] = f"{type(error).__name__}: {error}"[:500]
+        _write_json(out_dir / "manifest.json", manifest)
+    except OSError:
+        pass
+
+
+def _continue_run(prep, out_dir, manifest, record, geography, invariants, histograms, timings, executor, engine,
+                  workers, progress, log, t_start) -> RunResult:
+    spec = prep.spec
+    measured: dict = {}
+    measure_all(prep, geography, histograms, out_dir, timings, log,
+                executor=executor if engine != "local" else None, report=measured)
+    if record is not None:
+        record["measurement"] = measured
+        _write_json(out_dir / "manifest.json", manifest)
     del histograms  # the true counts are not needed past this point
     nmf_dir = out_dir / "nmf"
 
     options = EngineOptions(workers=workers, solver=spec.solver, rounding=spec.rounding, progress=progress,
-                            passes=spec.passes)
+                            passes=spec.passes, executor=executor, checkpoint_dir=out_dir / "checkpoints")
     solved, level_reports = {}, {}
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()
@@ -256,13 +407,18 @@ def run(
         mdf_io.unit_mdf(units_schema or load_schema("h1_units"), geography.blocks, solved.get("units"),
                         invariants.gq_facilities),
         out_dir / "mdf_units.parquet"))
+    crash_point("outputs")
     if spec.mdf_layout == "pipe":
         for kind in ("persons", "units"):
             outputs.append(mdf_io.write_table(pq.read_table(out_dir / f"mdf_{kind}.parquet"),
                                               out_dir / f"mdf_{kind}.txt", layout="pipe"))
     by_schema = {schemas[name].name: solved[name] for name in solved}
-    outputs += write_tables(out_dir / "tables", geography, by_schema,
-                            {s.name: s for s in schemas.values()}, prep.tables)
+    tables_tmp, tables_dir = out_dir / "tables.partial", out_dir / "tables"
+    shutil.rmtree(tables_tmp, ignore_errors=True)
+    written = write_tables(tables_tmp, geography, by_schema, {s.name: s for s in schemas.values()}, prep.tables)
+    shutil.rmtree(tables_dir, ignore_errors=True)
+    tables_tmp.replace(tables_dir)  # the tables appear all at once, complete
+    outputs += [tables_dir / p.name for p in written]
     timings["write_outputs"] = time.perf_counter() - t0
 
     events = [
@@ -271,6 +427,7 @@ def run(
     ]
     manifest.update({
         "status": "complete",
+        "engine": {"engine": engine, "workers": workers},
         "timings_seconds": {**timings, "total": time.perf_counter() - t_start},
         "levels_report": {name: [{"level": r.level, "parents": r.parents, "seconds": r.seconds,
                                   "failsafe_events": len(r.failsafe_events)} for r in reports]
@@ -280,7 +437,9 @@ def run(
         "nmf": {str(p.relative_to(out_dir)): _sha256(p) for p in sorted(nmf_dir.rglob("*.parquet"))},
         "counts": {"persons": int(solved["persons"].sum()), "blocks": geography.n_blocks},
     })
+    manifest.pop("error", None)
     _write_json(out_dir / "manifest.json", manifest)
+    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)  # derived from the outputs now written
 
     t0 = time.perf_counter()
     report = validate_run(out_dir)
