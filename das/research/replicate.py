@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
+from scipy.stats import t as student_t
 
 from das.geography import Geography
 from das.io import nmf
@@ -45,7 +46,7 @@ RELEASE = "persons"
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
 CONFIDENTIAL = ("Research output computed against the confidential input: it holds true counts "
                 "and errors, is NOT a privacy-protected release, and must stay with the data owner.")
-KEYS = ["rho", "replicate", "estimator", "level", "query"]
+BIAS_COLUMNS = ["rho", "query", "level", "estimator", "bin", "replicates", "mean_error", "se", "t", "p"]
 
 
 class StudyError(RuntimeError):
@@ -245,6 +246,8 @@ def bias_table(stats: pd.DataFrame) -> pd.DataFrame:
         table["se"] = table["sd_between"] / np.sqrt(table["replicates"])
         # t is undefined where replicates agree to rounding (an invariant): se ~ 0
         table["t"] = np.where(table["se"] > 1e-9 * (1 + table["mean_error"].abs()), table["mean_error"] / table["se"], np.nan)
+    # two-sided p-value of "no bias" (Student t, replicates - 1 degrees of freedom)
+    table["p"] = 2 * student_t.sf(np.abs(table["t"]), np.maximum(table["replicates"] - 1, 1))
     return table
 
 
@@ -273,7 +276,7 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
     table = bias[bias["bin"] != "all"].copy()
     table["bin"] = pd.Categorical(table["bin"], SIZE_BINS, ordered=True)
     table = table.sort_values(["rho", "query", "level", "estimator", "bin"])
-    lines += [markdown_table(table[["rho", "query", "level", "estimator", "bin", "replicates", "mean_error", "se", "t"]]), ""]
+    lines += [markdown_table(table[BIAS_COLUMNS]), ""]
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from das.research.metrics import SIZE_BINS, markdown_table
-from das.research.replicate import StudyError
+from das.research.replicate import BIAS_COLUMNS, StudyError
 
 COLORS = {"topdown": "#c0392b", "noisy": "#7f8c8d", "wls": "#2471a3"}
 LABELS = {"topdown": "TopDown (released)", "noisy": "raw noisy measurement", "wls": "unconstrained WLS"}
@@ -263,8 +263,7 @@ def build_report(study_dir, out=None) -> Path:
     overall = pooled[pooled["bin"] == "all"].drop(columns=["bin"])
     by_bin = bias[(bias["bin"] != "all")].copy()
     by_bin["bin"] = pd.Categorical(by_bin["bin"], SIZE_BINS, ordered=True)
-    by_bin = by_bin.sort_values(["rho", "query", "level", "estimator", "bin"])[
-        ["rho", "query", "level", "estimator", "bin", "replicates", "mean_error", "se", "t"]]
+    by_bin = by_bin.sort_values(["rho", "query", "level", "estimator", "bin"])[BIAS_COLUMNS]
 
     md = [f"# Accuracy and bias report: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
     md += [f"- {line}" for line in intro] + ["", "## Findings", ""] + [f"- {line}" for line in headline] + [""]
