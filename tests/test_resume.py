@@ -1,0 +1,257 @@
+"""Checkpoints and resume: kill -9 at chosen and at random points, resume, compare with an uninterrupted run.
+
+Seeded mode makes a redraw invisible in the outputs (same stream, same noise), so every resume
+here also records the random streams it draws from and checks that none was committed before.
+"""
+
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import das.io.nmf
+import das.measure
+from das.run import RunError, resume_run, run
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "geography_fixtures"
+SEED = 7
+
+
+def quiet(*args, **kwargs):
+    pass
+
+
+def _spec(tmp: Path, fixture: str) -> Path:
+    """A copy of the tiny spec over a copy of `fixture`'s files in tmp (so inputs can be changed)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    suffix = "csv" if fixture == "tiny" else "parquet"
+    for name in ("persons", "units"):
+        shutil.copy(FIXTURES / fixture / f"{name}.{suffix}", tmp / f"{name}.{suffix}")
+    text = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/", "")
+    text = text.replace("persons.csv", f"persons.{suffix}").replace("units.csv", f"units.{suffix}")
+    (tmp / "spec.toml").write_text(text.replace('name = "tiny"', f'name = "{fixture}"'))
+    return tmp / "spec.toml"
+
+
+@pytest.fixture(scope="module")
+def county(tmp_path_factory):
+    """Perry County AL (511 blocks): its spec and an uninterrupted seeded reference run."""
+    tmp = tmp_path_factory.mktemp("perry")
+    spec = _spec(tmp / "inputs", "al_perry")
+    reference = run(spec, tmp / "reference", seed=SEED, workers=1, progress=False, log=quiet)
+    assert reference.valid
+    return spec, reference.manifest
+
+
+def _same_content(manifest: dict, reference: dict) -> None:
+    assert manifest["status"] == "complete" and manifest["validation"]["valid"]
+    assert manifest["outputs"] == reference["outputs"]  # MDF and tables, byte for byte
+    assert manifest["nmf"] == reference["nmf"]
+    assert manifest["failsafe_events"] == reference["failsafe_events"]
+    assert manifest["privacy"] == reference["privacy"]  # the certificate: the original's cost
+
+
+def _cli_run(spec: Path, out: Path, crash: str | None = None, batch_children: int = 64) -> subprocess.Popen:
+    env = {**os.environ, "DAS_BATCH_CHILDREN": str(batch_children)}
+    env.pop("DAS_TEST_CRASH_AT", None)
+    if crash:
+        env["DAS_TEST_CRASH_AT"] = crash
+    return subprocess.Popen([sys.executable, "-m", "das.cli", "run", str(spec), "--out", str(out), "--seed", str(SEED),
+                             "--workers", "2", "--no-progress"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
+    """(levels whose NMF file is complete, streams of committed chunks of unfinished levels) per release."""
+    levels, streams = set(), set()
+    for release_dir in (out / "nmf").iterdir():
+        for f in release_dir.glob("*.parquet"):
+            levels.add(f"{release_dir.name}/{f.stem}")
+        for parts in release_dir.glob("*.parquet.parts"):
+            level = parts.name.removesuffix(".parquet.parts")
+            plan = json.loads((parts / "plan.json").read_text())
+            for part in parts.glob("*.nmfpart"):
+                q, c = part.stem.split("-")
+                streams.add(f"/{release_dir.name}/{level}/{plan[int(q[1:])][0]}/{int(c[1:])}")
+    return levels, streams
+
+
+def _resume_recording_draws(out: Path, monkeypatch) -> tuple[dict, list[str]]:
+    drawn = []
+    original = das.measure.discrete_gaussian
+
+    def recording(variance, n, stream):
+        drawn.append(stream.key)
+        return original(variance, n, stream)
+
+    monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
+    result = resume_run(out, workers=1, progress=False, log=quiet)
+    return result.manifest, drawn
+
+
+def _no_second_draw(levels: set[str], streams: set[str], drawn: list[str]) -> None:
+    assert len(drawn) == len(set(drawn)), "a stream was drawn twice in the resumed run"
+    for key in drawn:
+        _, release, level, *_ = key.split("/")
+        assert f"{release}/{level}" not in levels, f"{key}: its level was already complete in the NMF"
+        assert key not in streams, f"{key}: this chunk was committed before the kill and drawn again"
+
+
+@pytest.mark.parametrize("point, drawn_on_resume", [
+    ("measure:persons:block#3", True),    # during measurement: 3 chunks of the block level committed
+    ("solve:persons:block#2", False),     # mid-level: 2 batches of block parents solved
+    ("level:persons:tract", False),       # between levels: tract solved and checkpointed, block not started
+])
+def test_kill_and_resume_gives_identical_output_without_redrawing(county, tmp_path, monkeypatch, point,
+                                                                  drawn_on_resume):
+    spec, reference = county
+    out = tmp_path / "run"
+    proc = _cli_run(spec, out, crash=point)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, err
+    before = json.loads((out / "manifest.json").read_text())
+    assert before["status"] == "running"  # killed: nothing says complete
+    assert not (out / "mdf_persons.parquet").exists()
+    levels, streams = _committed_streams(out)
+    if point.startswith("measure"):
+        assert len(streams) == 3
+    if point.startswith("solve"):
+        assert len(list((out / "checkpoints/persons/block.parts").glob("b*.npz"))) == 2
+
+    manifest, drawn = _resume_recording_draws(out, monkeypatch)
+    _same_content(manifest, reference)
+    _no_second_draw(levels, streams, drawn)
+    assert bool(drawn) == drawn_on_resume
+    record = manifest["interruptions"][0]
+    assert record["previous_status"] == "running"
+    if point.startswith("measure"):
+        block = record["measurement"]["persons"]["block"]
+        assert block["reused_chunks"] == 3 and block["drawn_chunks"] > 0
+    if point.startswith("solve"):
+        assert record["found"]["persons"]["solved_batches"] == {"block": 2}
+    assert not (out / "checkpoints").exists()  # removed once the outputs are complete
+
+
+def test_kill_at_a_random_moment_then_resume(county, tmp_path, monkeypatch):
+    """A real kill -9 from outside, at a random moment after measurement has started."""
+    spec, reference = county
+    out = tmp_path / "run"
+    proc = _cli_run(spec, out)
+    deadline = time.monotonic() + 60
+    while not (out / "nmf").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(random.Random().uniform(0.0, 2.0))
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    before = json.loads((out / "manifest.json").read_text())
+    levels, streams = _committed_streams(out)
+    manifest, drawn = _resume_recording_draws(out, monkeypatch)
+    _same_content(manifest, reference)
+    _no_second_draw(levels, streams, drawn)
+    if before["status"] != "complete":
+        assert manifest["interruptions"][0]["previous_status"] == "running"
+
+
+def test_torn_measurement_chunk_is_discarded_and_recorded(county, tmp_path, monkeypatch):
+    """A chunk whose write was cut (never renamed) is deleted unread, drawn anew, and named in the manifest."""
+    spec, reference = county
+    out = tmp_path / "run"
+    proc = _cli_run(spec, out, crash="measure:persons:block#2")
+    proc.communicate(timeout=120)
+    parts = out / "nmf/persons/block.parquet.parts"
+    torn = parts / "q002-c0000000.nmfpart.partial"
+    torn.write_bytes(b"PAR1 cut short")
+    manifest, drawn = _resume_recording_draws(out, monkeypatch)
+    _same_content(manifest, reference)
+    block = manifest["interruptions"][0]["measurement"]["persons"]["block"]
+    assert block["torn_chunks_discarded"] == [torn.name]
+    assert block["reused_chunks"] == 2
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return _spec(tmp_path / "inputs", "tiny")
+
+
+def test_a_directory_is_never_continued_by_another_run(tiny, tmp_path):
+    out = tmp_path / "run"
+    proc = _cli_run(tiny, out, crash="level:persons:county")
+    proc.communicate(timeout=120)
+    with pytest.raises(RunError, match="unfinished run of 'tiny'.*--resume"):
+        run(tiny, out, seed=SEED, progress=False, log=quiet)  # a fresh run into it: refused
+    other = _spec(tmp_path / "other", "al_perry")
+    with pytest.raises(RunError, match="belongs to another run: the run spec differs"):
+        resume_run(out, spec_path=other, progress=False, log=quiet)
+    with pytest.raises(RunError, match="seed 8 differs"):
+        resume_run(out, seed=8, progress=False, log=quiet)
+    persons = tiny.parent / "persons.csv"
+    original = persons.read_bytes()
+    persons.write_bytes(original.replace(b"\n", b"\r\n", 1))  # same data, other bytes: still refused
+    with pytest.raises(RunError, match="persons input changed"):
+        resume_run(out, progress=False, log=quiet)
+    persons.write_bytes(original)
+    with pytest.raises(RunError, match="manifest.json not found"):
+        resume_run(tmp_path / "nothing-here", progress=False, log=quiet)
+    code = subprocess.run([sys.executable, "-m", "das.cli", "run", str(other), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert code.returncode == 2 and "not empty" in code.stderr
+    assert resume_run(out, progress=False, log=quiet).valid  # the rightful owner continues
+
+
+def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
+    reference = run(tiny, tmp_path / "reference", seed=SEED, progress=False, log=quiet).manifest
+    out = tmp_path / "run"
+    original, calls = das.io.nmf.write_part, []
+
+    def filling(path, batch):
+        calls.append(path)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".partial")
+        return original(path, batch)
+
+    monkeypatch.setattr(das.io.nmf, "write_part", filling)
+    with pytest.raises(RunError, match=r"disk full .*das run --resume"):
+        run(tiny, out, seed=SEED, progress=False, log=quiet)
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    monkeypatch.setattr(das.io.nmf, "write_part", original)
+    manifest = resume_run(out, progress=False, log=quiet).manifest
+    _same_content(manifest, reference)
+    assert manifest["interruptions"][0]["previous_status"] == "interrupted"
+
+
+def test_unreadable_input_on_resume_leaves_the_run_resumable(tiny, tmp_path):
+    out = tmp_path / "run"
+    proc = _cli_run(tiny, out, crash="level:persons:state")
+    proc.communicate(timeout=120)
+    persons = tiny.parent / "persons.csv"
+    persons.rename(persons.with_suffix(".moved"))
+    before = (out / "manifest.json").read_text()
+    code = subprocess.run([sys.executable, "-m", "das.cli", "run", "--resume", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert code.returncode == 2 and "persons.csv" in code.stderr and "not found" in code.stderr
+    assert (out / "manifest.json").read_text() == before  # untouched
+    persons.with_suffix(".moved").rename(persons)
+    assert resume_run(out, progress=False, log=quiet).valid
+
+
+def test_partial_outputs_never_look_complete(tiny, tmp_path):
+    out = tmp_path / "run"
+    proc = _cli_run(tiny, out, crash="outputs")
+    proc.communicate(timeout=120)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "running" and "outputs" not in manifest
+    assert not (out / "tables").exists()
+    assert not list(out.rglob("*.partial"))  # nothing half-written under a final name either
+    mdf = pd.read_parquet(out / "mdf_persons.parquet")  # what exists is whole
+    assert len(mdf) == 145
+    assert resume_run(out, progress=False, log=quiet).valid
