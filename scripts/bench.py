@@ -87,7 +87,7 @@ def machine() -> dict:
 
     return {"cpu": cpu, "cores": os.cpu_count(), "memory": mem,
             "python": platform.python_version(), "numpy": numpy.__version__,
-            "os": platform.platform()}
+            "os": platform.platform(), "load": f"{os.getloadavg()[0]:.2f}"}
 
 
 def fmt(x) -> str:
@@ -110,7 +110,8 @@ def render(results: dict) -> str:
         m = r["machine"]
         lines += [f"## {name}", "", r["description"], "",
                   f"- when: {r['when']}; machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, "
-                  f"Python {m['python']}, numpy {m['numpy']}",
+                  f"Python {m['python']}, numpy {m['numpy']}"
+                  + (f"; 1-min load average at start {m['load']}" if m.get("load") else ""),
                   f"- command: `{r['command']}`", f"- runs: {r['ours'].get('runs', '-')}"]
         if r.get("target"):
             lines.append(f"- target: {r['target']}")

@@ -224,7 +224,8 @@ def test_replicates_reproduce_the_topdown_bias_and_wls_is_unbiased(study_dir):
 def test_seeded_study_resumes_and_reproduces(study_dir, tmp_path):
     before = pd.read_parquet(study_dir / "stats.parquet")
     meta = replicate_study(Study("vt_grand_isle", runs=8, seed=11), study_dir, workers=1, log=quiet)
-    assert meta["replicate_timings"] == []  # every part was already there: nothing redrawn
+    assert meta["replicates_run_now"] == 0  # every part was already there: nothing redrawn
+    assert len(meta["replicate_timings"]) == 8  # the first invocation's timings are kept
     pd.testing.assert_frame_equal(pd.read_parquet(study_dir / "stats.parquet"), before)
     again = tmp_path / "again"
     replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1, log=quiet)

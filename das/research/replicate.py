@@ -289,8 +289,11 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(study).items()}
+    earlier = []  # timings of replicates run by an earlier, interrupted or finished, invocation
     if out_dir.exists() and any(out_dir.iterdir()):
-        previous = json.loads(meta_path.read_text())["study"] if meta_path.exists() else None
+        old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        previous = old.get("study")
+        earlier = old.get("replicate_timings", []) if previous == config and not overwrite else []
         if overwrite:
             shutil.rmtree(out_dir)
         elif previous != config:
@@ -313,7 +316,7 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
     log(f"replicate {ctx.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
         f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")
     t0 = time.perf_counter()
-    timings = []
+    timings = list(earlier)
     if workers <= 1:
         _CONTEXT[(study.spec, study.seed)] = ctx
         results = (_worker(t) for t in tasks)
@@ -330,7 +333,7 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
     wall = time.perf_counter() - t0
     meta.update(summarize(out_dir))
     meta.update(status="complete", wall_seconds=wall, workers=workers, replicate_timings=timings,
-                seconds_per_replicate=(wall / len(tasks)) if tasks else None)
+                replicates_run_now=len(tasks), seconds_per_replicate=(wall / len(tasks)) if tasks else None)
     meta_path.write_text(json.dumps(meta, indent=2))
     return meta
 
