@@ -29,8 +29,9 @@ class DaskExecutor:
         if scheduler:
             self.client = Client(scheduler, set_as_default=False)
         else:
+            network = {"host": "127.0.0.1"} if processes else {}  # threads talk in process, no sockets at all
             self.cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=processes,
-                                        host="127.0.0.1", dashboard_address=None, worker_dashboard_address=None)
+                                        dashboard_address=None, worker_dashboard_address=None, **network)
             self.client = Client(self.cluster, set_as_default=False)
         self.slots = max(1, sum(self.client.nthreads().values()))
 

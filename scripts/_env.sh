@@ -9,7 +9,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "[das] creating $VENV" >&2
     "$PY" -m venv "$VENV"
 fi
-EXTRAS="${DAS_EXTRAS:-dev,report}"
+EXTRAS="${DAS_EXTRAS:-dev,report,dask}"  # dask: tests/test_dask.py runs a local cluster
 STAMP="$VENV/.das-installed-${EXTRAS//,/-}"
 WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
