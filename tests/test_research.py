@@ -313,3 +313,12 @@ def test_cli_replicate_and_report(tmp_path, capsys):
     assert "NOT private" in printed and "report:" in printed
     meta = json.loads((out / "study.json").read_text())
     assert meta["status"] == "complete" and meta["replicates"] == 2 and "NOT private" in meta["randomness"]
+
+
+def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "dhc"
+    assert das_main(["replicate", "vt_grand_isle_dhc", "--runs", "1", "--seed", "1", "--out", str(out),
+                     "--estimators", "noisy,wls"]) == 2
+    err = capsys.readouterr().err
+    assert "estimator wls" in err and "233,856" in err and "leave wls out" in err
+    assert not list((out / "parts").glob("*.parquet"))

@@ -56,6 +56,17 @@ def noisy_answers(schema: Schema, noisy: dict, name: str) -> np.ndarray | None:
     return None
 
 
+def wls_unsupported(schema: Schema, queries_by_level: dict[str, list[str]]) -> str | None:
+    """Why WLS cannot run on this schema and plan (None if it can): checked before any work."""
+    for level, queries in queries_by_level.items():
+        if not queries:
+            return f"nothing is measured at level {level!r}; the WLS estimate needs a measurement at every level"
+        if "detailed" not in queries and schema.size > MAX_DENSE_CELLS:
+            return (f"level {level!r} does not measure `detailed`, so the WLS reference would form M^-1 densely; "
+                    f"that supports schemas up to {MAX_DENSE_CELLS:,} cells and {schema.name!r} has {schema.size:,}")
+    return None
+
+
 def _equalities(schema: Schema, geography: Geography, invariants: Invariants, level: str, families):
     """(C, D): rows of equalities every geounit at `level` holds, and their (n_units x k) values."""
     rows, values = [], []

@@ -11,7 +11,7 @@ import numpy as np
 
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
-from das.research.estimators import ESTIMATORS
+from das.research.estimators import ESTIMATORS, wls_unsupported
 from das.research.replicate import (
     CONFIDENTIAL,
     DEFAULT_QUERIES,
@@ -68,6 +68,12 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
     nmf_dir = run_dir / "nmf"
     if {"noisy", "wls"} & set(estimators) and not (nmf_dir / RELEASE).exists():
         raise StudyError(f"{nmf_dir / RELEASE} is missing: the noisy and wls estimators read the run's NMF")
+    if "wls" in estimators:
+        by_level = {entry["level"]: entry["queries"] for entry in manifest["privacy"][RELEASE]["by_level"]}
+        measured = {lv: [q["query"] for q in by_level.get(lv, [])] for lv in manifest["levels"]}
+        reason = wls_unsupported(ctx.schema, measured)
+        if reason:
+            raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
     out = Path(out) if out else run_dir / "metrics"
     if out.exists() and overwrite:
         shutil.rmtree(out)

@@ -36,7 +36,7 @@ from das.io import nmf
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction
-from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level
+from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
 from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
 from das.schema import Schema, SpecError, parse_query_name
 from das.topdown.constraints import Invariants, block_bounds
@@ -303,6 +303,11 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
     ctx = load_context(study.spec, study.seed)  # reads and validates the input before any work
     queries = scored_queries(ctx.schema, study.queries)
     rhos = [str(plan_for_rho(ctx, r)[0]) for r in study.rhos]
+    if "wls" in study.estimators:
+        plan = plan_for_rho(ctx, study.rhos[0])[1]
+        reason = wls_unsupported(ctx.schema, {lv: [m.query for m in plan.get(lv, [])] for lv in ctx.geography.levels})
+        if reason:
+            raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
     meta = {
         "study": config, "rhos": rhos, "queries": list(queries), "levels": list(ctx.geography.levels),
         "spec_name": ctx.spec.name, "schema": ctx.schema.name, "das_version": code_version(),
