@@ -1,0 +1,88 @@
+"""Scale: `das run` on synthetic multi-state inputs (das.synth: VT/DE replicated under new state codes).
+
+At 1, 2 and 4 state copies: wall and CPU seconds per 1000 blocks and per million persons, peak
+memory of the driver and of the largest solver worker. The national projection in BENCHMARKS.md
+uses these figures (method in docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks._harness import Bench
+
+WORKERS = 2
+
+
+def _quiet(*args, **kwargs):
+    pass
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
+    """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
+    from das.run import run
+    from das.synth import write_synthetic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        counts = write_synthetic(tmp / "input", states)
+        self0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
+                     log=_quiet, engine=engine)
+        seconds = time.perf_counter() - t0
+        driver_cpu = _cpu(resource.RUSAGE_SELF) - self0
+        worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
+        manifest = json.loads((tmp / "out" / "manifest.json").read_text())
+        nmf_mb = sum(p.stat().st_size for p in (tmp / "out" / "nmf").rglob("*.parquet")) / 2**20
+    blocks, persons = counts["blocks"], counts["persons"]
+    figures = {
+        "states": float(states), "blocks": float(blocks), "persons": float(persons), "valid": float(result.valid),
+        "seconds": seconds,
+        "s_per_1000_blocks": seconds / blocks * 1000,
+        "s_per_million_persons": seconds / persons * 1e6,
+        "cpu_s": driver_cpu + worker_cpu, "driver_cpu_s": driver_cpu, "worker_cpu_s": worker_cpu,
+        "cpu_ms_per_block": (driver_cpu + worker_cpu) / blocks * 1000,
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # Linux: the largest single child (the solver pool's workers, waited for at shutdown)
+        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "nmf_mb": nmf_mb,
+    }
+    for key, value in manifest["timings_seconds"].items():
+        figures[f"{key}_s"] = value
+    for r in manifest["levels_report"]["persons"]:
+        figures[f"persons_{r['level']}_s"] = r["seconds"]
+    return figures
+
+
+def run_1_state() -> dict:
+    return run_states(1)
+
+
+def run_2_states() -> dict:
+    return run_states(2)
+
+
+def run_4_states() -> dict:
+    return run_states(4)
+
+
+_TARGET = "worker peak memory flat across sizes; cost per block flat (no worse than linear)"
+BENCHES = [
+    Bench("scale.states_1", f"das run on 1 state copy (VT, 18.7k blocks), {WORKERS} workers, seeded: cost per block "
+          "and peak memory of the driver and of a solver worker", run_1_state, key="s_per_1000_blocks",
+          repeats=1, target=_TARGET),
+    Bench("scale.states_2", f"das run on 2 state copies (VT + DE under new codes, 36.6k blocks), {WORKERS} workers",
+          run_2_states, key="s_per_1000_blocks", repeats=1, target=_TARGET),
+    Bench("scale.states_4", f"das run on 4 state copies (VT, DE, VT, DE under new codes, 73.2k blocks), {WORKERS} "
+          "workers", run_4_states, key="s_per_1000_blocks", repeats=1, target=_TARGET),
+]
