@@ -27,6 +27,22 @@ def _plt():
     return plt
 
 
+def _panels(n: int, width: float, height: float):
+    """A figure with one row of n panels (axes as a flat list)."""
+    fig, axes = _plt().subplots(1, n, figsize=(width * n, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _finish(fig, axes, title: str, path: Path) -> bool:
+    """Legend on the first panel, title, save as PNG, free the figure."""
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return True
+
+
 def moving_average(x: np.ndarray, y: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """y averaged over a sliding window of `window` points in x order (x sorted)."""
     order = np.argsort(x, kind="stable")
@@ -42,13 +58,12 @@ def _levels_with_units(meta: dict, minimum: int = 10) -> list[str]:
 
 def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
     """Per-geounit mean signed error of total population against the true count, with moving averages."""
-    plt = _plt()
     frame = errors[(errors["query"] == "total") & (errors["rho"] == rho)]
     levels = [lv for lv in _levels_with_units(meta) if lv in set(frame["level"])]
     if frame.empty or not levels:
         return False
-    fig, axes = plt.subplots(1, len(levels), figsize=(5.2 * len(levels), 4.2), squeeze=False)
-    for ax, level in zip(axes[0], levels):
+    fig, axes = _panels(len(levels), 5.2, 4.2)
+    for ax, level in zip(axes, levels):
         part = frame[frame["level"] == level]
         per_unit = part.assign(err=part["estimate"] - part["truth"]).groupby(
             ["estimator", "unit"], observed=True).agg(truth=("truth", "first"), err=("err", "mean")).reset_index()
@@ -63,24 +78,18 @@ def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) ->
         ax.set_xlabel(f"true {level} population")
         ax.set_ylabel("signed error (mean over replicates)")
         ax.set_title(f"{level}: {meta['units'][level]:,} geounits")
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Signed error of total population against true size (rho = {rho})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho})", path)
 
 
 def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, rho: str, query: str, path: Path) -> bool:
     """Mean signed error (+- 2 standard errors across replicates) by true-size bin, per level."""
-    plt = _plt()
     frame = bias[(bias["query"] == query) & (bias["rho"] == rho) & (bias["bin"] != "all")]
     levels = [lv for lv in _levels_with_units(meta) if lv in set(frame["level"])]
     if frame.empty or not levels:
         return False
     estimators = list(dict.fromkeys(frame["estimator"]))
-    fig, axes = plt.subplots(1, len(levels), figsize=(5.2 * len(levels), 4.0), squeeze=False)
-    for ax, level in zip(axes[0], levels):
+    fig, axes = _panels(len(levels), 5.2, 4.0)
+    for ax, level in zip(axes, levels):
         part = frame[frame["level"] == level]
         bins = [b for b in SIZE_BINS if b in set(part["bin"])]
         width = 0.8 / len(estimators)
@@ -94,70 +103,53 @@ def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, rho: str, query: str, path:
         ax.set_xlabel(f"true count of the cell ({query})")
         ax.set_ylabel("mean signed error")
         ax.set_title(level)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Bias by size: {query} (rho = {rho}; bars +- 2 s.e. across replicates)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, axes, f"Bias by size: {query} (rho = {rho}; bars +- 2 s.e. across replicates)", path)
 
 
 def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
-    plt = _plt()
     frame = pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)]
     queries = list(dict.fromkeys(frame["query"]))
     if not queries:
         return False
-    fig, axes = plt.subplots(1, len(queries), figsize=(4.3 * len(queries), 3.8), squeeze=False)
+    fig, axes = _panels(len(queries), 4.3, 3.8)
     levels = list(meta["levels"])
-    for ax, query in zip(axes[0], queries):
+    for ax, query in zip(axes, queries):
         for estimator, g in frame[frame["query"] == query].groupby("estimator", observed=True, sort=False):
             g = g.set_index("level").reindex(levels)
             ax.plot(levels, g["mae"], marker="o", color=COLORS.get(estimator, "black"), label=LABELS.get(estimator, estimator))
         ax.set_title(query, fontsize=9)
         ax.set_ylabel("MAE per cell")
         ax.tick_params(axis="x", rotation=30)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Mean absolute error by level (rho = {rho})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, axes, f"Mean absolute error by level (rho = {rho})", path)
 
 
 def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Path) -> bool:
-    plt = _plt()
     frame = errors[(errors["query"] == "total") & (errors["rho"] == rho) & (errors["level"] == level)]
     if frame.empty:
         return False
     err = frame["estimate"] - frame["truth"]
     lim = max(3.0, float(np.quantile(np.abs(err), 0.995)))
     bins = np.linspace(-lim, lim, 61)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, axes = _panels(1, 6.5, 4)
+    ax = axes[0]
     for estimator, e in err.groupby(frame["estimator"], observed=True, sort=False):
         ax.hist(e.clip(-lim, lim), bins=bins, histtype="step", lw=1.8, density=True,
                 color=COLORS.get(estimator, "black"), label=LABELS.get(estimator, estimator))
     ax.set_xlabel(f"signed error of {level} total population")
     ax.set_ylabel("density")
-    ax.legend(fontsize=8)
-    ax.set_title(f"Error distribution, {level}s, all replicates (rho = {rho})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, axes, f"Error distribution, {level}s, all replicates (rho = {rho})", path)
 
 
 def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
     from fractions import Fraction
 
-    plt = _plt()
     frame = pooled[(pooled["bin"] == "all") & (pooled["query"] == "total")].copy()
     if frame["rho"].nunique() < 2:
         return False
     frame["rho_value"] = frame["rho"].map(lambda r: float(Fraction(r)))
     levels = [lv for lv in _levels_with_units(meta, 2) if lv in set(frame["level"])]
-    fig, axes = plt.subplots(1, len(levels), figsize=(4.3 * len(levels), 3.8), squeeze=False)
-    for ax, level in zip(axes[0], levels):
+    fig, axes = _panels(len(levels), 4.3, 3.8)
+    for ax, level in zip(axes, levels):
         for estimator, g in frame[frame["level"] == level].groupby("estimator", observed=True, sort=False):
             g = g.sort_values("rho_value")
             ax.plot(g["rho_value"], g["mae"], marker="o", color=COLORS.get(estimator, "black"),
@@ -167,12 +159,7 @@ def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
         ax.set_xlabel("rho (zCDP)")
         ax.set_ylabel("MAE, total population")
         ax.set_title(level)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle("Accuracy against the privacy budget")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, axes, "Accuracy against the privacy budget", path)
 
 
 def findings(bias: pd.DataFrame, pooled: pd.DataFrame, meta: dict, rho: str) -> list[str]:
