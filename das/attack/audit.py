@@ -1,0 +1,320 @@
+"""The reconstruction audit: attack each chosen geounit, score against the truth, write the results.
+
+Per geounit: the published workload's counts (from the exact truth or from a release's MDF),
+RAP-Rank candidates, baseline rankings, Match-Rate@k curves against k and k/u (u = distinct
+true records of the geounit), and for blocks the integer-programming certainty of the top
+candidates. The truth is read only to score; logs carry aggregate figures only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from das.attack import ip
+from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
+from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
+from das.attack.rank import Candidates, match_rate_at, matches, rank_samples, rap_runs
+from das.attack.rap import RapConfig
+from das.attack.workload import build_workload, load_attack_tables
+
+REPORT_K = (1, 5, 10, 25, 50, 100)
+REPORT_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    level: str = "block"  # "block" | "tract"
+    runs: int = 100
+    rap: RapConfig = field(default_factory=RapConfig)
+    seed: int = 0
+    workers: int = 2
+    min_confidence: float = 0.0
+    multiset: bool = False
+    baselines: tuple[str, ...] = ("tract", "county")
+    ip_top: int = 50  # candidates whose certainty the IP attack decides (blocks)
+    ip_max_persons: int = 60  # solution variability for blocks up to this size
+    ip_time_limit: float = 20.0
+    tables: str | None = None  # attack workload spec; default: the schema's name
+
+
+@dataclass
+class GeounitResult:
+    geocode: str
+    published_total: int
+    true_total: int
+    distinct_true: int
+    n_queries: int
+    rap_rmse: float
+    seconds: float
+    hits: dict  # method -> bool array, best candidate first
+    candidates: Candidates
+    certainty: np.ndarray | None = None
+    variability: ip.Variability | None = None
+
+
+def auto_geounits(published: PersonRecords, level: str, count: int, rng: np.random.Generator) -> list[str]:
+    """`count` geounits across the size range: nonempty ones sorted by published population,
+    taken at evenly spaced ranks (smallest to largest), ties among equal sizes at random."""
+    codes = published.geocodes(level)
+    distinct, sizes = np.unique(codes, return_counts=True)
+    if len(distinct) == 0:
+        raise AttackError("the published data holds no persons: nothing to attack")
+    order = np.lexsort((rng.random(len(distinct)), sizes))
+    picks = np.unique(np.rint(np.linspace(0, len(distinct) - 1, min(count, len(distinct)))).astype(int))
+    return sorted(distinct[order[picks]].tolist())
+
+
+def _geounit_records(records: PersonRecords, level: str, geocode: str, blocks: np.ndarray | None) -> np.ndarray:
+    """Levels of the geounit's records; tract attacks prepend the block (index into `blocks`, -1 outside)."""
+    inside = records.within(level, geocode)
+    levels = records.levels[inside]
+    if blocks is None:
+        return levels
+    codes = records.blocks[records.block[inside]]
+    position = np.searchsorted(blocks, codes)
+    position = np.where((position < len(blocks)) & (blocks[np.minimum(position, len(blocks) - 1)] == codes), position, -1)
+    return np.column_stack([position, levels])
+
+
+def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords, options: AuditOptions,
+                   tables, holdout: PersonRecords | None = None) -> GeounitResult:
+    """RAP-Rank, the baselines and (blocks) the IP attack on one geounit, scored against the truth."""
+    t0 = time.perf_counter()
+    schema = published.schema
+    level = options.level
+    rng = np.random.default_rng([options.seed, int(geocode)])
+    blocks = None
+    if level == "tract":
+        inside = published.within(level, geocode)
+        blocks = np.unique(published.blocks[published.block[inside]])
+    workload = build_workload(schema, tables, None if blocks is None else len(blocks))
+    published_levels = _geounit_records(published, level, geocode, blocks)
+    counts = workload.answers(published_levels)
+    n = len(published_levels)
+    true_levels = _geounit_records(truth, level, geocode, blocks)
+    distinct_true = len(np.unique(true_levels, axis=0)) if len(true_levels) else 0
+    hits, rmse, candidates = {}, float("nan"), Candidates(np.zeros((0, len(workload.sizes)), np.int64),
+                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    if n > 0:
+        samples, rmses = rap_runs(workload, counts / n, n, options.runs, options.rap,
+                                  seed=int(rng.integers(2**63)), workers=options.workers)
+        rmse = float(np.mean(rmses))
+        candidates = rank_samples(samples, rng, options.min_confidence, options.multiset)
+        hits["rap_rank"] = matches(candidates, true_levels)
+    for scope in options.baselines:
+        if level == "tract" and scope == "tract":
+            continue
+        reference = reference_levels(truth, level, geocode, scope, holdout)
+        ranking = frequency_ranking(reference, rng)
+        if blocks is not None:
+            block_totals = np.bincount(published_levels[:, 0], minlength=len(blocks))
+            ranking = spread_over_blocks(ranking, block_totals, rng, limit=max(20 * n, 1000))
+        hits[f"baseline_{scope}"] = matches(ranking, true_levels)
+    result = GeounitResult(geocode, n, len(true_levels), distinct_true, workload.n_queries, rmse, 0.0, hits, candidates)
+    if level == "block" and n > 0 and options.ip_top > 0:
+        solver = ip.Solver(ip.build_problem(workload, counts), options.ip_time_limit)
+        first = solver.feasible()
+        if first is not None:
+            result.certainty = ip.certainty(solver, candidates.records[:options.ip_top], first)
+            if n <= options.ip_max_persons:
+                result.variability = ip.variability(solver, first)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str], options: AuditOptions,
+              holdout: PersonRecords | None = None, log=print) -> list[GeounitResult]:
+    tables = load_attack_tables(options.tables or published.schema.name)
+    results = []
+    for i, geocode in enumerate(geounits):
+        if len(geocode) != GEOCODE_DIGITS[options.level] or not geocode.isdigit():
+            raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[options.level]}-digit "
+                              f"{options.level} geocode")
+        r = attack_geounit(geocode, published, truth, options, tables, holdout)
+        rates = ", ".join(f"{m} {match_rate_at(h, max(1, r.distinct_true)):.2f}" for m, h in r.hits.items())
+        log(f"[{i + 1}/{len(geounits)}] {options.level} {geocode}: {r.published_total} published persons, "
+            f"{r.n_queries} queries, {r.seconds:.1f} s; Match-Rate@u: {rates}")
+        results.append(r)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Scores and outputs
+
+
+def pooled_rates(results: list[GeounitResult]) -> dict:
+    """Per method: Match-Rate pooled over geounits (hits / candidates asked for) at each k and each k/u."""
+    methods = sorted({m for r in results for m in r.hits})
+    out = {}
+    for m in methods:
+        at_k = {}
+        for k in REPORT_K:
+            asked = sum(k for r in results if m in r.hits)
+            at_k[str(k)] = sum(int(r.hits[m][:k].sum()) for r in results if m in r.hits) / asked if asked else None
+        at_f = {}
+        for f in REPORT_FRACTIONS:
+            ks = [(r, max(1, math.ceil(f * r.distinct_true))) for r in results if m in r.hits and r.distinct_true]
+            asked = sum(k for _, k in ks)
+            at_f[str(f)] = sum(int(r.hits[m][:k].sum()) for r, k in ks) / asked if asked else None
+        out[m] = {"k": at_k, "k_over_u": at_f}
+    return out
+
+
+def curves_frame(results: list[GeounitResult]) -> pd.DataFrame:
+    """Long table: geounit, method, k, k/u, Match-Rate@k (k up to twice the published population)."""
+    frames = []
+    for r in results:
+        k_max = max(2 * r.published_total, 2 * r.distinct_true, 10)
+        for m, h in r.hits.items():
+            k = np.arange(1, k_max + 1)
+            padded = np.zeros(k_max, dtype=float)
+            padded[:min(len(h), k_max)] = h[:k_max]
+            frames.append(pd.DataFrame({
+                "geocode": r.geocode, "method": m, "k": k,
+                "k_over_u": k / r.distinct_true if r.distinct_true else np.nan,
+                "match_rate": np.cumsum(padded) / k}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["geocode", "method", "k", "k_over_u", "match_rate"])
+
+
+def candidates_frame(results: list[GeounitResult], published: PersonRecords, level: str) -> pd.DataFrame:
+    """The ranked RAP-Rank candidates with input codes, frequency, confidence, match, IP certainty."""
+    schema = published.schema
+    frames = []
+    for r in results:
+        c = r.candidates
+        if len(c) == 0:
+            continue
+        frame = pd.DataFrame({"geocode": r.geocode, "rank": np.arange(1, len(c) + 1)})
+        offset = 0
+        if level == "tract":
+            blocks = np.unique(published.blocks[published.block[published.within(level, r.geocode)]])
+            frame["block"] = blocks[c.records[:, 0]]
+            offset = 1
+        for a, attribute in enumerate(schema.attributes):
+            frame[attribute.column] = np.asarray(attribute.codes, dtype=object)[c.records[:, a + offset]]
+        frame["count"] = c.count
+        frame["confidence"] = c.confidence
+        if c.copy is not None:
+            frame["copy"] = c.copy
+        frame["matched"] = r.hits["rap_rank"]
+        if r.certainty is not None:
+            certain = np.full(len(c), -2, dtype=np.int64)  # -2: not decided (beyond the top)
+            certain[:len(r.certainty)] = r.certainty
+            frame["ip_min_count"] = certain
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _plot(curves: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    grid = np.linspace(0.02, 2.0, 100)
+    for method, group in curves.groupby("method"):
+        by_k = group.groupby("k")["match_rate"].mean()
+        axes[0].plot(by_k.index, by_k.values, label=method)
+        rates = [np.mean([np.interp(f, g["k_over_u"], g["match_rate"]) for _, g in group.groupby("geocode")])
+                 for f in grid] if group["k_over_u"].notna().any() else []
+        if rates:
+            axes[1].plot(grid, rates, label=method)
+    axes[0].set(xscale="log", xlabel="k (top candidates)", ylabel="Match-Rate@k (mean over geounits)")
+    axes[1].set(xlabel="k / u (u = distinct true records)", ylabel="Match-Rate@k (mean over geounits)")
+    for ax in axes:
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(out_dir: Path, results: list[GeounitResult], published: PersonRecords, options: AuditOptions,
+                  source: str, seconds: float) -> dict:
+    """candidates.parquet, match_rate.csv/.png, certainty.csv, summary.json/.md into `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    candidates_frame(results, published, options.level).to_parquet(out_dir / "candidates.parquet", index=False)
+    curves = curves_frame(results)
+    curves.to_csv(out_dir / "match_rate.csv", index=False)
+    _plot(curves, out_dir / "match_rate.png", f"Match-Rate@k, {options.level} attack on {source}")
+    rows = []
+    for r in results:
+        v = r.variability
+        c = r.certainty if r.certainty is not None else np.zeros(0, np.int64)
+        m = r.hits.get("rap_rank", np.zeros(0, bool))[:len(c)]
+        rows.append({"geocode": r.geocode, "published_total": r.published_total,
+                     "candidates_checked": len(c), "certain": int((c >= 1).sum()),
+                     "certain_and_matched": int(((c >= 1) & m).sum()), "unproven": int((c < 0).sum()),
+                     "ip_variables": None if v is None else v.n_variables,
+                     "solution_cells": None if v is None else v.support,
+                     "certain_records": None if v is None else v.certain_records,
+                     "unique_solution": None if v is None else v.unique})
+    pd.DataFrame(rows).to_csv(out_dir / "certainty.csv", index=False)
+    summary = {
+        "published": source, "schema": published.schema.name, "level": options.level,
+        "options": {**{k: v for k, v in asdict(options).items() if k != "rap"}, "rap": asdict(options.rap)},
+        "seconds": round(seconds, 1),
+        "geounits": [{"geocode": r.geocode, "published_total": r.published_total, "true_total": r.true_total,
+                      "distinct_true": r.distinct_true, "queries": r.n_queries, "candidates": len(r.candidates),
+                      "rap_rmse": r.rap_rmse, "seconds": round(r.seconds, 1)} for r in results],
+        "match_rate": pooled_rates(results),
+        "certainty": rows,
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    (out_dir / "summary.md").write_text(summary_markdown(summary))
+    return summary
+
+
+def _json_default(value):
+    if isinstance(value, (np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(type(value))
+
+
+def summary_markdown(summary: dict) -> str:
+    """The summary as Markdown: what was attacked, Match-Rate tables, IP certainty."""
+    lines = [f"# Reconstruction audit: {summary['level']} attack on {summary['published']}", "",
+             f"Schema `{summary['schema']}`, {len(summary['geounits'])} geounits, "
+             f"{summary['options']['runs']} RAP runs each (K = {summary['options']['rap']['n_relaxed']}, "
+             f"{summary['options']['rap']['steps']} steps), {summary['seconds']} s.", "",
+             "Match-Rate pooled over geounits (hits among the top k candidates / k asked; u = distinct true "
+             "records of a geounit).", ""]
+    rates = summary["match_rate"]
+    if rates:
+        fr = list(next(iter(rates.values()))["k_over_u"])
+        ks = list(next(iter(rates.values()))["k"])
+        lines += ["| method | " + " | ".join(f"k/u={f}" for f in fr) + " | " + " | ".join(f"k={k}" for k in ks) + " |",
+                  "|---" * (1 + len(fr) + len(ks)) + "|"]
+        for m, v in rates.items():
+            cells = [v["k_over_u"][f] for f in fr] + [v["k"][k] for k in ks]
+            lines.append(f"| {m} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+    lines += ["", "| geounit | published persons | distinct true records | queries | RAP rmse | s |", "|---|---|---|---|---|---|"]
+    for g in summary["geounits"]:
+        lines.append(f"| {g['geocode']} | {g['published_total']} | {g['distinct_true']} | {g['queries']} | "
+                     f"{g['rap_rmse']:.4f} | {g['seconds']} |")
+    cert = [c for c in summary["certainty"] if c["candidates_checked"]]
+    if cert:
+        lines += ["", "Integer programming: of the top candidates checked, those present in every solution "
+                  "(certain), and for small blocks whether the published tables have one solution.", "",
+                  "| geounit | checked | certain | certain and true | unique solution | records in every solution |",
+                  "|---|---|---|---|---|---|"]
+        for c in cert:
+            lines.append(f"| {c['geocode']} | {c['candidates_checked']} | {c['certain']} | {c['certain_and_matched']} | "
+                         f"{'-' if c['unique_solution'] is None else c['unique_solution']} | "
+                         f"{'-' if c['certain_records'] is None else c['certain_records']} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,113 @@
+"""`das attack`: the reconstruction audit from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    a = subparsers.add_parser(
+        "attack", help="reconstruction audit: RAP-Rank, baselines and integer programming against a release",
+        description="Attack published tables (exact, or a `das run` release) and score the reconstructed "
+                    "records against the confidential persons file.")
+    a.add_argument("--truth", required=True, help="confidential persons file (Parquet/CSV), used only to score")
+    a.add_argument("--published", required=True,
+                   help="a `das run` output directory (its MDF gives the published tables), or 'exact' "
+                        "(tables computed from --truth: no protection)")
+    a.add_argument("--schema", default=None,
+                   help="persons schema (default: the release's; with 'exact': dhc_persons)")
+    a.add_argument("--tables", default=None, help="attack workload spec (default: specs/attack/<schema>.toml)")
+    a.add_argument("--level", choices=("block", "tract"), default="block")
+    a.add_argument("--geounits", default="auto",
+                   help="'auto' (across the size range) or comma-separated geocodes (15 digits per block, 11 per tract)")
+    a.add_argument("--count", type=int, default=10, help="geounits 'auto' picks")
+    a.add_argument("--runs", type=int, default=100, help="RAP runs per geounit")
+    a.add_argument("--relaxed", type=int, default=1000, help="K relaxed records per run")
+    a.add_argument("--steps", type=int, default=1000, help="Adam steps per run")
+    a.add_argument("--batch", type=int, default=128, help="queries per step")
+    a.add_argument("--learning-rate", type=float, default=0.1)
+    a.add_argument("--min-confidence", type=float, default=0.0,
+                   help="drop candidates sampled in fewer than this share of runs")
+    a.add_argument("--multiset", action="store_true", help="score with multiplicities (record, j-th copy)")
+    a.add_argument("--baselines", default="tract,county",
+                   help="comma-separated reference scopes: tract, county, state, holdout ('' for none)")
+    a.add_argument("--holdout", default=None, help="persons file of a disjoint holdout population")
+    a.add_argument("--ip-top", type=int, default=50, help="top candidates whose IP certainty is decided (0: no IP)")
+    a.add_argument("--ip-max-persons", type=int, default=60, help="solution variability for blocks up to this size")
+    a.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel RAP runs")
+    a.add_argument("--seed", type=int, default=0, help="seed of the attack's own randomness")
+    a.add_argument("--out", required=True, help="output directory")
+    a.set_defaults(func=_cmd_attack)
+    return a
+
+
+def _positive(name: str, value, minimum=1) -> None:
+    from das.attack.data import AttackError
+
+    if value < minimum:
+        raise AttackError(f"--{name} {value}: expected at least {minimum}")
+
+
+def _cmd_attack(args) -> int:
+    import numpy as np
+
+    from das.attack.audit import AuditOptions, auto_geounits, run_audit, write_outputs
+    from das.attack.baselines import SCOPES
+    from das.attack.data import AttackError, read_persons, read_release, release_schema
+    from das.attack.rap import RapConfig
+    from das.io.microdata import InputError
+    from das.schema import SpecError, load_schema
+
+    try:
+        for name in ("runs", "relaxed", "steps", "batch", "workers", "count"):
+            _positive(name, getattr(args, name))
+        if not 0.0 <= args.min_confidence <= 1.0:
+            raise AttackError(f"--min-confidence {args.min_confidence}: expected a share between 0 and 1")
+        baselines = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
+        unknown = [b for b in baselines if b not in SCOPES]
+        if unknown:
+            raise AttackError(f"--baselines: unknown scope(s) {unknown}; expected some of {SCOPES}")
+        if "holdout" in baselines and not args.holdout:
+            raise AttackError("--baselines holdout needs --holdout PATH (a disjoint persons file)")
+        if args.published == "exact":
+            schema = load_schema(args.schema or "dhc_persons")
+            source = "exact tables (no protection)"
+        else:
+            schema = release_schema(args.published)
+            if args.schema and args.schema != schema.name:
+                raise AttackError(f"--schema {args.schema}: the release {args.published} uses schema {schema.name}")
+            source = f"release {args.published}"
+        t0 = time.perf_counter()
+        truth = read_persons(args.truth, schema)
+        published = truth if args.published == "exact" else read_release(args.published, schema)
+        holdout = read_persons(args.holdout, schema) if args.holdout else None
+        if args.geounits == "auto":
+            geounits = auto_geounits(published, args.level, args.count, np.random.default_rng(args.seed))
+        else:
+            geounits = [g.strip() for g in args.geounits.split(",") if g.strip()]
+            if not geounits:
+                raise AttackError("--geounits: expected 'auto' or a comma-separated list of geocodes")
+        options = AuditOptions(
+            level=args.level, runs=args.runs, seed=args.seed, workers=args.workers,
+            rap=RapConfig(n_relaxed=args.relaxed, steps=args.steps, batch_size=args.batch,
+                          learning_rate=args.learning_rate),
+            min_confidence=args.min_confidence, multiset=args.multiset, baselines=baselines,
+            ip_top=args.ip_top, ip_max_persons=args.ip_max_persons, tables=args.tables)
+        print(f"das attack: {args.level} attack on {source}, {len(geounits)} geounits, {args.runs} runs each",
+              file=sys.stderr)
+        results = run_audit(truth, published, geounits, options, holdout,
+                            log=lambda s: print(s, file=sys.stderr, flush=True))
+        write_outputs(Path(args.out), results, published, options, source, time.perf_counter() - t0)
+    except (AttackError, SpecError) as e:
+        print(f"das attack: {e}", file=sys.stderr)
+        return 2
+    except InputError as e:
+        print(f"das attack: input is invalid:\n{e}", file=sys.stderr)
+        return 2
+    print(Path(args.out, "summary.md").read_text())
+    print(f"wrote {args.out}")
+    return 0

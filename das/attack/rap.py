@@ -1,0 +1,208 @@
+"""RAP: relaxed adaptive projection of a workload onto K relaxed records (numpy only).
+
+Each relaxed record holds, per attribute, a probability vector over its levels: the softmax of
+a column of logits (attribute logits are d_a x K). A product query's relaxed answer is the mean
+over records of the product over attributes of (mask . probabilities), as a fraction of the
+population. Each distinct mask is evaluated once per step for all records: an interval of
+levels as a difference of cumulative sums (age groups, single years), any other mask by a
+sparse product. Loss: squared error against the published answers (fractions of N) on a
+minibatch of queries drawn in proportion to their current error; Adam on the logits.
+Gradients are written by hand: leave-one-out products over attributes, the scatter of each
+query's share onto its masks, the cumulative-sum adjoint, then the softmax Jacobian.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from das.attack.workload import Workload
+
+
+@dataclass(frozen=True)
+class RapConfig:
+    """Optimizer settings (DESIGN.md section 8: K about 1000, Adam lr about 0.1, about 1000 steps)."""
+
+    n_relaxed: int = 1000  # K relaxed records
+    steps: int = 1000
+    learning_rate: float = 0.1
+    batch_size: int = 128  # queries per step, drawn in proportion to current error
+    refresh: int = 50  # steps between full re-evaluations of every query's error
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class MaskOperator:
+    """One attribute's distinct masks as linear maps of its probabilities (d x K) to (m x K)."""
+
+    intervals: sp.csr_matrix  # m x (d+1): +1 at hi, -1 at lo for interval masks (on cumulative sums)
+    general: sp.csr_matrix  # m x d: the other masks as rows of 0/1
+
+    @classmethod
+    def from_masks(cls, masks: np.ndarray, dtype) -> MaskOperator:
+        m, d = masks.shape
+        rows_i, cols_i, vals_i, rows_g, cols_g = [], [], [], [], []
+        for r in range(1, m):  # row 0 ("any level") is the constant 1, handled by the caller
+            on = np.flatnonzero(masks[r])
+            if len(on) and on[-1] - on[0] + 1 == len(on):
+                rows_i += [r, r]
+                cols_i += [on[-1] + 1, on[0]]
+                vals_i += [1.0, -1.0]
+            else:
+                rows_g += [r] * len(on)
+                cols_g += list(on)
+        intervals = sp.csr_matrix((np.asarray(vals_i, dtype=dtype), (rows_i, cols_i)), shape=(m, d + 1))
+        general = sp.csr_matrix((np.ones(len(rows_g), dtype=dtype), (rows_g, cols_g)), shape=(m, d))
+        return cls(intervals, general)
+
+    def apply(self, probs: np.ndarray) -> np.ndarray:
+        """(m x K) mask totals; row 0 is exactly 1."""
+        values = np.zeros((self.general.shape[0], probs.shape[1]), dtype=probs.dtype)
+        if self.intervals.nnz:
+            cumulative = np.zeros((probs.shape[0] + 1, probs.shape[1]), dtype=probs.dtype)
+            np.cumsum(probs, axis=0, out=cumulative[1:])
+            values += self.intervals @ cumulative
+        if self.general.nnz:
+            values += self.general @ probs
+        values[0] = 1.0
+        return values
+
+    def adjoint(self, grad_values: np.ndarray) -> np.ndarray:
+        """Gradient wrt probabilities (d x K) from the gradient wrt mask totals (m x K)."""
+        grad_values[0] = 0.0
+        grad = np.zeros((self.general.shape[1], grad_values.shape[1]), dtype=grad_values.dtype)
+        if self.intervals.nnz:
+            grad_cumulative = np.asarray(self.intervals.T @ grad_values)
+            grad += np.cumsum(grad_cumulative[::-1], axis=0)[-2::-1]  # dP_j = sum over i > j of dC_i
+        if self.general.nnz:
+            grad += self.general.T @ grad_values
+        return grad
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Column-wise softmax of (d x K) logits."""
+    z = np.exp(logits - logits.max(axis=0, keepdims=True))
+    return z / z.sum(axis=0, keepdims=True)
+
+
+def mask_operators(workload: Workload, dtype="float32") -> tuple[MaskOperator, ...]:
+    return tuple(MaskOperator.from_masks(m, np.dtype(dtype)) for m in workload.masks)
+
+
+def relaxed_answers(workload: Workload, operators, probs, queries: np.ndarray | None = None,
+                    chunk: int = 4096) -> np.ndarray:
+    """Relaxed answers (fractions) of `queries` (default all) for probabilities (d_a x K each)."""
+    values = [op.apply(p) for op, p in zip(operators, probs)]
+    queries = np.arange(workload.n_queries) if queries is None else np.asarray(queries)
+    out = np.empty(len(queries), dtype=np.float64)
+    for start in range(0, len(queries), chunk):
+        idx = workload.index[queries[start:start + chunk]]
+        product = None
+        for a, v in enumerate(values):
+            if idx[:, a].any():
+                product = v[idx[:, a]] if product is None else product * v[idx[:, a]]
+        out[start:start + chunk] = 1.0 if product is None else product.mean(axis=1)
+    return out
+
+
+def loss_and_gradient(workload: Workload, operators, logits, targets: np.ndarray,
+                      batch: np.ndarray) -> tuple[float, list[np.ndarray]]:
+    """Sum of squared errors of the `batch` queries and its gradient wrt every attribute's logits."""
+    probs = [softmax(z) for z in logits]
+    values = [op.apply(p) for op, p in zip(operators, probs)]
+    idx = workload.index[batch]
+    active = [a for a in range(len(values)) if idx[:, a].any()]
+    factors = [values[a][idx[:, a]] for a in active]
+    n_relaxed = probs[0].shape[1]
+    # prefix[i] = product of factors[:i], suffix[i] = product of factors[i:]
+    prefix = [None]
+    for f in factors[:-1]:
+        prefix.append(f if prefix[-1] is None else prefix[-1] * f)
+    suffix = [None] * (len(factors) + 1)
+    for i in range(len(factors) - 1, -1, -1):
+        suffix[i] = factors[i] if suffix[i + 1] is None else suffix[i + 1] * factors[i]
+    if factors:
+        answers = suffix[0].mean(axis=1, dtype=np.float64)
+    else:
+        answers = np.ones(len(batch))
+    residual = answers - targets[batch]
+    loss = float(residual @ residual)
+    weight = (2.0 * residual / n_relaxed).astype(probs[0].dtype)[:, None]
+    grads = [np.zeros_like(z) for z in logits]
+    for i, a in enumerate(active):
+        leave_one_out = weight
+        if prefix[i] is not None:
+            leave_one_out = leave_one_out * prefix[i]
+        if suffix[i + 1] is not None:
+            leave_one_out = leave_one_out * suffix[i + 1]
+        leave_one_out = np.broadcast_to(leave_one_out, (len(batch), n_relaxed))
+        grad_probs = operators[a].adjoint(_scatter_rows(idx[:, a], leave_one_out, values[a].shape[0]))
+        p = probs[a]
+        grads[a] = p * (grad_probs - (p * grad_probs).sum(axis=0, keepdims=True))
+    return loss, grads
+
+
+def _scatter_rows(rows: np.ndarray, values: np.ndarray, n_rows: int) -> np.ndarray:
+    """out[r] = sum of values[i] over i with rows[i] == r (a one-hot sparse product)."""
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    one_hot = sp.csr_matrix((np.ones(len(rows), dtype=values.dtype), order, indptr), shape=(n_rows, len(rows)))
+    return np.asarray(one_hot @ values)
+
+
+def _weighted_sample(weights: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """`size` distinct indices drawn with probability in proportion to `weights` (Efraimidis-Spirakis)."""
+    if size >= len(weights):
+        return np.arange(len(weights))
+    keys = np.log(rng.random(len(weights))) / weights
+    return np.argpartition(-keys, size - 1)[:size]
+
+
+def fit(workload: Workload, targets: np.ndarray, config: RapConfig, rng: np.random.Generator,
+        operators=None) -> tuple[list[np.ndarray], float]:
+    """Relaxed records fit to `targets` (answers as fractions of N): (probabilities per
+    attribute, d_a x K each) and the final root-mean-square error over all queries."""
+    dtype = np.dtype(config.dtype)
+    operators = operators or mask_operators(workload, dtype)
+    targets = np.asarray(targets, dtype=np.float64)
+    logits = [rng.standard_normal((d, config.n_relaxed)).astype(dtype) for d in workload.sizes]
+    first = [np.zeros_like(z) for z in logits]
+    second = [np.zeros_like(z) for z in logits]
+    beta1, beta2, eps = 0.9, 0.999, 1e-7
+    errors = np.abs(relaxed_answers(workload, operators, [softmax(z) for z in logits]) - targets)
+    for step in range(1, config.steps + 1):
+        if step % config.refresh == 0:
+            errors = np.abs(relaxed_answers(workload, operators, [softmax(z) for z in logits]) - targets)
+        batch = _weighted_sample(errors + 1e-9, config.batch_size, rng)
+        _, grads = loss_and_gradient(workload, operators, logits, targets, batch)
+        lr = float(config.learning_rate * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
+        for z, g, m, v in zip(logits, grads, first, second):
+            m *= beta1
+            m += (1 - beta1) * g
+            v *= beta2
+            g *= g
+            g *= 1 - beta2
+            v += g
+            np.sqrt(v, out=g)
+            g += eps
+            np.divide(m, g, out=g)
+            g *= lr
+            z -= g
+    probs = [softmax(z) for z in logits]
+    residual = relaxed_answers(workload, operators, probs) - targets
+    return probs, float(np.sqrt(np.mean(residual ** 2)))
+
+
+def sample_records(probs: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """n records (n x n_attributes levels): a relaxed record uniformly, then each attribute from it."""
+    n_relaxed = probs[0].shape[1]
+    rows = rng.integers(0, n_relaxed, size=n)
+    out = np.empty((n, len(probs)), dtype=np.int64)
+    for a, p in enumerate(probs):
+        cumulative = np.cumsum(p[:, rows].astype(np.float64), axis=0)
+        u = rng.random(n) * cumulative[-1]
+        out[:, a] = np.minimum((cumulative < u).sum(axis=0), p.shape[0] - 1)
+    return out

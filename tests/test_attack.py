@@ -1,0 +1,306 @@
+"""Reconstruction audit: workload, RAP gradients, RAP-Rank, baselines, integer programming, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from das.attack import ip, rap
+from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
+from das.attack.data import PersonRecords
+from das.attack.rank import match_rate_at, match_rate_curve, matches, rank_samples, rap_runs
+from das.attack.workload import build_workload, load_attack_tables
+from das.cli import main
+from das.schema import SpecError, load_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAND_ISLE = ROOT / "geography_fixtures" / "vt_grand_isle" / "persons.parquet"
+
+
+@pytest.fixture(scope="module")
+def dhc():
+    return load_schema("dhc_persons")
+
+
+@pytest.fixture(scope="module")
+def block_workload(dhc):
+    return build_workload(dhc, load_attack_tables("dhc_persons"))
+
+
+def _histogram(schema, records):
+    return np.bincount(schema.cell_index(tuple(records.T)), minlength=schema.size)
+
+
+def _people(rng, n, ages=(0, 90), races=3):
+    """Random DHC records: sex, age, hispanic, cenrace (first `races` codes), household."""
+    return np.column_stack([rng.integers(0, 2, n), rng.integers(*ages, n), rng.integers(0, 2, n),
+                            rng.integers(0, races, n), np.zeros(n, dtype=int)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Workload
+
+
+def test_workload_answers_equal_schema_marginals(dhc, block_workload):
+    rng = np.random.default_rng(1)
+    people = _people(rng, 200)
+    answers = dict(zip(block_workload.labels, block_workload.answers(people)))
+    hist = _histogram(dhc, people)
+    p12 = dhc.query("sex x agecat").matrix @ hist
+    assert [answers[f"P12:sex={s}|agecat={a}"] for s in dhc.factor_labels("sex")
+            for a in dhc.factor_labels("agecat")] == list(p12)
+    # a `where` restriction: P12I counts only White alone, not Hispanic
+    keep = (people[:, 3] == 0) & (people[:, 2] == 0)
+    p12i = dhc.query("sex x agecat").matrix @ _histogram(dhc, people[keep])
+    assert [answers[f"P12I:sex={s}|agecat={a}"] for s in dhc.factor_labels("sex")
+            for a in dhc.factor_labels("agecat")] == list(p12i)
+    assert answers["P1:total"] == 200
+    # P14 keeps the 40 cells under 20 only; no cell is empty by construction
+    assert sum(label.startswith("P14:") for label in block_workload.labels) == 40
+
+
+def test_tract_workload_has_block_attribute(dhc):
+    tables = load_attack_tables("dhc_persons")
+    w = build_workload(dhc, tables, n_blocks=3)
+    assert w.attributes[0] == "block" and w.sizes[0] == 3
+    n_block = len(build_workload(dhc, tables).labels)
+    n_tract = sum(t.level == "tract" for t in tables)
+    assert w.n_queries == 3 * n_block + sum(1 for lab in w.labels if not lab.startswith("block"))
+    assert n_tract == 3
+    rng = np.random.default_rng(2)
+    people = np.column_stack([rng.integers(0, 3, 50), _people(rng, 50)])
+    answers = dict(zip(w.labels, w.answers(people)))
+    assert answers["block1:P1:total"] == (people[:, 0] == 1).sum()
+    assert answers["PCT12:sex=Male|age=30"] == ((people[:, 1] == 0) & (people[:, 2] == 30)).sum()
+
+
+def test_bad_workload_spec_is_named(tmp_path, dhc):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[block.X]\nqueries = ["sex x colour"]\n')
+    with pytest.raises(SpecError, match="colour"):
+        build_workload(dhc, load_attack_tables(bad))
+    bad.write_text('[county.X]\nqueries = ["sex"]\n')
+    with pytest.raises(SpecError, match="county"):
+        load_attack_tables(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# RAP
+
+
+def test_mask_operator_matches_dense_masks(block_workload):
+    rng = np.random.default_rng(3)
+    for masks, d in zip(block_workload.masks, block_workload.sizes):
+        probs = rap.softmax(rng.standard_normal((d, 7)))
+        op = rap.MaskOperator.from_masks(masks, np.float64)
+        expected = masks.astype(float) @ probs
+        expected[0] = 1.0
+        assert np.allclose(op.apply(probs), expected)
+        # the adjoint is the transpose (row 0, the constant, has no gradient)
+        g = rng.standard_normal((masks.shape[0], 7))
+        g0 = g.copy()
+        g0[0] = 0
+        assert np.allclose(op.adjoint(g.copy()), masks.T.astype(float) @ g0)
+    ages = block_workload.masks[block_workload.attributes.index("age")]
+    op = rap.MaskOperator.from_masks(ages, np.float64)
+    assert op.general.nnz == 0 and op.intervals.nnz > 0  # age groups and single years are intervals
+
+
+@pytest.mark.parametrize("n_blocks", [None, 3])
+def test_gradient_matches_finite_differences(dhc, n_blocks):
+    w = build_workload(dhc, load_attack_tables("dhc_persons"), n_blocks=n_blocks)
+    rng = np.random.default_rng(4)
+    ops = rap.mask_operators(w, "float64")
+    logits = [rng.standard_normal((d, 6)) for d in w.sizes]
+    targets = rng.random(w.n_queries) * 0.2
+    batch = rng.choice(w.n_queries, 60, replace=False)
+    loss, grads = rap.loss_and_gradient(w, ops, logits, targets, batch)
+    assert loss > 0
+    eps = 1e-6
+    for a in range(len(logits)):
+        for _ in range(6):
+            i, k = rng.integers(logits[a].shape[0]), rng.integers(6)
+            up = [z.copy() for z in logits]
+            down = [z.copy() for z in logits]
+            up[a][i, k] += eps
+            down[a][i, k] -= eps
+            numeric = (rap.loss_and_gradient(w, ops, up, targets, batch)[0]
+                       - rap.loss_and_gradient(w, ops, down, targets, batch)[0]) / (2 * eps)
+            assert grads[a][i, k] == pytest.approx(numeric, rel=1e-5, abs=1e-9)
+
+
+def test_relaxed_answers_of_one_hot_records_are_exact(block_workload):
+    rng = np.random.default_rng(5)
+    people = _people(rng, 40)
+    probs = [np.eye(d)[:, people[:, a]] for a, d in enumerate(block_workload.sizes)]
+    ops = rap.mask_operators(block_workload, "float64")
+    relaxed = rap.relaxed_answers(block_workload, ops, probs)
+    assert np.allclose(relaxed * 40, block_workload.answers(people))
+
+
+def test_fit_reduces_error_and_samples_valid_records(block_workload):
+    rng = np.random.default_rng(6)
+    people = _people(rng, 15)
+    targets = block_workload.answers(people) / 15
+    config = rap.RapConfig(n_relaxed=200, steps=300)
+    ops = rap.mask_operators(block_workload, config.dtype)
+    start = [rap.softmax(rng.standard_normal((d, 200)).astype(np.float32)) for d in block_workload.sizes]
+    before = np.sqrt(np.mean((rap.relaxed_answers(block_workload, ops, start) - targets) ** 2))
+    probs, rmse = rap.fit(block_workload, targets, config, rng)
+    assert rmse < before / 10
+    sample = rap.sample_records(probs, 500, rng)
+    assert sample.shape == (500, 5)
+    assert ((sample >= 0) & (sample < np.array(block_workload.sizes))).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranking and scoring
+
+
+def test_rank_by_frequency_ties_random_and_confidence():
+    a, b, c = [0, 1], [1, 1], [2, 0]
+    samples = [np.array([a, a, b]), np.array([a, c]), np.array([a, b])]
+    ranked = rank_samples(samples, np.random.default_rng(0))
+    assert ranked.records[0].tolist() == a and ranked.count.tolist() == [4, 2, 1]
+    assert ranked.confidence.tolist() == [1.0, 2 / 3, 1 / 3]
+    assert len(rank_samples(samples, np.random.default_rng(0), min_confidence=0.5)) == 2
+    ties = [np.array([[i, 0]]) for i in range(6)]
+    firsts = {int(rank_samples(ties, np.random.default_rng(s)).records[0, 0]) for s in range(20)}
+    assert len(firsts) > 2
+
+
+def test_multiset_scores_copies():
+    rec = [3, 3]
+    samples = [np.array([rec, rec]), np.array([rec]), np.array([rec, rec, rec])]
+    ranked = rank_samples(samples, np.random.default_rng(0), multiset=True)
+    assert ranked.copy.tolist() == [1, 2, 3] and ranked.count.tolist() == [3, 2, 1]
+    truth = np.array([rec, rec, [0, 0]])
+    assert matches(ranked, truth).tolist() == [True, True, False]
+    set_ranked = rank_samples(samples, np.random.default_rng(0))
+    assert matches(set_ranked, truth).tolist() == [True]
+
+
+def test_match_rate():
+    hits = np.array([True, False, True, True])
+    assert match_rate_curve(hits).tolist() == [1.0, 0.5, 2 / 3, 0.75]
+    assert match_rate_at(hits, 2) == 0.5
+    assert match_rate_at(hits, 8) == 3 / 8  # missing candidates are misses
+
+
+def _records(schema, blocks, block, levels):
+    return PersonRecords(schema, np.asarray(blocks), np.asarray(block), np.asarray(levels))
+
+
+def test_baselines_leave_the_geounit_out(dhc):
+    blocks = ["500010000011000", "500010000011001", "500010000021000"]  # two tracts
+    levels = np.array([[0, 1, 0, 0, 0], [0, 1, 0, 0, 0], [1, 2, 0, 0, 0], [1, 3, 0, 0, 0], [1, 3, 0, 0, 0]])
+    truth = _records(dhc, blocks, [0, 0, 1, 2, 2], levels)
+    rest_of_tract = reference_levels(truth, "block", blocks[0], "tract")
+    assert rest_of_tract.tolist() == [[1, 2, 0, 0, 0]]
+    rest_of_county = reference_levels(truth, "block", blocks[0], "county")
+    ranking = frequency_ranking(rest_of_county, np.random.default_rng(0))
+    assert ranking.records[0].tolist() == [1, 3, 0, 0, 0] and ranking.count.tolist() == [2, 1]
+    spread = spread_over_blocks(ranking, np.array([1, 5]), np.random.default_rng(0))
+    assert spread.records[0].tolist() == [1, 1, 3, 0, 0, 0]  # the biggest block, the commonest record
+
+
+def test_rap_rank_beats_tract_baseline_on_exact_tables(dhc):
+    """A synthetic block: exact tables let RAP-Rank find its records; the rest of the tract does not."""
+    rng = np.random.default_rng(7)
+    rest = _people(rng, 400, ages=(0, 90), races=6)
+    block = _people(rng, 12, ages=(0, 90), races=6)
+    workload = build_workload(dhc, load_attack_tables("dhc_persons"))
+    samples, _ = rap_runs(workload, workload.answers(block) / 12, 12, runs=8,
+                          config=rap.RapConfig(n_relaxed=300, steps=400), seed=1, workers=1)
+    ranked = rank_samples(samples, np.random.default_rng(0))
+    baseline = frequency_ranking(rest, np.random.default_rng(0))
+    u = len(np.unique(block, axis=0))
+    rap_rate = match_rate_at(matches(ranked, block), u)
+    base_rate = match_rate_at(matches(baseline, block), u)
+    # adults' single-year ages are published only in age groups, so perfection is not expected
+    assert base_rate <= 0.1 and rap_rate >= base_rate + 0.3
+
+
+def test_parallel_runs_equal_serial_runs(block_workload):
+    rng = np.random.default_rng(8)
+    people = _people(rng, 5)
+    config = rap.RapConfig(n_relaxed=50, steps=20)
+    args = (block_workload, block_workload.answers(people) / 5, 5, 2, config)
+    serial, _ = rap_runs(*args, seed=3, workers=1)
+    parallel, _ = rap_runs(*args, seed=3, workers=2)
+    assert all(np.array_equal(s, p) for s, p in zip(serial, parallel))
+
+
+# ---------------------------------------------------------------------------------------------
+# Integer programming
+
+
+def test_ip_recovers_unique_block_and_certainty(block_workload, dhc):
+    """Everyone under 20 (P14 publishes sex by single-year age), one race, households: unique."""
+    people = np.array([[0, 3, 0, 0, 0], [0, 3, 0, 0, 0], [1, 7, 0, 0, 0], [1, 15, 0, 0, 0], [0, 19, 0, 0, 0]])
+    problem = ip.build_problem(block_workload, block_workload.answers(people))
+    solver = ip.Solver(problem)
+    first = solver.feasible()
+    recovered = np.repeat(problem.cells, first, axis=0)
+    assert sorted(map(tuple, recovered)) == sorted(map(tuple, people))
+    v = ip.variability(solver, first)
+    assert v.unique is True and v.certain_records == 5
+    cert = ip.certainty(solver, np.array([[0, 3, 0, 0, 0], [1, 7, 0, 0, 0], [1, 8, 0, 0, 0]]), first)
+    assert cert.tolist() == [2, 1, 0]
+
+
+def test_ip_ambiguous_block_is_not_certain(block_workload):
+    """Ages 30 and 33 fall in one published age group (30-34): neither age is certain."""
+    people = np.array([[0, 30, 0, 0, 0], [0, 33, 0, 0, 0]])
+    problem = ip.build_problem(block_workload, block_workload.answers(people))
+    solver = ip.Solver(problem)
+    first = solver.feasible()
+    assert first.sum() == 2 and np.array_equal(problem.matrix @ first, problem.counts)
+    v = ip.variability(solver, first)
+    assert v.unique is False and v.certain_records == 0
+    assert ip.certainty(solver, people, first).tolist() == [0, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def test_cli_attack_writes_outputs(tmp_path, capsys):
+    out = tmp_path / "audit"
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits",
+                 "500130202002042", "--runs", "2", "--steps", "60", "--relaxed", "100", "--workers", "1",
+                 "--baselines", "tract,county", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["match_rate"]) == {"rap_rank", "baseline_tract", "baseline_county"}
+    assert summary["geounits"][0]["published_total"] == 18
+    candidates = pd.read_parquet(out / "candidates.parquet")
+    assert {"QSEX", "QAGE", "CENHISP", "CENRACE", "GQTYPE_PL", "confidence", "matched", "ip_min_count"} <= set(candidates)
+    assert (candidates["rank"].diff().dropna() == 1).all()
+    curves = pd.read_csv(out / "match_rate.csv")
+    assert curves["match_rate"].between(0, 1).all()
+    for name in ("match_rate.png", "certainty.csv", "summary.md"):
+        assert (out / name).stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--published", "/nonexistent/run"], "no manifest.json"),
+    (["--published", "exact", "--geounits", "5001302"], "15-digit block geocode"),
+    (["--published", "exact", "--baselines", "planet"], "unknown scope"),
+    (["--published", "exact", "--runs", "0"], "--runs 0"),
+])
+def test_cli_errors_are_clear(tmp_path, capsys, args, message):
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--out", str(tmp_path / "o"), "--workers", "1", *args])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_missing_truth_file(tmp_path, capsys):
+    code = main(["attack", "--truth", str(tmp_path / "none.parquet"), "--published", "exact",
+                 "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "file not found" in capsys.readouterr().err
