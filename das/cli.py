@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_cmd_measure)
     from das.research.cli import add_parsers as add_research_parsers
     add_research_parsers(sub)
+    from das.attack.cli import add_parser as add_attack_parser
+    add_attack_parser(sub)
     return p
 
 
