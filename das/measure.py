@@ -44,10 +44,12 @@ def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.nd
     return (histograms @ schema.query(query).matrix.T).toarray().astype(np.int64)
 
 
-def _noisy_chunk(task) -> np.ndarray:
-    """Truth + exact discrete-Gaussian noise of the given variance, from the chunk's own stream."""
-    truth, variance, stream = task
-    return truth + discrete_gaussian(variance, truth.size, stream).reshape(truth.shape)
+def _measure_chunk(task) -> Path:
+    """Truth + exact discrete-Gaussian noise from the chunk's own stream, committed to its part file."""
+    truth, variance, stream, path = task
+    noisy = truth + discrete_gaussian(variance, truth.size, stream).reshape(truth.shape)
+    nmf.write_part(path, noisy)
+    return path
 
 
 def parts_dir(out_path: Path) -> Path:
@@ -112,24 +114,27 @@ def measure_level(
                 todo.append((qi, m, number, start, min(n_units, start + chunk)))
 
     def tasks():
-        for _, m, number, start, stop in todo:
+        for qi, m, number, start, stop in todo:
             truth = true_answers(level_histograms[start:stop], schema, m.query)
-            yield truth, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}")
+            yield truth, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}"), _part_path(parts, qi, number)
 
-    noisy_chunks = (ordered_map(executor, _noisy_chunk, tasks(), in_flight=getattr(executor, "slots", 1) + 1)
-                    if executor else map(_noisy_chunk, tasks()))
-    for (qi, m, number, start, stop), noisy in zip(todo, noisy_chunks):
-        nmf.write_part(_part_path(parts, qi, number),
-                       nmf.measurement_batch(level, geocodes[start:stop], m.query, noisy, m.variance))
-        del noisy
+    # a chunk's truth leaves this process only inside its task; the worker returns the committed path
+    committed = (ordered_map(executor, _measure_chunk, tasks(), in_flight=getattr(executor, "slots", 1) + 1)
+                 if executor else map(_measure_chunk, tasks()))
+    for _ in committed:
         crash_point(f"measure:{release}:{level}")
     if report is not None:
         report.update({"reused_chunks": reused, "drawn_chunks": len(todo), "torn_chunks_discarded": torn})
     writer = nmf.LevelWriter(out_path)
     try:
-        for qi, chunk in enumerate(chunks):
-            for number in range(len(range(0, n_units, chunk))):
-                writer.write_table(nmf.read_part(_part_path(parts, qi, number)))
+        for qi, (m, chunk) in enumerate(zip(measurements, chunks)):
+            for number, start in enumerate(range(0, n_units, chunk)):
+                noisy = nmf.read_part(_part_path(parts, qi, number))
+                stop = min(n_units, start + chunk)
+                if noisy.shape != (stop - start, schema.query(m.query).size):
+                    raise ValueError(f"{_part_path(parts, qi, number)}: holds {noisy.shape} answers, expected "
+                                     f"{(stop - start, schema.query(m.query).size)}")
+                writer.write(nmf.measurement_batch(level, geocodes[start:stop], m.query, noisy, m.variance))
     except BaseException:
         writer.abort()
         raise

@@ -380,7 +380,7 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
     spec = prep.spec
     measured: dict = {}
     measure_all(prep, geography, histograms, out_dir, timings, log,
-                executor=executor if engine != "local" else None, report=measured)
+                executor=executor, report=measured)
     if record is not None:
         record["measurement"] = measured
         _write_json(out_dir / "manifest.json", manifest)

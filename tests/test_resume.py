@@ -124,7 +124,7 @@ def test_kill_and_resume_gives_identical_output_without_redrawing(county, tmp_pa
     assert not (out / "mdf_persons.parquet").exists()
     levels, streams = _committed_streams(out)
     if point.startswith("measure"):
-        assert len(streams) == 3
+        assert len(streams) >= 3  # 3 seen by the driver, maybe more committed by workers before they exited
     if point.startswith("solve"):
         assert len(list((out / "checkpoints/persons/block.parts").glob("b*.npz"))) == 2
 
@@ -136,7 +136,7 @@ def test_kill_and_resume_gives_identical_output_without_redrawing(county, tmp_pa
     assert record["previous_status"] == "running"
     if point.startswith("measure"):
         block = record["measurement"]["persons"]["block"]
-        assert block["reused_chunks"] == 3 and block["drawn_chunks"] > 0
+        assert block["reused_chunks"] == len(streams) and block["drawn_chunks"] > 0
     if point.startswith("solve"):
         assert record["found"]["persons"]["solved_batches"] == {"block": 2}
     assert not (out / "checkpoints").exists()  # removed once the outputs are complete
@@ -175,7 +175,7 @@ def test_torn_measurement_chunk_is_discarded_and_recorded(county, tmp_path, monk
     _same_content(manifest, reference)
     block = manifest["interruptions"][0]["measurement"]["persons"]["block"]
     assert block["torn_chunks_discarded"] == [torn.name]
-    assert block["reused_chunks"] == 2
+    assert block["reused_chunks"] >= 2
 
 
 @pytest.fixture

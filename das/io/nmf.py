@@ -6,13 +6,14 @@ geounits); within a query, rows run geounit-major then cell. Columns: level, geo
 (dictionary strings), cell (int32), noisy (int64), variance_num / variance_den (int64, the
 exact rational variance sigma^2). A file is written under a temporary name and renamed when
 complete, so a present file is a whole level. While a level is being measured, each (query,
-chunk) is committed on its own to `<level>.parquet.parts/` (see das/measure.py) and the level
-file is assembled from those parts.
+chunk) is committed on its own to `<level>.parquet.parts/` (the noisy int64 array, zstd; see
+das/measure.py) and the level file is assembled from those parts.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -72,9 +73,6 @@ class LevelWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
 
-    def write_table(self, table: pa.Table) -> None:
-        self.writer.write_table(table)
-
     def close(self) -> Path:
         self.writer.close()
         self.tmp.replace(self.path)
@@ -85,23 +83,39 @@ class LevelWriter:
         self.tmp.unlink(missing_ok=True)
 
 
-def write_part(path: Path, batch: pa.RecordBatch) -> None:
-    """Commit one chunk of noisy answers: written and synced under `.partial`, then renamed."""
+PART_CODEC = "zstd"
+
+
+def write_part(path: Path, noisy: np.ndarray) -> None:
+    """Commit one chunk of noisy answers (n_units x n_cells int64): zstd-compressed, synced under
+    `.partial`, then renamed. The other NMF columns follow from the chunk's place in the plan."""
+    noisy = np.ascontiguousarray(noisy, dtype=np.int64)
+    header = np.asarray([*noisy.shape], dtype=np.int64).tobytes()
+    body = pa.Codec(PART_CODEC, compression_level=1).compress(noisy.tobytes(), asbytes=True)
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "wb") as f:
-        pq.write_table(pa.Table.from_batches([batch]), f, compression="zstd")
+        f.write(header + body)
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
 
 
-def read_part(path: Path) -> pa.Table:
-    return pq.read_table(path, schema=NMF_SCHEMA)
+def read_part(path: Path) -> np.ndarray:
+    data = Path(path).read_bytes()
+    shape = tuple(int(x) for x in np.frombuffer(data[:16], dtype=np.int64))
+    raw = pa.Codec(PART_CODEC).decompress(data[16:], decompressed_size=8 * shape[0] * shape[1], asbytes=True)
+    return np.frombuffer(raw, dtype=np.int64).reshape(shape)
 
 
 def _query_of_groups(parquet: pq.ParquetFile, path: Path) -> list[str]:
+    """The query of each row group, from the column statistics when present, else from the data."""
     group_query = []  # each row group holds rows of one query (batches are written per query)
+    column = parquet.schema_arrow.get_field_index("query")
     for g in range(parquet.num_row_groups):
+        stats = parquet.metadata.row_group(g).column(column).statistics
+        if stats is not None and stats.has_min_max and stats.min == stats.max:
+            group_query.append(str(stats.min))
+            continue
         q = parquet.read_row_group(g, columns=["query"])["query"].unify_dictionaries().combine_chunks()
         names_in_group = set(np.asarray(q.dictionary.to_pylist(), dtype=object)[np.unique(q.indices.to_numpy())])
         if len(names_in_group) != 1:
@@ -110,63 +124,83 @@ def _query_of_groups(parquet: pq.ParquetFile, path: Path) -> list[str]:
     return group_query
 
 
+@dataclass(frozen=True)
+class LevelIndex:
+    """Where each query's rows sit in a level file: (name, row groups, first row of each, cells per geounit).
+
+    Built once per level (from the file's metadata); small, so it travels with the tasks that read ranges.
+    """
+
+    path: str
+    n_units: int
+    queries: tuple[tuple[str, tuple[int, ...], tuple[int, ...], int], ...]
+
+
+def level_index(path: Path, n_units: int) -> LevelIndex:
+    parquet = pq.ParquetFile(path)
+    rows = [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)]
+    groups: dict[str, list[int]] = {}
+    previous = None
+    for g, name in enumerate(_query_of_groups(parquet, Path(path))):
+        if name != previous and name in groups:
+            raise ValueError(f"{path}: query {name!r} is not stored contiguously")
+        groups.setdefault(name, []).append(g)
+        previous = name
+    queries = []
+    for name, gs in groups.items():
+        starts = np.r_[0, np.cumsum([rows[g] for g in gs])].astype(np.int64)
+        total = int(starts[-1])
+        if n_units == 0 or total % n_units:
+            raise ValueError(f"{path}: query {name!r} has {total} rows, not a whole number per geounit "
+                             f"for the expected {n_units} geounits")
+        queries.append((name, tuple(gs), tuple(int(x) for x in starts), total // n_units))
+    return LevelIndex(str(path), n_units, tuple(queries))
+
+
+def read_range(index: LevelIndex, lo: int, hi: int, geocodes: np.ndarray) -> dict[str, tuple[np.ndarray, Fraction]]:
+    """Query -> (noisy answers (hi - lo) x n_cells, exact variance) for geounits lo..hi-1 (whose geocodes
+    must be `geocodes`), reading only the row groups that hold them."""
+    parquet = pq.ParquetFile(index.path)
+    geocodes = np.asarray(geocodes, dtype=str)
+    n = hi - lo
+    result = {}
+    for name, groups, starts, width in index.queries:
+        first, last = lo * width, hi * width
+        g0 = int(np.searchsorted(starts, first, side="right")) - 1
+        g1 = int(np.searchsorted(starts, last, side="left"))
+        part = parquet.read_row_groups(list(groups[g0:g1]),
+                                       columns=["geocode", "cell", "noisy", "variance_num", "variance_den"])
+        part = part.slice(first - starts[g0], last - first)
+        cells = part["cell"].to_numpy().reshape(n, width)
+        if not (cells == np.arange(width)).all():
+            raise ValueError(f"{index.path}: query {name!r} rows are not geounit-major, cell-minor")
+        units = part["geocode"].unify_dictionaries().combine_chunks()
+        unit_index = units.indices.to_numpy(zero_copy_only=False).reshape(n, width)
+        if not (unit_index == unit_index[:, :1]).all():
+            raise ValueError(f"{index.path}: query {name!r} mixes geounits within a row block")
+        found = np.asarray(units.dictionary.to_pylist(), dtype=str)[unit_index[:, 0]] if n else geocodes[:0]
+        if not np.array_equal(found, geocodes):
+            raise ValueError(f"{index.path}: query {name!r} does not cover the expected geounits in order")
+        num, den = part["variance_num"].to_numpy(), part["variance_den"].to_numpy()
+        if n and (num.min() != num.max() or den.min() != den.max()):
+            raise ValueError(f"{index.path}: query {name!r} has more than one variance")
+        variance = Fraction(int(num[0]), int(den[0])) if n else Fraction(1)
+        result[name] = (part["noisy"].to_numpy().reshape(n, width), variance)
+    return result
+
+
 class LevelReader:
-    """Noisy answers of a range of geounits of one NMF level file, reading only the row groups needed.
+    """Noisy answers of ranges of geounits of one NMF level file (`read_range` over a `level_index`).
 
     Peak memory is that of the range (the children of a batch of parents), not of the level.
     """
 
     def __init__(self, path: Path, geocodes: np.ndarray):
-        self.path = Path(path)
         self.geocodes = np.asarray(geocodes, dtype=str)
-        self.file = pq.ParquetFile(self.path)
-        n_units = len(self.geocodes)
-        self.queries: dict[str, tuple[list[int], np.ndarray, int]] = {}  # name -> (groups, first rows, width)
-        rows = [self.file.metadata.row_group(g).num_rows for g in range(self.file.num_row_groups)]
-        order: list[str] = []
-        for g, name in enumerate(_query_of_groups(self.file, self.path)):
-            if order and order[-1] != name and name in self.queries:
-                raise ValueError(f"{self.path}: query {name!r} is not stored contiguously")
-            if name not in self.queries:
-                order.append(name)
-                self.queries[name] = ([], [], 0)
-            self.queries[name][0].append(g)
-        for name in order:
-            groups = self.queries[name][0]
-            sizes = np.array([rows[g] for g in groups], dtype=np.int64)
-            total = int(sizes.sum())
-            if n_units == 0 or total % n_units:
-                raise ValueError(f"{self.path}: query {name!r} has {total} rows, not a whole number per geounit "
-                                 f"for the expected {n_units} geounits")
-            self.queries[name] = (groups, np.r_[0, np.cumsum(sizes)], total // n_units)
+        self.index = level_index(path, len(self.geocodes))
 
     def read(self, lo: int, hi: int) -> dict[str, tuple[np.ndarray, Fraction]]:
-        """Query -> (noisy answers (hi - lo) x n_cells, exact variance) for geounits lo..hi-1."""
-        result = {}
-        for name, (groups, starts, width) in self.queries.items():
-            first, last = lo * width, hi * width
-            g0 = int(np.searchsorted(starts, first, side="right")) - 1
-            g1 = int(np.searchsorted(starts, last, side="left"))
-            part = self.file.read_row_groups(groups[g0:g1],
-                                             columns=["geocode", "cell", "noisy", "variance_num", "variance_den"])
-            part = part.slice(first - int(starts[g0]), last - first)
-            n = hi - lo
-            cells = part["cell"].to_numpy().reshape(n, width)
-            if not (cells == np.arange(width)).all():
-                raise ValueError(f"{self.path}: query {name!r} rows are not geounit-major, cell-minor")
-            units = part["geocode"].unify_dictionaries().combine_chunks()
-            unit_index = units.indices.to_numpy(zero_copy_only=False).reshape(n, width)
-            if not (unit_index == unit_index[:, :1]).all():
-                raise ValueError(f"{self.path}: query {name!r} mixes geounits within a row block")
-            found = np.asarray(units.dictionary.to_pylist(), dtype=str)[unit_index[:, 0]] if n else np.array([], str)
-            if not np.array_equal(found, self.geocodes[lo:hi]):
-                raise ValueError(f"{self.path}: query {name!r} does not cover the expected geounits in order")
-            num, den = part["variance_num"].to_numpy(), part["variance_den"].to_numpy()
-            if n and (num.min() != num.max() or den.min() != den.max()):
-                raise ValueError(f"{self.path}: query {name!r} has more than one variance")
-            variance = Fraction(int(num[0]), int(den[0])) if n else Fraction(1)
-            result[name] = (part["noisy"].to_numpy().reshape(n, width), variance)
-        return result
+        return read_range(self.index, lo, hi, self.geocodes[lo:hi])
 
 
 def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, Fraction]]:
@@ -177,13 +211,7 @@ def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tupl
     file of a state has tens of millions of rows).
     """
     parquet = pq.ParquetFile(path)
-    group_query = []  # each row group holds rows of one query (batches are written per query)
-    for g in range(parquet.num_row_groups):
-        q = parquet.read_row_group(g, columns=["query"])["query"].unify_dictionaries().combine_chunks()
-        names_in_group = set(np.asarray(q.dictionary.to_pylist(), dtype=object)[np.unique(q.indices.to_numpy())])
-        if len(names_in_group) != 1:
-            raise ValueError(f"{path}: row group {g} mixes queries")
-        group_query.append(names_in_group.pop())
+    group_query = _query_of_groups(parquet, Path(path))
     runs: list[tuple[str, list[int]]] = []
     for g, name in enumerate(group_query):
         if runs and runs[-1][0] == name:

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from tqdm import tqdm
 
 from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
-from das.executors import local_executor, ordered_map
+from das.executors import IN_FLIGHT_PER_SLOT, local_executor, ordered_map
 from das.geography import Geography
 from das.io import nmf
 from das.schema import Schema
@@ -100,36 +100,51 @@ def parent_problem(
     )
 
 
-def _range_bounds(
-    schema: Schema, invariants: Invariants, geography: Geography, level: str, lo: int, hi: int,
+def _bounds_of_blocks(
+    schema: Schema, housing_units: np.ndarray, gq_facilities: np.ndarray, unit_of_block: np.ndarray, n_units: int,
+    total: np.ndarray | None,
 ) -> list[Bounds]:
-    """`level_bounds` for the geounits lo..hi-1 of `level` only, from the invariants of their blocks.
+    """Bounds of n_units geounits from their blocks' invariants (unit_of_block: 0..n_units-1, sorted).
 
-    Block bounds are built per slice of blocks and summed into the range, so memory follows the
-    range, not the country. Same rows, same order, same values as `level_bounds`.
+    Block bounds are built per slice of blocks and summed, so memory follows the blocks given.
     """
-    block_to_unit = geography.block_to_unit(level)
-    b0, b1 = int(np.searchsorted(block_to_unit, lo)), int(np.searchsorted(block_to_unit, hi))
+    n_blocks = len(housing_units)
     sums: list[list[np.ndarray]] | None = None
     queries: list[str] = []
-    for s0 in range(b0, max(b1, b0 + 1), BLOCK_SLICE):
-        s1 = min(b1, s0 + BLOCK_SLICE)
-        part = Invariants(invariants.housing_units[s0:s1], invariants.gq_facilities[s0:s1], {})
-        families = block_bounds(schema, part)
-        units = block_to_unit[s0:s1] - lo
-        aggregate = sp.csr_matrix((np.ones(s1 - s0, np.int64), (units, np.arange(s1 - s0))), shape=(hi - lo, s1 - s0))
+    for s0 in range(0, max(n_blocks, 1), BLOCK_SLICE):
+        s1 = min(n_blocks, s0 + BLOCK_SLICE)
+        families = block_bounds(schema, Invariants(housing_units[s0:s1], gq_facilities[s0:s1], {}))
+        aggregate = sp.csr_matrix((np.ones(s1 - s0, np.int64), (unit_of_block[s0:s1], np.arange(s1 - s0))),
+                                  shape=(n_units, s1 - s0))
         if sums is None:
             queries = [f.query for f in families]
-            sums = [[np.zeros((hi - lo, f.lower.shape[1]), np.int64), np.zeros((hi - lo, f.upper.shape[1]))]
+            sums = [[np.zeros((n_units, f.lower.shape[1]), np.int64), np.zeros((n_units, f.upper.shape[1]))]
                     for f in families]
         for acc, f in zip(sums, families):
             acc[0] += aggregate @ f.lower
             acc[1] += aggregate @ f.upper
     result = [Bounds(q, lower, upper) for q, (lower, upper) in zip(queries, sums or [])]
-    if level in invariants.total_population and schema.universe == "persons":
-        total = invariants.total_population[level].astype(np.int64)[lo:hi, None]
+    if total is not None:
+        total = np.asarray(total, dtype=np.int64)[:, None]
         result.append(Bounds("total", total, total.astype(float)))
     return result
+
+
+def _block_range(geography: Geography, level: str, lo: int, hi: int) -> tuple[int, int]:
+    block_to_unit = geography.block_to_unit(level)
+    return int(np.searchsorted(block_to_unit, lo)), int(np.searchsorted(block_to_unit, hi))
+
+
+def _range_bounds(
+    schema: Schema, invariants: Invariants, geography: Geography, level: str, lo: int, hi: int,
+) -> list[Bounds]:
+    """`level_bounds` for the geounits lo..hi-1 of `level` only: same rows, order and values."""
+    b0, b1 = _block_range(geography, level, lo, hi)
+    total = None
+    if level in invariants.total_population and schema.universe == "persons":
+        total = invariants.total_population[level][lo:hi]
+    return _bounds_of_blocks(schema, invariants.housing_units[b0:b1], invariants.gq_facilities[b0:b1],
+                             geography.block_to_unit(level)[b0:b1] - lo, hi - lo, total)
 
 
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
@@ -143,28 +158,68 @@ def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
     return np.asarray(bounds, dtype=np.int64)
 
 
-def _batch_tasks(schema, parents, children, offsets, solved, reader, invariants, geography, level, batches, todo,
-                 options):
-    """(problem, solver, rounding) for every parent of the batches to do, built lazily, batch by batch."""
+@dataclass
+class BatchTask:
+    """Everything a worker needs to solve a batch of parents: no geography, no country-sized array."""
+
+    schema: Schema
+    parents: np.ndarray          # geocodes of the batch's parents
+    children: np.ndarray         # geocodes of their children, in order
+    offsets: np.ndarray          # children of parent i are children[offsets[i]:offsets[i+1]]
+    parent_solved: sp.csr_matrix  # the parents' solved histograms
+    nmf: nmf.LevelIndex          # the child level's NMF; the batch reads rows lo..hi-1 of it
+    lo: int
+    hi: int
+    housing_units: np.ndarray    # the invariants of the children's blocks
+    gq_facilities: np.ndarray
+    unit_of_block: np.ndarray    # child (0-based in the batch) of each of those blocks
+    total: np.ndarray | None     # total-population invariant of the children, where it binds
+    solver: str
+    rounding: str
+    passes: tuple
+
+
+def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list]:
+    """Read the batch's noisy answers, build each parent's problem and solve it: (children's histograms, events)."""
+    noisy = nmf.read_range(task.nmf, task.lo, task.hi, task.children)
+    bounds = _bounds_of_blocks(task.schema, task.housing_units, task.gq_facilities, task.unit_of_block,
+                               task.hi - task.lo, task.total)
+    data, indices, indptr_counts, events = [], [], [], []
+    for p in range(len(task.parents)):
+        c0, c1 = task.offsets[p], task.offsets[p + 1]
+        counts = task.parent_solved[p].toarray().ravel()
+        problem = parent_problem(task.schema, task.parents[p], task.children[c0:c1], counts,
+                                 {k: (v[0][c0:c1], v[1]) for k, v in noisy.items()},
+                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1]) for b in bounds], task.passes)
+        solution = solve_parent(problem, solver=task.solver, rounding=task.rounding)
+        block = sp.csr_matrix(solution.counts)
+        data.append(block.data)
+        indices.append(problem.cells[block.indices])
+        indptr_counts.append(np.diff(block.indptr))
+        events.extend(solution.events)
+    indptr = np.r_[0, np.cumsum(np.concatenate(indptr_counts))]
+    solved = sp.csr_matrix((np.concatenate(data), np.concatenate(indices), indptr),
+                           shape=(task.hi - task.lo, task.schema.size))
+    return solved, events
+
+
+def _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo, options):
+    """One BatchTask per batch to do, built lazily (slices only)."""
+    parents, children = geography.units(parent_level), geography.units(level)
+    offsets = geography.child_ranges(parent_level)
+    with_total = level in invariants.total_population and schema.universe == "persons"
     for b in todo:
         p0, p1 = batches[b], batches[b + 1]
-        lo, hi = offsets[p0], offsets[p1]
-        noisy = reader.read(lo, hi)
-        bounds = _range_bounds(schema, invariants, geography, level, lo, hi)
-        for p in range(p0, p1):
-            c0, c1 = offsets[p] - lo, offsets[p + 1] - lo
-            counts = solved[p].toarray().ravel()
-            child_noisy = {k: (v[0][c0:c1], v[1]) for k, v in noisy.items()}
-            child_bounds = [Bounds(bd.query, bd.lower[c0:c1], bd.upper[c0:c1]) for bd in bounds]
-            problem = parent_problem(schema, parents[p], children[offsets[p]:offsets[p + 1]], counts, child_noisy,
-                                     child_bounds, options.passes)
-            yield problem, options.solver, options.rounding
-        del noisy, bounds
-
-
-def _solve(args):
-    problem, solver, rounding = args
-    return solve_parent(problem, solver=solver, rounding=rounding)
+        lo, hi = int(offsets[p0]), int(offsets[p1])
+        b0, b1 = _block_range(geography, level, lo, hi)
+        yield BatchTask(
+            schema=schema, parents=parents[p0:p1], children=children[lo:hi], offsets=offsets[p0:p1 + 1] - lo,
+            parent_solved=solved[p0:p1], nmf=index, lo=lo, hi=hi,
+            housing_units=invariants.housing_units[b0:b1], gq_facilities=invariants.gq_facilities[b0:b1],
+            unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
+            total=invariants.total_population[level][lo:hi] if with_total else None,
+            solver=options.solver, rounding=options.rounding, passes=options.passes,
+        )
 
 
 def _stack(parts: list[sp.csr_matrix], n_cols: int) -> sp.csr_matrix:
@@ -181,9 +236,11 @@ def postprocess(
 ) -> tuple[sp.csr_matrix, list[LevelReport]]:
     """Solve every level top-down from the NMF; return block histograms and per-level reports.
 
-    With `options.checkpoint_dir`, every solved level and every solved batch of parents is
-    checkpointed, and a later call resumes after the deepest complete level, reusing the
-    batches already solved in the next one (solving is deterministic: same result either way).
+    Each level is cut into batches of whole parents; a batch is one task (read its NMF rows,
+    build and solve its parents' problems), so the driver never holds a level's noisy answers.
+    With `options.checkpoint_dir`, every solved level and batch is checkpointed, and a later call
+    resumes after the deepest complete level, reusing the batches already solved in the next
+    one (solving is deterministic: same result either way).
     """
     checkpoints = Checkpoints(options.checkpoint_dir, release) if options.checkpoint_dir else None
     levels = geography.levels
@@ -208,47 +265,35 @@ def postprocess(
         done = 0
 
     executor = options.executor or local_executor(options.workers)
+    slots = getattr(executor, "slots", 1)
     try:
         for parent_level, level in list(zip(levels, levels[1:]))[done:]:
             t0 = time.perf_counter()
-            children = geography.units(level)
-            offsets = geography.child_ranges(parent_level)
-            parents = geography.units(parent_level)
-            reader = nmf.LevelReader(nmf.level_path(nmf_dir, release, level), children)
-            batches = parent_batches(offsets, options.batch_children)
+            n_parents, n_children = geography.n_units(parent_level), geography.n_units(level)
+            index = nmf.level_index(nmf.level_path(nmf_dir, release, level), n_children)
+            # enough batches to keep every slot busy, none larger than batch_children
+            size = max(1, min(options.batch_children, -(-n_children // (IN_FLIGHT_PER_SLOT * slots))))
+            batches = parent_batches(geography.child_ranges(parent_level), size)
             n_batches = len(batches) - 1
-            batch_key = f"{options.batch_children}/{len(parents)}/{len(children)}"
+            batch_key = f"{size}/{n_parents}/{n_children}"
             results = checkpoints.load_batches(level, n_batches, batch_key) if checkpoints else {}
             todo = [b for b in range(n_batches) if b not in results]
-            tasks = _batch_tasks(schema, parents, children, offsets, solved, reader, invariants, geography, level,
-                                 batches, todo, options)
-            solutions = ordered_map(executor, _solve, tasks)
-            progress = tqdm(total=len(parents), desc=f"{release} {level}", unit="parent",
+            tasks = _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo,
+                                 options)
+            progress = tqdm(total=n_batches, initial=n_batches - len(todo), desc=f"{release} {level}", unit="batch",
                             disable=None if options.progress else True, leave=False)
-            for b in todo:
-                data, indices, indptr_counts, events = [], [], [], []
-                for p in range(batches[b], batches[b + 1]):
-                    solution = next(solutions)
-                    cells = np.flatnonzero(solved[p].toarray().ravel())
-                    block = sp.csr_matrix(solution.counts)
-                    data.append(block.data)
-                    indices.append(cells[block.indices])
-                    indptr_counts.append(np.diff(block.indptr))
-                    events.extend(solution.events)
-                    progress.update()
-                indptr = np.r_[0, np.cumsum(np.concatenate(indptr_counts))]
-                batch_solved = sp.csr_matrix((np.concatenate(data), np.concatenate(indices), indptr),
-                                             shape=(offsets[batches[b + 1]] - offsets[batches[b]], schema.size))
+            for b, (batch_solved, events) in zip(todo, ordered_map(executor, solve_batch, tasks, in_flight=2 * slots)):
                 results[b] = (batch_solved, events)
                 if checkpoints:
                     save_solved(checkpoints.batch_path(level, b), batch_solved, events,
                                 {"batch": b, "batch_key": batch_key})
                     crash_point(f"solve:{release}:{level}")
+                progress.update()
             progress.close()
             solved = _stack([results[b][0] for b in range(n_batches)], schema.size)
             events = [e for b in range(n_batches) for e in results[b][1]]
             del results
-            reports.append(LevelReport(level, len(parents), time.perf_counter() - t0, events))
+            reports.append(LevelReport(level, n_parents, time.perf_counter() - t0, events))
             _checkpoint_level(checkpoints, release, reports[-1], solved)
     finally:
         if options.executor is None:
