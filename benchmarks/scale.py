@@ -11,6 +11,7 @@ import json
 import resource
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks._harness import Bench
@@ -27,6 +28,33 @@ def _cpu(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+@contextmanager
+def _driver_cpu_by_stage(figures: dict):
+    """Driver CPU seconds (process_time) spent in each stage of das.run, into figures[<stage>_driver_cpu_s]."""
+    import das.run
+
+    names = ("read_confidential", "measure_all", "postprocess", "validate_run")
+    originals = {name: getattr(das.run, name) for name in names}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                key = f"{name}_driver_cpu_s"
+                figures[key] = figures.get(key, 0.0) + time.process_time() - t0
+        return wrapper
+
+    for name, fn in originals.items():
+        setattr(das.run, name, timed(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(das.run, name, fn)
+
+
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
     """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
     from das.run import run
@@ -36,9 +64,11 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         tmp = Path(tmp)
         counts = write_synthetic(tmp / "input", states)
         self0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+        stages: dict = {}
         t0 = time.perf_counter()
-        result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
-                     log=_quiet, engine=engine)
+        with _driver_cpu_by_stage(stages):
+            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
+                         log=_quiet, engine=engine)
         seconds = time.perf_counter() - t0
         driver_cpu = _cpu(resource.RUSAGE_SELF) - self0
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
@@ -56,7 +86,10 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         # Linux: the largest single child (the solver pool's workers, waited for at shutdown)
         "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "nmf_mb": nmf_mb,
+        **stages,
     }
+    # the driver's serial work outside validation (reading, truth, NMF assembly, batches, MDF and tables)
+    figures["driver_cpu_without_validate_s"] = driver_cpu - stages.get("validate_run_driver_cpu_s", 0.0)
     for key, value in manifest["timings_seconds"].items():
         figures[f"{key}_s"] = value
     for r in manifest["levels_report"]["persons"]:
