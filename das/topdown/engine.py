@@ -2,10 +2,11 @@
 
 For each parent the engine gathers, from the NMF of the child level, the children's noisy
 answers restricted to the cells that are nonzero in the solved parent; from the invariants, the
-children's structural zeros and bounds; and hands the problem to `solve_parent` (the unit of
-parallel work, on a local pool or Dask: das.executors). Children's solutions become the parents of
-the next level. A level is streamed in batches of whole parents: only a batch's noisy answers and
-bounds are in memory at once, and each solved batch can be checkpointed (das.checkpoint).
+children's structural zeros and bounds; and hands the problem to `solve_parent`. Children's
+solutions become the parents of the next level. A level is cut into batches of whole parents;
+a batch is the unit of parallel work (`solve_batch`, on a local pool or Dask: das.executors) and
+of checkpointing (das.checkpoint), so neither the driver nor a worker holds a whole level's
+noisy answers.
 """
 
 from __future__ import annotations
