@@ -304,3 +304,18 @@ def test_cli_missing_truth_file(tmp_path, capsys):
                  "--out", str(tmp_path / "o")])
     assert code == 2
     assert "file not found" in capsys.readouterr().err
+
+
+def test_block_with_nothing_published_counts_as_misses(dhc):
+    from das.attack.audit import AuditOptions, attack_geounit, pooled_rates
+
+    blocks = ["500010000011000", "500010000011001"]
+    people = np.array([[0, 40, 0, 0, 0], [1, 41, 0, 0, 0], [1, 42, 0, 0, 0]])
+    truth = _records(dhc, blocks, [0, 0, 1], people)
+    release = _records(dhc, blocks, [1, 1, 1], people)  # the release moved everyone to block 1
+    result = attack_geounit(blocks[0], release, truth, AuditOptions(runs=2, workers=1, baselines=("tract",)),
+                            load_attack_tables("dhc_persons"))
+    assert result.published_total == 0 and result.true_total == 2 and len(result.candidates) == 0
+    rates = pooled_rates([result])
+    assert rates["rap_rank"]["k"]["1"] == 0.0 and rates["rap_rank"]["k_over_u"]["1.0"] == 0.0
+    assert rates["baseline_tract"]["k"]["1"] == 0.0  # the rest of the tract is someone aged 42

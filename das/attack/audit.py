@@ -100,8 +100,10 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     n = len(published_levels)
     true_levels = _geounit_records(truth, level, geocode, blocks)
     distinct_true = len(np.unique(true_levels, axis=0)) if len(true_levels) else 0
-    hits, rmse, candidates = {}, float("nan"), Candidates(np.zeros((0, len(workload.sizes)), np.int64),
-                                                           np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    candidates = Candidates(np.zeros((0, len(workload.sizes)), np.int64), np.zeros(0, np.int64),
+                            np.zeros(0, np.int64), options.runs)
+    # nothing published here: no candidates, every k asked for is a miss
+    hits, rmse = {"rap_rank": np.zeros(0, dtype=bool)}, float("nan")
     if n > 0:
         samples, rmses = rap_runs(workload, counts / n, n, options.runs, options.rap,
                                   seed=int(rng.integers(2**63)), workers=options.workers)
@@ -267,7 +269,8 @@ def write_outputs(out_dir: Path, results: list[GeounitResult], published: Person
         "seconds": round(seconds, 1),
         "geounits": [{"geocode": r.geocode, "published_total": r.published_total, "true_total": r.true_total,
                       "distinct_true": r.distinct_true, "queries": r.n_queries, "candidates": len(r.candidates),
-                      "rap_rmse": r.rap_rmse, "seconds": round(r.seconds, 1)} for r in results],
+                      "rap_rmse": None if math.isnan(r.rap_rmse) else r.rap_rmse,
+                      "seconds": round(r.seconds, 1)} for r in results],
         "match_rate": pooled_rates(results),
         "certainty": rows,
     }
@@ -306,7 +309,7 @@ def summary_markdown(summary: dict) -> str:
     lines += ["", "| geounit | published persons | distinct true records | queries | RAP rmse | s |", "|---|---|---|---|---|---|"]
     for g in summary["geounits"]:
         lines.append(f"| {g['geocode']} | {g['published_total']} | {g['distinct_true']} | {g['queries']} | "
-                     f"{g['rap_rmse']:.4f} | {g['seconds']} |")
+                     f"{'-' if g['rap_rmse'] is None else format(g['rap_rmse'], '.4f')} | {g['seconds']} |")
     cert = [c for c in summary["certainty"] if c["candidates_checked"]]
     if cert:
         lines += ["", "Integer programming: of the top candidates checked, those present in every solution "
