@@ -92,11 +92,12 @@ def test_bad_workload_spec_is_named(tmp_path, dhc):
 # RAP
 
 
-def test_mask_operator_matches_dense_masks(block_workload):
+@pytest.mark.parametrize("method", ["dense", "intervals"])
+def test_mask_operator_matches_dense_masks(block_workload, method):
     rng = np.random.default_rng(3)
     for masks, d in zip(block_workload.masks, block_workload.sizes):
         probs = rap.softmax(rng.standard_normal((d, 7)))
-        op = rap.MaskOperator.from_masks(masks, np.float64)
+        op = rap.MaskOperator.from_masks(masks, np.float64, method)
         expected = masks.astype(float) @ probs
         expected[0] = 1.0
         assert np.allclose(op.apply(probs), expected)
@@ -106,15 +107,15 @@ def test_mask_operator_matches_dense_masks(block_workload):
         g0[0] = 0
         assert np.allclose(op.adjoint(g.copy()), masks.T.astype(float) @ g0)
     ages = block_workload.masks[block_workload.attributes.index("age")]
-    op = rap.MaskOperator.from_masks(ages, np.float64)
-    assert op.general.nnz == 0 and op.intervals.nnz > 0  # age groups and single years are intervals
+    op = rap.MaskOperator.from_masks(ages, np.float64, "intervals")
+    assert op.general is None and op.intervals.nnz > 0  # age groups and single years are intervals
 
 
-@pytest.mark.parametrize("n_blocks", [None, 3])
-def test_gradient_matches_finite_differences(dhc, n_blocks):
+@pytest.mark.parametrize("n_blocks, method", [(None, "dense"), (None, "intervals"), (3, "auto")])
+def test_gradient_matches_finite_differences(dhc, n_blocks, method):
     w = build_workload(dhc, load_attack_tables("dhc_persons"), n_blocks=n_blocks)
     rng = np.random.default_rng(4)
-    ops = rap.mask_operators(w, "float64")
+    ops = rap.mask_operators(w, "float64", method)
     logits = [rng.standard_normal((d, 6)) for d in w.sizes]
     targets = rng.random(w.n_queries) * 0.2
     batch = rng.choice(w.n_queries, 60, replace=False)
