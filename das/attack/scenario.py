@@ -46,7 +46,7 @@ def comparison_markdown(rows: dict[str, dict], blocks: int, runs: int, release_n
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m das.attack.scenario", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--count", type=int, default=12, help="blocks, chosen across the size range")
+    p.add_argument("--count", type=int, default=10, help="blocks, chosen across the size range")
     p.add_argument("--runs", type=int, default=20, help="RAP runs per block")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--workers", type=int, default=2)
