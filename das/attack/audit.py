@@ -170,10 +170,11 @@ def pooled_rates(results: list[GeounitResult]) -> dict:
 
 
 def curves_frame(results: list[GeounitResult]) -> pd.DataFrame:
-    """Long table: geounit, method, k, k/u, Match-Rate@k (k up to twice the published population)."""
+    """Long table: geounit, method, k, k/u, Match-Rate@k, for k up to twice the largest geounit's
+    population (the same k for every geounit; missing candidates are misses)."""
     frames = []
+    k_max = max([max(2 * r.published_total, 2 * r.distinct_true) for r in results] + [10])
     for r in results:
-        k_max = max(2 * r.published_total, 2 * r.distinct_true, 10)
         for m, h in r.hits.items():
             k = np.arange(1, k_max + 1)
             padded = np.zeros(k_max, dtype=float)
