@@ -28,22 +28,48 @@ def _cpu(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _reset_peak_rss() -> bool:
+    """Linux: reset this process's peak RSS (VmHWM) so a stage's own peak can be read."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 @contextmanager
 def _driver_cpu_by_stage(figures: dict):
-    """Driver CPU seconds (process_time) spent in each stage of das.run, into figures[<stage>_driver_cpu_s]."""
+    """Driver CPU seconds (process_time) and, on Linux, peak RSS of each stage of das.run, into figures."""
     import das.run
 
     names = ("read_confidential", "measure_all", "postprocess", "validate_run")
     originals = {name: getattr(das.run, name) for name in names}
+    overall = [0.0]
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
+            before = _peak_rss_mb()  # the work since the previous stage (before validate_run: MDF and tables)
+            figures[f"before_{name}_driver_peak_mb"] = max(figures.get(f"before_{name}_driver_peak_mb", 0.0), before)
+            overall[0] = max(overall[0], before)
+            peaks = _reset_peak_rss()
             t0 = time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 key = f"{name}_driver_cpu_s"
                 figures[key] = figures.get(key, 0.0) + time.process_time() - t0
+                if peaks:
+                    peak = _peak_rss_mb()
+                    figures[f"{name}_driver_peak_mb"] = max(figures.get(f"{name}_driver_peak_mb", 0.0), peak)
+                    overall[0] = max(overall[0], peak)
+                    _reset_peak_rss()
         return wrapper
 
     for name, fn in originals.items():
@@ -53,6 +79,7 @@ def _driver_cpu_by_stage(figures: dict):
     finally:
         for name, fn in originals.items():
             setattr(das.run, name, fn)
+        figures["run_driver_peak_mb"] = max(overall[0], _peak_rss_mb())
 
 
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
@@ -82,7 +109,7 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         "s_per_million_persons": seconds / persons * 1e6,
         "cpu_s": driver_cpu + worker_cpu, "driver_cpu_s": driver_cpu, "worker_cpu_s": worker_cpu,
         "cpu_ms_per_block": (driver_cpu + worker_cpu) / blocks * 1000,
-        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # incl. writing the input
         # Linux: the largest single child (the solver pool's workers, waited for at shutdown)
         "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "nmf_mb": nmf_mb,

@@ -144,7 +144,7 @@ def prepare(spec_path: str | Path, seed: int | None) -> Prepared:
     return Prepared(spec, releases, plans, allocations, certificates, rng, load_tables(spec.tables))
 
 
-def start_manifest(prep: Prepared, out_dir: Path, log) -> dict:
+def start_manifest(prep: Prepared, out_dir: Path, log, *, extra: dict | None = None) -> dict:
     spec = prep.spec
     manifest = {
         "das_version": code_version(),
@@ -161,6 +161,7 @@ def start_manifest(prep: Prepared, out_dir: Path, log) -> dict:
         "units": {"schema": spec.units.schema, "strategy": spec.units.strategy} if spec.units else None,
         "privacy": prep.certificates,
         "python": platform.python_version(),
+        **(extra or {}),
     }
     if not prep.rng.private:
         manifest["warning"] = NOT_PRIVATE
@@ -349,9 +350,7 @@ def _start_or_resume(prep, out_dir, stored, fingerprint, overwrite, executor, en
             "drawn again for a committed measurement")
     else:
         prepare_out_dir(out_dir, spec, overwrite)
-        manifest = start_manifest(prep, out_dir, log)
-        manifest.update({"fingerprint": fingerprint, "seed": spec.seed})
-        _write_json(out_dir / "manifest.json", manifest)
+        manifest = start_manifest(prep, out_dir, log, extra={"fingerprint": fingerprint, "seed": spec.seed})
         record = None
     try:
         return _continue_run(prep, out_dir, manifest, record, geography, invariants, histograms, timings,
