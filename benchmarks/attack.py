@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import time
 from pathlib import Path
 
@@ -28,14 +29,20 @@ def _attack(persons: Path, level: str, geocode: str) -> dict:
     truth = read_persons(persons, schema)
     options = AuditOptions(level=level, runs=100, rap=RapConfig(n_relaxed=1000, steps=1000), workers=2,
                            baselines=("county",))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     result = attack_geounit(geocode, truth, truth, options, load_attack_tables("dhc_persons"))
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     u = max(result.distinct_true, 1)
-    return {"seconds": seconds, "queries": float(result.n_queries), "persons": float(result.published_total),
+    return {"seconds": seconds, "cpu_seconds": cpu, "queries": float(result.n_queries), "persons": float(result.published_total),
             "match_rate_at_u": match_rate_at(result.hits["rap_rank"], u),
             "baseline_county_at_u": match_rate_at(result.hits["baseline_county"], u),
             "certain_of_top50": float(np.sum(result.certainty >= 1)) if result.certainty is not None else float("nan")}
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the RAP worker processes)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def block_attack() -> dict:
