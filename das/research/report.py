@@ -67,17 +67,26 @@ def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) ->
         part = frame[frame["level"] == level]
         per_unit = part.assign(err=part["estimate"] - part["truth"]).groupby(
             ["estimator", "unit"], observed=True).agg(truth=("truth", "first"), err=("err", "mean")).reset_index()
+        alpha = float(np.clip(300 / max(len(per_unit), 1), 0.03, 0.3))
         for estimator, g in per_unit.groupby("estimator", observed=True):
             color = COLORS.get(estimator, "black")
-            ax.scatter(g["truth"], g["err"], s=4, alpha=0.25, color=color, linewidths=0)
-            mx, my = moving_average(g["truth"].to_numpy(float), g["err"].to_numpy(float), max(15, len(g) // 40))
-            ax.plot(mx, my, color=color, lw=2, label=LABELS.get(estimator, estimator))
+            ax.scatter(g["truth"], g["err"], s=4, alpha=alpha, color=color, linewidths=0)
+            window = max(5, min(len(g) // 40, 500))
+            mx, my = moving_average(g["truth"].to_numpy(float), g["err"].to_numpy(float), window)
+            ax.plot(mx, my, color=color, lw=2.2, label=LABELS.get(estimator, estimator))
+        # a few extreme geounits would flatten the curves: show the central 99% and say so
+        lim = max(1.0, 1.3 * float(np.quantile(np.abs(per_unit["err"]), 0.99)))
+        clipped = int((np.abs(per_unit["err"]) > lim).sum())
+        ax.set_ylim(-lim, lim)
+        if clipped:
+            ax.text(0.99, 0.02, f"{clipped} point(s) beyond +-{lim:.1f} not shown", transform=ax.transAxes,
+                    ha="right", fontsize=7, color="#555")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xscale("symlog", linthresh=10)
         ax.set_xlim(left=-0.5)
         ax.set_xlabel(f"true {level} population")
         ax.set_ylabel("signed error (mean over replicates)")
-        ax.set_title(f"{level}: {meta['units'][level]:,} geounits")
+        ax.set_title(f"{level}: {meta['units'][level]:,} geounits; lines: moving average of {window}", fontsize=10)
     return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho})", path)
 
 
