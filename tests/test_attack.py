@@ -320,3 +320,24 @@ def test_block_with_nothing_published_counts_as_misses(dhc):
     rates = pooled_rates([result])
     assert rates["rap_rank"]["k"]["1"] == 0.0 and rates["rap_rank"]["k_over_u"]["1.0"] == 0.0
     assert rates["baseline_tract"]["k"]["1"] == 0.0  # the rest of the tract is someone aged 42
+
+
+def test_cli_tract_attack_on_a_release(tmp_path):
+    """A PL94 release of the tiny fixture, attacked a tract at a time: block-located candidates."""
+    from das.run import run
+
+    release = tmp_path / "release"
+    run(ROOT / "specs/runs/tiny.toml", release, seed=1, workers=1, progress=False, log=lambda *a, **k: None)
+    out = tmp_path / "audit"
+    code = main(["attack", "--truth", str(ROOT / "geography_fixtures/tiny/persons.csv"), "--published", str(release),
+                 "--level", "tract", "--count", "1", "--runs", "2", "--steps", "30", "--relaxed", "50",
+                 "--workers", "1", "--baselines", "county", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["schema"] == "pl94_persons" and summary["level"] == "tract"
+    assert summary["published"].startswith("release") and len(summary["geounits"]) == 1
+    tract = summary["geounits"][0]["geocode"]
+    candidates = pd.read_parquet(out / "candidates.parquet")
+    assert candidates["block"].str.startswith(tract).all() and candidates["block"].str.len().eq(15).all()
+    assert {"CENRACE", "CENHISP", "GQTYPE_PL", "VOTING_AGE"} <= set(candidates)
+    assert set(summary["match_rate"]) == {"rap_rank", "baseline_county"}
