@@ -26,6 +26,9 @@ from das.privacy.sampler import discrete_gaussian
 from das.schema import Schema
 
 CHUNK_CELLS = 1 << 23  # answers per chunk (~64 MB of int64 true answers at most)
+# geounits per chunk: a chunk's geocodes are the dictionary of every NMF row group written from it,
+# so this bounds what a range read decodes (levels with fewer units, e.g. any state fixture's blocks, are unaffected)
+CHUNK_UNITS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def measure_level(
     n_units = len(geocodes)
     parts = parts_dir(out_path)
     parts.mkdir(parents=True, exist_ok=True)
-    chunks = [max(1, CHUNK_CELLS // max(schema.query(m.query).size, 1)) for m in measurements]
+    chunks = [max(1, min(CHUNK_UNITS, CHUNK_CELLS // max(schema.query(m.query).size, 1))) for m in measurements]
     _check_plan(parts, [[m.query, str(m.variance), c, n_units] for m, c in zip(measurements, chunks)])
     torn = sorted(p.name for p in parts.glob("*.partial"))
     for name in torn:
