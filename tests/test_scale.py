@@ -48,6 +48,7 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
     """Small chunks and row groups, so ranges start and end inside row groups and span several."""
     schema, geography, _, histograms = perry
     monkeypatch.setattr(das.measure, "CHUNK_CELLS", 5000)
+    monkeypatch.setattr(das.measure, "CHUNK_UNITS", 150)  # caps the narrow queries' chunks too
     measurements = [Measurement("block", q, v) for q, v in
                     (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
     path = measure_level("persons", "block", geography, histograms, schema, measurements, SeededRandomSource(1),
