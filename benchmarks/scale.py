@@ -8,8 +8,10 @@ uses these figures (method in docs/scale.md).
 from __future__ import annotations
 
 import json
+import os
 import resource
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +44,26 @@ def _peak_rss_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _children_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) -> None:
+    """Poll VmHWM (the peak RSS of the process's own image, reset at exec) of this process's children.
+
+    ru_maxrss of children cannot be used: Linux carries the pre-exec (forked) image's peak over
+    exec, so every spawned worker would report at least the driver's size when it was started.
+    """
+    me = str(os.getpid())
+    while True:
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            except OSError:
+                continue
+            if fields.get("PPid", "").strip() == me and "VmHWM" in fields:
+                peaks[status.parent.name] = max(peaks.get(status.parent.name, 0.0), int(fields["VmHWM"].split()[0]) / 1024)
+        if stop.wait(every):
+            peaks["poll_cpu_s"] = time.thread_time()  # this thread's own CPU, to take out of the driver's
+            return
 
 
 @contextmanager
@@ -92,12 +114,20 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         counts = write_synthetic(tmp / "input", states)
         self0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
         stages: dict = {}
+        children: dict = {}
+        stop = threading.Event()
+        poller = threading.Thread(target=_children_peaks, args=(stop, children), daemon=True)
+        poller.start()
         t0 = time.perf_counter()
-        with _driver_cpu_by_stage(stages):
-            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
-                         log=_quiet, engine=engine)
+        try:
+            with _driver_cpu_by_stage(stages):
+                result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
+                             log=_quiet, engine=engine)
+        finally:
+            stop.set()
+            poller.join()
         seconds = time.perf_counter() - t0
-        driver_cpu = _cpu(resource.RUSAGE_SELF) - self0
+        driver_cpu = _cpu(resource.RUSAGE_SELF) - self0 - children.pop("poll_cpu_s", 0.0)
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         manifest = json.loads((tmp / "out" / "manifest.json").read_text())
         nmf_mb = sum(p.stat().st_size for p in (tmp / "out" / "nmf").rglob("*.parquet")) / 2**20
@@ -110,8 +140,8 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         "cpu_s": driver_cpu + worker_cpu, "driver_cpu_s": driver_cpu, "worker_cpu_s": worker_cpu,
         "cpu_ms_per_block": (driver_cpu + worker_cpu) / blocks * 1000,
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # incl. writing the input
-        # Linux: the largest single child (the solver pool's workers, waited for at shutdown)
-        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "worker_peak_rss_mb": max(children.values(), default=float("nan")),  # the largest worker's own peak
+        "workers_seen": float(len(children)),
         "nmf_mb": nmf_mb,
         **stages,
     }
