@@ -75,29 +75,42 @@ def _first(problems: list[str]) -> list[str]:
     return problems[:MAX_LISTED] + ([f"... and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else [])
 
 
-def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, spec, geo_levels) -> pd.DataFrame:
-    """A table recounted from records by group-by, every geounit that has any record."""
+def prefix_codes(records: pd.DataFrame, geo_levels) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per level: each record's geounit as (code per record, geocode per code), by factorizing
+    the geocode prefixes once (every table of the same records shares them)."""
+    out = {}
+    blocks, block_of = pd.factorize(records["geocode"]) if len(records) else (np.array([], np.int64), pd.Index([]))
+    block_geocodes = pd.Series(np.asarray(block_of, dtype=str), dtype=str)
+    for geo_level in geo_levels:
+        unit_of_block, units = pd.factorize(block_geocodes.str.slice(0, LEVEL_DIGITS[geo_level]))
+        out[geo_level] = (unit_of_block[blocks] if len(blocks) else blocks, np.asarray(units, dtype=str))
+    return out
+
+
+def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, spec, geo_levels,
+                  prefixes: dict | None = None) -> pd.DataFrame:
+    """A table recounted from records (counts per geounit and cell), every geounit that has any record."""
+    prefixes = prefix_codes(records, geo_levels) if prefixes is None else prefixes
     keep = np.ones(len(records), dtype=bool)
     for factor, level in spec.where:
         keep &= levels[factor].to_numpy() == level
     frames = []
     names = column_names(schema, spec)
     for geo_level in geo_levels:
-        prefix = records["geocode"].str.slice(0, LEVEL_DIGITS[geo_level])
+        unit, geocodes = prefixes[geo_level]
+        present = np.unique(unit[keep])
         columns = []
         for qname in spec.queries:
             q = schema.query(qname)
             if not q.factors:
-                key = pd.Series(np.zeros(len(records), dtype=np.int64))
+                key = np.zeros(len(records), dtype=np.int64)
             else:
-                key = pd.Series(np.ravel_multi_index([levels[f].to_numpy() for f in q.factors], q.shape))
-            counts = pd.crosstab(prefix[keep].to_numpy(), key[keep].to_numpy())
-            counts = counts.reindex(columns=range(q.size), fill_value=0)
-            columns.append(counts)
-        table = pd.concat(columns, axis=1)
-        table.columns = names
-        table.index.name = "geocode"
-        frames.append(table.reset_index().assign(level=geo_level))
+                key = np.ravel_multi_index([levels[f].to_numpy() for f in q.factors], q.shape)
+            counts = np.bincount(unit[keep] * q.size + key[keep], minlength=len(geocodes) * q.size)
+            columns.append(counts.reshape(len(geocodes), q.size)[present])
+        table = pd.DataFrame(np.hstack(columns) if columns else np.zeros((len(present), 0), np.int64), columns=names)
+        table.insert(0, "geocode", geocodes[present])
+        frames.append(table.assign(level=geo_level))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -138,21 +151,25 @@ def validate_run(run_dir: Path) -> Report:
 
     # 2. tables recounted from the MDF equal the written tables; 3. hierarchy sums
     tables = load_tables(manifest.get("tables", "pl94"))
-    unit_levels = _levels(mdf_units[mdf_units["RTYPE"] == 2], units_schema) if units_schema else None
+    housing = mdf_units[mdf_units["RTYPE"] == 2].reset_index(drop=True)
+    unit_levels = _levels(housing, units_schema) if units_schema else None
+    mdf = mdf.reset_index(drop=True)
+    prefixes = {"persons": prefix_codes(mdf, geo_levels)}  # shared by every table of the same records
     for spec in tables:
         path = run_dir / "tables" / f"{spec.name}.parquet"
         if spec.schema == persons_schema.name:
-            records, lv, schema = mdf, levels, persons_schema
+            records, lv, schema, kind = mdf, levels, persons_schema, "persons"
         elif units_schema is not None and spec.schema == units_schema.name:
-            records = mdf_units[mdf_units["RTYPE"] == 2].reset_index(drop=True)
-            lv, schema = unit_levels, units_schema
+            records, lv, schema, kind = housing, unit_levels, units_schema, "units"
         else:
             continue
         if not path.exists():
             report.check(f"table {spec.name} written", [f"{path} is missing"])
             continue
         written = pd.read_parquet(path)
-        recount = recount_table(records.reset_index(drop=True), lv, schema, spec, geo_levels)
+        if kind not in prefixes:
+            prefixes[kind] = prefix_codes(records, geo_levels)
+        recount = recount_table(records, lv, schema, spec, geo_levels, prefixes[kind])
         merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
         problems = []
         for col in column_names(schema, spec):

@@ -74,6 +74,20 @@ def test_validator_catches_a_tampered_output(tiny_run, tmp_path):
     assert das_main(["validate", str(tiny_run.out_dir)]) == 0
 
 
+def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
+    copy = tmp_path / "tampered_table"
+    shutil.copytree(tiny_run.out_dir, copy)
+    p1 = pd.read_parquet(copy / "tables" / "P1.parquet")
+    row = p1.index[(p1["level"] == "block") & (p1["total"] > 0)][0]
+    p1.loc[row, "total"] += 1  # one block's count moved: the recount and the tract sum both disagree
+    p1.to_parquet(copy / "tables" / "P1.parquet")
+    report = validate_run(copy)
+    failed = [c for c in report.checks if c.startswith("FAIL")]
+    assert failed == ["FAIL table P1 equals the MDF recount", "FAIL table P1 hierarchy sums"], failed
+    geocode = p1.loc[row, "geocode"]
+    assert any(geocode in v and "'total'" in v for v in report.violations)
+
+
 def test_output_directory_of_another_run_is_refused(tiny_run):
     with pytest.raises(RunError, match="not empty"):
         run("tiny", tiny_run.out_dir, seed=1, progress=False, log=quiet)
