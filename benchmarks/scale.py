@@ -104,6 +104,10 @@ def _driver_cpu_by_stage(figures: dict):
         figures["run_driver_peak_mb"] = max(overall[0], _peak_rss_mb())
 
 
+NATIONAL_BLOCKS = 8.1e6  # 2020 tabulation blocks, order of magnitude of the national run
+NATIONAL_CORES = 64
+
+
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
     """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
     from das.run import run
@@ -147,6 +151,10 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
     }
     # the driver's serial work outside validation (reading, truth, NMF assembly, batches, MDF and tables)
     figures["driver_cpu_without_validate_s"] = driver_cpu - stages.get("validate_run_driver_cpu_s", 0.0)
+    # national projection from these figures (docs/scale.md): serial driver part + workers' part over 64 cores
+    for tag, serial in (("", driver_cpu), ("_without_validation", figures["driver_cpu_without_validate_s"])):
+        per_block = serial / blocks + worker_cpu / blocks / NATIONAL_CORES
+        figures[f"projected_national_h{tag}"] = NATIONAL_BLOCKS * per_block / 3600
     for key, value in manifest["timings_seconds"].items():
         figures[f"{key}_s"] = value
     for r in manifest["levels_report"]["persons"]:
@@ -166,7 +174,8 @@ def run_4_states() -> dict:
     return run_states(4)
 
 
-_TARGET = "worker peak memory flat across sizes; cost per block flat (no worse than linear)"
+_TARGET = ("worker peak memory flat across sizes; cost per block flat (no worse than linear); "
+           "projected_national_h (8.1M blocks, 64 cores) < 2")
 BENCHES = [
     Bench("scale.states_1", f"das run on 1 state copy (VT, 18.7k blocks), {WORKERS} workers, seeded: cost per block "
           "and peak memory of the driver and of a solver worker", run_1_state, key="s_per_1000_blocks",
