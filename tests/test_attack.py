@@ -92,7 +92,7 @@ def test_bad_workload_spec_is_named(tmp_path, dhc):
 # RAP
 
 
-@pytest.mark.parametrize("method", ["dense", "intervals"])
+@pytest.mark.parametrize("method", ["sparse", "dense", "intervals"])
 def test_mask_operator_matches_dense_masks(block_workload, method):
     rng = np.random.default_rng(3)
     for masks, d in zip(block_workload.masks, block_workload.sizes):
@@ -111,7 +111,7 @@ def test_mask_operator_matches_dense_masks(block_workload, method):
     assert op.general is None and op.intervals.nnz > 0  # age groups and single years are intervals
 
 
-@pytest.mark.parametrize("n_blocks, method", [(None, "dense"), (None, "intervals"), (3, "auto")])
+@pytest.mark.parametrize("n_blocks, method", [(None, "sparse"), (None, "dense"), (None, "intervals"), (3, "auto")])
 def test_gradient_matches_finite_differences(dhc, n_blocks, method):
     w = build_workload(dhc, load_attack_tables("dhc_persons"), n_blocks=n_blocks)
     rng = np.random.default_rng(4)
