@@ -7,7 +7,6 @@ manifest (with the privacy certificate) -> independent validation.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shutil
@@ -21,7 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import das
-from das.checkpoint import crash_point, is_disk_full, run_fingerprint
+from das.checkpoint import crash_point, file_sha256, is_disk_full, run_fingerprint
 from das.executors import make_executor
 from das.geography import Geography
 from das.io import mdf as mdf_io
@@ -64,14 +63,6 @@ def code_version() -> str:
         return f"{das.__version__} (git {commit}{'+dirty' if dirty else ''})"
     except (OSError, subprocess.SubprocessError):
         return das.__version__
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -229,7 +220,7 @@ def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print) -> d
     measure_all(prep, geography, histograms, out_dir, timings, log)
     nmf_dir = out_dir / "nmf"
     manifest.update({"status": "measured", "timings_seconds": timings,
-                     "nmf": {str(p.relative_to(out_dir)): _sha256(p) for p in sorted(nmf_dir.rglob("*.parquet"))}})
+                     "nmf": {str(p.relative_to(out_dir)): file_sha256(p) for p in sorted(nmf_dir.rglob("*.parquet"))}})
     _write_json(out_dir / "manifest.json", manifest)
     return manifest
 
@@ -432,8 +423,8 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
                                   "failsafe_events": len(r.failsafe_events)} for r in reports]
                           for name, reports in level_reports.items()},
         "failsafe_events": events,
-        "outputs": {str(p.relative_to(out_dir)): _sha256(p) for p in outputs},
-        "nmf": {str(p.relative_to(out_dir)): _sha256(p) for p in sorted(nmf_dir.rglob("*.parquet"))},
+        "outputs": {str(p.relative_to(out_dir)): file_sha256(p) for p in outputs},
+        "nmf": {str(p.relative_to(out_dir)): file_sha256(p) for p in sorted(nmf_dir.rglob("*.parquet"))},
         "counts": {"persons": int(solved["persons"].sum()), "blocks": geography.n_blocks},
     })
     manifest.pop("error", None)
