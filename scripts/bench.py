@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results.json"
 REPORT = ROOT / "BENCHMARKS.md"
+RECORDED = ROOT / "benchmarks" / "recorded"
 
 CHILD = """
 import json, resource, sys, time, importlib
@@ -136,6 +137,12 @@ def render(results: dict) -> str:
             lines.append(f"| {label} | {fmt(med.get(r['key']))} | {fmt(med.get('peak_rss_mb'))} "
                          f"| {ratio} | {other} |")
         lines.append("")
+    recorded = sorted(RECORDED.glob("*.md"))
+    if recorded:
+        lines += ["# Recorded studies", "",
+                  "Longer studies run by their own scripts, too long to repeat with every benchmark run;",
+                  f"each is kept in `{RECORDED.relative_to(ROOT)}/` with its command, date and conditions.", ""]
+        lines += [p.read_text().strip() + "\n" for p in recorded]
     return "\n".join(lines) + "\n"
 
 
