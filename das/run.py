@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
 import pyarrow.parquet as pq
 
 import das
@@ -32,7 +31,7 @@ from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, validate_strategy
 from das.runspec import RunSpec, load_run_spec
 from das.schema import load_schema
-from das.topdown.constraints import INVARIANT_LEVELS, Invariants
+from das.topdown.constraints import Invariants
 from das.topdown.engine import EngineOptions, postprocess
 from das.validate import validate_run
 
@@ -168,14 +167,7 @@ def read_confidential(prep: Prepared, timings: dict, log):
     t0 = time.perf_counter()
     inputs = read_inputs(spec.persons_path, spec.units_path, schemas["persons"], schemas.get("units"))
     geography = Geography.from_blocks(inputs.inventory.blocks, spec.levels)
-    invariants = Invariants(
-        housing_units=inputs.inventory.housing_units,
-        gq_facilities=inputs.inventory.gq_facilities,
-        total_population={
-            level: np.asarray(geography.aggregate(inputs.person_histograms, level).sum(axis=1)).ravel()
-            for level in INVARIANT_LEVELS if level in spec.levels
-        },
-    )
+    invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     timings["read_inputs"] = time.perf_counter() - t0
     log(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "

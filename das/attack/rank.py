@@ -8,7 +8,6 @@ rarely seen. Match-Rate@k is the share of the top k candidates found in the true
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -16,8 +15,6 @@ import numpy as np
 
 from das.attack.rap import RapConfig, fit, mask_operators, sample_records
 from das.attack.workload import Workload
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -55,19 +52,13 @@ def rap_runs(workload: Workload, targets: np.ndarray, n_records: int, runs: int,
     if workers <= 1 or runs == 1:
         results = [_one_run(t) for t in tasks]
     else:
-        saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
-        os.environ.update({k: "1" for k in THREAD_VARIABLES})  # inherited by the spawned workers
-        try:
-            import multiprocessing
+        import multiprocessing
 
-            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                results = list(pool.map(_one_run, tasks))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        from das.executors import limit_threads
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=limit_threads) as pool:
+            results = list(pool.map(_one_run, tasks))
     return [r[0] for r in results], [r[1] for r in results]
 
 

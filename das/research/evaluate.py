@@ -7,8 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.research.estimators import ESTIMATORS, wls_unsupported
@@ -25,7 +23,7 @@ from das.research.replicate import (
     summarize,
 )
 from das.schema import load_schema
-from das.topdown.constraints import INVARIANT_LEVELS, Invariants
+from das.topdown.constraints import Invariants
 
 
 def truth_context(persons, units, schema_name: str, levels) -> Context:
@@ -34,13 +32,7 @@ def truth_context(persons, units, schema_name: str, levels) -> Context:
     inputs = read_inputs(persons, units, schema)
     geography = Geography.from_blocks(inputs.inventory.blocks, tuple(levels))
     blocks = inputs.person_histograms.tocsr()
-    invariants = Invariants(
-        housing_units=inputs.inventory.housing_units,
-        gq_facilities=inputs.inventory.gq_facilities,
-        total_population={lv: np.asarray(geography.aggregate(blocks, lv).sum(axis=1)).ravel()
-                          for lv in INVARIANT_LEVELS if lv in levels},
-    )
-    return Context(None, schema, geography, invariants, blocks)
+    return Context(None, schema, geography, Invariants.from_inputs(inputs.inventory, blocks, geography), blocks)
 
 
 def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,

@@ -14,7 +14,6 @@ Every output is computed against the confidential truth: it is research output, 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 from scipy.stats import t as student_t
 
+from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
 from das.privacy.accounting import PrivacyAccountant
@@ -221,8 +221,6 @@ _CONTEXT: dict = {}
 def _worker(args):
     """Process-pool entry: one replicate, its parts written atomically; returns timings."""
     study, rho_index, rho_text, replicate, out_dir = args
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
     key = (study.spec, study.seed)
     if key not in _CONTEXT:
         _CONTEXT.clear()
@@ -329,7 +327,7 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
             timings.append({"rho": rhos[i], "replicate": rep, **t})
             log(f"  [{done}/{len(tasks)}] rho {rhos[i]} replicate {rep}: {t['total']:.1f} s")
     else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads) as pool:
             futures = [pool.submit(_worker, t) for t in tasks]
             for done, future in enumerate(as_completed(futures), 1):
                 i, rep, t = future.result()

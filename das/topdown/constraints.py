@@ -45,6 +45,16 @@ class Invariants:
     gq_facilities: np.ndarray      # (n_blocks, 7) int64, GQ types 1..7
     total_population: dict[str, np.ndarray]  # level -> (n_units,) int64, for INVARIANT_LEVELS
 
+    @classmethod
+    def from_inputs(cls, inventory, person_histograms, geography: Geography) -> Invariants:
+        """The invariants of validated inputs: the unit inventory's, and the published population totals."""
+        return cls(
+            housing_units=inventory.housing_units,
+            gq_facilities=inventory.gq_facilities,
+            total_population={level: np.asarray(geography.aggregate(person_histograms, level).sum(axis=1)).ravel()
+                              for level in INVARIANT_LEVELS if level in geography.levels},
+        )
+
 
 def block_bounds(schema: Schema, invariants: Invariants) -> list[Bounds]:
     """The schema's constraint families as per-block bounds."""
