@@ -197,28 +197,26 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     if dupes:
         col.add(f"duplicate column name(s) {dupes} in the header: every column must appear once")
         return None
-    invalid: list[tuple[int | None, int, int]] = []
-
-    def on_invalid_row(row) -> str:
-        invalid.append((row.number, row.actual_columns, row.expected_columns))
-        return "skip"
-
-    def read(use_threads: bool) -> pa.Table:
+    def read() -> pa.Table:
         return pacsv.read_csv(
             path,
-            read_options=pacsv.ReadOptions(use_threads=use_threads),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid_row),
             convert_options=pacsv.ConvertOptions(
                 column_types={n: pa.string() for n in names}, null_values=[""],
                 strings_can_be_null=True, quoted_strings_can_be_null=True),
         )
 
+    # No Python callback (invalid_row_handler) goes to Arrow: its pool threads release the reader
+    # after read_csv returns, and releasing a Python object there can run into interpreter exit
+    # (std::terminate, rc 134, when a run stops early on an input error). Rows with the wrong
+    # number of fields are found by a plain scan, only when Arrow refuses the file.
     try:
-        table = read(use_threads=True)
-        if invalid:  # rare: read again on one thread, which knows the line numbers
-            invalid.clear()
-            read(use_threads=False)
+        return read()
     except pa.ArrowException as e:
+        bad = _rows_with_wrong_width(path, len(names)) if isinstance(e, pa.ArrowInvalid) else []
+        if bad:
+            col.add(f"{len(names)} comma-separated fields, as many as the header",
+                    rows=np.asarray([row for row, _ in bad]), values=[f"{width} fields" for _, width in bad])
+            return None
         # Arrow's message can quote a record: say only which column, never the text.
         message = str(e)
         found = re.search(r"CSV column #(\d+)", message)
@@ -229,12 +227,20 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
             col.add("a well-formed comma-separated file (the CSV parser stopped; its message is "
                     "withheld because it may quote a record)", column=column, unreadable=True)
         return None
-    if invalid:
-        lines = np.asarray([n if n is not None else 0 for n, _, _ in invalid])
-        counts = [f"{actual} fields" for _, actual, _ in invalid]
-        col.add(f"{len(names)} comma-separated fields, as many as the header", rows=lines - 2, values=counts)
-        return None
-    return table
+
+
+def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tuple[int, int]]:
+    """(data row, number of fields) of the rows whose width differs from the header's (at most `limit`)."""
+    bad = []
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        rows = pycsv.reader(f)
+        next(rows, None)
+        for i, row in enumerate(rows):
+            if row and len(row) != width:
+                bad.append((i, len(row)))
+                if len(bad) >= limit:
+                    break
+    return bad
 
 
 # ---------------------------------------------------------------------------------------------
