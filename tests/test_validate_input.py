@@ -266,6 +266,26 @@ def test_ragged_csv_row_is_located_without_quoting_it(tmp_path):
     assert lines[6] not in msg
 
 
+def test_the_csv_reader_hands_arrow_no_python_callback(tmp_path, monkeypatch):
+    """Arrow's pool threads release a CSV reader after read_csv returns; a Python callback released
+    there during interpreter exit aborts the process (rc 134) when a run stops early on bad input."""
+    import pyarrow.csv as pacsv
+
+    calls = []
+    real = pacsv.read_csv
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("parse_options"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pacsv, "read_csv", spy)
+    lines = (TINY / "persons.csv").read_text().splitlines()
+    lines[3] = lines[3] + ",extra"
+    msg = problems_for(tmp_path, persons="\n".join(lines) + "\n")
+    assert "row 3 (line 4)" in msg  # the bad row is still located
+    assert calls and all(o is None or o.invalid_row_handler is None for o in calls)
+
+
 def test_unreadable_files(tmp_path):
     msg = problems_for(tmp_path, persons=b"PAR1 not really a parquet file", persons_name="persons.parquet")
     assert "persons.parquet: not a Parquet file, or a corrupt one" in msg
