@@ -138,7 +138,7 @@ class Checkpoints:
         for path in sorted(parts.glob("b*.npz")):
             solved, events, meta = load_solved(path)
             if meta.get("batch_key") == batch_key and 0 <= meta.get("batch", -1) < n_batches:
-                found[meta["batch"]] = (solved, events)
+                found[meta["batch"]] = (solved, events, meta.get("l2", {}))
         for stale in parts.glob("*.partial"):  # a torn write: never renamed, never read
             stale.unlink(missing_ok=True)
         return found

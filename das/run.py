@@ -12,7 +12,7 @@ import platform
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, validate_strategy
 from das.runspec import RunSpec, load_run_spec
 from das.schema import load_schema
-from das.topdown.constraints import Invariants
+from das.topdown.constraints import Invariants, household_persons
 from das.topdown.engine import EngineOptions, postprocess
 from das.validate import validate_run
 
@@ -372,8 +372,10 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
     options = EngineOptions(workers=workers, solver=spec.solver, rounding=spec.rounding, progress=progress,
                             passes=spec.passes, executor=executor, checkpoint_dir=out_dir / "checkpoints")
     solved, level_reports = {}, {}
-    for name, _, schema in prep.releases:
+    for name, _, schema in prep.releases:  # persons first: the units are bounded by its household persons
         t0 = time.perf_counter()
+        if name == "units":
+            invariants = replace(invariants, household_persons=household_persons(prep.releases[0][2], solved["persons"]))
         solved[name], reports = postprocess(name, schema, geography, invariants, nmf_dir, options)
         level_reports[name] = reports
         timings[f"postprocess_{name}"] = time.perf_counter() - t0
@@ -412,7 +414,8 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
         "engine": {"engine": engine, "workers": workers},
         "timings_seconds": {**timings, "total": time.perf_counter() - t_start},
         "levels_report": {name: [{"level": r.level, "parents": r.parents, "seconds": r.seconds,
-                                  "failsafe_events": len(r.failsafe_events)} for r in reports]
+                                  "failsafe_events": len(r.failsafe_events), "l2_certificate": r.certificate}
+                                 for r in reports]
                           for name, reports in level_reports.items()},
         "failsafe_events": events,
         "outputs": {str(p.relative_to(out_dir)): file_sha256(p) for p in outputs},
@@ -449,6 +452,12 @@ def render_summary(manifest: dict) -> str:
     lines.append(f"failsafe: {len(events)} event(s)" + (
         " at " + ", ".join(sorted({f"{e['release']}/{e['level']}/{e.get('parent', '?')}" for e in events})[:10])
         if events else ""))
+    certs = [r.get("l2_certificate", {}) for reports in manifest.get("levels_report", {}).values() for r in reports]
+    if certs:
+        worst = max(c.get("max_rel_gap", 0.0) for c in certs)
+        lines.append(f"least squares: {sum(c.get('problems', 0) for c in certs):,} problems, largest relative "
+                     f"duality gap {worst:.1e}, {sum(c.get('retried', 0) for c in certs)} retried, "
+                     f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance")
     v = manifest.get("validation", {})
     lines.append(f"validation: {'PASSED' if v.get('valid') else 'FAILED'} ({len(v.get('checks', []))} checks)")
     lines.append("outputs: " + ", ".join(sorted(manifest["outputs"])) + ", nmf/, manifest.json")

@@ -28,7 +28,7 @@ from das.io import nmf
 from das.schema import Schema
 from das.topdown.constraints import Bounds, Invariants, block_bounds
 from das.topdown.problem import ChildConstraints, ParentProblem, QueryAnswers
-from das.topdown.solve import solve_parent, solve_root
+from das.topdown.solve import merge_certificates, solve_parent, solve_root
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
 BLOCK_SLICE = 1 << 16  # blocks per slice when summing block bounds into a range
@@ -52,6 +52,7 @@ class LevelReport:
     parents: int
     seconds: float
     failsafe_events: list = field(default_factory=list)
+    certificate: dict = field(default_factory=dict)  # L2 duality gaps summed over the level's parents
 
 
 def parent_problem(
@@ -62,8 +63,13 @@ def parent_problem(
     noisy: dict[str, tuple[np.ndarray, Fraction]],
     bounds: list[Bounds],
     passes: tuple[tuple[str, ...], ...] = ((),),
+    descendants: list[tuple[str, np.ndarray, Fraction, np.ndarray]] = (),
 ) -> ParentProblem:
-    """One parent's problem: variables are children x the parent's nonzero cells."""
+    """One parent's problem: variables are children x the parent's nonzero cells.
+
+    `descendants`: (query, answers, variance, child rows) measured on the only child of a child
+    (the same geounit, measured again at a finer level), fitted beside the child's own answers.
+    """
     cells = np.flatnonzero(parent_counts)
     n_children = len(children)
     allowed = np.ones((n_children, len(cells)), dtype=bool)
@@ -86,11 +92,12 @@ def parent_problem(
             upper=np.hstack(upper).astype(float),
         )
     queries = []
-    for name, (answers, variance) in noisy.items():
+    measured = [(name, answers, variance, None) for name, (answers, variance) in noisy.items()]
+    for name, answers, variance, rows in measured + [d for d in descendants if len(d[3])]:
         q = schema.query(name).matrix[:, cells].tocsr()
         keep = q.getnnz(axis=1) > 0
         queries.append(QueryAnswers(
-            name=name, matrix=q[keep], noisy=answers[:, keep].astype(np.float64), variance=float(variance)
+            name=name, matrix=q[keep], noisy=answers[:, keep].astype(np.float64), variance=float(variance), rows=rows,
         ))
     passes = tuple(tuple(q for q in names if q in noisy) for names in passes)
     passes = tuple(names for names in passes if names or names == ()) or ((),)
@@ -103,7 +110,7 @@ def parent_problem(
 
 def _bounds_of_blocks(
     schema: Schema, housing_units: np.ndarray, gq_facilities: np.ndarray, unit_of_block: np.ndarray, n_units: int,
-    total: np.ndarray | None,
+    total: np.ndarray | None, household_persons: np.ndarray | None = None,
 ) -> list[Bounds]:
     """Bounds of n_units geounits from their blocks' invariants (unit_of_block: 0..n_units-1, sorted).
 
@@ -114,7 +121,8 @@ def _bounds_of_blocks(
     queries: list[str] = []
     for s0 in range(0, max(n_blocks, 1), BLOCK_SLICE):
         s1 = min(n_blocks, s0 + BLOCK_SLICE)
-        families = block_bounds(schema, Invariants(housing_units[s0:s1], gq_facilities[s0:s1], {}))
+        hhp = None if household_persons is None else household_persons[s0:s1]
+        families = block_bounds(schema, Invariants(housing_units[s0:s1], gq_facilities[s0:s1], {}, hhp))
         aggregate = sp.csr_matrix((np.ones(s1 - s0, np.int64), (unit_of_block[s0:s1], np.arange(s1 - s0))),
                                   shape=(n_units, s1 - s0))
         if sums is None:
@@ -144,8 +152,9 @@ def _range_bounds(
     total = None
     if level in invariants.total_population and schema.universe == "persons":
         total = invariants.total_population[level][lo:hi]
+    hhp = None if invariants.household_persons is None else invariants.household_persons[b0:b1]
     return _bounds_of_blocks(schema, invariants.housing_units[b0:b1], invariants.gq_facilities[b0:b1],
-                             geography.block_to_unit(level)[b0:b1] - lo, hi - lo, total)
+                             geography.block_to_unit(level)[b0:b1] - lo, hi - lo, total, hhp)
 
 
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
@@ -157,6 +166,58 @@ def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
         p1 = int(np.searchsorted(offsets, offsets[p0] + batch_children, side="right")) - 1
         bounds.append(min(n_parents, max(p1, p0 + 1)))
     return np.asarray(bounds, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SingleChildReads:
+    """Geounits of a finer level that are the only descendant of a child of the batch (same blocks)."""
+
+    index: nmf.LevelIndex  # that level's NMF
+    units: np.ndarray      # their indices at that level, sorted
+    geocodes: np.ndarray   # their geocodes
+    rows: np.ndarray       # the child (0-based in the batch) each one is
+
+
+def single_child_chains(geography: Geography, nmf_dir: Path, release: str, level: str, lo: int, hi: int,
+                        levels_read: dict | None = None) -> list[SingleChildReads]:
+    """For the geounits lo..hi-1 of `level`: at each finer level, those whose chain of only children reaches it.
+
+    A geounit with one child is that child measured twice; the child's measurements (and its only
+    child's, and so on) enter the geounit's own estimate, so no level's budget is wasted on it.
+    """
+    chains = []
+    units, rows = np.arange(lo, hi), np.arange(hi - lo)
+    current = level
+    while (finer := geography.child_level(current)) is not None and len(units):
+        offsets = geography.child_ranges(current)
+        single = offsets[units + 1] - offsets[units] == 1
+        units, rows = offsets[units[single]], rows[single]
+        current = finer
+        if not len(units):
+            break
+        if levels_read is None or current not in levels_read:
+            index = nmf.level_index(nmf.level_path(nmf_dir, release, current), geography.n_units(current))
+            if levels_read is not None:
+                levels_read[current] = index
+        else:
+            index = levels_read[current]
+        chains.append(SingleChildReads(index, units, geography.units(current)[units], rows))
+    return chains
+
+
+def read_single_children(chains: list[SingleChildReads]) -> list[tuple[str, np.ndarray, Fraction, np.ndarray]]:
+    """(query, answers, variance, batch rows) of every chain's geounits, reading runs of consecutive units."""
+    found = []
+    for chain in chains:
+        breaks = np.flatnonzero(np.diff(chain.units) != 1) + 1
+        parts: dict[str, list] = {}
+        for run in np.split(np.arange(len(chain.units)), breaks):
+            u0, u1 = int(chain.units[run[0]]), int(chain.units[run[-1]]) + 1
+            for name, (answers, variance) in nmf.read_range(chain.index, u0, u1, chain.geocodes[run]).items():
+                parts.setdefault(name, [variance, []])[1].append(answers)
+        for name, (variance, blocks) in parts.items():
+            found.append((name, np.vstack(blocks), variance, chain.rows))
+    return found
 
 
 @dataclass
@@ -175,38 +236,48 @@ class BatchTask:
     gq_facilities: np.ndarray
     unit_of_block: np.ndarray    # child (0-based in the batch) of each of those blocks
     total: np.ndarray | None     # total-population invariant of the children, where it binds
+    household_persons: np.ndarray | None  # of the children's blocks, from the persons release (units only)
     solver: str
     rounding: str
     passes: tuple
+    chains: list = field(default_factory=list)  # SingleChildReads of the children's only descendants
 
 
-def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list]:
-    """Read the batch's noisy answers, build each parent's problem and solve it: (children's histograms, events)."""
+def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
+    """Read the batch's noisy answers, build each parent's problem and solve it: (children's histograms, events,
+    L2 certificate)."""
     noisy = nmf.read_range(task.nmf, task.lo, task.hi, task.children)
     bounds = _bounds_of_blocks(task.schema, task.housing_units, task.gq_facilities, task.unit_of_block,
-                               task.hi - task.lo, task.total)
-    data, indices, indptr_counts, events = [], [], [], []
+                               task.hi - task.lo, task.total, task.household_persons)
+    finer = read_single_children(task.chains)
+    data, indices, indptr_counts, events, certificates = [], [], [], [], []
     for p in range(len(task.parents)):
         c0, c1 = task.offsets[p], task.offsets[p + 1]
         counts = task.parent_solved[p].toarray().ravel()
+        own = [(name, answers[(rows >= c0) & (rows < c1)], variance, rows[(rows >= c0) & (rows < c1)] - c0)
+               for name, answers, variance, rows in finer]
         problem = parent_problem(task.schema, task.parents[p], task.children[c0:c1], counts,
                                  {k: (v[0][c0:c1], v[1]) for k, v in noisy.items()},
-                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1]) for b in bounds], task.passes)
+                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1]) for b in bounds], task.passes,
+                                 own)
         solution = solve_parent(problem, solver=task.solver, rounding=task.rounding)
         block = sp.csr_matrix(solution.counts)
         data.append(block.data)
         indices.append(problem.cells[block.indices])
         indptr_counts.append(np.diff(block.indptr))
         events.extend(solution.events)
+        certificates.append(solution.certificate)
     indptr = np.r_[0, np.cumsum(np.concatenate(indptr_counts))]
     solved = sp.csr_matrix((np.concatenate(data), np.concatenate(indices), indptr),
                            shape=(task.hi - task.lo, task.schema.size))
-    return solved, events
+    return solved, events, merge_certificates(certificates)
 
 
-def _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo, options):
+def _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo, options,
+                 nmf_dir, release):
     """One BatchTask per batch to do, built lazily (slices only)."""
     parents, children = geography.units(parent_level), geography.units(level)
+    indexes: dict = {}
     offsets = geography.child_ranges(parent_level)
     with_total = level in invariants.total_population and schema.universe == "persons"
     for b in todo:
@@ -219,7 +290,9 @@ def _batch_tasks(schema, geography, invariants, parent_level, level, index, solv
             housing_units=invariants.housing_units[b0:b1], gq_facilities=invariants.gq_facilities[b0:b1],
             unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
             total=invariants.total_population[level][lo:hi] if with_total else None,
+            household_persons=None if invariants.household_persons is None else invariants.household_persons[b0:b1],
             solver=options.solver, rounding=options.rounding, passes=options.passes,
+            chains=single_child_chains(geography, nmf_dir, release, level, lo, hi, indexes),
         )
 
 
@@ -250,18 +323,20 @@ def postprocess(
     solved = None
     for level in levels[: done + 1]:
         solved, events, meta = load_solved(checkpoints.level_path(level))
-        reports.append(LevelReport(level, meta["parents"], meta["seconds"], events))
+        reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {})))
     if done < 0:
         t0 = time.perf_counter()
         root = levels[0]
         noisy = nmf.read_level(nmf.level_path(nmf_dir, release, root), geography.units(root))
+        finer = read_single_children(single_child_chains(geography, nmf_dir, release, root, 0, 1))
         root_solution = solve_root(
             schema, {k: (v[0][0], v[1]) for k, v in noisy.items()},
             _range_bounds(schema, invariants, geography, root, 0, 1), solver=options.solver,
-            rounding=options.rounding, passes=options.passes,
+            rounding=options.rounding, passes=options.passes, descendants=finer,
         )
         solved = sp.csr_matrix(root_solution.counts.reshape(1, -1))
-        reports.append(LevelReport(root, 1, time.perf_counter() - t0, list(root_solution.events)))
+        reports.append(LevelReport(root, 1, time.perf_counter() - t0, list(root_solution.events),
+                                   merge_certificates([root_solution.certificate])))
         _checkpoint_level(checkpoints, release, reports[-1], solved)
         done = 0
 
@@ -280,21 +355,23 @@ def postprocess(
             results = checkpoints.load_batches(level, n_batches, batch_key) if checkpoints else {}
             todo = [b for b in range(n_batches) if b not in results]
             tasks = _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo,
-                                 options)
+                                 options, nmf_dir, release)
             progress = tqdm(total=n_batches, initial=n_batches - len(todo), desc=f"{release} {level}", unit="batch",
                             disable=None if options.progress else True, leave=False)
-            for b, (batch_solved, events) in zip(todo, ordered_map(executor, solve_batch, tasks, in_flight=2 * slots)):
-                results[b] = (batch_solved, events)
+            for b, (batch_solved, events, l2) in zip(todo, ordered_map(executor, solve_batch, tasks,
+                                                                        in_flight=2 * slots)):
+                results[b] = (batch_solved, events, l2)
                 if checkpoints:
                     save_solved(checkpoints.batch_path(level, b), batch_solved, events,
-                                {"batch": b, "batch_key": batch_key})
+                                {"batch": b, "batch_key": batch_key, "l2": l2})
                     crash_point(f"solve:{release}:{level}")
                 progress.update()
             progress.close()
             solved = _stack([results[b][0] for b in range(n_batches)], schema.size)
             events = [e for b in range(n_batches) for e in results[b][1]]
+            certificate = merge_certificates(results[b][2] for b in range(n_batches))
             del results
-            reports.append(LevelReport(level, n_parents, time.perf_counter() - t0, events))
+            reports.append(LevelReport(level, n_parents, time.perf_counter() - t0, events, certificate))
             _checkpoint_level(checkpoints, release, reports[-1], solved)
     finally:
         if options.executor is None:
@@ -306,5 +383,5 @@ def _checkpoint_level(checkpoints: Checkpoints | None, release: str, report: Lev
     if checkpoints is None:
         return
     checkpoints.save_level(report.level, solved, report.failsafe_events,
-                           {"parents": report.parents, "seconds": report.seconds})
+                           {"parents": report.parents, "seconds": report.seconds, "l2": report.certificate})
     crash_point(f"level:{release}:{report.level}")

@@ -19,8 +19,9 @@ class QueryAnswers:
 
     name: str
     matrix: sp.csr_matrix  # (n_query_cells, n_cells): a child's histogram -> query answers
-    noisy: np.ndarray      # (n_children, n_query_cells) noisy answers
+    noisy: np.ndarray      # (n_children, n_query_cells) noisy answers (or one row per `rows` entry)
     variance: float        # noise variance, the same for every child and cell
+    rows: np.ndarray | None = None  # the children these answers are of (None: all, in order)
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,4 @@ class ParentSolution:
     events: list[FailsafeEvent] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     rounding_method: str = ""
+    certificate: dict = field(default_factory=dict)  # L2 duality gaps (das.topdown.solve.new_certificate)

@@ -32,6 +32,9 @@ from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, 
 
 INTEGRAL_TOL = 1e-6
 PASS_SLACK = 1e-3
+GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
+TIGHT_CLARABEL = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
+                  "max_iter": 500}  # the retry of a solve whose certificate failed
 
 
 class SolveError(RuntimeError):
@@ -80,28 +83,56 @@ def _queries_in_pass(problem: ParentProblem, names: tuple[str, ...], done: set[s
 
 
 def _scale_of(problem: ParentProblem, queries, parent) -> float:
-    """A typical magnitude of the answers: the problem is solved in units of it, so that interior-point
-    tolerances are relative (Clarabel missed a 322,539 equality by 15 on unscaled counts)."""
+    """A typical magnitude of the answers: variables are solved in units of it, so that interior-point
+    feasibility tolerances are relative (Clarabel missed a 322,539 equality by 15 on unscaled counts)."""
     values = [np.abs(q.noisy).max(initial=0) for q in queries]
     if parent is not None:
         values.append(np.abs(parent[1]).max(initial=0))
     return max(1.0, float(max(values, default=1.0)))
 
 
-def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget=None):
-    """One weighted least-squares pass; returns x or None when infeasible."""
-    n_var = len(columns)
-    scale = _scale_of(problem, queries, parent)
-    z = cp.Variable(n_var, nonneg=True)  # x = scale * z
+def _query_rows(problem: ParentProblem, q, columns: np.ndarray) -> sp.csr_matrix:
+    """The query's answer rows over the problem's variables: every child's, or only `q.rows`' children."""
+    if q.rows is None:
+        return _per_child(q.matrix, problem.n_children, columns)
+    pick = sp.csr_matrix((np.ones(len(q.rows)), (np.arange(len(q.rows)), q.rows)), shape=(len(q.rows), problem.n_children))
+    return sp.kron(pick, q.matrix, format="csr")[:, columns]
+
+
+def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[sp.csr_matrix, np.ndarray, float]]:
+    """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts."""
     terms = []
     for q in queries:
-        a = _per_child(q.matrix, problem.n_children, columns)
+        a = _query_rows(problem, q, columns)
         keep = a.getnnz(axis=1) > 0
-        if not keep.any():
-            continue
-        w = 1.0 / np.sqrt(q.variance)
-        terms.append(cp.sum_squares(w * (a[keep] @ z) - w * q.noisy.ravel()[keep] / scale))
-    objective = cp.Minimize(cp.sum(terms) if terms else 0)
+        if keep.any():
+            terms.append((a[keep], q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
+    return terms
+
+
+def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
+    """sum_q ||A_q x - y_q||^2 / var_q in original units (persons^2 / variance), and its gradient."""
+    value, grad = 0.0, np.zeros(len(x))
+    for a, y, w in terms:
+        r = a @ x - y
+        value += w * float(r @ r)
+        grad += (2.0 * w) * (a.T @ r)
+    return value, grad
+
+
+def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget=None, tight=False):
+    """One weighted least-squares pass; returns x (in counts) or None when infeasible.
+
+    Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
+    in counts, weighted 1/sd: the objective is the statistical one, not shrunk by scale^2 below the
+    solver's absolute gap tolerance (which stopped Clarabel at an interior point, spreading mass
+    over truly empty cells of a state).
+    """
+    n_var = len(columns)
+    scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
+    z = cp.Variable(n_var, nonneg=True)  # x = scale * z
+    residuals = [cp.sum_squares((np.sqrt(w) * scale) * (a @ z) - np.sqrt(w) * y) for a, y, w in terms]
+    objective_expr = cp.Minimize(cp.sum(residuals) if residuals else 0)
     constraints = []
     if parent is not None:
         s_matrix, counts = parent
@@ -120,21 +151,101 @@ def _least_squares(problem, columns, queries, fixed, parent, bounds, solver, sla
             constraints.append(b_matrix[hi] @ z <= upper[hi] / scale)
     for matrix, target in fixed:
         constraints += [matrix @ z >= (target - PASS_SLACK) / scale, matrix @ z <= (target + PASS_SLACK) / scale]
-    prob = cp.Problem(objective, constraints)
+    prob = cp.Problem(objective_expr, constraints)
     with warnings.catch_warnings():
-        # "optimal_inaccurate" is accepted: the rounded result is checked exactly afterwards
+        # "optimal_inaccurate" is accepted here: the certificate (duality gap) decides afterwards
         warnings.simplefilter("ignore", UserWarning)
         try:
-            prob.solve(solver=solver)
+            if tight:
+                prob.solve(solver="CLARABEL", **TIGHT_CLARABEL)
+            else:
+                prob.solve(solver=solver)
         except cp.error.SolverError:
             pass
-        if prob.status not in ("optimal", "optimal_inaccurate") and solver != "CLARABEL":
-            # a first-order solver that stopped short (iteration limit) is not proof of
-            # infeasibility: ask the interior-point solver before the failsafe is considered
+        if prob.status not in ("optimal", "optimal_inaccurate") and (solver != "CLARABEL" or tight):
+            # a solver that stopped short (iteration limit) is not proof of infeasibility: ask
+            # Clarabel at its defaults before the failsafe is considered
             prob.solve(solver="CLARABEL")
     if prob.status not in ("optimal", "optimal_inaccurate"):
         return None
     return np.clip(np.asarray(z.value, dtype=float) * scale, 0, None)
+
+
+class _Answers:
+    """Just enough of a QueryAnswers for _scale_of."""
+
+    def __init__(self, noisy):
+        self.noisy = noisy
+
+
+def _min_linear(problem, columns, cost, parent_sums, bounds, fixed, cap: float | None = None):
+    """min cost'y over the pass's feasible set {y >= 0, parent sums, child bounds, held answers}; None if unbounded.
+
+    Without bound rows the set is a product of per-cell simplices (each cell's parent count split
+    over its children) and the minimum is closed-form; otherwise an LP (HiGHS).
+    """
+    b_matrix, lower, upper = bounds
+    if parent_sums is not None and b_matrix is None and not fixed and cap is None:
+        cell_of = columns % problem.n_cells
+        best = np.full(problem.n_cells, np.inf)
+        np.minimum.at(best, cell_of, cost)
+        need = np.asarray(parent_sums, dtype=float) > 0
+        if np.isinf(best[need]).any():
+            return None
+        return float(np.asarray(parent_sums, dtype=float)[need] @ best[need])
+    rows, lows, highs = [], [], []
+    if parent_sums is not None:
+        rows.append(_parent_sum(problem, columns))
+        lows.append(np.asarray(parent_sums, dtype=float))
+        highs.append(np.asarray(parent_sums, dtype=float))
+    if b_matrix is not None:
+        rows.append(b_matrix)
+        lows.append(np.where(lower > 0, lower, -np.inf).astype(float))
+        highs.append(np.asarray(upper, dtype=float))
+    for matrix, target in fixed:
+        rows.append(matrix)
+        lows.append(target - PASS_SLACK)
+        highs.append(target + PASS_SLACK)
+    if cap is not None:
+        rows.append(sp.csr_matrix(np.ones((1, len(columns)))))
+        lows.append(np.array([-np.inf]))
+        highs.append(np.array([cap]))
+    if not rows:
+        return None if (cost < 0).any() else 0.0
+    y = _highs_lp(cost, sp.vstack(rows).tocsr(), np.concatenate(lows), np.concatenate(highs),
+                  np.full(len(columns), np.inf), integer=False)
+    return None if y is None else float(cost @ y)
+
+
+def _total_cap(terms, value: float) -> float | None:
+    """An upper bound on the total of every optimal x, from a measured partition of the cells.
+
+    If a query's rows partition the cells, 1'A x = 1'x, and at any optimum ||A x* - y||^2 <= var f(x),
+    so 1'x* <= 1'y + sqrt(rows var f(x)) (Cauchy-Schwarz). None if no measured query partitions them.
+    """
+    for a, y, w in terms:
+        covered = np.asarray(a.sum(axis=0)).ravel()
+        if a.shape[1] and np.array_equal(covered, np.ones(a.shape[1])):
+            return float(y.sum() + np.sqrt(a.shape[0] * value / w)) + 1.0
+    return None
+
+
+def certify(problem, columns, terms, x, parent_sums, bounds, fixed) -> tuple[float, float]:
+    """(objective, duality gap) of x in original units; the gap bounds objective(x) - optimum from above.
+
+    The gap is Frank-Wolfe's, g'x - min over the feasible set of g'y with g the gradient at x: the
+    Fenchel dual of the least-squares objective at the residuals of x gives exactly this lower
+    bound on the optimum. Where the set is unbounded (a root without a total invariant) the
+    minimum is taken over the optimal solutions' provable total (`_total_cap`), still a bound.
+    """
+    value, grad = objective(terms, x)
+    low = _min_linear(problem, columns, grad, parent_sums, bounds, fixed)
+    if low is None and parent_sums is None:
+        cap = _total_cap(terms, value)
+        if cap is not None:
+            low = _min_linear(problem, columns, grad, parent_sums, bounds, fixed, cap=max(cap, float(x.sum())))
+    gap = np.inf if low is None else max(0.0, float(grad @ x) - low)
+    return value, gap
 
 
 def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
@@ -196,13 +307,58 @@ def _failsafe(problem, columns, parent, bounds):
     return bounds, budget, event
 
 
-def solve_l2(problem: ParentProblem, solver: str = "CLARABEL"):
-    """Multipass weighted least squares; returns (x* over variables, events, bounds used).
+def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate):
+    """Solve one pass, check its duality gap, retry once at tight tolerances; None if infeasible.
 
-    Any cvxpy QP solver can be named; the default is Clarabel (interior point). Measured on the
-    Vermont demo, OSQP was slower on the real sparse problems (block level 103 s against 62 s)
-    and much slower where `detailed` is not measured (DHC: 66 s against 11 s).
+    The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
+    `certificate` (and reported per level in the manifest), never accepted silently.
     """
+    x = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget)
+    if x is None:
+        return None
+    parent_sums = None
+    if parent is not None:
+        parent_sums = parent[1] if slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
+    value, gap = certify(problem, columns, terms, x, parent_sums, bounds, fixed)
+    if gap > GAP_TOL * max(value, 1.0):
+        certificate["retried"] += 1
+        retry = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, tight=True)
+        if retry is not None:
+            v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, fixed)
+            if g2 < gap:
+                x, value, gap = retry, v2, g2
+        if gap > GAP_TOL * max(value, 1.0):
+            certificate["uncertified"] += 1
+    certificate["objective"] += value
+    certificate["gap"] += gap
+    certificate["max_rel_gap"] = max(certificate["max_rel_gap"], gap / max(value, 1.0))
+    return x
+
+
+def new_certificate() -> dict:
+    """Per-problem (or summed per level) record of the L2 duality gaps, in original units."""
+    return {"problems": 0, "objective": 0.0, "gap": 0.0, "max_rel_gap": 0.0, "retried": 0, "uncertified": 0}
+
+
+def merge_certificates(records) -> dict:
+    total = new_certificate()
+    for r in records:
+        for k in ("problems", "objective", "gap", "retried", "uncertified"):
+            total[k] += r.get(k, 0)
+        total["max_rel_gap"] = max(total["max_rel_gap"], r.get("max_rel_gap", 0.0))
+    return total
+
+
+def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict | None = None):
+    """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
+
+    Any cvxpy QP solver can be named; the default is Clarabel (interior point). Every pass's
+    solution is certified by its duality gap in original units (`certify`), summed into
+    `certificate`. Measured on the Vermont demo, OSQP was slower on the real sparse problems
+    (block level 103 s against 62 s) and much slower where `detailed` is not measured.
+    """
+    certificate = new_certificate() if certificate is None else certificate
+    certificate["problems"] += 1
     columns = _variables(problem)
     parent = None
     if problem.parent_counts is not None:
@@ -217,18 +373,19 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL"):
         queries = _queries_in_pass(problem, names, done)
         if not queries:
             continue
-        x = _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget)
+        terms = _terms(problem, columns, queries)
+        x = _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate)
         if x is None and not events:
             bounds, slack_budget, event = _failsafe(problem, columns, parent, bounds)
             events.append(event)
-            x = _least_squares(problem, columns, queries, fixed, parent, bounds, solver, slack_budget)
+            x = _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate)
         if x is None:
-            raise SolveError(f"parent {problem.parent}: least squares failed after the failsafe")
+            raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:
             done.add(q.name)
         if names:  # hold this pass's answers for the next passes
             for q in queries:
-                a = _per_child(q.matrix, problem.n_children, columns)
+                a = _query_rows(problem, q, columns)
                 fixed.append((a, a @ x))
     if x is None:  # no queries at all: any feasible point
         x = _least_squares(problem, columns, [], [], parent, bounds, solver, slack_budget)
@@ -382,7 +539,8 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
         b_matrix, lower, upper = _bound_rows(problem, columns)
         if not _check(problem, counts.ravel(), b_matrix, lower, upper, columns, None):
             return ParentSolution(counts, counts.astype(float), [], {"total": time.perf_counter() - t0}, "copy")
-    x, events, bounds, columns = solve_l2(problem, solver)
+    certificate = new_certificate()
+    x, events, bounds, columns = solve_l2(problem, solver, certificate)
     t1 = time.perf_counter()
     parent_target = None
     if events and problem.parent_counts is not None:
@@ -402,18 +560,18 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
     l2 = np.zeros(problem.n_children * problem.n_cells)
     l2[columns] = x
     timings = {"l2": t1 - t0, "rounding": time.perf_counter() - t1, "total": time.perf_counter() - t0}
-    return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method)
+    return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method, certificate)
 
 
 def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto",
-               passes: tuple = ((),)) -> ParentSolution:
-    """The top geounit: its own noisy answers and bounds, no parent to sum to."""
+               passes: tuple = ((),), descendants: list = ()) -> ParentSolution:
+    """The top geounit: its own noisy answers (and its only descendants'), its bounds, no parent to sum to."""
     from das.topdown.engine import parent_problem
 
     counts = np.ones(schema.size, dtype=np.int64)  # every cell is a candidate at the root
     single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
     one = [type(b)(b.query, b.lower[:1], b.upper[:1]) for b in bounds]
-    problem = parent_problem(schema, "root", np.array([""]), counts, single, one, passes)
+    problem = parent_problem(schema, "root", np.array([""]), counts, single, one, passes, descendants)
     problem = ParentProblem(
         parent="", children=("",), cells=problem.cells, parent_counts=None, allowed=problem.allowed,
         queries=problem.queries, constraints=problem.constraints, passes=problem.passes,
