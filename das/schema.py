@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 QUERY_SEPARATOR = " x "
-CONSTRAINT_KINDS = ("facilities", "structural_zero", "housing_units")
+CONSTRAINT_KINDS = ("facilities", "structural_zero", "housing_units", "household_persons")
 
 
 class SpecError(ValueError):
@@ -63,7 +63,7 @@ class Recode:
 class Constraint:
     """A rule every output holds: `kind` names how bounds come from invariants (see topdown)."""
 
-    kind: str  # "facilities" | "structural_zero" | "housing_units"
+    kind: str  # "facilities" | "structural_zero" | "housing_units" | "household_persons"
     query: str
     cells: tuple[tuple[int, ...], ...] = ()  # structural_zero: answer cells (factor levels)
 

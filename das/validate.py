@@ -244,7 +244,29 @@ def validate_run(run_dir: Path) -> Report:
             if kids_nursing:
                 problems.append(f"{kids_nursing} persons under 18 in nursing facilities")
     report.check("structural zeros and GQ facility rules", _first(problems))
+    if units_schema is not None and any(c.kind == "household_persons" for c in units_schema.constraints):
+        report.check("occupied units agree with household persons (every level)",
+                     _first(persons_units_disagreements(mdf, mdf_units, geo_levels)))
     return report
+
+
+def persons_units_disagreements(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels) -> list[str]:
+    """Geounits at any level with household persons but no occupied unit, or more occupied units than
+    household persons (which includes occupied units without household persons)."""
+    problems = []
+    household = mdf["geocode"][mdf["GQTYPE_PL"].astype(int).to_numpy() == 0]
+    occupied_rows = (mdf_units["RTYPE"].astype(int).to_numpy() == 2) & (mdf_units["HH_STATUS"].astype(int).to_numpy() == 1)
+    occupied = mdf_units["geocode"][occupied_rows]
+    for geo_level in geo_levels:
+        k = LEVEL_DIGITS[geo_level]
+        hhp = household.str.slice(0, k).value_counts()
+        occ = occupied.str.slice(0, k).value_counts()
+        hhp, occ = hhp.align(occ, fill_value=0)
+        for g in hhp.index[(hhp > 0) & (occ == 0)][:3]:
+            problems.append(f"{geo_level} {g!r}: {int(hhp[g])} household persons and no occupied housing unit")
+        for g in hhp.index[occ > hhp][:3]:
+            problems.append(f"{geo_level} {g!r}: {int(occ[g])} occupied housing units but {int(hhp[g])} household persons")
+    return problems
 
 
 def main(run_dir: str, out=None) -> int:

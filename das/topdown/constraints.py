@@ -44,6 +44,7 @@ class Invariants:
     housing_units: np.ndarray      # (n_blocks,) int64
     gq_facilities: np.ndarray      # (n_blocks, 7) int64, GQ types 1..7
     total_population: dict[str, np.ndarray]  # level -> (n_units,) int64, for INVARIANT_LEVELS
+    household_persons: np.ndarray | None = None  # (n_blocks,) int64 of the post-processed persons release
 
     @classmethod
     def from_inputs(cls, inventory, person_histograms, geography: Geography) -> Invariants:
@@ -54,6 +55,12 @@ class Invariants:
             total_population={level: np.asarray(geography.aggregate(person_histograms, level).sum(axis=1)).ravel()
                               for level in INVARIANT_LEVELS if level in geography.levels},
         )
+
+
+def household_persons(persons_schema: Schema, block_histograms) -> np.ndarray:
+    """Household persons per block of a persons release (hhgq cell 0), for the units' `household_persons` rule."""
+    column = np.asarray(persons_schema.query("hhgq").matrix[0].todense()).ravel()
+    return np.asarray(block_histograms @ column).ravel().astype(np.int64)
 
 
 def block_bounds(schema: Schema, invariants: Invariants) -> list[Bounds]:
@@ -77,6 +84,13 @@ def block_bounds(schema: Schema, invariants: Invariants) -> list[Bounds]:
         elif c.kind == "housing_units":
             lower[:, 0] = invariants.housing_units
             upper[:, 0] = invariants.housing_units
+        elif c.kind == "household_persons":  # cell 0 of the units' detailed query: occupied
+            if invariants.household_persons is None:
+                raise ValueError(f"schema {schema.name}: the household_persons rule needs the persons release's "
+                                 "household persons per block (post-process persons first)")
+            hhp = np.asarray(invariants.household_persons, dtype=np.int64)
+            lower[:, 0] = hhp > 0
+            upper[:, 0] = np.minimum(hhp, invariants.housing_units)
         families.append(Bounds(c.query, lower, upper))
     return families
 
