@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 # Name -> geocode prefix length. The nation's geocode is the empty string.
 LEVEL_DIGITS = {"nation": 0, "state": 2, "county": 5, "tract": 11, "block_group": 12, "block": 15}
-DEFAULT_LEVELS = ("nation", "state", "county", "tract", "block")
+DEFAULT_LEVELS = ("nation", "state", "county", "tract", "block_group", "block")  # the 2020 production spine
 GEOCODE_WIDTH = 15
 
 

@@ -96,7 +96,7 @@ VARIANCES = {"total": 2.0, "a": 1.0, "detailed": 4.0}
 def small_geography():
     blocks = ["100010000010001", "100010000010002", "100010000020001", "110010000010001", "110010000010002",
               "110010000010003"]
-    return Geography.from_blocks(blocks)
+    return Geography.from_blocks(blocks, ("nation", "state", "county", "tract", "block"))
 
 
 def kkt_solve(schema, noisy, parent, c=None, d=None):

@@ -11,6 +11,7 @@ from das.schema import SpecError, load_schema
 FIVE = ("nation", "state", "county", "tract", "block")
 SIX = ("nation", "state", "county", "tract", "block_group", "block")
 SHIPPED = [("pl94_production_2020", "pl94_persons", SIX), ("pl94_five_level", "pl94_persons", FIVE),
+           ("pl94_six_level", "pl94_persons", SIX),
            ("h1_units", "h1_units", SIX), ("h1_units_five_level", "h1_units", FIVE),
            ("dhc_persons_small", "dhc_persons", FIVE)]
 PL94_QUERIES = ["total", "cenrace", "hispanic", "votingage", "hhinstlevels", "hhgq", "hispanic x cenrace",
@@ -195,3 +196,18 @@ def test_schema_mismatch_and_malformed_specs_are_refused(tmp_path):
     empty.write_text('schema = "pl94_persons"\n[levels.nation]\nrho_share = "1"\nqueries = {}\n')
     with pytest.raises(SpecError, match="queries must be a non-empty table"):
         load_strategy(empty)
+
+
+def test_six_level_strategy_moves_the_invariant_state_total_to_block_groups():
+    """Same total rho as production; every measured budget is production's or five-level's, except that the
+    state `total` (invariant, so never informative) is not measured and its budget goes to block groups."""
+    six, prod, five = load_strategy("pl94_six_level"), load_strategy("pl94_production_2020"), load_strategy("pl94_five_level")
+    assert six.rho == prod.rho and sum(lv.rho_share for lv in six.levels) == 1
+    budget = {(i.level, i.query): i.rho for i in allocate(six, six.rho).items}
+    for source, levels in ((prod, ("nation", "state", "county")), (five, ("tract", "block"))):
+        for item in allocate(source, source.rho).items:
+            if item.level in levels and (item.level, item.query) != ("state", "total"):
+                assert budget[(item.level, item.query)] == item.rho, (item.level, item.query)
+    assert ("state", "total") not in budget
+    state_total = next(i.rho for i in allocate(prod, prod.rho).items if (i.level, i.query) == ("state", "total"))
+    assert sum(r for (level, _), r in budget.items() if level == "block_group") == state_total
