@@ -142,6 +142,8 @@ def test_vermont_county_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_vermont_demo_end_to_end(tmp_path):
+    from das.io import nmf
+
     result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False, log=quiet)
     assert result.valid, result.manifest["validation"]["violations"][:5]
     assert result.manifest["counts"]["persons"] == 625_741
@@ -149,6 +151,16 @@ def test_vermont_demo_end_to_end(tmp_path):
     assert p1[p1["level"] == "state"]["total"].iloc[0] == 625_741
     assert (p1["total"] >= 0).all()
     assert np.isclose(p1[p1["level"] == "county"]["total"].sum(), 625_741)
+    assert (p1["level"] == "block_group").sum() > 400  # the 2020 spine
+    # GQ types at the state within 2 sd of the state's own hhgq measurement: nothing inflated at the top
+    published = np.bincount(pd.read_parquet(tmp_path / "vt" / "mdf_persons.parquet", columns=["GQTYPE_PL"])
+                            ["GQTYPE_PL"], minlength=8)
+    true = np.bincount(pd.read_parquet(FIXTURES / "vt" / "persons.parquet", columns=["GQTYPE_PL"])["GQTYPE_PL"],
+                       minlength=8)
+    _, variance = nmf.read_level(tmp_path / "vt" / "nmf" / "persons" / "state.parquet")["hhgq"]
+    assert (np.abs(published - true) <= 2 * float(variance) ** 0.5).all(), (published, true)
+    assert all(r["l2_certificate"]["uncertified"] == 0 for r in result.manifest["levels_report"]["persons"])
+    assert any("household persons" in c for c in result.manifest["validation"]["checks"])
 
 
 def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
