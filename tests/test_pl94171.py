@@ -289,7 +289,8 @@ def read_with_r(r_library: str, pl_dir: Path, out: Path) -> dict[str, pd.DataFra
     done = subprocess.run(["Rscript", str(ROOT / "tests" / "pl94171_client.R"), str(pl_dir), str(out)],
                           capture_output=True, text=True, env={**os.environ, "RLIB": r_library})
     assert done.returncode == 0, f"PL94171 failed to read {pl_dir}:\n{done.stderr}"
-    return {p.stem: pd.read_csv(p, dtype={"GEOID": str, "SUMLEV": str, "summary_level": str, "GEOCODE": str})
+    return {p.stem: pd.read_csv(p, dtype={"GEOID": str, "SUMLEV": str, "summary_level": str, "GEOCODE": str},
+                                low_memory=False)
             for p in out.glob("*.csv")}
 
 

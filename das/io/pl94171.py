@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
@@ -339,15 +340,19 @@ def _fields(path: Path, n_fields: int, names: list[str], problems: _Problems) ->
 
 def _integers(path: Path, values: np.ndarray, names: list[str], problems: _Problems,
               allow_empty: bool = False) -> np.ndarray | None:
-    """Nonnegative integer columns (n_lines x k strings) -> int64, every bad cell located."""
-    text = values.astype(str)
-    ok = np.char.isdigit(text) | ((text == "") if allow_empty else False)
+    """Nonnegative integer columns (n_lines x k strings) -> int64 (empty -> -1 if allowed), every
+    bad cell located. Checked and converted by Arrow: a state's segments parse in a fraction of a second."""
+    flat = pa.array(values.ravel(), pa.string())
+    ok = pc.match_substring_regex(flat, "^[0-9]{0,18}$" if allow_empty else "^[0-9]{1,18}$")
+    ok = ok.to_numpy(zero_copy_only=False).reshape(values.shape)
     if not ok.all():
         for j in np.flatnonzero(~ok.all(axis=0)):
             bad = np.flatnonzero(~ok[:, j])
-            problems.located(path, bad + 1, names[j], text[bad, j], "a nonnegative integer")
+            problems.located(path, bad + 1, names[j], values[bad, j], "a nonnegative integer")
         return None
-    return np.where(text == "", "-1", text).astype(np.int64)
+    if allow_empty:
+        flat = pc.if_else(pc.equal(flat, ""), "-1", flat)
+    return pc.cast(flat, pa.int64()).to_numpy().reshape(values.shape)
 
 
 def _state_files(directory: Path, layout: PLLayout) -> dict[str, dict[str, Path]]:
