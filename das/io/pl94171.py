@@ -13,6 +13,7 @@ same `PLRecords`, so a release and an official file compare cell by cell.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,67 +171,67 @@ def release_records(layout: PLLayout, geography: Geography, histograms: dict[str
     if missing:
         raise SpecError(f"the PL 94-171 tables need {' and '.join(missing)} histograms; this release has none")
     levels = [lv for lv in geography.levels if lv in layout.summary_levels]
-    block_cells = {name: np.asarray((histograms[t.universe] @ t.matrix(schemas[t.universe]).T).todense(), dtype=np.int64)
-                   for name, t in layout.tables.items()}
-    geocode = np.concatenate([geography.units(lv) for lv in levels]).astype(object)
+    geocode = pd.Series(np.concatenate([geography.units(lv) for lv in levels]), dtype=object)
     rank = np.concatenate([np.full(geography.n_units(lv), i) for i, lv in enumerate(levels)])
-    cells = {name: np.concatenate([geography.aggregate(b, lv) for lv in levels]) for name, b in block_cells.items()}
-    state = pd.Series(geocode).str.slice(0, 2)
+    state = geocode.str.slice(0, 2).to_numpy()
     unknown = sorted(set(state) - set(layout.states))
     if unknown:
         raise SpecError(f"state FIPS {unknown[0]!r} has no USPS code in the PL 94-171 layout's [states]")
-    order = np.lexsort((np.arange(len(geocode)), rank, state.to_numpy()))
-    geocode, rank, state = geocode[order], rank[order], state.to_numpy()[order]
-    cells = {name: c[order] for name, c in cells.items()}
+    order = np.lexsort((np.arange(len(geocode)), rank, state))
+    cells = {}
+    for name, t in layout.tables.items():
+        block_cells = (histograms[t.universe] @ t.matrix(schemas[t.universe]).T).toarray().astype(np.int64)
+        cells[name] = np.concatenate([geography.aggregate(block_cells, lv) for lv in levels])[order]
+    geocode = geocode.iloc[order].reset_index(drop=True)
+    geo = _geo_header(layout, [layout.summary_levels[lv] for lv in levels], geocode, rank[order], cells)
+    return PLRecords(geo, cells)
 
-    g = pd.Series(geocode, dtype=object)
-    n = len(g)
+
+def _geo_header(layout: PLLayout, level_specs: list[dict], geocode: pd.Series, rank: np.ndarray,
+                cells: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The 97 header fields of each record: what das's geocodes and cells determine, "" elsewhere."""
+    n = len(geocode)
+    state = geocode.str.slice(0, 2)
     info = pd.DataFrame.from_dict(layout.states, orient="index").reindex(state)
-    level_spec = pd.DataFrame([layout.summary_levels[lv] for lv in levels]).reindex(columns=[
-        "sumlev", "lsadc", "funcstat", "name", "basename"]).fillna("").iloc[rank].reset_index(drop=True)
-    digits = g.str.len().to_numpy()
+    level = pd.DataFrame(level_specs).reindex(columns=["sumlev", "lsadc", "funcstat", "name", "basename"])
+    level = level.fillna("").iloc[rank].reset_index(drop=True)
+    digits = geocode.str.len().to_numpy()
 
     def part(start: int, stop: int) -> pd.Series:
-        return g.str.slice(start, stop).where(digits >= stop, "")
+        return geocode.str.slice(start, stop).where(digits >= stop, "")
 
-    fields = {f: np.full(n, "", dtype=object) for f in layout.geo_fields}
     values = {
-        "FILEID": layout.fileid, "STUSAB": info["usps"].to_numpy(), "SUMLEV": level_spec["sumlev"],
-        "GEOVAR": "00", "GEOCOMP": "00", "CHARITER": layout.chariter, "CIFSN": "00",
-        "LOGRECNO": pd.Series(state).groupby(state).cumcount().to_numpy() + 1,
-        "GEOID": level_spec["sumlev"] + "0000US" + g, "GEOCODE": g,
-        "REGION": info["region"].to_numpy(), "DIVISION": info["division"].to_numpy(), "STATE": part(0, 2),
-        "COUNTY": part(2, 5), "TRACT": part(5, 11), "BLKGRP": part(11, 12), "BLOCK": part(11, 15),
-        "LSADC": level_spec["lsadc"], "FUNCSTAT": level_spec["funcstat"],
-        "POP100": cells["P1"][:, 0], "HU100": cells["H1"][:, 0],
+        "FILEID": layout.fileid, "STUSAB": info["usps"], "SUMLEV": level["sumlev"], "GEOVAR": "00", "GEOCOMP": "00",
+        "CHARITER": layout.chariter, "CIFSN": "00",
+        "LOGRECNO": (state.groupby(state).cumcount() + 1).astype(str).str.zfill(layout.logrecno_width),
+        "GEOID": level["sumlev"] + "0000US" + geocode, "GEOCODE": geocode,
+        "REGION": info["region"], "DIVISION": info["division"], "STATE": part(0, 2), "COUNTY": part(2, 5),
+        "TRACT": part(5, 11), "BLKGRP": part(11, 12), "BLOCK": part(11, 15),
+        "LSADC": level["lsadc"], "FUNCSTAT": level["funcstat"], "POP100": cells["P1"][:, 0], "HU100": cells["H1"][:, 0],
     }
-    names = {"state_name": info["name"].to_numpy(), "tract": _tract_name(part(5, 11)), "blkgrp": part(11, 12),
-             "block": part(11, 15)}
+    names = {"state_name": info["name"].to_numpy(), "tract": _tract_name(part(5, 11)).to_numpy(),
+             "blkgrp": part(11, 12).to_numpy(), "block": part(11, 15).to_numpy()}
     for field, key in (("NAME", "name"), ("BASENAME", "basename")):
-        out = np.full(n, "", dtype=object)
-        for template in level_spec[key].unique():
-            rows = (level_spec[key] == template).to_numpy()
-            if template:
-                out[rows] = _fill(template, {k: np.asarray(v, dtype=object)[rows] for k, v in names.items()})
-        values[field] = out
+        values[field] = np.full(n, "", dtype=object)
+        for template in level[key].unique():
+            rows = (level[key] == template).to_numpy()
+            values[field][rows] = _fill(template, {k: v[rows] for k, v in names.items()})
+    fields = {f: np.full(n, "", dtype=object) for f in layout.geo_fields}
     for field, value in values.items():
         fields[field] = np.broadcast_to(np.asarray(value, dtype=object).astype(str), n)
-    fields["LOGRECNO"] = pd.Series(values["LOGRECNO"]).astype(str).str.zfill(layout.logrecno_width).to_numpy()
-    return PLRecords(pd.DataFrame(fields), cells)
+    return pd.DataFrame(fields)
 
 
 def _fill(template: str, names: dict[str, np.ndarray]) -> np.ndarray:
-    """Format a name template ("Census Tract {tract}") over arrays of values."""
-    out = np.full(len(next(iter(names.values()))), "", dtype=object)
-    head, rest = template, ""
-    while "{" in head:
-        before, _, after = head.partition("{")
-        key, _, rest = after.partition("}")
-        if key not in names:
-            raise SpecError(f"PL 94-171 layout: unknown name placeholder {{{key}}} in {template!r}")
-        out = out + before + names[key]
-        head = rest
-    return out + head
+    """Format a name template ("Census Tract {tract}") over arrays of values; "" stays empty."""
+    parts = re.split(r"\{(\w+)\}", template)  # literal, key, literal, key, ..., literal
+    unknown = [key for key in parts[1::2] if key not in names]
+    if unknown:
+        raise SpecError(f"PL 94-171 layout: unknown name placeholder {{{unknown[0]}}} in {template!r}")
+    out = np.full(len(next(iter(names.values()))), parts[0], dtype=object)
+    for key, literal in zip(parts[1::2], parts[2::2]):
+        out = out + names[key] + literal
+    return out
 
 
 def run_records(run_dir: str | Path, layout: PLLayout) -> PLRecords:
