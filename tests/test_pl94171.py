@@ -86,6 +86,25 @@ def test_layout_has_the_official_tables_and_segments(layout):
     assert layout.tables["P2"].fields[-1] == "P0020073"
 
 
+@pytest.mark.parametrize("schema_name", ["pl94_persons", "dhc_persons"])
+def test_the_mapping_partitions_histogram_cells_for_any_schema_with_its_factors(layout, schema_name):
+    from das.schema import load_schema
+
+    schema = load_schema(schema_name)
+    p1, p2, p3, p5 = (layout.tables[t].matrix(schema).toarray() for t in ("P1", "P2", "P3", "P5"))
+    assert (p1[0] == 1).all()  # total
+    combos = [i - 1 for i in range(3, 72) if i not in (9, 10, 26, 47, 63, 70)]  # the 63 race cells
+    assert (p1[combos].sum(axis=0) == 1).all()  # every person in exactly one race cell
+    assert (p1[1] + p1[8] == 1).all() and (p1[[9, 25, 46, 62, 69]].sum(axis=0) == p1[8]).all()
+    assert (p2[1] + p2[2] == 1).all() and (p2[3:] <= p2[2]).all() and (p2[3:].sum(axis=1) > 0).all()
+    assert (p3 <= p1).all() and (p3[0] == schema.levels_of("votingage", np.arange(schema.size))).all()
+    assert (p5[[2, 3, 4, 5, 7, 8, 9]].sum(axis=0) == p5[0]).all() and (p5[1] + p5[6] == p5[0]).all()
+    assert layout.tables["H1"].matrix(load_schema("h1_units")).toarray().tolist() == [[1, 1], [1, 0], [0, 1]]
+    bad = type(layout.tables["P5"])("X1", "", "X001", "persons", (), (("", (("hhgq", ("Barracks",)),)),))
+    with pytest.raises(SpecError, match="hhgq has no level 'Barracks'"):
+        bad.matrix(schema)
+
+
 def _race_block(tables: dict, table: str, prefix: str, total: str) -> list[pd.Series]:
     """The official race layout (71 cells) from das's table columns, written out independently of
     the spec: total, one race, the six races alone, two or more, then each number of races followed
