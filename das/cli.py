@@ -1,4 +1,4 @@
-"""The `das` command line: run, validate, validate-input, privacy, measure."""
+"""The `das` command line: run, validate, validate-input, privacy, measure, tables."""
 
 from __future__ import annotations
 
@@ -60,6 +60,14 @@ def _cmd_measure(args) -> int:
     return 0
 
 
+def _cmd_tables(args) -> int:
+    from das.io.pl94171 import convert
+
+    written = convert(args.source, args.out, args.format)
+    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -102,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=None)
     m.add_argument("--overwrite", action="store_true")
     m.set_defaults(func=_cmd_measure)
+
+    t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
+    t.add_argument("source", help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
+    t.add_argument("--format", choices=("pl94171", "parquet"), default="pl94171",
+                   help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
+    t.add_argument("--out", required=True, help="output directory")
+    t.set_defaults(func=_cmd_tables)
     from das.research.cli import add_parsers as add_research_parsers
     add_research_parsers(sub)
     from das.attack.cli import add_parser as add_attack_parser

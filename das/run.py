@@ -23,6 +23,7 @@ from das.checkpoint import crash_point, file_sha256, is_disk_full, run_fingerpri
 from das.executors import make_executor
 from das.geography import Geography
 from das.io import mdf as mdf_io
+from das.io import pl94171
 from das.io.microdata import read_inputs
 from das.io.tables import load_tables, write_tables
 from das.measure import Measurement, measure_release
@@ -403,6 +404,13 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
     shutil.rmtree(tables_dir, ignore_errors=True)
     tables_tmp.replace(tables_dir)  # the tables appear all at once, complete
     outputs += [tables_dir / p.name for p in written]
+    if spec.pl94171:  # the redistricting summary files, also appearing all at once
+        pl_tmp, pl_dir = out_dir / "pl94171.partial", out_dir / "pl94171"
+        shutil.rmtree(pl_tmp, ignore_errors=True)
+        written = pl94171.write_release(pl_tmp, geography, solved, schemas)
+        shutil.rmtree(pl_dir, ignore_errors=True)
+        pl_tmp.replace(pl_dir)
+        outputs += [pl_dir / p.name for p in written]
     timings["write_outputs"] = time.perf_counter() - t0
 
     events = [

@@ -38,6 +38,7 @@ class RunSpec:
     seed: int | None  # set => replication mode, outputs are labelled not private
     tables: str
     mdf_layout: str
+    pl94171: bool  # [output] pl94171 = true: also the PL 94-171 summary files, in RUN_DIR/pl94171/
     rounding: str
     solver: str
     passes: tuple[tuple[str, ...], ...]  # L2 passes: query names fitted per pass; [] = all remaining
@@ -86,6 +87,8 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
     layout = output.get("mdf_layout", "parquet")
     if layout not in ("parquet", "pipe"):
         raise SpecError(f"{path}: [output] mdf_layout must be 'parquet' or 'pipe', not {layout!r}")
+    if output.get("pl94171") and spec.get("units") is None:
+        raise SpecError(f"{path}: [output] pl94171 needs a [units] release (the files carry table H1)")
     return RunSpec(
         name=spec.get("name", path.stem),
         description=spec.get("description", ""),
@@ -99,8 +102,16 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
         seed=seed,
         tables=output.get("tables", "pl94"),
         mdf_layout=layout,
+        pl94171=_flag(output, "pl94171", f"{path}: [output] pl94171"),
         rounding=post.get("rounding", "auto"),
         solver=post.get("solver", "CLARABEL"),
         passes=tuple(tuple(str(q) for q in names) for names in post.get("passes", [[]])),
         text=path.read_text(),
     )
+
+
+def _flag(section: dict, key: str, where: str) -> bool:
+    value = section.get(key, False)
+    if not isinstance(value, bool):
+        raise SpecError(f"{where} must be true or false, not {value!r}")
+    return value
