@@ -46,20 +46,22 @@ def state_root():
     return schema, truth, noisy, bounds
 
 
-def _root_problem(schema, noisy, bounds):
+@pytest.fixture(scope="module")
+def root_solved(state_root):
+    """das's root solution, and the same problem as a ParentProblem: (solution, problem, columns, terms)."""
+    schema, truth, noisy, bounds = state_root
     single = {k: (np.asarray(v).reshape(1, -1), var) for k, (v, var) in noisy.items()}
     p = engine.parent_problem(schema, "", np.array([""]), np.ones(schema.size, np.int64), single, bounds)
-    return ParentProblem(parent="", children=("",), cells=p.cells, parent_counts=None, allowed=p.allowed,
-                         queries=p.queries, constraints=p.constraints, passes=p.passes)
+    problem = ParentProblem(parent="", children=("",), cells=p.cells, parent_counts=None, allowed=p.allowed,
+                            queries=p.queries, constraints=p.constraints, passes=p.passes)
+    columns = solve._variables(problem)
+    return solve.solve_root(schema, noisy, bounds), problem, columns, solve._terms(problem, columns, problem.queries)
 
 
 @pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
-def test_root_least_squares_reaches_a_tight_independent_optimum(state_root):
+def test_root_least_squares_reaches_a_tight_independent_optimum(state_root, root_solved):
     schema, truth, noisy, bounds = state_root
-    solution = solve.solve_root(schema, noisy, bounds)
-    problem = _root_problem(schema, noisy, bounds)
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
+    solution, problem, columns, terms = root_solved
     ours, _ = solve.objective(terms, solution.l2.ravel()[columns])
     # independent: OSQP (ADMM, then an active-set polish) on the unscaled problem in counts
     x = cp.Variable(len(columns), nonneg=True)
@@ -73,12 +75,9 @@ def test_root_least_squares_reaches_a_tight_independent_optimum(state_root):
     assert (solution.l2.ravel()[truth == 0] < 0.05).mean() > 0.8
 
 
-def test_the_certificate_bounds_the_suboptimality_and_flags_spread_mass(state_root):
+def test_the_certificate_bounds_the_suboptimality_and_flags_spread_mass(state_root, root_solved):
     schema, truth, noisy, bounds = state_root
-    solution = solve.solve_root(schema, noisy, bounds)
-    problem = _root_problem(schema, noisy, bounds)
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
+    solution, problem, columns, terms = root_solved
     b = solve._bound_rows(problem, columns)
     best = solution.l2.ravel()[columns]
     f_best, gap_best = solve.certify(problem, columns, terms, best, None, b, [])
