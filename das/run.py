@@ -371,7 +371,8 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
     nmf_dir = out_dir / "nmf"
 
     options = EngineOptions(workers=workers, solver=spec.solver, rounding=spec.rounding, progress=progress,
-                            passes=spec.passes, executor=executor, checkpoint_dir=out_dir / "checkpoints")
+                            passes=spec.passes, passes_by_level=spec.passes_by_level, executor=executor,
+                            checkpoint_dir=out_dir / "checkpoints")
     solved, level_reports = {}, {}
     for name, _, schema in prep.releases:  # persons first: the units are bounded by its household persons
         t0 = time.perf_counter()

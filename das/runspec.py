@@ -6,7 +6,7 @@ Input paths are relative to the spec file (or absolute).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -43,6 +43,7 @@ class RunSpec:
     solver: str
     passes: tuple[tuple[str, ...], ...]  # L2 passes: query names fitted per pass; [] = all remaining
     text: str  # the spec file verbatim, for the manifest
+    passes_by_level: dict = field(default_factory=dict)  # level -> its own passes, where they differ
 
 
 def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
@@ -68,9 +69,9 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
         s = section(key, required)
         if s is None:
             return None
-        for field in ("schema", "strategy"):
-            if field not in s:
-                raise SpecError(f"{path}: [{key}] needs `{field}`")
+        for name in ("schema", "strategy"):
+            if name not in s:
+                raise SpecError(f"{path}: [{key}] needs `{name}`")
         rho = parse_fraction(s["rho"], f"{path}: [{key}] rho") if "rho" in s else None
         return Release(s["schema"], s["strategy"], rho)
 
@@ -105,7 +106,8 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
         pl94171=_flag(output, "pl94171", f"{path}: [output] pl94171"),
         rounding=post.get("rounding", "auto"),
         solver=post.get("solver", "CLARABEL"),
-        passes=tuple(tuple(str(q) for q in names) for names in post.get("passes", [[]])),
+        passes=_passes(post.get("passes", [[]]), f"{path}: [postprocess] passes"),
+        passes_by_level=_passes_by_level(post.get("passes_by_level", {}), levels, path),
         text=path.read_text(),
     )
 
@@ -115,3 +117,19 @@ def _flag(section: dict, key: str, where: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"{where} must be true or false, not {value!r}")
     return value
+
+
+def _passes(value, where: str) -> tuple[tuple[str, ...], ...]:
+    """L2 passes: a list of lists of query names (an empty list: every query not fitted yet)."""
+    if not isinstance(value, list) or not value or not all(isinstance(names, list) for names in value):
+        raise SpecError(f"{where}: expected a non-empty list of lists of query names, e.g. [[\"hhgq\"], []]")
+    return tuple(tuple(str(q) for q in names) for names in value)
+
+
+def _passes_by_level(value, levels: tuple[str, ...], path: Path) -> dict[str, tuple[tuple[str, ...], ...]]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{path}: [postprocess.passes_by_level] must be a table of level = [[query, ...], ...]")
+    unknown = sorted(set(value) - set(levels))
+    if unknown:
+        raise SpecError(f"{path}: [postprocess.passes_by_level] names {unknown}, not levels of this run {list(levels)}")
+    return {level: _passes(v, f"{path}: [postprocess.passes_by_level] {level}") for level, v in value.items()}

@@ -213,3 +213,23 @@ def test_parent_problem_keeps_the_descendant_rows():
     columns = solve._variables(problem)
     rows = solve._query_rows(problem, extra, columns)
     assert sp.csr_matrix.toarray(rows).tolist() == [[0, 0, 1, 0], [0, 0, 0, 1]]
+
+
+def test_passes_by_level_are_read_checked_and_used_for_their_level(tmp_path):
+    from das.runspec import load_run_spec
+    from das.schema import SpecError
+
+    spec = load_run_spec("vt_demo")
+    assert spec.passes == ((),) and spec.passes_by_level == {"nation": (("hhgq", "hhinstlevels"), ())}
+    options = engine.EngineOptions(passes=spec.passes, passes_by_level=spec.passes_by_level)
+    assert options.passes_for("nation") == (("hhgq", "hhinstlevels"), ()) and options.passes_for("block") == ((),)
+    text = (ROOT / "specs/runs/vt_demo.toml").read_text().replace("../../geography_fixtures/vt/", "")
+    for bad, message in (('nation = [["hhgq"], []]', None), ('county_x = [["hhgq"], []]', "not levels of this run"),
+                         ('nation = ["hhgq"]', "list of lists")):
+        path = tmp_path / "spec.toml"
+        path.write_text(text.replace('nation = [["hhgq", "hhinstlevels"], []]', bad))
+        if message is None:
+            assert load_run_spec(path).passes_by_level == {"nation": (("hhgq",), ())}
+        else:
+            with pytest.raises(SpecError, match=message):
+                load_run_spec(path)

@@ -192,7 +192,7 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, wor
         if "topdown" in study.estimators:
             spec = ctx.spec
             options = EngineOptions(workers=1, solver=spec.solver, rounding=spec.rounding, progress=False,
-                                    passes=spec.passes)
+                                    passes=spec.passes, passes_by_level=spec.passes_by_level)
             topdown, _ = postprocess(RELEASE, ctx.schema, ctx.geography, ctx.invariants, nmf_dir, options)
         timings["postprocess"] = time.perf_counter() - t0 - timings["measure"]
         queries = scored_queries(ctx.schema, study.queries)

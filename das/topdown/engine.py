@@ -41,9 +41,15 @@ class EngineOptions:
     rounding: str = "auto"
     progress: bool = True
     passes: tuple[tuple[str, ...], ...] = ((),)  # query names per L2 pass; () = all remaining
+    passes_by_level: dict = field(default_factory=dict)  # level -> its own passes (e.g. the root's)
     executor: object | None = None  # das.executors (local pool, Dask); None: a local pool of `workers`
     checkpoint_dir: Path | None = None  # solved levels and batches, for resume; None: no checkpoints
     batch_children: int = BATCH_CHILDREN  # children read and checkpointed together
+
+
+    def passes_for(self, level: str) -> tuple[tuple[str, ...], ...]:
+        """The L2 passes of the problems that solve the geounits of `level`."""
+        return self.passes_by_level.get(level, self.passes)
 
 
 @dataclass
@@ -291,7 +297,7 @@ def _batch_tasks(schema, geography, invariants, parent_level, level, index, solv
             unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
             total=invariants.total_population[level][lo:hi] if with_total else None,
             household_persons=None if invariants.household_persons is None else invariants.household_persons[b0:b1],
-            solver=options.solver, rounding=options.rounding, passes=options.passes,
+            solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
             chains=single_child_chains(geography, nmf_dir, release, level, lo, hi, indexes),
         )
 
@@ -332,7 +338,7 @@ def postprocess(
         root_solution = solve_root(
             schema, {k: (v[0][0], v[1]) for k, v in noisy.items()},
             _range_bounds(schema, invariants, geography, root, 0, 1), solver=options.solver,
-            rounding=options.rounding, passes=options.passes, descendants=finer,
+            rounding=options.rounding, passes=options.passes_for(root), descendants=finer,
         )
         solved = sp.csr_matrix(root_solution.counts.reshape(1, -1))
         reports.append(LevelReport(root, 1, time.perf_counter() - t0, list(root_solution.events),

@@ -3,7 +3,7 @@
 L2 (DESIGN.md section 6): minimise sum_q (1/var_q) ||Q_q x_c - y_c,q||^2 over x >= 0 with the
 children summing exactly to the parent and every child bound held; multipass: the first pass
 fits the pass-1 queries (`total`), the next pass holds each child's pass-1 answers where the
-first pass put them (plus a small slack) and fits the rest.
+first pass put them (as equalities) and fits the rest.
 
 Rounding: x = floor(x*) + b, b in [0, 1]. Controlled rounding: every child bound row and every
 child's total is held between the floor and ceiling of its L2 value, the per-cell parent sums
@@ -31,7 +31,6 @@ import scipy.sparse as sp
 from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution
 
 INTEGRAL_TOL = 1e-6
-PASS_SLACK = 1e-3
 GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
 TIGHT_CLARABEL = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
                   "max_iter": 500}  # the retry of a solve whose certificate failed
@@ -150,7 +149,7 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
         if hi.any():
             constraints.append(b_matrix[hi] @ z <= upper[hi] / scale)
     for matrix, target in fixed:
-        constraints += [matrix @ z >= (target - PASS_SLACK) / scale, matrix @ z <= (target + PASS_SLACK) / scale]
+        constraints.append(matrix @ z == target / scale)
     prob = cp.Problem(objective_expr, constraints)
     with warnings.catch_warnings():
         # "optimal_inaccurate" is accepted here: the certificate (duality gap) decides afterwards
@@ -202,10 +201,10 @@ def _min_linear(problem, columns, cost, parent_sums, bounds, fixed, cap: float |
         rows.append(b_matrix)
         lows.append(np.where(lower > 0, lower, -np.inf).astype(float))
         highs.append(np.asarray(upper, dtype=float))
-    for matrix, target in fixed:
+    for matrix, target, half in fixed:
         rows.append(matrix)
-        lows.append(target - PASS_SLACK)
-        highs.append(target + PASS_SLACK)
+        lows.append(target - half)
+        highs.append(target + half)
     if cap is not None:
         rows.append(sp.csr_matrix(np.ones((1, len(columns)))))
         lows.append(np.array([-np.inf]))
@@ -319,12 +318,13 @@ def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slac
     parent_sums = None
     if parent is not None:
         parent_sums = parent[1] if slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
-    value, gap = certify(problem, columns, terms, x, parent_sums, bounds, fixed)
+    held = _held_at(fixed, x)
+    value, gap = certify(problem, columns, terms, x, parent_sums, bounds, held)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
         retry = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, tight=True)
         if retry is not None:
-            v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, fixed)
+            v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, _held_at(fixed, retry))
             if g2 < gap:
                 x, value, gap = retry, v2, g2
         if gap > GAP_TOL * max(value, 1.0):
@@ -333,6 +333,19 @@ def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slac
     certificate["gap"] += gap
     certificate["max_rel_gap"] = max(certificate["max_rel_gap"], gap / max(value, 1.0))
     return x
+
+
+def _held_at(fixed, x):
+    """The held answers of earlier passes as the certificate's feasible set: (rows, target, half-width).
+
+    The solver holds them as equalities to its relative feasibility tolerance; the band is just
+    wide enough to contain x (and 1e-9 relative, for the LP), so the gap is that of x's own face.
+    """
+    held = []
+    for matrix, target in fixed:
+        half = np.abs(matrix @ x - target) + 1e-9 * np.maximum(1.0, np.abs(target))
+        held.append((matrix, target, half))
+    return held
 
 
 def new_certificate() -> dict:
