@@ -11,7 +11,9 @@ inputs: it compares HMAC-SHA256 fingerprints keyed with a random secret kept in
 `operator/fingerprint.key`, never published.
 
 `--overwrite` deletes only what a das run writes, in a directory whose manifest says it is a das
-run, and never a directory holding the run's spec or inputs (`removable_run_files`).
+run: the files its manifest lists, its manifest, operator files, checkpoints and temporaries
+(and, for an unfinished run, files named as its outputs). Anything else in the directory, or the
+run's own spec or inputs inside it, and nothing is deleted (`removable_run_files`).
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ KEY_FILE = "fingerprint.key"
 RUN_KIND = "das run"
 REDACTED = "<operator only>"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
-# Every file a run writes, relative to the run directory (fnmatch patterns; `*` matches across '/')
-RUN_FILES = (
-    "manifest.json", "manifest.json.partial",
-    "mdf_persons.parquet", "mdf_units.parquet", "mdf_persons.txt", "mdf_units.txt", "mdf_*.partial",
-    "tables/*.parquet", "tables.partial/*.parquet", "tables.partial/*.partial",
-    "nmf/*/*.parquet", "nmf/*/*.parquet.partial", "nmf/*/*.parquet.parts/*",
-    "checkpoints/*/*.npz", "checkpoints/*/*.partial", "checkpoints/*/*.parts/*",
-    "operator/operator.json", "operator/operator.json.partial", "operator/fingerprint.key",
+# Files a run writes besides its listed outputs (fnmatch patterns relative to the run directory;
+# `*` matches across '/'): the manifest, operator files, checkpoints, committed parts, temporaries.
+RUN_INTERNAL_FILES = (
+    "manifest.json", "manifest.json.partial", "*.partial",
+    "nmf/*/*.parquet.parts/*", "checkpoints/*/*.npz", "checkpoints/*/*.parts/*",
+    "operator/operator.json", "operator/fingerprint.key",
 )
+# Outputs of a run that has not listed them yet (stopped before its manifest said `complete`)
+RUN_OUTPUT_FILES = ("mdf_persons.parquet", "mdf_units.parquet", "mdf_persons.txt", "mdf_units.txt",
+                    "tables/*.parquet", "nmf/*/*.parquet")
+RUN_FILES = RUN_INTERNAL_FILES + RUN_OUTPUT_FILES
 
 
 class BundleError(RuntimeError):
@@ -167,10 +171,6 @@ def is_das_run(manifest_path: Path) -> bool:
     return manifest.get("kind") == RUN_KIND or {"das_version", "spec_name", "status"} <= set(manifest)
 
 
-def _is_run_file(relative: str) -> bool:
-    return any(fnmatch.fnmatchcase(relative, pattern) for pattern in RUN_FILES)
-
-
 def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
     """The files `--overwrite` may delete in out_dir, or BundleError saying why nothing may be.
 
@@ -185,12 +185,16 @@ def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
     if not is_das_run(out_dir / "manifest.json"):
         raise BundleError(f"--overwrite refused: {out_dir} is not a das run directory (no das manifest.json); "
                           f"remove it yourself or choose another --out")
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    listed = {*manifest.get("outputs", {}), *manifest.get("nmf", {})}
+    patterns = RUN_INTERNAL_FILES + (() if manifest.get("status") == "complete" else RUN_OUTPUT_FILES)
     files, foreign = [], []
     for path in sorted(out_dir.rglob("*")):
         if path.is_dir() and not path.is_symlink():
             continue
         relative = path.relative_to(out_dir).as_posix()
-        (files if _is_run_file(relative) and not path.is_symlink() else foreign).append(path)
+        ours = relative in listed or any(fnmatch.fnmatchcase(relative, p) for p in patterns)
+        (files if ours and not path.is_symlink() else foreign).append(path)
     if foreign:
         shown = ", ".join(str(p.relative_to(out_dir)) for p in foreign[:5])
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
