@@ -63,7 +63,8 @@ class Problem:
     unreadable: bool = False  # the file could not be opened or parsed at all
 
     def __str__(self) -> str:
-        where = Path(self.file).name
+        # a file that cannot be opened is named in full (which one was looked for?); others by name
+        where = self.file if self.unreadable else Path(self.file).name
         if self.row is not None:
             where += f" row {self.row}" + (f" (line {self.row + 1})" if self.csv else "")
         if self.column is not None:
@@ -224,7 +225,10 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
         found = re.search(r"CSV column #(\d+)", message)
         column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else None
         if "UTF8" in message:
-            col.add("text encoded as UTF-8 (this column has bytes that are not)", column=column, unreadable=True)
+            line = _first_non_utf8_line(path)
+            col.add("text encoded as UTF-8 (this row has bytes that are not)" if line else
+                    "text encoded as UTF-8 (this column has bytes that are not)", column=column,
+                    rows=None if line is None else [line - 2], values=None)
         else:
             col.add("a well-formed comma-separated file (the CSV parser stopped; its message is "
                     "withheld because it may quote a record)", column=column, unreadable=True)
@@ -235,6 +239,17 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
         col.add(f"{len(names)} comma-separated fields, as many as the header", rows=lines - 2, values=counts)
         return None
     return table
+
+
+def _first_non_utf8_line(path: Path) -> int | None:
+    """The 1-based line number of the first line that is not valid UTF-8, or None."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +311,12 @@ def _column(table: pa.Table, name: str, kind: str, col: _Collector, needed_for: 
         if pa.types.is_integer(value_type):
             if pa.types.is_dictionary(arr.type):
                 arr = arr.cast(value_type)
-            return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+            values = arr.to_numpy(zero_copy_only=False)
+            if values.dtype == np.uint64 and (values > np.uint64(2**63 - 1)).any():
+                rows = np.flatnonzero(values > np.uint64(2**63 - 1))
+                col.add("an integer below 2^63", column=name, rows=rows, values=[str(int(v)) for v in values[rows]])
+                return None
+            return values.astype(np.int64)
         if not (col.csv and is_text):
             col.add(f"column {name} has type {value_type}, expected an integer type (int8..int64)",
                     column=name)
