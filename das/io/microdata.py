@@ -183,7 +183,13 @@ def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
 
 def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     with open(path, "rb") as f:
-        header = f.readline().decode("utf-8-sig", errors="replace").rstrip("\r\n")
+        raw_header = f.readline()
+    try:
+        header = raw_header.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        col.add("a header line of UTF-8 text naming the columns (line 1 has bytes that are not UTF-8)",
+                unreadable=True)
+        return None
     if not header.strip():
         col.add("the first line is empty: expected a header line naming the columns", unreadable=True)
         return None
@@ -219,6 +225,12 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
         if invalid:  # rare: read again on one thread, which knows the line numbers
             invalid.clear()
             read(use_threads=False)
+    except UnicodeDecodeError:  # raised by Arrow while handing a malformed row over: its bytes are not UTF-8
+        line = _first_non_utf8_line(path)
+        col.add("text encoded as UTF-8 (this row has bytes that are not)", rows=None if line is None else [line - 2])
+        if line is None:
+            col.add("text encoded as UTF-8", unreadable=True)
+        return None
     except pa.ArrowException as e:
         # Arrow's message can quote a record: say only which column, never the text.
         message = str(e)
