@@ -266,44 +266,70 @@ def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report:
     report.check("MDF units: valid codes, housing units vs facilities", _first(problems))
 
 
-def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report) -> None:
-    """The NMF holds exactly the certified measurements, each (geocode, query, cell) once, at the certified variance."""
+def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geounits: np.ndarray) -> list[str]:
+    """One NMF level file against its certificate entry, streamed batch by batch (bounded memory).
+
+    The documented layout makes uniqueness checkable without a group-by: a query's rows run
+    geounit-major, then cell, over the level's geounits in geocode order, so row i of a query must
+    be (geounits[i // size], i % size).
+    """
     import pyarrow.parquet as pq
 
-    from das.schema import load_schema as schema_of
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as e:
+        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+    queries = {q["query"]: q for q in level["queries"]}
+    sizes = {q: schema.query(q).size for q in queries}
+    variances = {q: tuple(int(x) for x in (v["sigma2"].split("/") if "/" in v["sigma2"] else (v["sigma2"], 1)))
+                 for q, v in queries.items()}
+    seen: dict[str, int] = {}
+    problems: list[str] = []
+    columns = ["query", "geocode", "cell", "variance_num", "variance_den"]
+    try:
+        for batch in parquet.iter_batches(batch_size=1 << 20, columns=columns):
+            query_of = batch.column("query").to_pandas().astype(str).to_numpy()
+            for query in pd.unique(query_of):
+                rows = np.flatnonzero(query_of == query)
+                if query not in queries:
+                    problems.append(f"{name}: query {query!r} is not in the certificate")
+                    continue
+                size, start = sizes[query], seen.get(query, 0)
+                seen[query] = start + len(rows)
+                position = start + np.arange(len(rows))
+                if seen[query] > len(geounits) * size:
+                    problems.append(f"{name} {query}: more rows than {len(geounits)} geounits x {size} cells")
+                    continue
+                cells = batch.column("cell").to_numpy()[rows]
+                geocodes = batch.column("geocode").to_pandas().astype(str).to_numpy()[rows]
+                num = batch.column("variance_num").to_numpy()[rows]
+                den = batch.column("variance_den").to_numpy()[rows]
+                if (cells != position % size).any() or (geocodes != geounits[position // size]).any():
+                    problems.append(f"{name} {query}: rows are not each (geocode, cell) of the level once, in order")
+                if (num != variances[query][0]).any() or (den != variances[query][1]).any():
+                    problems.append(f"{name} {query}: a variance differs from the certified {queries[query]['sigma2']}")
+    except Exception as e:  # a corrupt page or a missing column
+        raise ValidationError(f"{path} is not a readable NMF file ({str(e).splitlines()[0][:200]})") from None
+    for query in queries:
+        expected = len(geounits) * sizes[query]
+        if seen.get(query, 0) != expected:
+            problems.append(f"{name} {query}: {seen.get(query, 0)} rows, expected {len(geounits)} geounits x "
+                            f"{sizes[query]} cells")
+    return sorted(set(problems), key=problems.index)
 
+
+def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report) -> None:
+    """The NMF holds exactly the certified measurements, each (geocode, query, cell) once, at the certified variance."""
     problems = []
     for release, cert in manifest["privacy"].items():
-        schema = schema_of(manifest[release]["schema"])
+        schema = load_schema(manifest[release]["schema"])
         for level in cert["by_level"]:
             name = f"nmf/{release}/{level['level']}.parquet"
             path = run_dir / name
             if not path.is_file():
                 raise ValidationError(f"{path} is missing (the certificate measures {release} at {level['level']})")
-            try:
-                frame = pq.read_table(path).to_pandas()
-            except Exception as e:
-                raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
-            geounits = set(universe.str.slice(0, LEVEL_DIGITS[level["level"]]))
-            found = set(frame["query"].astype(str).unique()) if len(frame) else set()
-            certified = {q["query"] for q in level["queries"]}
-            if found != certified:
-                problems.append(f"{name}: queries {sorted(found)} are not the certified {sorted(certified)}")
-            for q in level["queries"]:
-                rows = frame[frame["query"].astype(str) == q["query"]]
-                size = schema.query(q["query"]).size
-                num, den = q["sigma2"].split("/") if "/" in q["sigma2"] else (q["sigma2"], "1")
-                if len(rows) != len(geounits) * size:
-                    problems.append(f"{name} {q['query']}: {len(rows)} rows, expected {len(geounits)} geounits x {size} cells")
-                if ((rows["variance_num"] != int(num)) | (rows["variance_den"] != int(den))).any():
-                    problems.append(f"{name} {q['query']}: a variance differs from the certified {q['sigma2']}")
-                if rows.duplicated(["geocode", "cell"]).any():
-                    problems.append(f"{name} {q['query']}: a (geocode, cell) appears twice")
-                if len(rows) and (rows["cell"].min() < 0 or rows["cell"].max() >= size):
-                    problems.append(f"{name} {q['query']}: a cell outside 0..{size - 1}")
-                outside = set(rows["geocode"].astype(str)) - geounits
-                if outside:
-                    problems.append(f"{name} {q['query']}: geocode {sorted(outside)[0]!r} is not a geounit of the release")
+            geounits = np.unique(universe.str.slice(0, LEVEL_DIGITS[level["level"]]).to_numpy(dtype=str))
+            problems += _nmf_file_problems(path, name, level, schema, geounits)
     report.check("NMF: exactly the certified measurements", _first(problems))
 
 

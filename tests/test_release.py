@@ -318,3 +318,39 @@ def test_resume_refuses_a_run_without_its_operator_files(release, tmp_path):
     copy = _copy(release, tmp_path, operator=False)
     with pytest.raises(RunError, match="operator files are missing"):
         resume_run(copy, progress=False, log=quiet)
+
+
+def _rewrite_nmf_and_its_checksum(copy: Path, change) -> None:
+    import pyarrow as pa
+
+    path = copy / "nmf" / "persons" / "block.parquet"
+    table = pq.read_table(path)
+    frame = change(table.to_pandas())
+    pq.write_table(pa.Table.from_pandas(frame, schema=table.schema, preserve_index=False), path)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["nmf"]["nmf/persons/block.parquet"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_nmf_variance_other_than_certified_is_caught_even_with_the_checksum_redone(release, tmp_path):
+    copy = _copy(release, tmp_path)
+
+    def halve(frame):
+        frame.loc[frame["query"] == "detailed", "variance_den"] *= 2
+        return frame
+
+    _rewrite_nmf_and_its_checksum(copy, halve)
+    report = validate_run(copy)
+    assert any("nmf/persons/block.parquet detailed: a variance differs from the certified" in v
+               for v in report.violations)
+
+
+def test_nmf_measurement_repeated_or_missing_is_caught(release, tmp_path):
+    copy = _copy(release, tmp_path)
+    _rewrite_nmf_and_its_checksum(copy, lambda f: pd.concat([f, f.iloc[:1]], ignore_index=True))
+    assert any("more rows than" in v or "not each (geocode, cell)" in v for v in validate_run(copy).violations)
+    copy2 = _copy(release, tmp_path, "copy2")
+    _rewrite_nmf_and_its_checksum(copy2, lambda f: f.iloc[1:])
+    violations = validate_run(copy2).violations
+    assert any("not each (geocode, cell) of the level once" in v for v in violations)
+    assert any("rows, expected" in v for v in violations)
