@@ -266,6 +266,16 @@ def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report:
     report.check("MDF units: valid codes, housing units vs facilities", _first(problems))
 
 
+def _dictionary(column) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each row, distinct values) of a string column, dictionary-encoded or not."""
+    import pyarrow as pa
+
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    return (column.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            np.asarray(column.dictionary.to_pylist(), dtype=str))
+
+
 def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geounits: np.ndarray) -> list[str]:
     """One NMF level file against its certificate entry, streamed batch by batch (bounded memory).
 
@@ -288,25 +298,30 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     columns = ["query", "geocode", "cell", "variance_num", "variance_den"]
     try:
         for batch in parquet.iter_batches(batch_size=1 << 20, columns=columns):
-            query_of = batch.column("query").to_pandas().astype(str).to_numpy()
-            for query in pd.unique(query_of):
-                rows = np.flatnonzero(query_of == query)
+            query_codes, query_names = _dictionary(batch.column("query"))
+            unit_codes, unit_names = _dictionary(batch.column("geocode"))
+            # each distinct geocode's position among the level's geounits (-1: not a geounit)
+            found = np.searchsorted(geounits, unit_names)
+            found[found >= len(geounits)] = 0
+            unit_position = np.where(geounits[found] == unit_names, found, -1) if len(geounits) else found - 1
+            cells_all = batch.column("cell").to_numpy()
+            num_all, den_all = batch.column("variance_num").to_numpy(), batch.column("variance_den").to_numpy()
+            for code in np.unique(query_codes):
+                query = str(query_names[code])
+                rows = np.flatnonzero(query_codes == code)
                 if query not in queries:
                     problems.append(f"{name}: query {query!r} is not in the certificate")
                     continue
                 size, start = sizes[query], seen.get(query, 0)
                 seen[query] = start + len(rows)
-                position = start + np.arange(len(rows))
                 if seen[query] > len(geounits) * size:
                     problems.append(f"{name} {query}: more rows than {len(geounits)} geounits x {size} cells")
                     continue
-                cells = batch.column("cell").to_numpy()[rows]
-                geocodes = batch.column("geocode").to_pandas().astype(str).to_numpy()[rows]
-                num = batch.column("variance_num").to_numpy()[rows]
-                den = batch.column("variance_den").to_numpy()[rows]
-                if (cells != position % size).any() or (geocodes != geounits[position // size]).any():
+                position = start + np.arange(len(rows))
+                if (cells_all[rows] != position % size).any() or \
+                        (unit_position[unit_codes[rows]] != position // size).any():
                     problems.append(f"{name} {query}: rows are not each (geocode, cell) of the level once, in order")
-                if (num != variances[query][0]).any() or (den != variances[query][1]).any():
+                if (num_all[rows] != variances[query][0]).any() or (den_all[rows] != variances[query][1]).any():
                     problems.append(f"{name} {query}: a variance differs from the certified {queries[query]['sigma2']}")
     except Exception as e:  # a corrupt page or a missing column
         raise ValidationError(f"{path} is not a readable NMF file ({str(e).splitlines()[0][:200]})") from None
