@@ -1,4 +1,4 @@
-"""The `das` command line: run, validate, validate-input, privacy, measure, tables."""
+"""The `das` command line: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ def _cmd_run(args) -> int:
         if args.overwrite:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
-                            progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler)
+                            progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
+                            allow_large_rho=args.allow_large_rho)
     else:
         if args.spec is None:
             raise RunError("das run needs a SPEC (or --resume RUN_DIR)")
         result = run(args.spec, args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
-                     progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler)
+                     progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
+                     allow_large_rho=args.allow_large_rho)
     print(result.summary)
     print(f"wrote {result.out_dir}")
     return 0 if result.valid else 1
@@ -29,7 +31,7 @@ def _cmd_run(args) -> int:
 def _cmd_validate(args) -> int:
     from das.validate import main
 
-    return main(args.run_dir)
+    return main(args.run_dir, inputs=args.inputs)
 
 
 def _cmd_validate_input(args) -> int:
@@ -42,7 +44,7 @@ def _cmd_privacy(args) -> int:
     from das.privacy.accounting import render_certificate
     from das.run import prepare
 
-    certs = prepare(args.spec, seed=None).certificates
+    certs = prepare(args.spec, seed=None, allow_large_rho=True).certificates  # printing a certificate spends nothing
     if args.json:
         print(json.dumps(certs, indent=2, default=str))
     else:
@@ -55,7 +57,8 @@ def _cmd_privacy(args) -> int:
 def _cmd_measure(args) -> int:
     from das.run import measure_only
 
-    manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite)
+    manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
+                            allow_large_rho=args.allow_large_rho)
     print(f"wrote {len(manifest['nmf'])} NMF files and manifest.json to {args.out}")
     return 0
 
@@ -68,6 +71,13 @@ def _cmd_tables(args) -> int:
     return 0
 
 
+def _cmd_audit_privacy(args) -> int:
+    from das.privacy.audit import audit_spec_main
+
+    return audit_spec_main(args.spec, trials=args.trials, rho=args.rho, delta=args.delta, seed=args.seed,
+                           json_out=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -78,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=None,
                    help="replication mode: seeded noise, outputs labelled NOT private")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel solver processes")
-    r.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace the das run in the output directory (only a das run, never its spec or inputs)")
+    r.add_argument("--allow-large-rho", action="store_true",
+                   help="acknowledge a budget above the preflight cap (rho > 10): barely protected")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue an interrupted run from its stored noisy measurements and checkpoints "
@@ -91,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
     v.add_argument("run_dir")
+    v.add_argument("--inputs", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+                   help="also compare the invariants with these confidential inputs (default: the run's "
+                        "operator files, when present)")
     v.set_defaults(func=_cmd_validate)
 
     vi = sub.add_parser("validate-input", help="check persons/units microdata files")
@@ -109,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True)
     m.add_argument("--seed", type=int, default=None)
     m.add_argument("--overwrite", action="store_true")
+    m.add_argument("--allow-large-rho", action="store_true")
     m.set_defaults(func=_cmd_measure)
 
     t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
@@ -117,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
     t.add_argument("--out", required=True, help="output directory")
     t.set_defaults(func=_cmd_tables)
+
+    a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
+    a.add_argument("spec", help="run spec whose schema, strategy and levels are audited (no input is read)")
+    a.add_argument("--trials", type=int, default=20_000, help="runs of the measurement per dataset")
+    a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
+    a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
+    a.add_argument("--seed", type=int, default=None, help="seeded noise (reproducible audit)")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=_cmd_audit_privacy)
     from das.research.cli import add_parsers as add_research_parsers
     add_research_parsers(sub)
     from das.attack.cli import add_parser as add_attack_parser

@@ -47,12 +47,49 @@ def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.nd
     return (histograms @ schema.query(query).matrix.T).toarray().astype(np.int64)
 
 
+def noisy_answers(truth: np.ndarray, variance: Fraction, rng) -> np.ndarray:
+    """The mechanism: every true answer plus its own exact discrete-Gaussian draw of variance `variance`.
+
+    `truth` may carry leading axes (the privacy audit stacks many trials of one answer vector).
+    """
+    truth = np.asarray(truth, dtype=np.int64)
+    return truth + discrete_gaussian(variance, truth.size, rng).reshape(truth.shape)
+
+
 def _measure_chunk(task) -> Path:
     """Truth + exact discrete-Gaussian noise from the chunk's own stream, committed to its part file."""
     truth, variance, stream, path = task
-    noisy = truth + discrete_gaussian(variance, truth.size, stream).reshape(truth.shape)
-    nmf.write_part(path, noisy)
+    nmf.write_part(path, noisy_answers(truth, variance, stream))
     return path
+
+
+@dataclass(frozen=True)
+class NoisyMeasurement:
+    """One measurement's noisy answers held in memory: (trials x n_units x n_cells)."""
+
+    level: str
+    query: str
+    variance: Fraction
+    noisy: np.ndarray
+
+
+def measure_in_memory(geography: Geography, block_histograms: sp.csr_matrix, schema: Schema,
+                      plan: dict[str, list[Measurement]], rng, trials: int = 1, accountant=None) -> list[NoisyMeasurement]:
+    """The measurement of `measure_release` (same plan order, true answers, noise and charging),
+    repeated `trials` times and kept in memory instead of the NMF: what the privacy audit runs."""
+    if accountant is not None:
+        for level in geography.levels:
+            for m in plan.get(level, []):
+                accountant.charge(level, m.query, 1 / m.variance)
+    out = []
+    for level in geography.levels:
+        histograms = geography.aggregate(block_histograms, level)
+        for m in plan.get(level, []):
+            truth = true_answers(histograms, schema, m.query)
+            stream = rng.spawn(f"audit/{level}/{m.query}/{len(out)}")
+            noisy = noisy_answers(np.broadcast_to(truth, (trials, *truth.shape)), m.variance, stream)
+            out.append(NoisyMeasurement(level, m.query, m.variance, noisy))
+    return out
 
 
 def parts_dir(out_path: Path) -> Path:
@@ -89,8 +126,9 @@ def measure_level(
     *,
     executor=None,
     report: dict | None = None,
+    metadata: dict | None = None,
 ) -> Path:
-    """Measure every query at one level and write that level's NMF file (atomically).
+    """Measure every query at one level and write that level's NMF file (atomically, with `metadata`).
 
     Each (query, chunk) is committed to `<level>.parquet.parts/` as soon as it is drawn; a chunk
     committed by an earlier, interrupted run is reused and never drawn again. A chunk whose write
@@ -128,7 +166,7 @@ def measure_level(
         crash_point(f"measure:{release}:{level}")
     if report is not None:
         report.update({"reused_chunks": reused, "drawn_chunks": len(todo), "torn_chunks_discarded": torn})
-    writer = nmf.LevelWriter(out_path)
+    writer = nmf.LevelWriter(out_path, metadata)
     try:
         for qi, (m, chunk) in enumerate(zip(measurements, chunks)):
             for number, start in enumerate(range(0, n_units, chunk)):
@@ -159,6 +197,7 @@ def measure_release(
     *,
     executor=None,
     report: dict | None = None,
+    metadata: dict | None = None,
 ) -> dict[str, Path]:
     """Measure every level of `plan` (level -> measurements), skipping levels already written.
 
@@ -182,7 +221,7 @@ def measure_release(
         level_report: dict = {}
         written[level] = measure_level(
             release, level, geography, histograms, schema, plan.get(level, []), rng, path,
-            executor=executor, report=level_report,
+            executor=executor, report=level_report, metadata=metadata,
         )
         if report is not None:
             report[level] = level_report

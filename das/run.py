@@ -19,7 +19,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 import das
-from das.checkpoint import crash_point, file_sha256, is_disk_full, run_fingerprint
+from das import bundle, preflight
+from das.checkpoint import crash_point, file_sha256, is_disk_full
 from das.executors import make_executor
 from das.geography import Geography
 from das.io import mdf as mdf_io
@@ -79,10 +80,16 @@ def plan_for(strategy, rho: Fraction, levels) -> tuple[dict[str, list[Measuremen
     return plan, allocation
 
 
-def check_out_dir(out_dir: Path, overwrite: bool) -> None:
-    """Refuse a non-empty output directory unless asked to overwrite it."""
+def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
+    """Refuse a non-empty output directory unless asked to overwrite a das run there; the files
+    --overwrite will delete (only files a das run writes, never `protected` ones: spec, inputs)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise RunError(f"output directory {out_dir} is a file, not a directory")
+    if out_dir.exists() and any(out_dir.iterdir()) and overwrite:
+        try:
+            return bundle.removable_run_files(out_dir, list(protected))
+        except bundle.BundleError as e:
+            raise RunError(str(e)) from None
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         manifest = out_dir / "manifest.json"
         owner, hint = "", ""
@@ -96,12 +103,19 @@ def check_out_dir(out_dir: Path, overwrite: bool) -> None:
                 owner = f" (it holds an unfinished run of {held.get('spec_name')!r}, status {held.get('status')!r})"
                 hint = f", continue it with `das run --resume {out_dir}`"
         raise RunError(f"output directory {out_dir} is not empty{owner}; choose another{hint} or pass --overwrite")
+    return []
+
+
+def protected_paths(spec: RunSpec) -> list[Path]:
+    """What --overwrite must never delete: the run's spec and inputs."""
+    return [spec.path, spec.persons_path, spec.units_path]
 
 
 def prepare_out_dir(out_dir: Path, spec: RunSpec, overwrite: bool) -> None:
-    check_out_dir(out_dir, overwrite)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        shutil.rmtree(out_dir)
+    """Create the output directory; with --overwrite, first delete the files of the das run there (only those)."""
+    files = check_out_dir(out_dir, overwrite, protected_paths(spec))
+    if files:
+        bundle.remove_run_files(out_dir, files)
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -118,34 +132,62 @@ class Prepared:
     tables: tuple
 
 
-def prepare(spec_path: str | Path, seed: int | None) -> Prepared:
+def prepare(spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
+            allow_large_rho: bool = False) -> Prepared:
+    """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here."""
     spec = load_run_spec(spec_path, seed=seed)
     persons_schema = load_schema(spec.persons.schema)
     releases = [("persons", spec.persons, persons_schema)]
     if spec.units:
         releases.append(("units", spec.units, load_schema(spec.units.schema)))
-    plans, allocations, certificates = {}, {}, {}
-    rng = make_random_source(spec.seed)
+    plans, allocations, strategies, certificates = {}, {}, {}, {}
     for name, release, schema in releases:
-        strategy = load_strategy(release.strategy)
+        strategy = strategies[name] = load_strategy(release.strategy)
         validate_strategy(strategy, schema, spec.levels)
         rho = release.rho if release.rho is not None else strategy.rho
         plans[name], allocations[name] = plan_for(strategy, rho, spec.levels)
-        certificates[name] = certificate(strategy, rho, spec.delta, spec.levels, schema.name, rng.private)
+    preflight.check_spec(spec, {name: schema for name, _, schema in releases}, strategies, allocations,
+                         workers=workers, engine=engine, allow_large_rho=allow_large_rho)
+    rng = make_random_source(spec.seed)
+    for name, _, schema in releases:
+        certificates[name] = certificate(strategies[name], allocations[name].rho, spec.delta, spec.levels, schema.name,
+                                         rng.private)
     return Prepared(spec, releases, plans, allocations, certificates, rng, load_tables(spec.tables))
+
+
+def public_spec(prep: Prepared) -> tuple[str, str]:
+    """The spec text as published (input paths redacted) and its SHA-256."""
+    text = bundle.public_spec_text(prep.spec.text)
+    return text, bundle.spec_digest(text)
+
+
+def output_metadata(prep: Prepared) -> dict[bytes, bytes]:
+    """Metadata every Parquet output of this run carries (privacy mode, certificate, spec digest, version)."""
+    return bundle.parquet_metadata(prep.rng.private, prep.certificates, public_spec(prep)[1], code_version())
+
+
+def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
+    """What must not change between a run and its resumption: spec, seed, inputs (keyed digests, operator only)."""
+    return {
+        "spec_sha256": bundle.spec_digest(spec.text),
+        "seed": spec.seed,
+        "inputs": {name: bundle.keyed_fingerprint(key, p)
+                   for name, p in (("persons", spec.persons_path), ("units", spec.units_path)) if p is not None},
+    }
 
 
 def start_manifest(prep: Prepared, out_dir: Path, log, *, extra: dict | None = None) -> dict:
     spec = prep.spec
+    text, digest = public_spec(prep)
     manifest = {
+        "kind": bundle.RUN_KIND,
         "das_version": code_version(),
         "spec_name": spec.name,
-        "spec_path": str(spec.path),
-        "spec_text": spec.text,
+        "spec_text": text,
+        "spec_sha256": digest,
         "status": "running",
         "private": prep.rng.private,
         "randomness": "operating-system CSPRNG" if prep.rng.private else f"seeded (seed {spec.seed})",
-        "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
         "levels": list(spec.levels),
         "tables": spec.tables,
         "persons": {"schema": spec.persons.schema, "strategy": spec.persons.strategy},
@@ -161,19 +203,31 @@ def start_manifest(prep: Prepared, out_dir: Path, log, *, extra: dict | None = N
     return manifest
 
 
-def read_confidential(prep: Prepared, timings: dict, log):
-    """Read and validate the inputs: (geography, invariants, true block histograms per release)."""
+def read_confidential(prep: Prepared, timings: dict, log, *, out_dir: Path | None = None):
+    """Read and validate the inputs: (geography, invariants, true block histograms per release).
+
+    With `out_dir`, the input preflight runs too (feasibility of the invariants, disk space):
+    everything here happens before any noise is drawn.
+    """
     spec = prep.spec
     schemas = {name: schema for name, _, schema in prep.releases}
     t0 = time.perf_counter()
     inputs = read_inputs(spec.persons_path, spec.units_path, schemas["persons"], schemas.get("units"))
     geography = Geography.from_blocks(inputs.inventory.blocks, spec.levels)
+    if out_dir is not None:
+        preflight.check_inputs(schemas, inputs, geography, prep.plans, out_dir)
     invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     timings["read_inputs"] = time.perf_counter() - t0
     log(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
         f"({timings['read_inputs']:.1f} s)")
     return geography, invariants, histograms
+
+
+def published_invariants(invariants: Invariants, geography: Geography) -> dict:
+    """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
+    return {"total_population": {level: dict(zip(geography.units(level).tolist(), map(int, totals)))
+                                 for level, totals in invariants.total_population.items()}}
 
 
 def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir: Path, timings: dict, log,
@@ -184,6 +238,7 @@ def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir:
     `report` (if given) receives, per release and level, what was reused and what was drawn.
     """
     spec = prep.spec
+    metadata = output_metadata(prep)
     for name, _, schema in prep.releases:
         t0 = time.perf_counter()
         # refuses any measurement that is not in the certified plan, or with another variance
@@ -191,7 +246,7 @@ def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir:
         budget = prep.allocations[name].rho
         release_report: dict = {}
         measure_release(name, geography, histograms[name], schema, prep.plans[name], prep.rng, out_dir / "nmf",
-                        accountant=accountant, executor=executor, report=release_report)
+                        accountant=accountant, executor=executor, report=release_report, metadata=metadata)
         if report is not None:
             report[name] = release_report
         if accountant.spent != budget:
@@ -201,15 +256,28 @@ def measure_all(prep: Prepared, geography: Geography, histograms: dict, out_dir:
             f"{len(spec.levels)} levels ({timings[f'measure_{name}']:.1f} s)")
 
 
-def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print) -> dict:
+def start_run_dir(prep: Prepared, out_dir: Path, overwrite: bool, invariants, geography, log) -> dict:
+    """A new run directory: the public manifest, and the operator files (paths, keyed fingerprints, key)."""
+    spec = prep.spec
+    key = bundle.new_key()
+    fingerprint = operator_fingerprint(spec, key)
+    prepare_out_dir(out_dir, spec, overwrite)
+    bundle.write_operator(out_dir, {"spec_path": str(spec.path),
+                                    "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
+                                    "fingerprint": fingerprint}, key)
+    return start_manifest(prep, out_dir, log, extra={"seed": spec.seed,
+                                                     "invariants": published_invariants(invariants, geography)})
+
+
+def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, allow_large_rho: bool = False) -> dict:
     """`das measure`: the NMF and a manifest, no post-processing."""
-    prep = prepare(spec_path, seed)
+    prep = prepare(spec_path, seed, allow_large_rho=allow_large_rho)
     out_dir = Path(out_dir)
-    check_out_dir(out_dir, overwrite)
+    preflight.check_writable(out_dir)
+    check_out_dir(out_dir, overwrite, protected_paths(prep.spec))
     timings: dict[str, float] = {}
-    geography, _, histograms = read_confidential(prep, timings, log)  # bad input: nothing written
-    prepare_out_dir(out_dir, prep.spec, overwrite)
-    manifest = start_manifest(prep, out_dir, log)
+    geography, invariants, histograms = read_confidential(prep, timings, log, out_dir=out_dir)  # nothing written yet
+    manifest = start_run_dir(prep, out_dir, overwrite, invariants, geography, log)
     measure_all(prep, geography, histograms, out_dir, timings, log)
     nmf_dir = out_dir / "nmf"
     manifest.update({"status": "measured", "timings_seconds": timings,
@@ -234,7 +302,16 @@ def _progress_found(out_dir: Path, prep: Prepared) -> dict:
     return found
 
 
-def _load_manifest(out_dir: Path) -> dict:
+@dataclass
+class Stored:
+    """A run directory to continue: its public manifest and its operator record and key."""
+
+    manifest: dict
+    operator: dict
+    key: bytes
+
+
+def _load_manifest(out_dir: Path) -> Stored:
     path = out_dir / "manifest.json"
     if not path.is_file():
         raise RunError(f"cannot resume {out_dir}: {path} not found (expected the directory of an interrupted "
@@ -243,11 +320,16 @@ def _load_manifest(out_dir: Path) -> dict:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise RunError(f"cannot resume {out_dir}: {path} is not readable JSON ({e})") from None
-    missing = [k for k in ("spec_path", "fingerprint", "status") if k not in manifest]
+    if not isinstance(manifest, dict) or "status" not in manifest:
+        raise RunError(f"cannot resume {out_dir}: {path} has no status (it was not written by a resumable `das run`)")
+    try:
+        operator, key = bundle.read_operator(out_dir)
+    except bundle.BundleError as e:
+        raise RunError(f"cannot resume {out_dir}: {e} (it was not written by a resumable `das run`)") from None
+    missing = [k for k in ("spec_path", "fingerprint") if k not in operator]
     if missing:
-        raise RunError(f"cannot resume {out_dir}: {path} has no {', '.join(missing)} (it was not written by a "
-                       "resumable `das run`)")
-    return manifest
+        raise RunError(f"cannot resume {out_dir}: its operator record has no {', '.join(missing)}")
+    return Stored(manifest, operator, key)
 
 
 def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) -> None:
@@ -260,7 +342,7 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
     if what == "inputs":
         for name, files in current["inputs"].items():
             if stored.get("inputs", {}).get(name) != files:
-                problems.append(f"the {name} input changed since the run started (SHA-256 differs)")
+                problems.append(f"the {name} input changed since the run started (keyed fingerprint differs)")
     if problems:
         raise RunError(f"{out_dir} belongs to another run: " + "; ".join(problems)
                        + ". Resume with the same spec, seed and inputs, or start a new run in another directory")
@@ -268,11 +350,15 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
 
 def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None, **kwargs) -> RunResult:
     """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
-    manifest = _load_manifest(Path(run_dir))
-    stored_seed = manifest["fingerprint"].get("seed")
+    stored = _load_manifest(Path(run_dir))
+    stored_seed = stored.operator["fingerprint"].get("seed")
     if seed is not None and seed != stored_seed:
         raise RunError(f"{run_dir} belongs to another run: seed {seed} differs from the run's {stored_seed}")
-    return run(spec_path or manifest["spec_path"], run_dir, seed=stored_seed, resume=True, **kwargs)
+    if spec_path is not None:
+        given = load_run_spec(spec_path, seed=stored_seed)
+        _check_fingerprint(Path(run_dir), stored.operator["fingerprint"],
+                           {"spec_sha256": bundle.spec_digest(given.text), "seed": stored_seed}, "spec")
+    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, resume=True, **kwargs)
 
 
 def run(
@@ -287,54 +373,62 @@ def run(
     resume: bool = False,
     engine: str = "local",
     scheduler: str | None = None,
+    allow_large_rho: bool = False,
 ) -> RunResult:
     """A whole release into out_dir; with resume=True, continue the interrupted run in out_dir.
 
-    A resumed run reuses every noisy measurement already committed (never drawing it again),
-    every solved level and batch of parents, and records the interruption in the manifest.
+    Order: the spec preflight (no file read), the output directory, the inputs and their
+    preflight; only then the worker pool starts and the first noise is drawn. A resumed run
+    reuses every noisy measurement already committed (never drawing it again), every solved
+    level and batch of parents, and records the interruption in the manifest.
     """
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     stored = _load_manifest(out_dir) if resume else None
-    if stored and stored["status"] == "complete" and "validation" in stored:
+    if stored and stored.manifest["status"] == "complete" and "validation" in stored.manifest:
         log(f"{out_dir} already holds a complete run; nothing to resume")
-        return RunResult(out_dir, stored, stored["validation"]["valid"], render_summary(stored))
-    prep = prepare(spec_path, seed)
+        return RunResult(out_dir, stored.manifest, stored.manifest["validation"]["valid"],
+                         render_summary(stored.manifest))
+    prep = prepare(spec_path, seed, workers=workers, engine=engine, allow_large_rho=allow_large_rho)
     spec = prep.spec
-    fingerprint = run_fingerprint(spec.text, spec.seed, {"persons": spec.persons_path, "units": spec.units_path})
     if stored:
-        _check_fingerprint(out_dir, stored["fingerprint"], fingerprint, "spec")
+        current = {"spec_sha256": bundle.spec_digest(spec.text), "seed": spec.seed}
+        _check_fingerprint(out_dir, stored.operator["fingerprint"], current, "spec")
     else:
-        check_out_dir(out_dir, overwrite)
-    try:
+        preflight.check_writable(out_dir)
+        check_out_dir(out_dir, overwrite, protected_paths(spec))
+    timings: dict[str, float] = {}
+    if stored:  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
+        for name, path in (("persons", spec.persons_path), ("units", spec.units_path)):
+            if not Path(path).exists():
+                raise RunError(f"cannot resume {out_dir}: the {name} input {path} is not found")
+        _check_fingerprint(out_dir, stored.operator["fingerprint"], operator_fingerprint(spec, stored.key), "inputs")
+    geography, invariants, histograms = read_confidential(prep, timings, log, out_dir=out_dir)  # nothing written yet
+    try:  # the pool starts only now: every refusal above left no process behind
         executor = make_executor(engine, workers, scheduler)
     except (ValueError, RuntimeError) as e:
         raise RunError(str(e)) from None
     try:
-        return _start_or_resume(prep, out_dir, stored, fingerprint, overwrite, executor, engine, workers, progress,
-                                log, t_start)
+        return _start_or_resume(prep, out_dir, stored, overwrite, executor, engine, workers, progress,
+                                log, t_start, (geography, invariants, histograms), timings)
     finally:
         executor.close()
 
 
-def _start_or_resume(prep, out_dir, stored, fingerprint, overwrite, executor, engine, workers, progress, log,
-                     t_start) -> RunResult:
-    spec = prep.spec
-    timings: dict[str, float] = {}
-    geography, invariants, histograms = read_confidential(prep, timings, log)  # bad input: nothing written
+def _start_or_resume(prep, out_dir, stored, overwrite, executor, engine, workers, progress, log,
+                     t_start, read, timings) -> RunResult:
+    geography, invariants, histograms = read
     if stored:
-        _check_fingerprint(out_dir, stored["fingerprint"], fingerprint, "inputs")
-        manifest = stored
-        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "previous_status": stored["status"],
+        manifest = stored.manifest
+        record = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "previous_status": manifest["status"],
                   "found": _progress_found(out_dir, prep)}
         manifest.setdefault("interruptions", []).append(record)
+        log(f"resuming {out_dir} (was {manifest['status']}): reusing the stored NMF and checkpoints, no noise is "
+            "drawn again for a committed measurement")
         manifest["status"] = "running"
         _write_json(out_dir / "manifest.json", manifest)
-        log(f"resuming {out_dir} (was {stored['status']}): reusing the stored NMF and checkpoints, no noise is "
-            "drawn again for a committed measurement")
     else:
-        prepare_out_dir(out_dir, spec, overwrite)
-        manifest = start_manifest(prep, out_dir, log, extra={"fingerprint": fingerprint, "seed": spec.seed})
+        manifest = start_run_dir(prep, out_dir, overwrite, invariants, geography, log)
         record = None
     try:
         return _continue_run(prep, out_dir, manifest, record, geography, invariants, histograms, timings,
@@ -387,12 +481,13 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
     t0 = time.perf_counter()
     schemas = {name: schema for name, _, schema in prep.releases}
     persons_schema, units_schema = schemas["persons"], schemas.get("units")
+    metadata = output_metadata(prep)
     outputs = [mdf_io.write_table(mdf_io.person_mdf(persons_schema, geography.blocks, solved["persons"]),
-                                  out_dir / "mdf_persons.parquet")]
+                                  out_dir / "mdf_persons.parquet", metadata=metadata)]
     outputs.append(mdf_io.write_table(
         mdf_io.unit_mdf(units_schema or load_schema("h1_units"), geography.blocks, solved.get("units"),
                         invariants.gq_facilities),
-        out_dir / "mdf_units.parquet"))
+        out_dir / "mdf_units.parquet", metadata=metadata))
     crash_point("outputs")
     if spec.mdf_layout == "pipe":
         for kind in ("persons", "units"):
@@ -401,7 +496,8 @@ def _continue_run(prep, out_dir, manifest, record, geography, invariants, histog
     by_schema = {schemas[name].name: solved[name] for name in solved}
     tables_tmp, tables_dir = out_dir / "tables.partial", out_dir / "tables"
     shutil.rmtree(tables_tmp, ignore_errors=True)
-    written = write_tables(tables_tmp, geography, by_schema, {s.name: s for s in schemas.values()}, prep.tables)
+    written = write_tables(tables_tmp, geography, by_schema, {s.name: s for s in schemas.values()}, prep.tables,
+                           metadata=metadata)
     shutil.rmtree(tables_dir, ignore_errors=True)
     tables_tmp.replace(tables_dir)  # the tables appear all at once, complete
     outputs += [tables_dir / p.name for p in written]

@@ -238,7 +238,8 @@ def resolve_spec(name_or_path: str | Path, kind: str) -> Path:
     if shipped.exists():
         return shipped
     available = sorted(p.stem for p in (specs_root() / kind).glob("*.toml"))
-    raise SpecError(f"no {kind[:-1]} spec {str(name_or_path)!r}: not a file, and not one of {available}")
+    singular = {"strategies": "strategy", "schemas": "schema", "runs": "run", "tables": "tables"}.get(kind, kind)
+    raise SpecError(f"no {singular} spec {str(name_or_path)!r}: not a file, and not one of {available}")
 
 
 def load_toml(path: Path) -> dict:

@@ -1,19 +1,25 @@
 """Independent validation of a run directory: `das validate RUN_DIR`.
 
-Its own code path, sharing nothing with the engine but the spec files (schemas as data): it
-reads the written MDF and the run's confidential inputs with pandas, recounts everything by
-group-by, and checks that
-- the MDF holds valid codes in blocks of the input universe (records are nonnegative integers
-  by construction; counts are recounted from rows),
-- every written table equals the table recounted from the MDF,
-- child rows of every table sum to their parent rows at every level,
-- the invariants hold: state (and nation) population, housing units per block, GQ facilities
-  per block, and the structural zeros (GQ type without facility, household persons without
-  housing units, under 18 in nursing facilities).
+Its own code path, sharing nothing with the engine but the spec files (schemas as data). From
+the release bundle alone (what is published) it proves that
+- every output and NMF file has the SHA-256 the manifest lists (and nothing unlisted is there),
+  and carries the run's privacy mode and spec digest in its own Parquet metadata;
+- the MDF holds valid codes, its derived columns agree with the schema (RTYPE vs GQTYPE_PL;
+  housing units vs facilities, HH_STATUS), and EPNUM is 1..N without repeats;
+- the NMF holds exactly the certified measurements: every query of the certificate at every
+  geounit of its level, each cell once, with the certified exact variance;
+- every written table equals the table recounted from the MDF, and child rows sum to parents;
+- the invariants hold: the published total population (nation, state), and every rule of the
+  schema's constraints (facilities, structural zeros) against the units MDF.
+With the run's operator files (the confidential inputs), it also compares the invariants with
+the inputs: population, housing units and GQ facilities per block.
+Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -22,12 +28,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.bundle import RUN_FILES, BundleError, input_paths
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
 from das.schema import Schema, load_schema
 
 GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
 MAX_LISTED = 20
+HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
+
+
+class ValidationError(Exception):
+    """The run directory cannot be validated at all: a file is missing or unreadable (exit code 2)."""
 
 
 @dataclass
@@ -114,45 +126,321 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
     return pd.concat(frames, ignore_index=True)
 
 
-def validate_run(run_dir: Path) -> Report:
+def load_manifest(run_dir: Path) -> dict:
+    """The run's manifest, or ValidationError naming the file and what is wrong with it."""
+    path = Path(run_dir) / "manifest.json"
+    if not Path(run_dir).is_dir():
+        raise ValidationError(f"{run_dir} is not a directory")
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing: not a das run directory")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValidationError(f"{path} is not readable JSON ({e})") from None
+    required = ("status", "levels", "persons", "privacy", "spec_text")
+    if not isinstance(manifest, dict) or any(k not in manifest for k in required):
+        missing = [k for k in required if not isinstance(manifest, dict) or k not in manifest]
+        raise ValidationError(f"{path} is not a das run manifest (no {', '.join(missing)})")
+    return manifest
+
+
+def read_parquet(path: Path, columns=None) -> pd.DataFrame:
+    """A Parquet file of the release, or ValidationError naming it."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing")
+    try:
+        return pd.read_parquet(path, columns=columns)
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_files(run_dir: Path, manifest: dict, report: Report) -> None:
+    """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
+    listed = {**manifest.get("outputs", {}), **manifest.get("nmf", {})}
+    problems = []
+    if not manifest.get("outputs") or not manifest.get("nmf"):
+        problems.append("the manifest lists no outputs or no NMF files")
+    for name, digest in sorted(listed.items()):
+        path = run_dir / name
+        if not path.is_file():
+            raise ValidationError(f"{path} is missing (the manifest lists it)")
+        if _sha256(path) != digest:
+            problems.append(f"{name}: SHA-256 differs from the manifest's (the file was changed after the run)")
+    for path in sorted(run_dir.rglob("*")):
+        relative = path.relative_to(run_dir).as_posix()
+        if path.is_file() and relative != "manifest.json" and not relative.startswith(("operator/", "checkpoints/")):
+            if relative not in listed:
+                known = any(fnmatch.fnmatchcase(relative, p) for p in RUN_FILES)
+                problems.append(f"{relative}: not listed in the manifest" + ("" if known else " (not a das output)"))
+    text = manifest.get("spec_text", "")
+    if manifest.get("spec_sha256") and hashlib.sha256(text.encode()).hexdigest() != manifest["spec_sha256"]:
+        problems.append("spec_sha256 does not match the spec text in the manifest")
+    report.check("checksums of every output and NMF file", _first(problems))
+
+
+def check_metadata(run_dir: Path, manifest: dict, report: Report) -> None:
+    """Every Parquet file says, in its own metadata, whether it is private and which spec made it."""
+    import pyarrow.parquet as pq
+
+    problems = []
+    want_private = b"private" if manifest.get("private") else None
+    for name in sorted({**manifest.get("outputs", {}), **manifest.get("nmf", {})}):
+        if not name.endswith(".parquet"):
+            continue
+        try:
+            meta = pq.read_schema(run_dir / name).metadata or {}
+        except Exception as e:
+            raise ValidationError(f"{run_dir / name} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+        mode = meta.get(b"das.privacy")
+        if mode is None:
+            problems.append(f"{name}: no das.privacy metadata")
+        elif want_private and mode != want_private or not want_private and b"NOT PRIVATE" not in mode:
+            problems.append(f"{name}: das.privacy says {mode.decode(errors='replace')!r}, the manifest says "
+                            f"private = {manifest.get('private')}")
+        if manifest.get("spec_sha256") and meta.get(b"das.spec_sha256", b"").decode() != manifest["spec_sha256"]:
+            problems.append(f"{name}: das.spec_sha256 is not the run's spec digest")
+    report.check("privacy mode and spec digest in every Parquet file", _first(problems))
+
+
+def check_records(mdf: pd.DataFrame, schema: Schema, report: Report) -> pd.DataFrame | None:
+    """Valid codes, derived columns consistent with the schema, EPNUM 1..N unique; the levels, or None."""
+    problems = []
+    try:
+        levels = _levels(mdf, schema)
+    except (ValueError, KeyError) as e:
+        report.check("MDF persons: valid codes", [str(e)])
+        return None
+    for column, attribute, mapping in schema.derived:
+        if column not in mdf:
+            problems.append(f"column {column} is missing")
+            continue
+        expected = np.asarray(mapping)[levels[attribute].to_numpy()]
+        bad = np.flatnonzero(mdf[column].astype(np.int64).to_numpy() != expected)
+        for i in bad[:3]:
+            a = schema.attribute(attribute)
+            problems.append(f"row {i + 1}: {column} {mdf[column].iloc[i]} with {a.column} "
+                            f"{mdf[a.column].iloc[i]} (expected {column} {expected[i]})")
+        if len(bad) > 3:
+            problems.append(f"... and {len(bad) - 3} more rows with {column} inconsistent")
+    if "EPNUM" not in mdf:
+        problems.append("column EPNUM is missing")
+    else:
+        epnum = mdf["EPNUM"].astype(np.int64).to_numpy()
+        repeated = pd.Series(epnum).duplicated().to_numpy()
+        for i in np.flatnonzero(repeated)[:3]:
+            problems.append(f"row {i + 1}: EPNUM {epnum[i]} appears on an earlier row too")
+        if not repeated.any() and len(epnum) and (epnum.min() != 1 or epnum.max() != len(epnum)):
+            problems.append(f"EPNUM runs {epnum.min()}..{epnum.max()}, expected 1..{len(epnum)}")
+    report.check("MDF persons: valid codes, derived columns, unique EPNUM", _first(problems))
+    return levels
+
+
+def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report: Report) -> None:
+    """Housing units carry the units schema's derived codes and an HH_STATUS; GQ facilities a GQ type and HH_STATUS 0."""
+    problems = []
+    for column in ("RTYPE", "GQTYPE_PL", "HH_STATUS"):
+        if column not in units:
+            report.check("MDF units: valid codes", [f"column {column} is missing"])
+            return
+    rtype, gq, status = (units[c].astype(np.int64).to_numpy() for c in ("RTYPE", "GQTYPE_PL", "HH_STATUS"))
+    housing, facility = rtype == HOUSING_UNIT, rtype == GQ_FACILITY
+    rules = [(~(housing | facility), "RTYPE 2 (housing unit) or 4 (GQ facility)", rtype),
+             (housing & (gq != 0), "GQTYPE_PL 0 for a housing unit", gq),
+             (facility & ((gq < 1) | (gq > 7)), "GQTYPE_PL 1..7 for a GQ facility", gq),
+             (facility & (status != 0), "HH_STATUS 0 for a GQ facility", status)]
+    if units_schema is not None:
+        attribute = units_schema.attributes[0]
+        rules.append((housing & ~np.isin(status, np.asarray(attribute.codes, dtype=np.int64)),
+                      f"HH_STATUS one of {list(attribute.codes)} for a housing unit", status))
+    for bad, expected, values in rules:
+        for i in np.flatnonzero(bad)[:3]:
+            problems.append(f"row {i + 1}: {values[i]} (expected {expected})")
+    report.check("MDF units: valid codes, housing units vs facilities", _first(problems))
+
+
+def _dictionary(column) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each row, distinct values) of a string column, dictionary-encoded or not."""
+    import pyarrow as pa
+
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    return (column.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            np.asarray(column.dictionary.to_pylist(), dtype=str))
+
+
+def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geounits: np.ndarray) -> list[str]:
+    """One NMF level file against its certificate entry, streamed batch by batch (bounded memory).
+
+    The documented layout makes uniqueness checkable without a group-by: a query's rows run
+    geounit-major, then cell, over the level's geounits in geocode order, so row i of a query must
+    be (geounits[i // size], i % size).
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as e:
+        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+    queries = {q["query"]: q for q in level["queries"]}
+    sizes = {q: schema.query(q).size for q in queries}
+    variances = {q: tuple(int(x) for x in (v["sigma2"].split("/") if "/" in v["sigma2"] else (v["sigma2"], 1)))
+                 for q, v in queries.items()}
+    seen: dict[str, int] = {}
+    problems: list[str] = []
+    columns = ["query", "geocode", "cell", "variance_num", "variance_den"]
+    try:
+        for batch in parquet.iter_batches(batch_size=1 << 20, columns=columns):
+            query_codes, query_names = _dictionary(batch.column("query"))
+            unit_codes, unit_names = _dictionary(batch.column("geocode"))
+            # each distinct geocode's position among the level's geounits (-1: not a geounit)
+            found = np.searchsorted(geounits, unit_names)
+            found[found >= len(geounits)] = 0
+            unit_position = np.where(geounits[found] == unit_names, found, -1) if len(geounits) else found - 1
+            cells_all = batch.column("cell").to_numpy()
+            num_all, den_all = batch.column("variance_num").to_numpy(), batch.column("variance_den").to_numpy()
+            for code in np.unique(query_codes):
+                query = str(query_names[code])
+                rows = np.flatnonzero(query_codes == code)
+                if query not in queries:
+                    problems.append(f"{name}: query {query!r} is not in the certificate")
+                    continue
+                size, start = sizes[query], seen.get(query, 0)
+                seen[query] = start + len(rows)
+                if seen[query] > len(geounits) * size:
+                    problems.append(f"{name} {query}: more rows than {len(geounits)} geounits x {size} cells")
+                    continue
+                position = start + np.arange(len(rows))
+                if (cells_all[rows] != position % size).any() or \
+                        (unit_position[unit_codes[rows]] != position // size).any():
+                    problems.append(f"{name} {query}: rows are not each (geocode, cell) of the level once, in order")
+                if (num_all[rows] != variances[query][0]).any() or (den_all[rows] != variances[query][1]).any():
+                    problems.append(f"{name} {query}: a variance differs from the certified {queries[query]['sigma2']}")
+    except Exception as e:  # a corrupt page or a missing column
+        raise ValidationError(f"{path} is not a readable NMF file ({str(e).splitlines()[0][:200]})") from None
+    for query in queries:
+        expected = len(geounits) * sizes[query]
+        if seen.get(query, 0) != expected:
+            problems.append(f"{name} {query}: {seen.get(query, 0)} rows, expected {len(geounits)} geounits x "
+                            f"{sizes[query]} cells")
+    return sorted(set(problems), key=problems.index)
+
+
+def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report) -> None:
+    """The NMF holds exactly the certified measurements, each (geocode, query, cell) once, at the certified variance."""
+    problems = []
+    for release, cert in manifest["privacy"].items():
+        schema = load_schema(manifest[release]["schema"])
+        for level in cert["by_level"]:
+            name = f"nmf/{release}/{level['level']}.parquet"
+            path = run_dir / name
+            if not path.is_file():
+                raise ValidationError(f"{path} is missing (the certificate measures {release} at {level['level']})")
+            geounits = np.unique(universe.str.slice(0, LEVEL_DIGITS[level["level"]]).to_numpy(dtype=str))
+            problems += _nmf_file_problems(path, name, level, schema, geounits)
+    report.check("NMF: exactly the certified measurements", _first(problems))
+
+
+def check_constraints(mdf: pd.DataFrame, levels: pd.DataFrame, schema: Schema, housing: pd.Series,
+                      facilities: pd.DataFrame, report: Report) -> None:
+    """Every rule of the schema's constraints, read from the schema (not hard-coded): facilities
+    (>= 1 person of a GQ type with a facility, none without; no household persons without housing
+    units) and structural zeros, against the housing units and facilities per block."""
+    problems = []
+    blocks = mdf["geocode"].to_numpy()
+    for c in schema.constraints:
+        query = schema.query(c.query)
+        factor_levels = [levels[f].to_numpy() for f in query.factors]
+        if c.kind == "facilities":
+            (hhgq,) = factor_levels
+            per_block = pd.crosstab(blocks, hhgq).reindex(columns=range(query.size), fill_value=0)
+            index = per_block.index.union(facilities.index)
+            per_block = per_block.reindex(index, fill_value=0)
+            fac = facilities.reindex(index, fill_value=0).reindex(columns=range(1, query.size), fill_value=0)
+            hu = housing.reindex(index, fill_value=0)
+            for t in range(1, query.size):
+                for g in index[(fac[t].to_numpy() == 0) & (per_block[t].to_numpy() > 0)][:3]:
+                    problems.append(f"block {g}: persons in GQ type {t} without such a facility")
+                for g in index[(fac[t].to_numpy() > 0) & (per_block[t].to_numpy() == 0)][:3]:
+                    problems.append(f"block {g}: a GQ facility of type {t} holds nobody")
+            for g in index[(hu.to_numpy() == 0) & (per_block[0].to_numpy() > 0)][:3]:
+                problems.append(f"block {g}: household persons without housing units")
+        elif c.kind == "structural_zero":
+            for cell in c.cells:
+                hit = np.logical_and.reduce([lv == v for lv, v in zip(factor_levels, cell)])
+                if hit.any():
+                    shown = " and ".join(f"{f} '{schema.factor_labels(f)[v]}'" for f, v in zip(query.factors, cell))
+                    problems.append(f"{int(hit.sum())} persons with {shown} (a structural zero of {schema.name})")
+    report.check(f"constraints of schema {schema.name} (facilities, structural zeros)", _first(problems))
+
+
+def _facilities(units: pd.DataFrame) -> pd.DataFrame:
+    gq = units[units["RTYPE"].astype(int) == GQ_FACILITY]
+    return gq.assign(GQTYPE_PL=gq["GQTYPE_PL"].astype(int)).groupby(["geocode", "GQTYPE_PL"]).size().unstack(fill_value=0)
+
+
+def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
+    try:
+        paths = input_paths(run_dir)
+    except BundleError:
+        return None
+    persons, units = Path(paths.get("persons", "")), Path(paths.get("units", ""))
+    return (persons, units) if persons.is_file() and units.is_file() else None
+
+
+def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True) -> Report:
+    """Every check of a run directory; `inputs` (or the run's operator files) add the comparison
+    with the confidential inputs. Raises ValidationError when a file is missing or unreadable."""
     run_dir = Path(run_dir)
     report = Report()
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = load_manifest(run_dir)
     if manifest.get("status") != "complete":
         report.check("run complete", [f"manifest status is {manifest.get('status')!r}, not 'complete'"])
         return report
+    check_files(run_dir, manifest, report)
+    check_metadata(run_dir, manifest, report)
     geo_levels = manifest["levels"]
-    persons_schema = load_schema(manifest["persons"]["schema"])
-    units_schema = load_schema(manifest["units"]["schema"]) if manifest.get("units") else None
+    try:
+        persons_schema = load_schema(manifest["persons"]["schema"])
+        units_schema = load_schema(manifest["units"]["schema"]) if manifest.get("units") else None
+    except Exception as e:
+        raise ValidationError(f"{run_dir / 'manifest.json'}: {e}") from None
 
-    persons_in = _read(Path(manifest["inputs"]["persons"]))
-    units_in = _read(Path(manifest["inputs"]["units"]))
-    persons_in["geocode"] = _geocode(persons_in)
-    units_in["geocode"] = _geocode(units_in)
-    mdf = pd.read_parquet(run_dir / "mdf_persons.parquet")
-    mdf_units = pd.read_parquet(run_dir / "mdf_units.parquet")
+    mdf = read_parquet(run_dir / "mdf_persons.parquet")
+    mdf_units = read_parquet(run_dir / "mdf_units.parquet")
     for frame in (mdf, mdf_units):
+        missing = [c for c in GEO if c not in frame]
+        if missing:
+            raise ValidationError(f"{run_dir}: an MDF file has no column {missing[0]}")
         frame["geocode"] = _geocode(frame)
+    universe = pd.Series(sorted(set(mdf_units["geocode"])), dtype=str)
+    check_unit_records(mdf_units, units_schema, report)
+    check_nmf(run_dir, manifest, universe, report)
 
     # 1. MDF codes and geography
-    problems = []
-    universe = set(units_in["geocode"])
-    outside = sorted(set(mdf["geocode"]) - universe)
-    if outside:
-        problems.append(f"{len(outside)} MDF blocks are not in the input universe, e.g. {outside[0]}")
-    try:
-        levels = _levels(mdf, persons_schema)
-    except ValueError as e:
-        problems.append(str(e))
-        levels = None
-    report.check("MDF persons: valid codes in input blocks", problems)
+    outside = sorted(set(mdf["geocode"]) - set(universe))
+    report.check("MDF persons: in blocks of the release universe",
+                 [f"{len(outside)} MDF blocks have no housing unit or facility in the units MDF, e.g. {outside[0]}"]
+                 if outside else [])
+    levels = check_records(mdf, persons_schema, report)
     if levels is None:
         return report
 
     # 2. tables recounted from the MDF equal the written tables; 3. hierarchy sums
     tables = load_tables(manifest.get("tables", "pl94"))
-    housing = mdf_units[mdf_units["RTYPE"] == 2].reset_index(drop=True)
-    unit_levels = _levels(housing, units_schema) if units_schema else None
+    housing = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True)
+    try:
+        unit_levels = _levels(housing, units_schema) if units_schema else None
+    except (ValueError, KeyError) as e:
+        report.check("MDF units: valid codes of the units schema", [str(e)])
+        return report
     mdf = mdf.reset_index(drop=True)
     prefixes = {"persons": prefix_codes(mdf, geo_levels)}  # shared by every table of the same records
     for spec in tables:
@@ -166,13 +454,18 @@ def validate_run(run_dir: Path) -> Report:
         if not path.exists():
             report.check(f"table {spec.name} written", [f"{path} is missing"])
             continue
-        written = pd.read_parquet(path)
+        written = read_parquet(path)
         if kind not in prefixes:
             prefixes[kind] = prefix_codes(records, geo_levels)
         recount = recount_table(records, lv, schema, spec, geo_levels, prefixes[kind])
+        cols = column_names(schema, spec)
+        absent = [c for c in ["level", "geocode", *cols] if c not in written]
+        if absent:
+            report.check(f"table {spec.name} equals the MDF recount", [f"{path.name} has no column {absent[0]!r}"])
+            continue
         merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
         problems = []
-        for col in column_names(schema, spec):
+        for col in cols:
             a = merged[col].fillna(0).to_numpy()
             b = merged[col + "__recount"].fillna(0).to_numpy()
             bad = np.flatnonzero(a != b)
@@ -181,7 +474,6 @@ def validate_run(run_dir: Path) -> Report:
                                 f"table {a[i]:g}, MDF recount {b[i]:g}")
         report.check(f"table {spec.name} equals the MDF recount", _first(problems))
         problems = []
-        cols = column_names(schema, spec)
         for parent, child in zip(geo_levels, geo_levels[1:]):
             p = written[written["level"] == parent].set_index("geocode")[cols]
             c = written[written["level"] == child]
@@ -192,7 +484,39 @@ def validate_run(run_dir: Path) -> Report:
                 problems.append(f"{child} rows of {parent} {g!r} do not sum to it")
         report.check(f"table {spec.name} hierarchy sums", _first(problems))
 
-    # 4. invariants and structural zeros against the input
+    # 4. invariants: published population; schema constraints against the units MDF
+    problems = []
+    published = manifest.get("invariants", {}).get("total_population", {})
+    for geo_level, totals in published.items():
+        k = LEVEL_DIGITS[geo_level]
+        out = mdf["geocode"].str.slice(0, k).value_counts()
+        for g, total in totals.items():
+            if int(out.get(g, 0)) != int(total):
+                problems.append(f"{geo_level} {g!r}: population {int(out.get(g, 0))} differs from the published "
+                                f"invariant {total}")
+    if not published:
+        problems.append("the manifest publishes no total-population invariant")
+    report.check("total population invariant (published)", problems)
+    hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
+    fac_out = _facilities(mdf_units)
+    check_constraints(mdf, levels, persons_schema, hu_out, fac_out, report)
+    if units_schema is not None and any(c.kind == "household_persons" for c in units_schema.constraints):
+        report.check("occupied units agree with household persons (every level)",
+                     _first(persons_units_disagreements(mdf, mdf_units, geo_levels)))
+
+    # 5. with the confidential inputs (operator only): the invariants against them
+    inputs = inputs or (_operator_inputs(run_dir) if use_operator else None)
+    if inputs is not None:
+        check_against_inputs(mdf, mdf_units, geo_levels, inputs, report)
+    return report
+
+
+def check_against_inputs(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels, inputs: tuple[Path, Path],
+                         report: Report) -> None:
+    """Population (nation, state), housing units and GQ facilities per block equal the inputs'."""
+    persons_in, units_in = _read(Path(inputs[0])), _read(Path(inputs[1]))
+    persons_in["geocode"] = _geocode(persons_in)
+    units_in["geocode"] = _geocode(units_in)
     problems = []
     for geo_level in ("nation", "state"):
         if geo_level not in geo_levels:
@@ -202,52 +526,18 @@ def validate_run(run_dir: Path) -> Report:
         out = mdf["geocode"].str.slice(0, k).value_counts()
         truth, out = truth.align(out, fill_value=0)
         for g in truth.index[truth != out]:
-            problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the invariant")
-    report.check("total population invariant (nation, state)", problems)
-
-    hu_in = units_in[units_in["RTYPE"].astype(int) == 2].groupby("geocode").size()
-    hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == 2].groupby("geocode").size()
+            problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the input")
+    report.check("total population invariant against the inputs (nation, state)", problems)
+    hu_in = units_in[units_in["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
+    hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
     hu_in, hu_out = hu_in.align(hu_out, fill_value=0)
     report.check("housing units per block invariant", _first([
         f"block {g}: {hu_out[g]} housing units, input has {hu_in[g]}" for g in hu_in.index[hu_in != hu_out]]))
-    gq_cols = ["geocode", "GQTYPE_PL"]
-    def facilities_of(frame):
-        gq = frame[frame["RTYPE"].astype(int) == 4]
-        return gq.assign(GQTYPE_PL=gq["GQTYPE_PL"].astype(int)).groupby(gq_cols).size()
-
-    fac_in, fac_out = facilities_of(units_in), facilities_of(mdf_units)
+    fac_in, fac_out = _facilities(units_in).stack(), _facilities(mdf_units).stack()
     fac_in, fac_out = fac_in.align(fac_out, fill_value=0)
     report.check("GQ facilities per block invariant", _first([
         f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}"
         for g, t in fac_in.index[fac_in != fac_out]]))
-
-    problems = []
-    hhgq = levels["hhgq"].to_numpy() if "hhgq" in levels else None
-    if hhgq is not None:
-        per_block = pd.crosstab(mdf["geocode"].to_numpy(), hhgq).reindex(columns=range(8), fill_value=0)
-        facilities = fac_in.unstack(fill_value=0).reindex(columns=range(1, 8), fill_value=0)
-        facilities = facilities.reindex(per_block.index, fill_value=0)
-        housing = hu_in.reindex(per_block.index, fill_value=0)
-        for t in range(1, 8):
-            without = (facilities[t].to_numpy() == 0) & (per_block[t].to_numpy() > 0)
-            for g in per_block.index[without][:3]:
-                problems.append(f"block {g}: persons in GQ type {t} without such a facility")
-        with_fac = facilities.reindex(columns=range(1, 8)).to_numpy() > 0
-        empty = with_fac & (per_block[list(range(1, 8))].to_numpy() == 0)
-        for b, t in np.argwhere(empty)[:3]:
-            problems.append(f"block {per_block.index[b]}: a GQ facility of type {t + 1} holds nobody")
-        no_hu = (housing.to_numpy() == 0) & (per_block[0].to_numpy() > 0)
-        for g in per_block.index[no_hu][:3]:
-            problems.append(f"block {g}: household persons without housing units")
-        if "votingage" in levels:
-            kids_nursing = int(((hhgq == 3) & (levels["votingage"].to_numpy() == 0)).sum())
-            if kids_nursing:
-                problems.append(f"{kids_nursing} persons under 18 in nursing facilities")
-    report.check("structural zeros and GQ facility rules", _first(problems))
-    if units_schema is not None and any(c.kind == "household_persons" for c in units_schema.constraints):
-        report.check("occupied units agree with household persons (every level)",
-                     _first(persons_units_disagreements(mdf, mdf_units, geo_levels)))
-    return report
 
 
 def persons_units_disagreements(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels) -> list[str]:
@@ -269,12 +559,13 @@ def persons_units_disagreements(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_
     return problems
 
 
-def main(run_dir: str, out=None) -> int:
+def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None) -> int:
+    """Print the checks; 0 valid, 1 violations, 2 a file missing or unreadable."""
     out = out or sys.stdout
     try:
-        report = validate_run(Path(run_dir))
-    except FileNotFoundError as e:
-        print(f"das validate: {run_dir}: missing {e.filename}", file=out)
+        report = validate_run(Path(run_dir), inputs=tuple(Path(p) for p in inputs) if inputs else None)
+    except ValidationError as e:
+        print(f"das validate: {e}", file=sys.stderr)
         return 2
     for line in report.checks:
         print(line, file=out)

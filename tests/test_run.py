@@ -83,7 +83,9 @@ def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
     p1.to_parquet(copy / "tables" / "P1.parquet")
     report = validate_run(copy)
     failed = [c for c in report.checks if c.startswith("FAIL")]
-    assert failed == ["FAIL table P1 equals the MDF recount", "FAIL table P1 hierarchy sums"], failed
+    # the file no longer has its listed SHA-256 nor the run's metadata (pandas rewrote it), and its content is wrong
+    assert failed == ["FAIL checksums of every output and NMF file", "FAIL privacy mode and spec digest in every Parquet file",
+                      "FAIL table P1 equals the MDF recount", "FAIL table P1 hierarchy sums"], failed
     geocode = p1.loc[row, "geocode"]
     assert any(geocode in v and "'total'" in v for v in report.violations)
 
@@ -102,7 +104,7 @@ def test_cli_privacy_certificate(capsys):
     assert round(certs["persons"]["eps"], 2) == 17.14
 
 
-def test_engineered_infeasible_input_triggers_the_failsafe(tmp_path):
+def _infeasible_inputs(tmp_path) -> Path:
     """More GQ facilities (each needing >= 1 person) than the invariant state population."""
     persons = pd.read_csv(FIXTURES / "tiny/persons.csv", dtype=str).head(3)
     persons["GQTYPE_PL"] = "0"
@@ -117,12 +119,16 @@ def test_engineered_infeasible_input_triggers_the_failsafe(tmp_path):
     spec = (ROOT / "specs/runs/tiny.toml").read_text()
     spec = spec.replace("../../geography_fixtures/tiny/", "")
     (tmp_path / "spec.toml").write_text(spec)
-    result = run(tmp_path / "spec.toml", tmp_path / "out", seed=3, workers=1, progress=False, log=quiet)
-    events = result.manifest["failsafe_events"]
-    assert events, "the failsafe should have been used"
-    assert "failsafe: " in result.summary and "0 event" not in result.summary
-    # the relaxed problem cannot hold every rule: the validator says so instead of passing silently
-    assert not result.valid
+    return tmp_path / "spec.toml"
+
+
+def test_engineered_infeasible_input_is_refused_before_any_noise(tmp_path, capsys):
+    spec = _infeasible_inputs(tmp_path)
+    code = das_main(["run", str(spec), "--out", str(tmp_path / "out"), "--seed", "3", "--workers", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "state '44'" in err and "'hhgq' constraint" in err and "published total population is 3" in err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow

@@ -292,11 +292,28 @@ def test_unreadable_files(tmp_path):
     msg = problems_for(tmp_path, units="x", units_name="units.txt")
     assert "units.txt: unknown file extension '.txt': expected .parquet or .csv" in msg
     problems = validate_input(tmp_path / "nope.csv", TINY / "units.csv", PL94)
-    assert [str(p) for p in problems] == ["nope.csv: file not found"] and problems[0].unreadable
+    # a file that cannot be opened is named with its whole path: which one was looked for
+    assert [str(p) for p in problems] == [f"{tmp_path / 'nope.csv'}: file not found"] and problems[0].unreadable
     (tmp_path / "dir.csv").mkdir()
     assert "dir.csv: not a file" in str(validate_input(tmp_path / "dir.csv", TINY / "units.csv", PL94)[0])
     latin1 = (TINY / "persons.csv").read_bytes().replace(b"\n44,", b"\n\xe944,", 1)
-    assert "column TABBLKST: text encoded as UTF-8" in problems_for(tmp_path, persons=latin1)
+    assert "row 1 (line 2), column TABBLKST: text encoded as UTF-8 (this row has bytes that are not)" in \
+        problems_for(tmp_path, persons=latin1)
+    latin1 = (TINY / "persons.csv").read_bytes().replace(b"\n44,001,000100,1,1001", b"\n44,001,000100,1,1\xe901", 1)
+    message = problems_for(tmp_path, persons=latin1)
+    assert "text encoded as UTF-8" in message and "row " in message and "\xe9" not in message
+
+
+def test_uint64_above_2_63_is_reported_as_itself(tmp_path):
+    frame = pd.read_csv(TINY / "persons.csv", dtype=str)
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    epnum = pa.array([2**63 + 5] + list(range(2, len(frame) + 1)), pa.uint64())
+    arrow = arrow.set_column(arrow.column_names.index("EPNUM"), "EPNUM", epnum)
+    pq.write_table(arrow, tmp_path / "persons.parquet")
+    problems = validate_input(tmp_path / "persons.parquet", TINY / "units.csv", PL94)
+    text = " ".join(str(p) for p in problems)
+    assert f"row 1, column EPNUM: '{2**63 + 5}' is not valid (expected an integer below 2^63)" in text
+    assert "-" not in text.split("EPNUM")[1].split("is not valid")[0]
 
 
 def test_every_check_runs_and_rows_are_capped(tmp_path):

@@ -69,7 +69,9 @@ def main(argv=None) -> int:
     release_note = (f"release: `das run {manifest.get('spec_name', SPEC)}`, persons rho = {cert.get('rho')} "
                     f"(eps = {cert.get('eps')} at delta = {cert.get('delta')}), "
                     f"{'OS CSPRNG' if manifest.get('private') else 'seeded, NOT private'}")
-    persons = Path(manifest["inputs"]["persons"])
+    from das.bundle import input_paths
+
+    persons = Path(input_paths(release_dir)["persons"])  # the operator's record: scripts/audit is the operator
     truth = read_persons(persons, schema)
     release = read_release(release_dir, schema)
     blocks = auto_geounits(truth, "block", args.count, np.random.default_rng(args.seed))

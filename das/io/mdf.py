@@ -102,11 +102,14 @@ def unit_mdf(
     return gq_table
 
 
-def write_table(table: pa.Table, path: Path, layout: str = "parquet") -> Path:
-    """Write to a temporary name and rename, so a partial file never looks complete."""
+def write_table(table: pa.Table, path: Path, layout: str = "parquet", metadata: dict | None = None) -> Path:
+    """Write to a temporary name and rename, so a partial file never looks complete; Parquet
+    files carry `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     if layout == "parquet":
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         pq.write_table(table, tmp, compression="zstd")
     elif layout == "pipe":
         plain = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c

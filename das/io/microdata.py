@@ -63,7 +63,8 @@ class Problem:
     unreadable: bool = False  # the file could not be opened or parsed at all
 
     def __str__(self) -> str:
-        where = Path(self.file).name
+        # a file that cannot be opened is named in full (which one was looked for?); others by name
+        where = self.file if self.unreadable else Path(self.file).name
         if self.row is not None:
             where += f" row {self.row}" + (f" (line {self.row + 1})" if self.csv else "")
         if self.column is not None:
@@ -182,7 +183,13 @@ def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
 
 def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     with open(path, "rb") as f:
-        header = f.readline().decode("utf-8-sig", errors="replace").rstrip("\r\n")
+        raw_header = f.readline()
+    try:
+        header = raw_header.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        col.add("a header line of UTF-8 text naming the columns (line 1 has bytes that are not UTF-8)",
+                unreadable=True)
+        return None
     if not header.strip():
         col.add("the first line is empty: expected a header line naming the columns", unreadable=True)
         return None
@@ -197,6 +204,7 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     if dupes:
         col.add(f"duplicate column name(s) {dupes} in the header: every column must appear once")
         return None
+
     def read() -> pa.Table:
         return pacsv.read_csv(
             path,
@@ -211,6 +219,8 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     # number of fields are found by a plain scan, only when Arrow refuses the file.
     try:
         return read()
+    except UnicodeDecodeError:  # a malformed row's bytes are not UTF-8
+        return _non_utf8(path, col)
     except pa.ArrowException as e:
         bad = _rows_with_wrong_width(path, len(names)) if isinstance(e, pa.ArrowInvalid) else []
         if bad:
@@ -222,10 +232,9 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
         found = re.search(r"CSV column #(\d+)", message)
         column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else None
         if "UTF8" in message:
-            col.add("text encoded as UTF-8 (this column has bytes that are not)", column=column, unreadable=True)
-        else:
-            col.add("a well-formed comma-separated file (the CSV parser stopped; its message is "
-                    "withheld because it may quote a record)", column=column, unreadable=True)
+            return _non_utf8(path, col, column)
+        col.add("a well-formed comma-separated file (the CSV parser stopped; its message is "
+                "withheld because it may quote a record)", column=column, unreadable=True)
         return None
 
 
@@ -241,6 +250,27 @@ def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tu
                 if len(bad) >= limit:
                     break
     return bad
+
+
+def _non_utf8(path: Path, col, column: str | None = None) -> None:
+    """Locate the first row whose bytes are not UTF-8 (its row, never its text)."""
+    line = _first_non_utf8_line(path)
+    if line is None:
+        col.add("text encoded as UTF-8", column=column, unreadable=True)
+    else:
+        col.add("text encoded as UTF-8 (this row has bytes that are not)", column=column, rows=[line - 2])
+    return None
+
+
+def _first_non_utf8_line(path: Path) -> int | None:
+    """The 1-based line number of the first line that is not valid UTF-8, or None."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return number
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +332,12 @@ def _column(table: pa.Table, name: str, kind: str, col: _Collector, needed_for: 
         if pa.types.is_integer(value_type):
             if pa.types.is_dictionary(arr.type):
                 arr = arr.cast(value_type)
-            return arr.to_numpy(zero_copy_only=False).astype(np.int64)
+            values = arr.to_numpy(zero_copy_only=False)
+            if values.dtype == np.uint64 and (values > np.uint64(2**63 - 1)).any():
+                rows = np.flatnonzero(values > np.uint64(2**63 - 1))
+                col.add("an integer below 2^63", column=name, rows=rows, values=[str(int(v)) for v in values[rows]])
+                return None
+            return values.astype(np.int64)
         if not (col.csv and is_text):
             col.add(f"column {name} has type {value_type}, expected an integer type (int8..int64)",
                     column=name)

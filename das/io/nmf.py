@@ -64,11 +64,12 @@ def measurement_batch(
 class LevelWriter:
     """Write one level's NMF file atomically: batches go to `<file>.partial`, renamed on close."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, metadata: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(self.path.name + ".partial")
-        self.writer = pq.ParquetWriter(self.tmp, NMF_SCHEMA, compression="zstd")
+        schema = NMF_SCHEMA.with_metadata(metadata) if metadata else NMF_SCHEMA
+        self.writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)

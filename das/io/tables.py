@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das.geography import Geography
@@ -84,8 +86,10 @@ def write_tables(
     histograms: dict[str, sp.csr_matrix],
     schemas: dict[str, Schema],
     tables: tuple[TableSpec, ...],
+    metadata: dict | None = None,
 ) -> list[Path]:
-    """Write each table whose schema has histograms; `histograms`/`schemas` are keyed by schema name."""
+    """Write each table whose schema has histograms; `histograms`/`schemas` are keyed by schema name.
+    Each file carries `metadata` in its Parquet key-value metadata."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in tables:
@@ -93,6 +97,9 @@ def write_tables(
             continue
         frame = compute_table(schemas[spec.schema], spec, geography, histograms[spec.schema])
         path = out_dir / f"{spec.name}.parquet"
-        frame.to_parquet(path, index=False)
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        pq.write_table(table, path)
         written.append(path)
     return written

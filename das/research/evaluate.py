@@ -45,7 +45,14 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("status") != "complete":
         raise StudyError(f"{manifest_path}: status is {manifest.get('status')!r}, expected 'complete'")
-    persons, units = truth or (manifest["inputs"]["persons"], manifest["inputs"]["units"])
+    if truth is None:
+        from das.bundle import BundleError, input_paths
+
+        try:
+            paths = input_paths(run_dir)
+        except BundleError as e:
+            raise StudyError(f"{e}; pass --truth PERSONS UNITS") from None
+    persons, units = truth or (paths["persons"], paths["units"])
     for path in (persons, units):
         if not Path(path).exists():
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")

@@ -1,0 +1,215 @@
+"""A run directory: the release bundle (publishable) apart from the operator's files.
+
+    RUN_DIR/manifest.json        public: spec (input paths redacted), certificate, checksums, invariants
+    RUN_DIR/mdf_*.parquet, tables/, nmf/      public: the release
+    RUN_DIR/operator/            operator only: input paths, keyed input fingerprints, the key
+    RUN_DIR/checkpoints/         operator only, while a run is unfinished (removed when complete)
+
+Nothing computed from the confidential input files' bytes (a digest would let anyone confirm a
+guessed small input) and no input path goes into the bundle. Resume still refuses changed
+inputs: it compares HMAC-SHA256 fingerprints keyed with a random secret kept in
+`operator/fingerprint.key`, never published.
+
+`--overwrite` deletes only what a das run writes, in a directory whose manifest says it is a das
+run: the files its manifest lists, its manifest, operator files, checkpoints and temporaries
+(and, for an unfinished run, files named as its outputs). Anything else in the directory, or the
+run's own spec or inputs inside it, and nothing is deleted (`removable_run_files`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+
+OPERATOR_DIR = "operator"
+OPERATOR_FILE = "operator.json"
+KEY_FILE = "fingerprint.key"
+RUN_KIND = "das run"
+REDACTED = "<operator only>"
+NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
+# Files a run writes besides its listed outputs (fnmatch patterns relative to the run directory;
+# `*` matches across '/'): the manifest, operator files, checkpoints, committed parts, temporaries.
+RUN_INTERNAL_FILES = (
+    "manifest.json", "manifest.json.partial", "*.partial",
+    "nmf/*/*.parquet.parts/*", "checkpoints/*/*.npz", "checkpoints/*/*.parts/*",
+    "operator/operator.json", "operator/fingerprint.key",
+)
+# Outputs of a run that has not listed them yet (stopped before its manifest said `complete`)
+RUN_OUTPUT_FILES = ("mdf_persons.parquet", "mdf_units.parquet", "mdf_persons.txt", "mdf_units.txt",
+                    "tables/*.parquet", "nmf/*/*.parquet")
+RUN_FILES = RUN_INTERNAL_FILES + RUN_OUTPUT_FILES
+
+
+class BundleError(RuntimeError):
+    """A run directory that cannot be used as asked (not a das run, holds other files...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Keyed fingerprints of the confidential inputs (operator only)
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def keyed_digest(key: bytes, path: Path) -> str:
+    """HMAC-SHA256 of a file's bytes under `key`: matches only for the same bytes and the same key."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            mac.update(chunk)
+    return mac.hexdigest()
+
+
+def keyed_fingerprint(key: bytes, path: Path) -> dict:
+    """Keyed digest of an input file, or of every file under an input directory (name -> digest)."""
+    path = Path(path)
+    if path.is_dir():
+        return {str(p.relative_to(path)): keyed_digest(key, p) for p in sorted(path.rglob("*")) if p.is_file()}
+    return {"": keyed_digest(key, path)} if path.is_file() else {"": "missing"}
+
+
+def spec_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def public_spec_text(text: str) -> str:
+    """The run spec with the values of its [input] section replaced (input paths are operator only)."""
+    out, in_input = [], False
+    for line in text.splitlines(keepends=True):
+        header = re.match(r"\s*\[([^\]]+)\]", line)
+        if header:
+            in_input = header.group(1).strip() == "input"
+        elif in_input and re.match(r"\s*[A-Za-z0-9_\-\"']+\s*=", line):
+            key = line.split("=", 1)[0].rstrip()
+            line = f'{key} = "{REDACTED}"\n'
+        out.append(line)
+    return "".join(out)
+
+
+def operator_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / OPERATOR_DIR
+
+
+def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
+    """operator/operator.json (and the fingerprint key on first write, readable by the owner only)."""
+    folder = operator_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if key is not None:
+        path = folder / KEY_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+    tmp = folder / (OPERATOR_FILE + ".partial")
+    tmp.write_text(json.dumps(record, indent=2, default=str))
+    tmp.replace(folder / OPERATOR_FILE)
+
+
+def read_operator(run_dir: Path) -> tuple[dict, bytes]:
+    """(operator.json, key) of a run directory; BundleError when they are missing or unreadable."""
+    folder = operator_dir(run_dir)
+    try:
+        record = json.loads((folder / OPERATOR_FILE).read_text())
+        key = (folder / KEY_FILE).read_bytes()
+    except FileNotFoundError as e:
+        raise BundleError(f"{run_dir}: the operator files are missing ({e.filename} not found)") from None
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{run_dir}: {folder / OPERATOR_FILE} is not readable JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise BundleError(f"{run_dir}: {folder / OPERATOR_FILE} is not a JSON object")
+    return record, key
+
+
+def input_paths(run_dir: Path) -> dict[str, str]:
+    """The confidential input paths a run read (from its operator files)."""
+    record, _ = read_operator(run_dir)
+    return dict(record.get("inputs", {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata carried inside every Parquet output
+
+
+def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, version: str) -> dict[bytes, bytes]:
+    """Key-value metadata for every Parquet output: privacy mode, certificate, spec digest, code version."""
+    summary = {name: {"rho": c["rho"], "eps": c["eps"], "delta": c["delta"], "schema": c["schema"],
+                      "strategy": c["strategy"], "convention": "rho-zCDP, bounded neighbours"}
+               for name, c in certificates.items()}
+    return {
+        b"das.privacy": (b"private" if private else NOT_PRIVATE_MARK.encode()),
+        b"das.certificate": json.dumps(summary, sort_keys=True).encode(),
+        b"das.spec_sha256": spec_sha256.encode(),
+        b"das.version": version.encode(),
+    }
+
+
+def with_metadata(table, metadata: dict[bytes, bytes] | None):
+    """An Arrow table with `metadata` added to its schema metadata (pandas' own kept)."""
+    if not metadata:
+        return table
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+
+
+# ---------------------------------------------------------------------------------------------
+# --overwrite
+
+
+def is_das_run(manifest_path: Path) -> bool:
+    """Whether a manifest.json says its directory is a das run."""
+    try:
+        manifest = json.loads(Path(manifest_path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(manifest, dict):
+        return False
+    return manifest.get("kind") == RUN_KIND or {"das_version", "spec_name", "status"} <= set(manifest)
+
+
+def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
+    """The files `--overwrite` may delete in out_dir, or BundleError saying why nothing may be.
+
+    Refused: a directory without a das manifest, one holding any file a run does not write
+    (listed), and one that holds (or is) the run's spec or an input.
+    """
+    out_dir = Path(out_dir).resolve()
+    for path in protected:
+        path = Path(path).resolve()
+        if path == out_dir or out_dir in path.parents:
+            raise BundleError(f"--overwrite refused: {out_dir} holds {path}, an input or the spec of this run")
+    if not is_das_run(out_dir / "manifest.json"):
+        raise BundleError(f"--overwrite refused: {out_dir} is not a das run directory (no das manifest.json); "
+                          f"remove it yourself or choose another --out")
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    listed = {*manifest.get("outputs", {}), *manifest.get("nmf", {})}
+    patterns = RUN_INTERNAL_FILES + (() if manifest.get("status") == "complete" else RUN_OUTPUT_FILES)
+    files, foreign = [], []
+    for path in sorted(out_dir.rglob("*")):
+        if path.is_dir() and not path.is_symlink():
+            continue
+        relative = path.relative_to(out_dir).as_posix()
+        ours = relative in listed or any(fnmatch.fnmatchcase(relative, p) for p in patterns)
+        (files if ours and not path.is_symlink() else foreign).append(path)
+    if foreign:
+        shown = ", ".join(str(p.relative_to(out_dir)) for p in foreign[:5])
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise BundleError(f"--overwrite refused: {out_dir} holds files a das run does not write ({shown}{more}); "
+                          f"move them away or choose another --out")
+    return files
+
+
+def remove_run_files(out_dir: Path, files: list[Path]) -> None:
+    """Delete exactly `files`, then the directories they leave empty (out_dir itself is kept)."""
+    out_dir = Path(out_dir).resolve()
+    for path in files:
+        path.unlink(missing_ok=True)
+    for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass

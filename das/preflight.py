@@ -1,0 +1,207 @@
+"""Preflight: everything that can be refused is refused before noise is drawn.
+
+A release spends a budget that cannot be spent twice, so a run checks, in this order:
+1. the spec and the command line, before any confidential file is opened (`check_spec`):
+   solver, rounding, L2 passes, delta, rho (a cap above which `--allow-large-rho` must
+   acknowledge it, and a floor below which the noise is unusable and its variance does not fit
+   the NMF's int64 columns), workers, engine, and the output directory (writable, not a file,
+   not something `--overwrite` must not replace: see das/bundle.py);
+2. the inputs, once read and validated by das/io/microdata.py (`check_inputs`): that the
+   invariants can be met at all (every GQ facility needs a person of its type, within the
+   published state and nation totals; occupied housing units against household persons), and
+   that the disk holds the outputs.
+Every refusal is a `PreflightError` (exit code 2) naming what is wrong and where.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from das.schema import SpecError
+
+MAX_RHO = Fraction(10)  # above this a run needs --allow-large-rho (2020 production persons: 2.56)
+MAX_SIGMA2 = 10**18  # a query noise variance above this (sd 1e9) is refused: useless, and past int64 safety
+INT64_MAX = 2**63 - 1  # the NMF stores each variance as int64 numerator / denominator
+ROUNDINGS = ("auto", "milp")
+LP_ONLY_SOLVERS = frozenset({"SCIPY", "GLPK", "GLPK_MI", "CBC", "GLOP", "PDLP", "CUOPT", "ECOS_BB", "SCIP"})
+BYTES_PER_ANSWER = 4  # NMF bytes per noisy answer, with room for its committed parts (measured: ~1.5)
+BYTES_PER_RECORD = 16  # MDF bytes per person or unit (measured: ~2-6 in zstd Parquet)
+
+
+class PreflightError(SpecError):
+    """A run refused before any noise is drawn: what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class SpaceEstimate:
+    """Bytes a run will write, against what the output directory's file system has free."""
+
+    needed: int
+    free: int
+    where: Path
+
+    @property
+    def enough(self) -> bool:
+        return self.free >= self.needed
+
+
+def qp_solvers() -> list[str]:
+    """cvxpy solvers installed here that can solve the least-squares step (quadratic objective)."""
+    import cvxpy
+
+    return sorted(s for s in cvxpy.installed_solvers() if s not in LP_ONLY_SOLVERS)
+
+
+def check_solver(solver: str, where: str) -> None:
+    available = qp_solvers()
+    if solver not in available:
+        raise PreflightError(f"{where}: [postprocess] solver {solver!r} is not an installed solver of "
+                             f"least-squares problems; installed: {available}")
+
+
+def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, where: str, allow_large_rho: bool) -> None:
+    """rho within [floor, cap] (the cap can be acknowledged), delta in (0, 1), every variance storable."""
+    if not 0 < delta < 1:
+        raise PreflightError(f"{where}: [privacy] delta must be strictly between 0 and 1, got {float(delta):g}")
+    if rho > MAX_RHO and not allow_large_rho:
+        raise PreflightError(
+            f"{where}: [{name}] rho = {float(rho):g} is above {MAX_RHO} (the 2020 persons run used 2.56): such a "
+            f"release is barely protected. If that is intended, pass --allow-large-rho")
+    for item in allocation.items:
+        sigma2 = item.sigma2
+        if sigma2 > MAX_SIGMA2:
+            raise PreflightError(
+                f"{where}: [{name}] rho = {float(rho):g} gives {item.level}/{item.query} a noise variance of "
+                f"{float(sigma2):.3g} (rho_q = {float(item.rho):.3g}): above {MAX_SIGMA2:.0e}, the answers would be "
+                f"noise only; raise rho")
+        if sigma2.numerator > INT64_MAX or sigma2.denominator > INT64_MAX:
+            raise PreflightError(
+                f"{where}: [{name}] rho = {rho} gives {item.level}/{item.query} the variance {sigma2}, whose "
+                f"numerator or denominator does not fit the NMF's int64 columns; write rho as a simpler fraction")
+
+
+def nearest_existing(path: Path) -> Path:
+    """The path itself or its closest ancestor that exists."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable(out_dir: Path) -> None:
+    """The output directory can be created and written (without creating anything now)."""
+    out_dir = Path(os.path.abspath(out_dir))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PreflightError(f"output directory {out_dir} is a file, not a directory")
+    base = nearest_existing(out_dir)
+    if not base.is_dir():
+        raise PreflightError(f"output directory {out_dir} cannot be created: {base} is a file, not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise PreflightError(f"output directory {out_dir} cannot be written: no write permission on {base}")
+
+
+def check_workers(workers: int, engine: str) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise PreflightError(f"--workers must be a positive integer, got {workers!r}")
+    if engine not in ("local", "dask"):
+        raise PreflightError(f"--engine must be 'local' or 'dask', not {engine!r}")
+
+
+def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *, workers: int = 1,
+               engine: str = "local", allow_large_rho: bool = False) -> None:
+    """Everything about the spec and the command line, before any input file is opened."""
+    where = str(prep_spec.path)
+    if prep_spec.rounding not in ROUNDINGS:
+        raise PreflightError(f"{where}: [postprocess] rounding must be one of {list(ROUNDINGS)}, "
+                             f"not {prep_spec.rounding!r}")
+    check_solver(prep_spec.solver, where)
+    measured = {q for s in strategies.values() for lv in s.levels for q, _ in lv.queries}
+    by_level = [("passes", prep_spec.passes)] + [(f"passes_by_level.{level}", passes)
+                                                 for level, passes in getattr(prep_spec, "passes_by_level", {}).items()]
+    for key, passes in by_level:
+        for number, names in enumerate(passes, 1):
+            for query in names:
+                if query not in measured:
+                    raise PreflightError(f"{where}: [postprocess] {key}: pass {number} names {query!r}, which the "
+                                         f"strategies do not measure (measured: {sorted(measured)})")
+    for name, allocation in allocations.items():
+        check_budget(name, allocation.rho, prep_spec.delta, allocation, where, allow_large_rho)
+    check_workers(workers, engine)
+
+
+def estimate_space(geography, schemas: dict, plans: dict, n_records: int, out_dir: Path) -> SpaceEstimate:
+    """A generous estimate of the bytes the NMF and MDF need, and the free bytes where they go."""
+    answers = 0
+    for name, plan in plans.items():
+        for level, measurements in plan.items():
+            answers += geography.n_units(level) * sum(schemas[name].query(m.query).size for m in measurements)
+    base = nearest_existing(out_dir)
+    return SpaceEstimate(answers * BYTES_PER_ANSWER + n_records * BYTES_PER_RECORD, shutil.disk_usage(base).free, base)
+
+
+def feasibility_problems(schema, inventory, person_histograms, geography) -> list[str]:
+    """Invariants the post-processing could not meet, found in the inputs before measuring.
+
+    For every constraint family of the schema, the published total population of each state
+    (and of the nation) must lie between the sum of its blocks' lower bounds and of their upper
+    bounds; occupied housing units need household persons (at least one each) and household
+    persons need an occupied unit in their block.
+    """
+    from das.topdown.constraints import INVARIANT_LEVELS, Invariants, block_bounds
+
+    invariants = Invariants.from_inputs(inventory, person_histograms, geography)
+    problems = []
+    for bounds in block_bounds(schema, invariants):
+        low = bounds.lower.sum(axis=1)
+        with np.errstate(invalid="ignore"):
+            high = bounds.upper.sum(axis=1)
+        for level in INVARIANT_LEVELS:
+            if level not in geography.levels:
+                continue
+            total = invariants.total_population[level]
+            need, room = geography.aggregate(low, level), geography.aggregate(high, level)
+            for unit, geocode in enumerate(geography.units(level).tolist()):
+                shown = f"{level} {geocode!r}" if geocode else "the nation"
+                if total[unit] < need[unit]:
+                    problems.append(
+                        f"{shown}: {int(need[unit])} person(s) are needed to satisfy the {bounds.query!r} constraint "
+                        f"(e.g. one per group-quarters facility type present in a block), but its published total "
+                        f"population is {int(total[unit])}")
+                if total[unit] > room[unit]:
+                    problems.append(f"{shown}: its total population {int(total[unit])} does not fit the "
+                                    f"{bounds.query!r} constraint, which allows at most {int(room[unit])}")
+    if "hhgq" in schema.names:
+        household = np.asarray((person_histograms @ schema.query("hhgq").matrix.T).todense())[:, 0]
+        occupied = inventory.occupied
+        for mask, text in ((occupied > household, "{o} occupied housing unit(s) but {h} household person(s)"),
+                           ((household > 0) & (occupied == 0), "{h} household person(s) but no occupied housing unit")):
+            for b in np.flatnonzero(mask)[:5]:
+                problems.append(f"block {geography.blocks[b]}: " + text.format(o=int(occupied[b]), h=int(household[b])))
+            if mask.sum() > 5:
+                problems.append(f"... and {int(mask.sum()) - 5} more blocks like these")
+    return problems
+
+
+def check_inputs(schemas: dict, inputs, geography, plans: dict, out_dir: Path) -> None:
+    """After the inputs are read, before any noise: feasibility of the invariants, and disk space."""
+    problems = feasibility_problems(schemas["persons"], inputs.inventory, inputs.person_histograms, geography)
+    if inputs.person_histograms.sum() == 0:
+        # legal input (validate-input notes it), but the nation's rounding step (das/topdown/solve.py)
+        # cannot yet solve a problem without variables: refuse now rather than fail after measuring
+        problems.append("the persons file has no rows: this version cannot post-process a release without persons "
+                        "(the nation's rounding has no variable); nothing was measured")
+    if problems:
+        listed = "\n".join(f"  - {p}" for p in problems[:20])
+        raise PreflightError(f"the inputs cannot be released as specified (found before any noise was drawn):\n{listed}")
+    records = int(inputs.person_histograms.sum()) + int(inputs.inventory.housing_units.sum()) \
+        + int(inputs.inventory.gq_facilities.sum())
+    space = estimate_space(geography, schemas, plans, records, out_dir)
+    if not space.enough:
+        raise PreflightError(f"not enough free space for {out_dir}: the outputs need about "
+                             f"{space.needed / 1e9:.2f} GB, {space.where} has {space.free / 1e9:.2f} GB free")

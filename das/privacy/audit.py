@@ -1,0 +1,309 @@
+"""Empirical privacy audit: run the measurement on neighbouring datasets and bound epsilon from below.
+
+For neighbours D and D' (a person added, removed, moved between blocks, recoded) the real
+measurement path (`das.measure.measure_in_memory`: the plan, the true answers, the exact
+discrete-Gaussian sampler) runs `trials` times on each. Each trial's noisy answers y are scored
+by the log-likelihood ratio of D' against D under the *claimed* variances,
+
+    T(y) = sum over measurements and cells of (b - a) (y - (a + b)/2) / sigma^2,
+
+(a, b: the true answers on D and D'), the most powerful test between the two (Neyman-Pearson)
+when the mechanism is what the certificate says. For a threshold t, the event {T > t} has
+probabilities p = P_D and p' = P_D'; (eps, delta)-DP requires p' <= e^eps p + delta, so
+
+    eps >= ln((p' - delta) / p).
+
+p' is bounded below and p above by one-sided Clopper-Pearson intervals (each at alpha/2, so the
+bound holds with probability >= 1 - alpha). The threshold is chosen on the first half of the
+trials and the bound evaluated on the second half, so choosing the best event does not bias it.
+Both directions (D vs D' and D' vs D) are tried; the larger bound is reported.
+
+What it can show: with n trials the largest bound reachable is about ln(n / 30), and only events
+with p' > delta count, so at the 2020 budgets (eps 17 at delta 1e-10) any bound is far below the
+certificate. The audit is informative where the certified eps is a few units at a delta of about
+1e-2 (docs/privacy.md): there a mechanism with half the claimed variance, or one query measured
+twice but charged once, yields a bound above the certificate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.stats import beta
+
+from das.geography import Geography
+from das.measure import Measurement, NoisyMeasurement, measure_in_memory, true_answers
+from das.privacy.accounting import eps_for_delta
+from das.schema import Schema
+
+AUDIT_DELTA = Fraction(1, 100)
+AUDIT_RHO = Fraction(1)
+NEIGHBOURS = ("added", "removed", "moved", "recoded")
+TRIAL_ANSWERS = 1 << 22  # noisy answers held in memory at once (trials x answers per trial)
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Two block histograms (n_blocks x n_cells) that differ by one person."""
+
+    name: str
+    d: sp.csr_matrix
+    d_prime: sp.csr_matrix
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """The empirical lower bound on epsilon for one pair of neighbours, beside the certificate."""
+
+    neighbours: str
+    eps_lower_bound: float  # 0 when no event shows any loss
+    eps_certified: float
+    delta: float
+    trials: int
+    threshold: float
+    p_d: float  # observed frequency of the chosen event under D (evaluation half)
+    p_d_prime: float
+
+    @property
+    def within_certificate(self) -> bool:
+        return self.eps_lower_bound <= self.eps_certified
+
+
+def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """One-sided (1 - alpha) Clopper-Pearson bounds for a binomial proportion: (lower, upper).
+
+    >>> lo, hi = clopper_pearson(50, 100, 0.05); round(lo, 3), round(hi, 3)
+    (0.416, 0.584)
+    """
+    lower = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
+    upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
+    return lower, upper
+
+
+def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, alpha: float = 0.05,
+                  candidates: int = 200) -> tuple[float, float, float, float]:
+    """Lower bound on eps from test scores under D and D' (higher = "looks like D'").
+
+    The threshold maximising the bound's point estimate on the first half of each sample is
+    evaluated with Clopper-Pearson bounds on the second half. Returns (eps, threshold, p, p').
+    """
+    half_d, half_p = len(scores_d) // 2, len(scores_d_prime) // 2
+    pick_d, eval_d = np.sort(scores_d[:half_d]), np.sort(scores_d[half_d:])
+    pick_p, eval_p = np.sort(scores_d_prime[:half_p]), np.sort(scores_d_prime[half_p:])
+    # candidate events {T > t}: D' quantiles from the median far into the tail (where the bound is)
+    tail = np.geomspace(0.5, min(0.5, 10 / max(len(pick_p), 1)), candidates)
+    thresholds = np.unique(np.quantile(pick_p, 1 - tail)) if len(pick_p) else np.zeros(1)
+
+    def rates(sorted_scores, t):
+        return len(sorted_scores) - np.searchsorted(sorted_scores, t, side="right")
+
+    best, chosen = -np.inf, thresholds[0] if len(thresholds) else 0.0
+    for t in thresholds:
+        p, q = (rates(pick_d, t) + 1) / (len(pick_d) + 1), rates(pick_p, t) / len(pick_p)
+        estimate = np.log(max(q - delta, 1e-300) / p)
+        if estimate > best:
+            best, chosen = estimate, t
+    k, j = rates(eval_d, chosen), rates(eval_p, chosen)
+    _, p_high = clopper_pearson(int(k), len(eval_d), alpha / 2)
+    q_low, _ = clopper_pearson(int(j), len(eval_p), alpha / 2)
+    eps = float(np.log((q_low - delta) / p_high)) if q_low > delta else 0.0
+    return max(eps, 0.0), float(chosen), k / len(eval_d), j / len(eval_p)
+
+
+def neighbour_pairs(histograms: sp.csr_matrix, schema: Schema, geography: Geography) -> list[Neighbours]:
+    """D and D' for each kind of neighbour, from a dataset with at least one person.
+
+    added/removed: one person more/less in the first populated block; moved: that person to the
+    last block (another county when there is one, so more levels change); recoded: that person
+    given the cell farthest from theirs (every attribute changed that can change).
+    """
+    d = histograms.tocsr().astype(np.int64)
+    block = int(np.flatnonzero(np.asarray(d.sum(axis=1)).ravel())[0])
+    cell = int(d[block].indices[0])
+    last = geography.n_blocks - 1
+    other_cell = schema.size - 1 - cell if schema.size > 1 else cell
+
+    def changed(add: list[tuple[int, int, int]]) -> sp.csr_matrix:
+        m = d.tolil(copy=True)
+        for b, c, v in add:
+            m[b, c] = m[b, c] + v
+        return m.tocsr()
+
+    return [
+        Neighbours("added", d, changed([(block, cell, 1)])),
+        Neighbours("removed", d, changed([(block, cell, -1)])),
+        Neighbours("moved", d, changed([(block, cell, -1), (last, cell, 1)])),
+        Neighbours("recoded", d, changed([(block, cell, -1), (block, other_cell, 1)])),
+    ]
+
+
+Mechanism = Callable[..., list[NoisyMeasurement]]
+
+
+def llr_scores(outputs: list[NoisyMeasurement], truth_d: dict, truth_d_prime: dict) -> np.ndarray:
+    """The log-likelihood ratio of D' against D per trial, under the claimed variances."""
+    scores = None
+    for m in outputs:
+        a, b = truth_d[m.level, m.query], truth_d_prime[m.level, m.query]
+        diff = (b - a).astype(np.float64)
+        if not diff.any():
+            continue
+        weight = float(1 / m.variance)
+        centred = m.noisy - (a + b) / 2.0
+        term = (centred * diff).reshape(len(m.noisy), -1).sum(axis=1) * weight
+        scores = term if scores is None else scores + term
+    return scores if scores is not None else np.zeros(len(outputs[0].noisy) if outputs else 0)
+
+
+def _truths(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict) -> dict:
+    out = {}
+    for level in geography.levels:
+        aggregated = geography.aggregate(histograms, level)
+        for m in plan.get(level, []):
+            out[level, m.query] = true_answers(aggregated, schema, m.query)
+    return out
+
+
+def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], rng,
+               trials: int, delta: Fraction, rho: Fraction, mechanism: Mechanism = measure_in_memory,
+               alpha: float = 0.05) -> AuditResult:
+    """Run `mechanism` `trials` times on each of D and D' and bound eps at `delta` from below."""
+    truth_d = _truths(geography, pair.d, schema, plan)
+    truth_p = _truths(geography, pair.d_prime, schema, plan)
+    answers = sum(t.size for t in truth_d.values())
+    chunk = max(1, min(trials, TRIAL_ANSWERS // max(answers, 1)))  # trials per call: bounded memory
+
+    def scores(histograms, side: str) -> np.ndarray:
+        parts = []
+        for number, start in enumerate(range(0, trials, chunk)):
+            stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
+            outputs = mechanism(geography, histograms, schema, plan, stream, trials=min(chunk, trials - start))
+            parts.append(llr_scores(outputs, truth_d, truth_p))
+        return np.concatenate(parts)
+
+    s_d, s_p = scores(pair.d, "D"), scores(pair.d_prime, "D'")
+    forward = epsilon_bound(s_d, s_p, float(delta), alpha)
+    backward = epsilon_bound(-s_p, -s_d, float(delta), alpha)
+    eps, threshold, p, q = max(forward, backward, key=lambda r: r[0])
+    return AuditResult(pair.name, eps, eps_for_delta(rho, delta), float(delta), trials, threshold, p, q)
+
+
+def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]],
+          rng, trials: int, delta: Fraction, rho: Fraction, mechanism: Mechanism = measure_in_memory,
+          kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
+    """The audit for each kind of neighbour (see `neighbour_pairs`)."""
+    return [audit_pair(pair, geography, schema, plan, rng, trials, delta, rho, mechanism)
+            for pair in neighbour_pairs(histograms, schema, geography) if pair.name in kinds]
+
+
+# ---------------------------------------------------------------------------------------------
+# Deliberately broken mechanisms: the audit must catch them (tests, benchmarks)
+
+
+def halved_variance(geography, histograms, schema, plan, rng, trials=1, accountant=None):
+    """A bug: every query's noise drawn with half the certified variance (the NMF would still say the full one)."""
+    halved = {level: [Measurement(m.level, m.query, m.variance / 2) for m in ms] for level, ms in plan.items()}
+    outputs = measure_in_memory(geography, histograms, schema, halved, rng, trials)
+    claimed = {(m.level, m.query): m.variance for ms in plan.values() for m in ms}
+    return [NoisyMeasurement(o.level, o.query, claimed[o.level, o.query], o.noisy) for o in outputs]
+
+
+def measured_twice(geography, histograms, schema, plan, rng, trials=1, accountant=None):
+    """A bug: the largest-budget query of every level measured a second time, charged once."""
+    outputs = measure_in_memory(geography, histograms, schema, plan, rng, trials)
+    extra = {level: [min(ms, key=lambda m: m.variance)] for level, ms in plan.items() if ms}
+    return outputs + measure_in_memory(geography, histograms, schema, extra, rng.spawn("again"), trials)
+
+
+BROKEN = {"variance halved": halved_variance, "one query measured twice, charged once": measured_twice}
+
+
+# ---------------------------------------------------------------------------------------------
+# A synthetic neighbourhood: the audit needs no confidential data
+
+
+def audit_geography(levels: tuple[str, ...]) -> Geography:
+    """Two blocks in two counties of one state: a move between them changes every level below the state."""
+    return Geography.from_blocks(["010010001001000", "010030002002000"], levels)
+
+
+def audit_dataset(schema: Schema, geography: Geography, persons: int = 4, seed: int = 0) -> sp.csr_matrix:
+    """A few persons in household cells of the first block (legal under every shipped schema)."""
+    rng = np.random.default_rng(seed)
+    household = np.flatnonzero(schema.levels_of("hhgq", np.arange(schema.size)) == 0) \
+        if "hhgq" in schema.names else np.arange(schema.size)
+    cells = rng.choice(household, size=persons)
+    counts = np.bincount(cells, minlength=schema.size)
+    data = np.zeros((geography.n_blocks, schema.size), dtype=np.int64)
+    data[0] = counts
+    return sp.csr_matrix(data)
+
+
+def render(results: list[AuditResult], title: str = "") -> str:
+    lines = [title] if title else []
+    lines.append(f"{'neighbours':12s} {'trials':>8s} {'eps lower bound':>16s} {'eps certified':>14s} {'delta':>8s}  verdict")
+    for r in results:
+        verdict = "ok (bound <= certificate)" if r.within_certificate else "VIOLATION: bound above the certificate"
+        lines.append(f"{r.neighbours:12s} {r.trials:8d} {r.eps_lower_bound:16.3f} {r.eps_certified:14.4f} "
+                     f"{r.delta:8.0e}  {verdict}")
+    return "\n".join(lines)
+
+
+def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None) -> dict:
+    """The audit of a run spec's persons strategy (its shares, at the audit budget) on the synthetic
+    neighbourhood, beside the same strategy reduced to its `detailed` query alone (where every
+    neighbour changes every measurement, so the bound can approach the certificate)."""
+    from das.privacy.randomness import make_random_source
+    from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
+    from das.run import plan_for
+    from das.runspec import load_run_spec
+    from das.schema import load_schema
+
+    spec = load_run_spec(spec_path)
+    rho = AUDIT_RHO if rho is None else parse_fraction(rho, "--rho")
+    delta = AUDIT_DELTA if delta is None else parse_fraction(delta, "--delta")
+    if not 0 < delta < 1:
+        raise ValueError(f"--delta must be strictly between 0 and 1, got {delta}")
+    if trials < 100:
+        raise ValueError(f"--trials must be at least 100, got {trials}")
+    schema = load_schema(spec.persons.schema)
+    strategy = load_strategy(spec.persons.strategy)
+    detailed = strategy_from_dict({"schema": schema.name, "levels": {
+        lv.level: {"rho_share": str(lv.rho_share), "queries": {"detailed": "1"}} for lv in strategy.levels}})
+    geography = audit_geography(spec.levels)
+    data = audit_dataset(schema, geography)
+    rng = make_random_source(seed)
+    report = {"spec": spec.name, "rho": str(rho), "delta": str(delta), "trials": trials,
+              "private_randomness": rng.private, "strategies": {}}
+    for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
+        plan, _ = plan_for(s, rho, spec.levels)
+        results = audit(geography, data, schema, plan, rng.spawn(name), trials, delta, rho)
+        report["strategies"][name] = [r.__dict__ for r in results]
+    return report
+
+
+def audit_spec_main(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None,
+                    json_out: bool = False) -> int:
+    """`das audit-privacy SPEC`: exit 0 when every bound is within the certificate, 1 otherwise."""
+    import json
+
+    from das.schema import SpecError
+
+    try:
+        report = audit_spec(spec_path, trials, rho, delta, seed)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+    ok = all(r["eps_lower_bound"] <= r["eps_certified"] for rs in report["strategies"].values() for r in rs)
+    if json_out:
+        print(json.dumps(report, indent=2))
+        return 0 if ok else 1
+    print(f"privacy audit of {report['spec']}: rho = {report['rho']}, delta = {report['delta']}, "
+          f"{report['trials']:,} trials per dataset (synthetic neighbours, no input read)")
+    for name, results in report["strategies"].items():
+        print()
+        print(render([AuditResult(**r) for r in results], f"strategy {name}"))
+    return 0 if ok else 1

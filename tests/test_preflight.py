@@ -1,0 +1,190 @@
+"""Preflight: every bad spec, command line, output directory or infeasible input is refused with
+exit code 2 and one precise message, before any noise is drawn (the accountant is never charged,
+the sampler never called, the output directory never created)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import das.measure
+import das.privacy.accounting
+from das.cli import main as das_main
+from das.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "geography_fixtures"
+
+
+def quiet(*args, **kwargs):
+    pass
+
+
+@pytest.fixture
+def spec_dir(tmp_path):
+    for name in ("persons", "units"):
+        shutil.copy(FIXTURES / "tiny" / f"{name}.csv", tmp_path / f"{name}.csv")
+    (tmp_path / "spec.toml").write_text((ROOT / "specs/runs/tiny.toml").read_text()
+                                        .replace("../../geography_fixtures/tiny/", ""))
+    return tmp_path
+
+
+@pytest.fixture
+def no_noise(monkeypatch):
+    """Record every accountant charge and every noise draw: a refusal must leave both empty."""
+    calls = []
+    original = das.privacy.accounting.PrivacyAccountant.charge
+
+    def charge(self, *args, **kwargs):
+        calls.append(("charge", args))
+        return original(self, *args, **kwargs)
+
+    def draw(*args, **kwargs):
+        calls.append(("draw", args))
+        raise AssertionError("noise drawn before the preflight passed")
+
+    monkeypatch.setattr(das.privacy.accounting.PrivacyAccountant, "charge", charge)
+    monkeypatch.setattr(das.measure, "discrete_gaussian", draw)
+    return calls
+
+
+def _spec(spec_dir: Path, old: str = "", new: str = "", extra: str = "") -> Path:
+    text = (spec_dir / "spec.toml").read_text()
+    if old:
+        assert old in text
+        text = text.replace(old, new)
+    path = spec_dir / "bad.toml"
+    path.write_text(text + extra)
+    return path
+
+
+def _refused(capsys, no_noise, argv, *expected) -> str:
+    code = das_main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    for text in expected:
+        assert text in err, err
+    assert "Traceback" not in err
+    assert no_noise == [], "the accountant was charged or noise drawn before the refusal"
+    return err
+
+
+STRATEGY_LINE = 'strategy = "pl94_five_level"'
+CASES = {
+    "rounding": dict(extra='\n[postprocess]\nrounding = "bogus"\n', expected=["rounding must be one of", "'bogus'"]),
+    "solver": dict(extra='\n[postprocess]\nsolver = "NOSUCHSOLVER"\n',
+                   expected=["solver 'NOSUCHSOLVER' is not an installed solver", "CLARABEL"]),
+    "passes": dict(extra='\n[postprocess]\npasses = [["nosuchquery"]]\n', expected=["passes", "'nosuchquery'"]),
+    "rho tiny": dict(old=STRATEGY_LINE, new=STRATEGY_LINE + '\nrho = "1e-40"',
+                     expected=["[persons] rho = 1e-40", "noise variance"]),
+    "rho 1e-18": dict(old=STRATEGY_LINE, new=STRATEGY_LINE + '\nrho = "1e-18"', expected=["[persons] rho = 1e-18", "raise rho"]),
+    "rho huge": dict(old=STRATEGY_LINE, new=STRATEGY_LINE + '\nrho = "1e12"',
+                     expected=["rho = 1e+12 is above 10", "--allow-large-rho"]),
+    "rho inexact": dict(old=STRATEGY_LINE, new=STRATEGY_LINE + '\nrho = "0.12345678901234567890123"',
+                        expected=["does not fit the NMF's int64 columns"]),
+    "delta 2": dict(old='delta = "1e-10"', new='delta = "2"', expected=["delta must be strictly between 0 and 1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise, monkeypatch, case):
+    import das.run
+
+    def no_read(*args, **kwargs):
+        raise AssertionError("an input file was read before the spec preflight passed")
+
+    monkeypatch.setattr(das.run, "read_inputs", no_read)
+    c = CASES[case]
+    spec = _spec(spec_dir, c.get("old", ""), c.get("new", ""), c.get("extra", ""))
+    err = _refused(capsys, no_noise, ["run", str(spec), "--out", str(spec_dir / "out"), "--seed", "1"], *c["expected"])
+    assert str(spec) in err  # where: the spec file
+    assert not (spec_dir / "out").exists()
+
+
+def test_large_rho_runs_when_acknowledged(spec_dir):
+    from das.run import prepare
+
+    spec = _spec(spec_dir, STRATEGY_LINE, STRATEGY_LINE + '\nrho = "1e12"')
+    prep = prepare(spec, seed=1, allow_large_rho=True)
+    assert prep.certificates["persons"]["rho"] == "1000000000000"
+
+
+@pytest.mark.parametrize("workers", ["0", "-3"])
+def test_workers_must_be_positive(spec_dir, capsys, no_noise, workers):
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1",
+                                "--workers", workers], f"--workers must be a positive integer, got {int(workers)}")
+
+
+def test_unwritable_output_directory_is_refused_before_reading(spec_dir, capsys, no_noise):
+    blocker = spec_dir / "a_file"
+    blocker.write_text("not a directory")
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(blocker / "out"), "--seed", "1"],
+             f"{blocker} is a file")
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(blocker), "--seed", "1"],
+             f"output directory {blocker} is a file")
+
+
+def test_two_persons_with_six_facilities_are_refused_before_measuring(spec_dir, capsys, no_noise):
+    persons = pd.read_csv(spec_dir / "persons.csv", dtype=str)
+    units = pd.read_csv(spec_dir / "units.csv", dtype=str)
+    gq_blocks = units[units["RTYPE"] == "4"][["TABBLK", "GQTYPE_PL"]].values.tolist()
+    keep = []
+    for block, gqtype in gq_blocks[:2]:  # two GQ persons, each where a facility of their type is
+        row = persons[(persons["TABBLK"] == block) & (persons["GQTYPE_PL"] == gqtype)].head(1)
+        keep.append(row)
+    pd.concat(keep).to_csv(spec_dir / "persons.csv", index=False)
+    units.loc[units["RTYPE"] == "2", "HH_STATUS"] = "2"  # vacant: no household persons needed
+    units.to_csv(spec_dir / "units.csv", index=False)
+    n_pairs = len(units[units["RTYPE"] == "4"].drop_duplicates(["TABBLK", "GQTYPE_PL"]))
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
+             f"state '44': {n_pairs} person(s) are needed to satisfy the 'hhgq' constraint",
+             "published total population is 2", "before any noise")
+    assert not (spec_dir / "out").exists()
+
+
+def test_household_persons_against_occupied_units(spec_dir, capsys, no_noise):
+    units = pd.read_csv(spec_dir / "units.csv", dtype=str)
+    housing = units.index[units["RTYPE"] == "2"]
+    units.loc[housing, "HH_STATUS"] = "1"  # every unit occupied: more than the block's household persons somewhere
+    units.to_csv(spec_dir / "units.csv", index=False)
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
+             "occupied housing unit(s) but")
+
+
+def test_empty_persons_file_is_refused_cleanly(spec_dir, capsys, no_noise):
+    header = (spec_dir / "persons.csv").read_text().splitlines()[0]
+    (spec_dir / "persons.csv").write_text(header + "\n")
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
+             "the persons file has no rows")
+
+
+def test_not_enough_disk_space_is_refused(spec_dir, capsys, no_noise, monkeypatch):
+    import das.preflight
+
+    monkeypatch.setattr(das.preflight, "BYTES_PER_ANSWER", 10**15)
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
+             "not enough free space", "GB free")
+
+
+def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys):
+    out = spec_dir / "out"
+    assert run(spec_dir / "spec.toml", out, seed=1, progress=False, log=quiet).valid
+    other = _spec(spec_dir, 'delta = "1e-10"', 'delta = "1e-9"')
+    code = das_main(["run", str(other), "--resume", str(out)])
+    assert code == 2 and "belongs to another run: the run spec differs" in capsys.readouterr().err
+    assert das_main(["run", "--resume", str(out)]) == 0  # its own spec: nothing to do
+
+
+def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
+    import das.run
+
+    order = []
+    original_read, original_pool = das.run.read_inputs, das.run.make_executor
+    monkeypatch.setattr(das.run, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
+    monkeypatch.setattr(das.run, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
+    run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False, log=quiet)
+    assert order == ["read", "pool"]
+    manifest = json.loads((spec_dir / "out" / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
