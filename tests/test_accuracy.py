@@ -63,11 +63,10 @@ def test_root_least_squares_reaches_a_tight_independent_optimum(state_root, root
     schema, truth, noisy, bounds = state_root
     solution, problem, columns, terms = root_solved
     ours, _ = solve.objective(terms, solution.l2.ravel()[columns])
-    # independent: OSQP (ADMM, then an active-set polish) on the unscaled problem in counts
+    # independent: SCS (operator splitting, not interior point) on the unscaled problem in counts
     x = cp.Variable(len(columns), nonneg=True)
     cost = sum(w * cp.sum_squares(a @ x - y) for a, y, w in terms)
-    cp.Problem(cp.Minimize(cost), [cp.sum(x) == truth.sum()]).solve(
-        solver="OSQP", eps_abs=1e-10, eps_rel=1e-10, max_iter=200_000, polishing=True)
+    cp.Problem(cp.Minimize(cost), [cp.sum(x) == truth.sum()]).solve(solver="SCS", eps=1e-9, max_iters=100_000)
     reference, _ = solve.objective(terms, np.clip(x.value, 0, None))
     assert abs(ours - reference) <= 1e-6 * reference, (ours, reference)
     assert solution.certificate["max_rel_gap"] <= solve.GAP_TOL and solution.certificate["uncertified"] == 0
@@ -112,6 +111,7 @@ def _tiny_spec(tmp_path: Path, strategy: Path) -> Path:
     spec = (ROOT / "specs/runs/tiny.toml").read_text()
     spec = spec.replace("../../geography_fixtures/tiny/", str(FIXTURES / "tiny") + "/")
     spec = re.sub(r'strategy = "pl94_six_level".*', f'strategy = "{strategy}"', spec)
+    spec = spec[: spec.index("[postprocess.passes_by_level]")]  # its GQ queries are not measured here
     assert str(strategy) in spec
     path = tmp_path / "spec.toml"
     path.write_text(spec)
@@ -144,12 +144,13 @@ def test_a_one_child_chain_uses_the_childs_measurements(tmp_path, monkeypatch):
             found[name] = bool((pub == true).all())
         return found
 
-    result = run(spec, tmp_path / "with", seed=4, workers=1, progress=False, log=quiet)
+    # rho 1e6 keeps the lower levels' noise negligible: acknowledged, as the preflight asks
+    result = run(spec, tmp_path / "with", seed=4, workers=1, progress=False, log=quiet, allow_large_rho=True)
     assert result.valid, result.manifest["validation"]["violations"][:5]
     assert published_matches(tmp_path / "with") == {"state": True, "county": True, "tract": True}
     # the same run with the chains switched off is decided by the noisy parents: the test can fail
     monkeypatch.setattr(engine, "single_child_chains", lambda *args, **kwargs: [])
-    without = run(spec, tmp_path / "without", seed=4, workers=1, progress=False, log=quiet)
+    without = run(spec, tmp_path / "without", seed=4, workers=1, progress=False, log=quiet, allow_large_rho=True)
     assert not any(published_matches(tmp_path / "without").values())
     assert without.manifest["nmf"] == result.manifest["nmf"]  # the same measurements, only used differently
 

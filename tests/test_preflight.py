@@ -71,7 +71,7 @@ def _refused(capsys, no_noise, argv, *expected) -> str:
     return err
 
 
-STRATEGY_LINE = 'strategy = "pl94_five_level"'
+STRATEGY_LINE = 'strategy = "pl94_six_level"'
 CASES = {
     "rounding": dict(extra='\n[postprocess]\nrounding = "bogus"\n', expected=["rounding must be one of", "'bogus'"]),
     "solver": dict(extra='\n[postprocess]\nsolver = "NOSUCHSOLVER"\n',
@@ -106,9 +106,9 @@ def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise
 def test_large_rho_runs_when_acknowledged(spec_dir):
     from das.run import prepare
 
-    spec = _spec(spec_dir, STRATEGY_LINE, STRATEGY_LINE + '\nrho = "1e12"')
+    spec = _spec(spec_dir, STRATEGY_LINE, STRATEGY_LINE + '\nrho = "1000"')
     prep = prepare(spec, seed=1, allow_large_rho=True)
-    assert prep.certificates["persons"]["rho"] == "1000000000000"
+    assert prep.certificates["persons"]["rho"] == "1000"
 
 
 @pytest.mark.parametrize("workers", ["0", "-3"])
