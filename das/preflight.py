@@ -191,11 +191,6 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
 def check_inputs(schemas: dict, inputs, geography, plans: dict, out_dir: Path) -> None:
     """After the inputs are read, before any noise: feasibility of the invariants, and disk space."""
     problems = feasibility_problems(schemas["persons"], inputs.inventory, inputs.person_histograms, geography)
-    if inputs.person_histograms.sum() == 0:
-        # legal input (validate-input notes it), but the nation's rounding step (das/topdown/solve.py)
-        # cannot yet solve a problem without variables: refuse now rather than fail after measuring
-        problems.append("the persons file has no rows: this version cannot post-process a release without persons "
-                        "(the nation's rounding has no variable); nothing was measured")
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems[:20])
         raise PreflightError(f"the inputs cannot be released as specified (found before any noise was drawn):\n{listed}")

@@ -153,11 +153,30 @@ def test_household_persons_against_occupied_units(spec_dir, capsys, no_noise):
              "occupied housing unit(s) but")
 
 
-def test_empty_persons_file_is_refused_cleanly(spec_dir, capsys, no_noise):
+def _empty_persons(spec_dir):
     header = (spec_dir / "persons.csv").read_text().splitlines()[0]
     (spec_dir / "persons.csv").write_text(header + "\n")
-    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
-             "the persons file has no rows")
+
+
+def test_an_empty_persons_file_with_facilities_is_refused_saying_which_rule(spec_dir, capsys, no_noise):
+    _empty_persons(spec_dir)
+    err = _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"])
+    assert "facilit" in err or "household person" in err
+
+
+def test_an_empty_persons_file_is_a_release_with_nobody(spec_dir):
+    """Legal input: with vacant housing units only, a valid release of 0 persons."""
+    import pandas as pd
+
+    from das.run import run
+
+    _empty_persons(spec_dir)
+    units = pd.read_csv(spec_dir / "units.csv", dtype=str)
+    units[units["RTYPE"] == "2"].assign(HH_STATUS="2").to_csv(spec_dir / "units.csv", index=False)
+    result = run(spec_dir / "spec.toml", spec_dir / "empty", seed=1, workers=1, progress=False, log=lambda *a: None)
+    assert result.valid, result.manifest["validation"]["violations"][:5]
+    assert result.manifest["counts"]["persons"] == 0
+    assert len(pd.read_parquet(spec_dir / "empty" / "mdf_persons.parquet")) == 0
 
 
 def test_not_enough_disk_space_is_refused(spec_dir, capsys, no_noise, monkeypatch):

@@ -544,7 +544,9 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
     """L2, rounding, exact checks; trivial parents (empty, one child) without a solver."""
     t0 = time.perf_counter()
     shape = (problem.n_children, problem.n_cells)
-    if problem.parent_counts is not None and problem.parent_counts.sum() == 0 or problem.n_cells == 0:
+    nothing = problem.parent_counts is None or problem.parent_counts.sum() == 0
+    if (problem.parent_counts is not None and problem.parent_counts.sum() == 0 or problem.n_cells == 0
+            or nothing and not problem.allowed.any()):  # e.g. a root whose invariant total is 0: no persons
         return ParentSolution(np.zeros(shape, np.int64), np.zeros(shape), [], {"total": 0.0}, "empty")
     if problem.parent_counts is not None and problem.n_children == 1 and problem.allowed.all():
         counts = problem.parent_counts.reshape(1, -1).astype(np.int64)
