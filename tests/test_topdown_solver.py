@@ -107,3 +107,15 @@ def test_forced_milp_rounding_agrees_on_validity():
     solution = solve_parent(problem, rounding="milp")
     assert solution.rounding_method == "milp"
     assert_valid(problem, solution.counts)
+
+
+def test_highs_prints_no_banner_into_the_run_output():
+    """HiGHS writes its banner to the process's stdout from its first Highs(); a run summary had it once per worker."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, scipy.sparse as sp\nfrom das.topdown import solve\n"
+            "x = solve._highs_lp(np.ones(2), sp.csr_matrix(np.ones((1, 2))), np.array([1.0]), np.array([1.0]), "
+            "np.ones(2), False)\nprint(float(x.sum()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "1.0\n"

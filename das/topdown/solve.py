@@ -20,6 +20,8 @@ slack, and a FailsafeEvent records where and how much.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 import warnings
 
@@ -414,9 +416,31 @@ def _snap(values: np.ndarray) -> np.ndarray:
     return np.where(near, np.rint(values), values)
 
 
-def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, col_upper, integer: bool):
-    h = highspy.Highs()
+_banner_shown = []  # HiGHS prints its banner to the process's stdout once, from the first Highs()
+
+
+def _quiet_highs() -> highspy.Highs:
+    """A Highs with no output; the first one of the process is built with stdout closed, so its banner
+    does not land in the run summary (once per worker process before)."""
+    if _banner_shown:
+        h = highspy.Highs()
+    else:
+        sys.stdout.flush()
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+        _banner_shown.append(True)
     h.setOptionValue("output_flag", False)
+    return h
+
+
+def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, col_upper, integer: bool):
+    h = _quiet_highs()
     h.setOptionValue("threads", 1)
     n = len(cost)
     lp = highspy.HighsLp()
