@@ -160,6 +160,21 @@ def with_metadata(table, metadata: dict[bytes, bytes] | None):
 # --overwrite
 
 
+def complete_run_manifest(run_dir: str | Path) -> dict:
+    """The manifest of a finished `das run` directory, or BundleError saying why the directory is not one."""
+    path = Path(run_dir) / "manifest.json"
+    if not path.is_file():
+        raise BundleError(f"{run_dir}: not a das run directory (no manifest.json); expected the --out of `das run`")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{path} is not readable JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("status") != "complete":
+        status = manifest.get("status") if isinstance(manifest, dict) else None
+        raise BundleError(f"{run_dir}: the run is not complete (manifest status {status!r}, expected 'complete')")
+    return manifest
+
+
 def is_das_run(manifest_path: Path) -> bool:
     """Whether a manifest.json says its directory is a das run."""
     try:

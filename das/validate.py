@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from das.bundle import RUN_FILES, BundleError, input_paths
+from das.checkpoint import file_sha256
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
 from das.schema import Schema, load_schema
@@ -154,14 +155,6 @@ def read_parquet(path: Path, columns=None) -> pd.DataFrame:
         raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_files(run_dir: Path, manifest: dict, report: Report) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
     listed = {**manifest.get("outputs", {}), **manifest.get("nmf", {})}
@@ -172,7 +165,7 @@ def check_files(run_dir: Path, manifest: dict, report: Report) -> None:
         path = run_dir / name
         if not path.is_file():
             raise ValidationError(f"{path} is missing (the manifest lists it)")
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             problems.append(f"{name}: SHA-256 differs from the manifest's (the file was changed after the run)")
     for path in sorted(run_dir.rglob("*")):
         relative = path.relative_to(run_dir).as_posix()

@@ -301,7 +301,7 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert das_main(["report", str(tmp_path)]) == 2
     assert "study.json is missing" in capsys.readouterr().err
     assert das_main(["metrics", str(tmp_path)]) == 2
-    assert "manifest.json is missing" in capsys.readouterr().err
+    assert "not a das run directory (no manifest.json)" in capsys.readouterr().err
 
 
 def test_cli_replicate_and_report(tmp_path, capsys):

@@ -12,7 +12,6 @@ same `PLRecords`, so a release and an official file compare cell by cell.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
+from das.bundle import BundleError, complete_run_manifest
 from das.geography import Geography
 from das.histogram import block_histograms
 from das.io.microdata import InputError, read_records, read_units
@@ -237,12 +237,10 @@ def _fill(template: str, names: dict[str, np.ndarray]) -> np.ndarray:
 def run_records(run_dir: str | Path, layout: PLLayout) -> PLRecords:
     """The PL 94-171 records of a finished `das run` directory, recounted from its MDF."""
     run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise SpecError(f"{run_dir}: not a das run directory (no manifest.json); expected the --out of `das run`")
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("status") != "complete":
-        raise SpecError(f"{run_dir}: the run is not complete (manifest status {manifest.get('status')!r})")
+    try:
+        manifest = complete_run_manifest(run_dir)
+    except BundleError as e:
+        raise SpecError(str(e)) from None
     schemas = {kind: load_schema(manifest[kind]["schema"]) for kind in ("persons", "units") if manifest.get(kind)}
     inventory = read_units(run_dir / "mdf_units.parquet")
     geography = Geography.from_blocks(inventory.blocks, tuple(manifest["levels"]))

@@ -39,12 +39,12 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
                  queries=DEFAULT_QUERIES, keep=("total",), overwrite: bool = True) -> dict:
     """Score a `das run` output directory; writes stats/errors/metrics files to `out`."""
     run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.exists():
-        raise StudyError(f"{run_dir} is not a das run directory: {manifest_path.name} is missing")
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("status") != "complete":
-        raise StudyError(f"{manifest_path}: status is {manifest.get('status')!r}, expected 'complete'")
+    from das.bundle import BundleError, complete_run_manifest
+
+    try:
+        manifest = complete_run_manifest(run_dir)
+    except BundleError as e:
+        raise StudyError(str(e)) from None
     if truth is None:
         from das.bundle import BundleError, input_paths
 
