@@ -33,6 +33,7 @@ def test_ordered_map_on_a_threaded_local_cluster_keeps_order():
         executor.close()
 
 
+@pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_dask_local_cluster_matches_the_local_pool(tmp_path):
     """Perry County AL, seeded: measurement chunks and per-parent problems on 2 Dask worker processes."""
     for name in ("persons", "units"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,6 +108,7 @@ def test_validate_input_never_raises_on_corrupt_parquet(tmp_path, data):
         assert str(p)
 
 
+@pytest.mark.slow  # 20 whole runs
 @settings(max_examples=20, **SETTINGS)
 @given(persons=corruption(PERSONS), units=corruption(UNITS), which=st.sampled_from(["persons", "units"]))
 def test_das_run_on_corrupt_input_exits_0_or_2_and_never_looks_complete_when_refused(tmp_path, persons, units, which):

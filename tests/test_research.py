@@ -235,6 +235,7 @@ def test_seeded_study_resumes_and_reproduces(study_dir, tmp_path):
         replicate_study(Study("vt_grand_isle", runs=3, seed=11), again, log=quiet)
 
 
+@pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_budget_sweep_gets_more_accurate_with_more_budget(tmp_path):
     out = tmp_path / "sweep"
     replicate_study(Study("vt_grand_isle", rhos=("1/100", "10"), runs=2, seed=5, estimators=("noisy", "wls")),

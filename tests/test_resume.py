@@ -107,6 +107,7 @@ def _no_second_draw(levels: set[str], streams: set[str], drawn: list[str]) -> No
         assert key not in streams, f"{key}: this chunk was committed before the kill and drawn again"
 
 
+@pytest.mark.slow  # 5 cases of 15-30 s on 2 loaded cores
 @pytest.mark.parametrize("point, drawn_on_resume", [
     ("measure:persons:block#3", True),    # during measurement: 3 chunks of the block level committed
     ("solve:persons:block#2", False),     # mid-level: 2 batches of block parents solved
@@ -183,6 +184,7 @@ def tiny(tmp_path):
     return _spec(tmp_path / "inputs", "tiny")
 
 
+@pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_a_directory_is_never_continued_by_another_run(tiny, tmp_path):
     out = tmp_path / "run"
     proc = _cli_run(tiny, out, crash="level:persons:county")
@@ -244,6 +246,7 @@ def test_unreadable_input_on_resume_leaves_the_run_resumable(tiny, tmp_path):
     assert resume_run(out, progress=False, log=quiet).valid
 
 
+@pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_partial_outputs_never_look_complete(tiny, tmp_path):
     out = tmp_path / "run"
     proc = _cli_run(tiny, out, crash="outputs")

@@ -169,6 +169,7 @@ def test_vermont_demo_end_to_end(tmp_path):
     assert any("household persons" in c for c in result.manifest["validation"]["checks"])
 
 
+@pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
     """Schema-generic: DHC persons (233,856 cells) on Grand Isle County, validated."""
     result = run("vt_grand_isle_dhc", tmp_path / "dhc", seed=3, workers=1, progress=False, log=quiet)
