@@ -23,18 +23,17 @@ from __future__ import annotations
 import time
 import warnings
 
-import cvxpy as cp
 import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from das.topdown import l2
 from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution
 
 INTEGRAL_TOL = 1e-6
 PASS_SLACK = 1e-3
 GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
-TIGHT_CLARABEL = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
-                  "max_iter": 500}  # the retry of a solve whose certificate failed
+TIGHT_CLARABEL = l2.TIGHT_SETTINGS  # the retry of a solve whose certificate failed
 
 
 class SolveError(RuntimeError):
@@ -120,16 +119,48 @@ def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
     return value, grad
 
 
+SOLVERS = ("CLARABEL", "cvxpy:<a cvxpy QP solver>, e.g. cvxpy:CLARABEL or cvxpy:OSQP")
+
+
+def check_solver(solver: str) -> str:
+    """The solver name as used: `CLARABEL` (direct, nested formulation) or `cvxpy:NAME` (the reference path)."""
+    if solver.upper() == "CLARABEL":
+        return "CLARABEL"
+    if solver.startswith("cvxpy:") and solver[len("cvxpy:"):]:
+        import cvxpy as cp
+
+        name = solver[len("cvxpy:"):].upper()
+        if name not in cp.installed_solvers():
+            raise ValueError(f"solver {solver!r}: cvxpy has no installed solver {name!r} "
+                             f"(installed: {', '.join(cp.installed_solvers())})")
+        return f"cvxpy:{name}"
+    raise ValueError(f"unknown least-squares solver {solver!r}: expected {' or '.join(SOLVERS)}")
+
+
 def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget=None, tight=False):
     """One weighted least-squares pass; returns x (in counts) or None when infeasible.
 
     Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
     in counts, weighted 1/sd: the objective is the statistical one, not shrunk by scale^2 below the
     solver's absolute gap tolerance (which stopped Clarabel at an interior point, spreading mass
-    over truly empty cells of a state).
+    over truly empty cells of a state). `CLARABEL` builds the nested QP directly (das.topdown.l2);
+    `cvxpy:NAME` states the same problem in cvxpy, the reference.
     """
-    n_var = len(columns)
     scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
+    if solver == "CLARABEL":
+        x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, PASS_SLACK, tight)
+        if x is None and tight:  # a tight solve that stalled is not proof of infeasibility
+            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, PASS_SLACK)
+        return x
+    return _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver[len("cvxpy:"):], slack_budget,
+                                tight, scale)
+
+
+def _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver, slack_budget, tight, scale):
+    """The reference: the pass stated with cvxpy atoms and solved by any cvxpy QP solver."""
+    import cvxpy as cp
+
+    n_var = len(columns)
     z = cp.Variable(n_var, nonneg=True)  # x = scale * z
     residuals = [cp.sum_squares((np.sqrt(w) * scale) * (a @ z) - np.sqrt(w) * y) for a, y, w in terms]
     objective_expr = cp.Minimize(cp.sum(residuals) if residuals else 0)
@@ -157,7 +188,7 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
         warnings.simplefilter("ignore", UserWarning)
         try:
             if tight:
-                prob.solve(solver="CLARABEL", **TIGHT_CLARABEL)
+                prob.solve(solver="CLARABEL", **l2.TIGHT_SETTINGS)
             else:
                 prob.solve(solver=solver)
         except cp.error.SolverError:
@@ -253,6 +284,8 @@ def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
 
     Returns (parent slack L1, bound slack L1, bounds widened just enough) or None if infeasible.
     """
+    import cvxpy as cp
+
     x = cp.Variable(len(columns), nonneg=True)
     constraints, objective = [], []
     s_par = None
@@ -357,6 +390,7 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict
     `certificate`. Measured on the Vermont demo, OSQP was slower on the real sparse problems
     (block level 103 s against 62 s) and much slower where `detailed` is not measured.
     """
+    solver = check_solver(solver)
     certificate = new_certificate() if certificate is None else certificate
     certificate["problems"] += 1
     columns = _variables(problem)

@@ -1,0 +1,142 @@
+"""Persons post-processing of Vermont and Delaware from a seeded NMF: the direct nested Clarabel
+least squares against the cvxpy reference path, CPU seconds side by side, and the L2 optima of
+every parent compared between the two."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks._harness import Bench
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = 1
+REFERENCE = "cvxpy:CLARABEL"
+
+
+def _quiet(*args, **kwargs):
+    pass
+
+
+def _inputs(spec: str):
+    """(persons schema, geography, invariants, NMF directory, passes) of a seeded run; the NMF is measured once and kept."""
+    from das.run import measure_only, prepare, read_confidential
+
+    out = Path(tempfile.gettempdir()) / "das_bench_postprocess" / f"{spec}_seed{SEED}"
+    manifest = out / "manifest.json"
+    if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != "measured":
+        measure_only(ROOT / f"specs/runs/{spec}.toml", out, seed=SEED, overwrite=True, log=_quiet)
+    prep = prepare(ROOT / f"specs/runs/{spec}.toml", SEED)
+    geography, invariants, _ = read_confidential(prep, {}, _quiet)
+    return prep.releases[0][2], geography, invariants, out / "nmf", prep.spec.passes
+
+
+def _postprocess(spec: str, solver: str) -> dict:
+    """CPU and wall seconds of the persons post-processing in one process (no pool), and its certificate."""
+    from das.topdown.engine import EngineOptions, postprocess
+    from das.topdown.solve import merge_certificates
+
+    schema, geography, invariants, nmf_dir, passes = _inputs(spec)
+    options = EngineOptions(workers=1, solver=solver, progress=False, passes=passes)
+    c0, t0 = time.process_time(), time.perf_counter()
+    solved, reports = postprocess("persons", schema, geography, invariants, nmf_dir, options)
+    figures = {"cpu_seconds": time.process_time() - c0, "seconds": time.perf_counter() - t0}
+    certificate = merge_certificates(r.certificate for r in reports)
+    figures.update({"l2_problems": certificate["problems"], "l2_max_rel_gap": certificate["max_rel_gap"],
+                    "l2_retried": certificate["retried"], "l2_uncertified": certificate["uncertified"],
+                    "persons": float(solved.sum())})
+    for r in reports:
+        figures[f"{r.level}_s"] = r.seconds
+    return figures
+
+
+def _agreement(spec: str) -> dict:
+    """Every parent's L2 problem solved by both paths on the same input: the largest relative objective difference.
+
+    The run follows the direct path; each parent it solves is also handed to the cvxpy reference
+    (which retries at gap 1e-12 when its own certificate fails), and L2 CPU seconds of both are summed.
+    """
+    from das.topdown import engine, solve
+
+    schema, geography, invariants, nmf_dir, passes = _inputs(spec)
+    found = {"max_rel_diff": 0.0, "parents_compared": 0, "direct_l2_cpu": 0.0, "reference_l2_cpu": 0.0,
+             "reference_max_rel_gap": 0.0}
+
+    def compared(problem, **kwargs):
+        c0 = time.process_time()
+        mine = solve.new_certificate()
+        solve.solve_l2(problem, "CLARABEL", mine)
+        c1 = time.process_time()
+        reference = solve.new_certificate()
+        solve.solve_l2(problem, REFERENCE, reference)
+        found["direct_l2_cpu"] += c1 - c0
+        found["reference_l2_cpu"] += time.process_time() - c1
+        diff = abs(mine["objective"] - reference["objective"]) / max(reference["objective"], 1.0)
+        found["max_rel_diff"] = max(found["max_rel_diff"], diff)
+        found["reference_max_rel_gap"] = max(found["reference_max_rel_gap"], reference["max_rel_gap"])
+        found["parents_compared"] += 1
+        return original(problem, **kwargs)
+
+    original = engine.solve_parent
+
+    def maybe_compared(problem, **kwargs):
+        trivial = (problem.parent_counts is not None and (problem.parent_counts.sum() == 0 or problem.n_children == 1)
+                   or problem.n_cells == 0)
+        return original(problem, **kwargs) if trivial else compared(problem, **kwargs)
+
+    engine.solve_parent = solve.solve_parent = maybe_compared  # the root is solved through solve.solve_root
+    try:
+        options = engine.EngineOptions(workers=1, solver="CLARABEL", progress=False, passes=passes)
+        engine.postprocess("persons", schema, geography, invariants, nmf_dir, options)
+    finally:
+        engine.solve_parent = solve.solve_parent = original
+    found["l2_cpu_ratio"] = found["reference_l2_cpu"] / max(found["direct_l2_cpu"], 1e-9)
+    return {k: float(v) for k, v in found.items()}
+
+
+def vt_direct():
+    return _postprocess("vt_demo", "CLARABEL")
+
+
+def vt_reference():
+    return _postprocess("vt_demo", REFERENCE)
+
+
+def de_direct():
+    return _postprocess("de", "CLARABEL")
+
+
+def de_reference():
+    return _postprocess("de", REFERENCE)
+
+
+def vt_agreement():
+    return _agreement("vt_demo")
+
+
+def de_agreement():
+    return _agreement("de")
+
+
+TARGET = "persons post-processing CPU at most 1/2.5 of the cvxpy path's, L2 optima within 1e-6 relative"
+BENCHES = [
+    Bench("postprocess.vt_persons", f"persons post-processing of vt_demo (seed {SEED}, NMF measured once), one "
+          "process: CPU seconds with the direct nested Clarabel least squares against the cvxpy path",
+          vt_direct, key="cpu_seconds", repeats=3, references={"cvxpy:CLARABEL (before issue 14)": vt_reference},
+          target=TARGET),
+    Bench("postprocess.de_persons", f"persons post-processing of de (seed {SEED}), as postprocess.vt_persons",
+          de_direct, key="cpu_seconds", repeats=3, references={"cvxpy:CLARABEL (before issue 14)": de_reference},
+          target=TARGET),
+    Bench("postprocess.vt_l2_agreement", "every non-trivial parent of the vt_demo persons run solved by both paths "
+          "on the same input: max relative L2 objective difference and L2 CPU of each", vt_agreement,
+          key="max_rel_diff", repeats=1, target="max_rel_diff <= 1e-6"),
+    Bench("postprocess.de_l2_agreement", "as postprocess.vt_l2_agreement, on de", de_agreement,
+          key="max_rel_diff", repeats=1, target="max_rel_diff <= 1e-6"),
+]
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(globals()[sys.argv[1]](), indent=1))
