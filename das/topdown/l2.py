@@ -150,13 +150,17 @@ def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bound
     n_eq = sum(m.shape[0] for m in eq_rows)
     weight = np.r_[lifted.weight, np.zeros(n_slack)]
     linear = np.r_[lifted.linear, np.zeros(n_slack)]
+    # z = e + shift, shift the weighted mean of each answer's measurements: the objective Clarabel sees
+    # is then the sum of squared residuals itself, so its relative gap tolerance is relative to f
+    shift = np.divide(-linear, 2.0 * weight * scale, out=np.zeros(width), where=weight > 0)
+    b_vector = b_vector - a_matrix @ shift
     p_matrix = sp.diags(2.0 * weight * scale**2, format="csc")
     cones = ([clarabel.ZeroConeT(n_eq)] if n_eq else []) + [clarabel.NonnegativeConeT(a_matrix.shape[0] - n_eq)]
     settings = clarabel.DefaultSettings()
     settings.verbose = False
     for key, value in (TIGHT_SETTINGS if tight else DEFAULT_SETTINGS).items():
         setattr(settings, key, value)
-    solution = clarabel.DefaultSolver(p_matrix, linear * scale, a_matrix, b_vector, cones, settings).solve()
+    solution = clarabel.DefaultSolver(p_matrix, np.zeros(width), a_matrix, b_vector, cones, settings).solve()
     if str(solution.status) not in ("Solved", "AlmostSolved"):
         return None
-    return np.clip(np.asarray(solution.x[:n_var], dtype=float) * scale, 0, None)
+    return np.clip((np.asarray(solution.x[:n_var], dtype=float) + shift[:n_var]) * scale, 0, None)
