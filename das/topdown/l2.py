@@ -22,6 +22,14 @@ TIGHT_SETTINGS = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12,
 
 
 @dataclass
+class Base:
+    """A measured partition of x (row label of each variable, -1 if in none) and the variables holding its answers."""
+
+    labels: np.ndarray
+    holders: np.ndarray
+
+
+@dataclass
 class Lifted:
     """x (n_var) followed by answer variables; the objective sum weight v^2 + linear v + constant in counts."""
 
@@ -30,45 +38,65 @@ class Lifted:
     weight: np.ndarray
     linear: np.ndarray
     constant: float
-    bases: list[tuple[sp.csr_matrix, np.ndarray]]  # partitions over x and the variables holding their answers
+    bases: list[Base]  # coarsest first
 
     @property
     def n_total(self) -> int:
         return len(self.weight)
 
 
-def _is_partition(a: sp.csr_matrix) -> bool:
-    """0/1 rows over disjoint sets of x (each cell in at most one row), none empty."""
-    return (a.data == 1).all() and (a.getnnz(axis=0) <= 1).all() and (a.getnnz(axis=1) > 0).all()
-
-
-def _grouping(a: sp.csr_matrix, base: sp.csr_matrix) -> sp.csr_matrix | None:
-    """G (0/1) with a == G @ base when every row of `a` is a union of rows of the partition `base`; else None."""
-    overlap = (a @ base.T).tocoo()
-    sizes = base.getnnz(axis=1)
-    whole = overlap.data == sizes[overlap.col]
-    g = sp.csr_matrix((np.ones(whole.sum()), (overlap.row[whole], overlap.col[whole])), shape=(a.shape[0], base.shape[0]))
-    if abs(g @ base - a).sum() > 0:  # binary matrices: exact in floating point
+def partition_labels(a: sp.csr_matrix) -> np.ndarray | None:
+    """The row of each column when `a` is 0/1 with disjoint, nonempty rows (a partition of some of x); else None."""
+    counts = np.diff(a.indptr)
+    if not (a.data == 1).all() or (counts == 0).any() or len(np.unique(a.indices)) != a.nnz:
         return None
+    labels = np.full(a.shape[1], -1)
+    labels[a.indices] = np.repeat(np.arange(a.shape[0]), counts)
+    return labels
+
+
+def _union_of(labels: np.ndarray, base: Base) -> sp.coo_matrix | None:
+    """G (0/1, rows of a x rows of base) with a == G @ base when each row of the partition a is a union of base rows."""
+    covered = base.labels >= 0
+    if (labels[~covered] >= 0).any():
+        return None
+    parent_of = np.full(len(base.holders), -1)
+    parent_of[base.labels[covered]] = labels[covered]
+    if (parent_of[base.labels[covered]] != labels[covered]).any():  # a base row split between rows of a
+        return None
+    inside = np.flatnonzero(parent_of >= 0)
+    return sp.coo_matrix((np.ones(len(inside)), (parent_of[inside], inside)), shape=(labels.max(initial=-1) + 1,
+                                                                                     len(base.holders)))
+
+
+def _rows_union_of(a: sp.csr_matrix, base: Base) -> sp.coo_matrix | None:
+    """As _union_of for any 0/1 rows (overlapping ones, e.g. a child's total and its hhgq bounds)."""
+    rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+    lab = base.labels[a.indices]
+    if (lab < 0).any():
+        return None
+    pairs = np.unique(rows * len(base.holders) + lab)
+    g = sp.coo_matrix((np.ones(len(pairs)), (pairs // len(base.holders), pairs % len(base.holders))),
+                      shape=(a.shape[0], len(base.holders)))
+    sizes = np.bincount(base.labels[base.labels >= 0], minlength=len(base.holders))
+    if not np.array_equal(np.bincount(g.row, weights=sizes[g.col], minlength=a.shape[0]), np.diff(a.indptr)):
+        return None  # some base row only partly inside a row of a
     return g
 
 
 def express(lifted: Lifted, a: sp.csr_matrix) -> sp.csr_matrix:
-    """Rows over all variables equal to a @ x at every feasible point, using the coarsest measured partition that refines a."""
-    a = sp.csr_matrix(a, dtype=float)
-    best = None
+    """Rows over all variables equal to a @ x at every feasible point, from the coarsest measured partition that refines a."""
+    return _express(lifted, sp.csr_matrix(a, dtype=float))[0]
+
+
+def _express(lifted: Lifted, a: sp.csr_matrix) -> tuple[sp.csr_matrix, bool]:
     if (a.data == 1).all():
-        for base, holders in lifted.bases:
-            if base.shape[0] >= (best[0].shape[1] if best is not None else np.inf):
-                continue
-            g = _grouping(a, base)
+        labels = partition_labels(a)
+        for base in lifted.bases:
+            g = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
             if g is not None:
-                best = (g, holders)
-    if best is None:
-        return sp.hstack([a, sp.csr_matrix((a.shape[0], lifted.n_total - lifted.n_var))], format="csr")
-    g, holders = best
-    g = g.tocoo()
-    return sp.csr_matrix((g.data, (g.row, holders[g.col])), shape=(a.shape[0], lifted.n_total))
+                return sp.csr_matrix((g.data, (g.row, base.holders[g.col])), shape=(a.shape[0], lifted.n_total)), True
+    return _pad(a, lifted.n_total), False
 
 
 def lift(terms, n_var: int) -> Lifted:
@@ -76,14 +104,14 @@ def lift(terms, n_var: int) -> Lifted:
     lifted = Lifted(n_var, [], np.zeros(n_var), np.zeros(n_var), 0.0, [])
     for a, y, w in sorted(terms, key=lambda t: -t[0].shape[0]):
         a = sp.csr_matrix(a, dtype=float)
-        e = express(lifted, a)
-        single = (e.getnnz(axis=1) == 1).all() and (e.data == 1).all() and len(np.unique(e.indices)) == e.shape[0]
+        e, nested = _express(lifted, a)
+        single = (np.diff(e.indptr) == 1).all() and (e.data == 1).all() and len(np.unique(e.indices)) == e.shape[0]
         if single:  # the answers already are variables (x itself, or a query measured again)
             holders = e.indices.copy()
         else:
             start = lifted.n_total
-            holders = np.arange(start, start + a.shape[0])
             grow = a.shape[0]
+            holders = np.arange(start, start + grow)
             lifted.weight = np.r_[lifted.weight, np.zeros(grow)]
             lifted.linear = np.r_[lifted.linear, np.zeros(grow)]
             own = sp.csr_matrix((np.ones(grow), (np.arange(grow), holders)), shape=(grow, start + grow))
@@ -91,8 +119,10 @@ def lift(terms, n_var: int) -> Lifted:
         np.add.at(lifted.weight, holders, w)
         np.add.at(lifted.linear, holders, -2.0 * w * y)
         lifted.constant += w * float(y @ y)
-        if _is_partition(a) and not any(b.shape == a.shape and abs(b - a).sum() == 0 for b, _ in lifted.bases):
-            lifted.bases.append((a, holders))
+        labels = partition_labels(a)
+        if labels is not None and not (single and nested):  # not a measurement again of a partition already held
+            lifted.bases.append(Base(labels, holders))
+            lifted.bases.sort(key=lambda b: len(b.holders))
     return lifted
 
 
