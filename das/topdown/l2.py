@@ -127,7 +127,9 @@ def lift(terms, n_var: int) -> Lifted:
 
 
 def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
-    return sp.hstack([m, sp.csr_matrix((m.shape[0], n - m.shape[1]))], format="csr") if m.shape[1] < n else m
+    """The same rows over n columns (new variables appended on the right)."""
+    m = sp.csr_matrix(m)
+    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n)) if m.shape[1] < n else m
 
 
 def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bounds=(None, None, None),

@@ -48,15 +48,29 @@ def _variables(problem: ParentProblem) -> np.ndarray:
     return np.flatnonzero(problem.allowed.ravel())
 
 
+def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
+    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly."""
+    position = np.full(int(columns[-1]) + 1 if len(columns) else 0, -1)
+    position[columns] = np.arange(len(columns))
+    m = matrix.tocoo()
+    flat = children[:, None] * n_cells + m.col[None, :]  # (children, nnz)
+    inside = flat < len(position)
+    where = np.where(inside, position[np.where(inside, flat, 0)], -1)
+    keep = where >= 0
+    rows = (np.arange(len(children))[:, None] * matrix.shape[0] + m.row[None, :])[keep]
+    values = np.broadcast_to(m.data, flat.shape)[keep]
+    return sp.csr_matrix((values.astype(float), (rows, where[keep])), shape=(len(children) * matrix.shape[0], len(columns)))
+
+
 def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
     """kron(I_children, matrix) restricted to the variable columns."""
-    return sp.kron(sp.identity(n_children, format="csr"), matrix, format="csr")[:, columns]
+    return _over_variables(matrix, np.arange(n_children), matrix.shape[1], columns)
 
 
 def _parent_sum(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     """(n_cells x n_var): per-cell sums over children."""
-    ones = sp.csr_matrix(np.ones((1, problem.n_children)))
-    return sp.kron(ones, sp.identity(problem.n_cells, format="csr"), format="csr")[:, columns]
+    return sp.csr_matrix((np.ones(len(columns)), (columns % problem.n_cells, np.arange(len(columns)))),
+                         shape=(problem.n_cells, len(columns)))
 
 
 def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
@@ -94,8 +108,7 @@ def _query_rows(problem: ParentProblem, q, columns: np.ndarray) -> sp.csr_matrix
     """The query's answer rows over the problem's variables: every child's, or only `q.rows`' children."""
     if q.rows is None:
         return _per_child(q.matrix, problem.n_children, columns)
-    pick = sp.csr_matrix((np.ones(len(q.rows)), (np.arange(len(q.rows)), q.rows)), shape=(len(q.rows), problem.n_children))
-    return sp.kron(pick, q.matrix, format="csr")[:, columns]
+    return _over_variables(q.matrix, np.asarray(q.rows), problem.n_cells, columns)
 
 
 def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[sp.csr_matrix, np.ndarray, float]]:
