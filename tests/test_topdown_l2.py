@@ -138,3 +138,14 @@ def test_unknown_solvers_are_refused(tmp_path):
                     'strategy = "pl94_six_level"\n[postprocess]\nsolver = "gurobi"\n')
     with pytest.raises(SpecError, match="solver"):
         load_run_spec(spec)
+
+
+def test_both_paths_give_valid_rounded_solutions():
+    """solve_parent end to end (L2, rounding, exact checks) on the direct path and on the cvxpy reference."""
+    problem, _ = make_problem(n_children=12, n_cells=70, seed=8, noise=3.0)
+    direct_solution = solve.solve_parent(problem, solver="CLARABEL")
+    reference_solution = solve.solve_parent(problem, solver="cvxpy:CLARABEL")
+    for solution in (direct_solution, reference_solution):
+        assert np.array_equal(solution.counts.sum(axis=0), problem.parent_counts)
+        assert solution.certificate["uncertified"] == 0
+    assert np.abs(direct_solution.l2 - reference_solution.l2).max() < 1e-3

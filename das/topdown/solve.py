@@ -1,4 +1,4 @@
-"""Solve one parent: weighted least squares (cvxpy), then integer rounding (HiGHS), then checks.
+"""Solve one parent: weighted least squares (Clarabel, das.topdown.l2), then integer rounding (HiGHS), then checks.
 
 L2 (DESIGN.md section 6): minimise sum_q (1/var_q) ||Q_q x_c - y_c,q||^2 over x >= 0 with the
 children summing exactly to the parent and every child bound held; multipass: the first pass
@@ -398,10 +398,10 @@ def merge_certificates(records) -> dict:
 def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict | None = None):
     """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
 
-    Any cvxpy QP solver can be named; the default is Clarabel (interior point). Every pass's
-    solution is certified by its duality gap in original units (`certify`), summed into
-    `certificate`. Measured on the Vermont demo, OSQP was slower on the real sparse problems
-    (block level 103 s against 62 s) and much slower where `detailed` is not measured.
+    `solver`: `CLARABEL` (default: the nested QP straight to Clarabel, das.topdown.l2) or
+    `cvxpy:NAME` (the same problem through cvxpy, the reference; measured on the Vermont demo,
+    cvxpy:OSQP was slower than Clarabel). Every pass's solution, whichever path found it, is
+    certified by its duality gap in original units (`certify`), summed into `certificate`.
     """
     solver = check_solver(solver)
     certificate = new_certificate() if certificate is None else certificate
