@@ -162,8 +162,10 @@ def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bound
             le_rows.append(sp.csr_matrix(np.r_[np.zeros(n), np.ones(n_slack)][None, :]))
             le_rhs.append(np.array([slack_budget / scale]))
     width = n + n_slack
-    le_rows.append(sp.hstack([-sp.identity(width)], format="csr"))  # every variable >= 0
-    le_rhs.append(np.zeros(width))
+    # x >= 0 and the slacks >= 0; answer variables are defined from x (sums: nonneg by themselves)
+    signed = np.r_[np.arange(n_var), np.arange(n, width)]
+    le_rows.append(sp.csr_matrix((-np.ones(len(signed)), (np.arange(len(signed)), signed)), shape=(len(signed), width)))
+    le_rhs.append(np.zeros(len(signed)))
     b_matrix, lower, upper = bounds
     if b_matrix is not None:
         rows = express(lifted, b_matrix)
