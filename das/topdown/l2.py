@@ -115,8 +115,7 @@ def lift(terms, n_var: int) -> Lifted:
             holders = np.arange(start, start + grow)
             lifted.weight = np.r_[lifted.weight, np.zeros(grow)]
             lifted.linear = np.r_[lifted.linear, np.zeros(grow)]
-            own = sp.csr_matrix((np.ones(grow), (np.arange(grow), holders)), shape=(grow, start + grow))
-            lifted.definitions.append((own - _pad(e, start + grow)).tocsr())
+            lifted.definitions.append(_defined(e, start))
         np.add.at(lifted.weight, holders, w)
         np.add.at(lifted.linear, holders, -2.0 * w * y)
         lifted.constant += w * float(y @ y)
@@ -125,6 +124,20 @@ def lift(terms, n_var: int) -> Lifted:
             lifted.bases.append(Base(labels, holders))
             lifted.bases.sort(key=lambda b: len(b.holders))
     return lifted
+
+
+def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
+    """Rows `answer_i - e_i v = 0` with answer i the new variable start + i (after every column of e)."""
+    e = sp.csr_matrix(e)
+    rows = e.shape[0]
+    indptr = e.indptr + np.arange(rows + 1)
+    indices, data = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
+    last = indptr[1:] - 1
+    others = np.ones(indptr[-1], dtype=bool)
+    others[last] = False
+    indices[others], data[others] = e.indices, -e.data
+    indices[last], data[last] = start + np.arange(rows), 1.0
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, start + rows))
 
 
 def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
@@ -180,7 +193,7 @@ def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bound
         rows = express(lifted, matrix)
         le_rows += [rows, -rows]
         le_rhs += [(target + pass_slack) / scale, -(target - pass_slack) / scale]
-    a_matrix = sp.vstack([_pad(m, width) for m in eq_rows + le_rows], format="csc")
+    a_matrix = sp.vstack([_pad(m, width) for m in eq_rows + le_rows], format="csr").tocsc()
     b_vector = np.concatenate(eq_rhs + le_rhs)
     n_eq = sum(m.shape[0] for m in eq_rows)
     weight = np.r_[lifted.weight, np.zeros(n_slack)]

@@ -49,17 +49,30 @@ def _variables(problem: ParentProblem) -> np.ndarray:
 
 
 def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
-    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly."""
-    position = np.full(int(columns[-1]) + 1 if len(columns) else 0, -1)
-    position[columns] = np.arange(len(columns))
-    m = matrix.tocoo()
-    flat = children[:, None] * n_cells + m.col[None, :]  # (children, nnz)
-    inside = flat < len(position)
-    where = np.where(inside, position[np.where(inside, flat, 0)], -1)
+    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly.
+
+    Entries come out child-major, row-major and column-sorted (columns are sorted), i.e. already in CSR order.
+    """
+    position = np.full(len(children) and (int(children.max()) + 1) * n_cells, -1)
+    position[columns[columns < len(position)]] = np.flatnonzero(columns < len(position))
+    matrix = sp.csr_matrix(matrix)
+    matrix.sort_indices()
+    row_of = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    where = position[children[:, None] * n_cells + matrix.indices[None, :]]  # (children, nnz)
     keep = where >= 0
-    rows = (np.arange(len(children))[:, None] * matrix.shape[0] + m.row[None, :])[keep]
-    values = np.broadcast_to(m.data, flat.shape)[keep]
-    return sp.csr_matrix((values.astype(float), (rows, where[keep])), shape=(len(children) * matrix.shape[0], len(columns)))
+    n_rows = len(children) * matrix.shape[0]
+    counts = np.bincount((np.arange(len(children))[:, None] * matrix.shape[0] + row_of[None, :])[keep],
+                         minlength=n_rows)
+    values = np.broadcast_to(matrix.data.astype(float), where.shape)[keep]
+    return sp.csr_matrix((values, where[keep], np.r_[0, np.cumsum(counts)]), shape=(n_rows, len(columns)))
+
+
+def _nonempty_rows(a: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The rows of `a` that have an entry (without fancy indexing), and which they are."""
+    counts = np.diff(a.indptr)
+    keep = counts > 0
+    kept = sp.csr_matrix((a.data, a.indices, np.r_[0, np.cumsum(counts[keep])]), shape=(int(keep.sum()), a.shape[1]))
+    return kept, keep
 
 
 def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
@@ -115,10 +128,9 @@ def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[s
     """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts."""
     terms = []
     for q in queries:
-        a = _query_rows(problem, q, columns)
-        keep = a.getnnz(axis=1) > 0
+        a, keep = _nonempty_rows(_query_rows(problem, q, columns))
         if keep.any():
-            terms.append((a[keep], q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
+            terms.append((a, q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
     return terms
 
 
