@@ -21,6 +21,10 @@ TIGHT_SETTINGS = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12,
                   "max_iter": 500}
 
 
+class Stalled(RuntimeError):
+    """Clarabel stopped short (iteration limit, insufficient progress): no proof of a solution nor of infeasibility."""
+
+
 @dataclass
 class Base:
     """A measured partition of x (row label of each variable, -1 if in none) and the variables holding its answers."""
@@ -151,7 +155,7 @@ def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bound
     """min over x >= 0 of the terms, children summing to the parent, bounds and held answers; x in counts or None.
 
     Variables are in units of `scale` (feasibility tolerances relative to the counts); the objective
-    stays in counts. None when Clarabel does not report the problem solved (infeasible, stalled).
+    stays in counts. None when Clarabel proves the problem infeasible; `Stalled` when it stops short.
     """
     import clarabel
 
@@ -209,6 +213,9 @@ def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bound
     for key, value in (TIGHT_SETTINGS if tight else DEFAULT_SETTINGS).items():
         setattr(settings, key, value)
     solution = clarabel.DefaultSolver(p_matrix, np.zeros(width), a_matrix, b_vector, cones, settings).solve()
-    if str(solution.status) not in ("Solved", "AlmostSolved"):
+    status = str(solution.status)
+    if status in ("PrimalInfeasible", "AlmostPrimalInfeasible"):
         return None
+    if status not in ("Solved", "AlmostSolved"):
+        raise Stalled(f"Clarabel stopped with status {status} after {solution.iterations} iterations")
     return np.clip((np.asarray(solution.x[:n_var], dtype=float) + shift[:n_var]) * scale, 0, None)

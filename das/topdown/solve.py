@@ -173,10 +173,11 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
     """
     scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
     if solver == "CLARABEL":
-        x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, PASS_SLACK, tight)
-        if x is None and tight:  # a tight solve that stalled is not proof of infeasibility
-            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, PASS_SLACK)
-        return x
+        try:
+            return l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, PASS_SLACK, tight)
+        except l2.Stalled:
+            # no proof either way (seen on the DHC schema's large roots): the cvxpy path decides
+            solver = "cvxpy:CLARABEL"
     return _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver[len("cvxpy:"):], slack_budget,
                                 tight, scale)
 
@@ -366,7 +367,7 @@ def _failsafe(problem, columns, parent, bounds):
 
 
 def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate):
-    """Solve one pass, check its duality gap, retry once at tight tolerances; None if infeasible.
+    """Solve one pass, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
 
     The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
     `certificate` (and reported per level in the manifest), never accepted silently.
@@ -380,11 +381,16 @@ def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slac
     value, gap = certify(problem, columns, terms, x, parent_sums, bounds, fixed)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
-        retry = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, tight=True)
-        if retry is not None:
-            v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, fixed)
-            if g2 < gap:
-                x, value, gap = retry, v2, g2
+        # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
+        retries = [solver] + (["cvxpy:CLARABEL"] if solver == "CLARABEL" else [])
+        for path in retries:
+            retry = _least_squares(problem, columns, terms, fixed, parent, bounds, path, slack_budget, tight=True)
+            if retry is not None:
+                v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, fixed)
+                if g2 < gap:
+                    x, value, gap = retry, v2, g2
+            if gap <= GAP_TOL * max(value, 1.0):
+                break
         if gap > GAP_TOL * max(value, 1.0):
             certificate["uncertified"] += 1
     certificate["objective"] += value
