@@ -163,3 +163,20 @@ def test_a_stalled_direct_solve_falls_back_to_the_cvxpy_path(monkeypatch):
     x, events, certificate = direct(problem)
     assert not events and certificate["uncertified"] == 0
     assert abs(certificate["objective"] - expected["objective"]) <= REL * expected["objective"]
+
+
+def test_overlapping_bound_rows_are_written_over_answer_variables():
+    """A child's total and its group bounds together (overlapping rows) over the group answers, equal at every x."""
+    problem, _ = make_problem(n_children=5, n_cells=30, seed=6, noise=1.0)
+    columns = solve._variables(problem)
+    terms = solve._terms(problem, columns, problem.queries)
+    lifted = l2.lift(terms, len(columns))
+    rows = sp.vstack([solve._total_matrix(problem, columns), solve._bound_rows(problem, columns)[0]]).tocsr()
+    expressed = l2.express(lifted, rows)
+    assert expressed.nnz < rows.nnz / 2  # one nonzero per total, one per group: not one per cell
+    x = np.random.default_rng(2).random(len(columns))
+    values = np.r_[x, np.zeros(lifted.n_total - len(columns))]
+    for d in lifted.definitions:
+        start = d.shape[1] - d.shape[0]
+        values[start:d.shape[1]] = -(d[:, :start] @ values[:start])
+    assert np.allclose(expressed @ values, rows @ x, rtol=1e-12, atol=1e-9)
