@@ -14,17 +14,22 @@ from benchmarks._harness import Bench
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 1
 REFERENCE = "cvxpy:CLARABEL"
+BEFORE = "5c5631d"  # main just before issue 14: cvxpy on the hot path
 
 
 def _quiet(*args, **kwargs):
     pass
 
 
+def _nmf_dir(spec: str) -> Path:
+    return Path(tempfile.gettempdir()) / "das_bench_postprocess" / f"{spec}_seed{SEED}" / "nmf"
+
+
 def _inputs(spec: str):
     """(persons schema, geography, invariants, NMF directory, passes) of a seeded run; the NMF is measured once and kept."""
     from das.run import measure_only, prepare, read_confidential
 
-    out = Path(tempfile.gettempdir()) / "das_bench_postprocess" / f"{spec}_seed{SEED}"
+    out = _nmf_dir(spec).parent
     manifest = out / "manifest.json"
     if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != "measured":
         measure_only(ROOT / f"specs/runs/{spec}.toml", out, seed=SEED, overwrite=True, log=_quiet)
@@ -63,6 +68,38 @@ def _tight_reference(problem) -> dict:
     finally:
         solve.GAP_TOL = saved
     return certificate
+
+
+def _before(spec: str) -> dict:
+    """The same persons post-processing with the package as it was at BEFORE (git archive), in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    _inputs(spec)  # the cached NMF, measured by this checkout (the NMF format did not change)
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE, "das", "specs"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        code = f"""
+import json, sys, time
+sys.path.insert(0, {tmp!r})
+import das
+assert das.__file__.startswith({tmp!r})
+from pathlib import Path
+from das.run import prepare, read_confidential
+from das.topdown.engine import EngineOptions, postprocess
+prep = prepare(Path({str(ROOT / f"specs/runs/{spec}.toml")!r}), {SEED})
+geography, invariants, _ = read_confidential(prep, {{}}, lambda *a, **k: None)
+options = EngineOptions(workers=1, solver="CLARABEL", progress=False, passes=prep.spec.passes)
+c0, t0 = time.process_time(), time.perf_counter()
+solved, reports = postprocess("persons", prep.releases[0][2], geography, invariants,
+                              Path({str(_nmf_dir(spec))!r}), options)
+print("@@" + json.dumps({{"cpu_seconds": time.process_time() - c0, "seconds": time.perf_counter() - t0,
+                          "persons": float(solved.sum()),
+                          "l2_uncertified": sum(r.certificate.get("uncertified", 0) for r in reports)}}))
+"""
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp).stdout
+    return json.loads(next(line[2:] for line in out.splitlines() if line.startswith("@@")))
 
 
 def _agreement(spec: str) -> dict:
@@ -114,6 +151,14 @@ def vt_reference():
     return _postprocess("vt_demo", REFERENCE)
 
 
+def vt_before():
+    return _before("vt_demo")
+
+
+def de_before():
+    return _before("de")
+
+
 def de_direct():
     return _postprocess("de", "CLARABEL")
 
@@ -130,14 +175,18 @@ def de_agreement():
     return _agreement("de")
 
 
-TARGET = "persons post-processing CPU at most 1/2.5 of the cvxpy path's, L2 optima within 1e-6 relative"
+REFERENCE_LABEL = "cvxpy:CLARABEL (same problem through cvxpy, this branch's problem building)"
+BEFORE_LABEL = f"main at {BEFORE}, before issue 14 (today)"
+TARGET = "persons post-processing CPU at most 1/2.5 of today's, L2 optima within 1e-6 relative"
 BENCHES = [
     Bench("postprocess.vt_persons", f"persons post-processing of vt_demo (seed {SEED}, NMF measured once), one "
           "process: CPU seconds with the direct nested Clarabel least squares against the cvxpy path",
-          vt_direct, key="cpu_seconds", repeats=3, references={"cvxpy:CLARABEL (before issue 14)": vt_reference},
+          vt_direct, key="cpu_seconds", repeats=3, references={REFERENCE_LABEL: vt_reference,
+                                                          BEFORE_LABEL: vt_before},
           target=TARGET),
     Bench("postprocess.de_persons", f"persons post-processing of de (seed {SEED}), as postprocess.vt_persons",
-          de_direct, key="cpu_seconds", repeats=3, references={"cvxpy:CLARABEL (before issue 14)": de_reference},
+          de_direct, key="cpu_seconds", repeats=3, references={REFERENCE_LABEL: de_reference,
+                                                          BEFORE_LABEL: de_before},
           target=TARGET),
     Bench("postprocess.vt_l2_agreement", "every non-trivial parent of the vt_demo persons run (and its root) solved "
           "by the direct path and by the cvxpy path at gap 1e-12 on the same input: max relative L2 objective difference",
