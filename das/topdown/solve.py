@@ -222,7 +222,10 @@ def _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver, slack_bu
         if prob.status not in ("optimal", "optimal_inaccurate") and (solver != "CLARABEL" or tight):
             # a solver that stopped short (iteration limit) is not proof of infeasibility: ask
             # Clarabel at its defaults before the failsafe is considered
-            prob.solve(solver="CLARABEL")
+            try:
+                prob.solve(solver="CLARABEL")
+            except cp.error.SolverError:  # failed at its defaults too (seen at gap 1e-12 on Delaware)
+                return None
     if prob.status not in ("optimal", "optimal_inaccurate"):
         return None
     return np.clip(np.asarray(z.value, dtype=float) * scale, 0, None)
