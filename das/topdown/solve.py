@@ -1,4 +1,4 @@
-"""Solve one parent: weighted least squares (cvxpy), then integer rounding (HiGHS), then checks.
+"""Solve one parent: weighted least squares (Clarabel, das.topdown.l2), then integer rounding (HiGHS), then checks.
 
 L2 (DESIGN.md section 6): minimise sum_q (1/var_q) ||Q_q x_c - y_c,q||^2 over x >= 0 with the
 children summing exactly to the parent and every child bound held; multipass: the first pass
@@ -25,17 +25,16 @@ import sys
 import time
 import warnings
 
-import cvxpy as cp
 import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from das.topdown import l2
 from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution
 
 INTEGRAL_TOL = 1e-6
 GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
-TIGHT_CLARABEL = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
-                  "max_iter": 500}  # the retry of a solve whose certificate failed
+TIGHT_CLARABEL = l2.TIGHT_SETTINGS  # the retry of a solve whose certificate failed
 
 
 class SolveError(RuntimeError):
@@ -50,15 +49,42 @@ def _variables(problem: ParentProblem) -> np.ndarray:
     return np.flatnonzero(problem.allowed.ravel())
 
 
+def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
+    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly.
+
+    Entries come out child-major, row-major and column-sorted (columns are sorted), i.e. already in CSR order.
+    """
+    position = np.full(len(children) and (int(children.max()) + 1) * n_cells, -1)
+    position[columns[columns < len(position)]] = np.flatnonzero(columns < len(position))
+    matrix = sp.csr_matrix(matrix)
+    matrix.sort_indices()
+    row_of = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+    where = position[children[:, None] * n_cells + matrix.indices[None, :]]  # (children, nnz)
+    keep = where >= 0
+    n_rows = len(children) * matrix.shape[0]
+    counts = np.bincount((np.arange(len(children))[:, None] * matrix.shape[0] + row_of[None, :])[keep],
+                         minlength=n_rows)
+    values = np.broadcast_to(matrix.data.astype(float), where.shape)[keep]
+    return sp.csr_matrix((values, where[keep], np.r_[0, np.cumsum(counts)]), shape=(n_rows, len(columns)))
+
+
+def _nonempty_rows(a: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The rows of `a` that have an entry (without fancy indexing), and which they are."""
+    counts = np.diff(a.indptr)
+    keep = counts > 0
+    kept = sp.csr_matrix((a.data, a.indices, np.r_[0, np.cumsum(counts[keep])]), shape=(int(keep.sum()), a.shape[1]))
+    return kept, keep
+
+
 def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
     """kron(I_children, matrix) restricted to the variable columns."""
-    return sp.kron(sp.identity(n_children, format="csr"), matrix, format="csr")[:, columns]
+    return _over_variables(matrix, np.arange(n_children), matrix.shape[1], columns)
 
 
 def _parent_sum(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     """(n_cells x n_var): per-cell sums over children."""
-    ones = sp.csr_matrix(np.ones((1, problem.n_children)))
-    return sp.kron(ones, sp.identity(problem.n_cells, format="csr"), format="csr")[:, columns]
+    return sp.csr_matrix((np.ones(len(columns)), (columns % problem.n_cells, np.arange(len(columns)))),
+                         shape=(problem.n_cells, len(columns)))
 
 
 def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
@@ -96,18 +122,16 @@ def _query_rows(problem: ParentProblem, q, columns: np.ndarray) -> sp.csr_matrix
     """The query's answer rows over the problem's variables: every child's, or only `q.rows`' children."""
     if q.rows is None:
         return _per_child(q.matrix, problem.n_children, columns)
-    pick = sp.csr_matrix((np.ones(len(q.rows)), (np.arange(len(q.rows)), q.rows)), shape=(len(q.rows), problem.n_children))
-    return sp.kron(pick, q.matrix, format="csr")[:, columns]
+    return _over_variables(q.matrix, np.asarray(q.rows), problem.n_cells, columns)
 
 
 def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[sp.csr_matrix, np.ndarray, float]]:
     """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts."""
     terms = []
     for q in queries:
-        a = _query_rows(problem, q, columns)
-        keep = a.getnnz(axis=1) > 0
+        a, keep = _nonempty_rows(_query_rows(problem, q, columns))
         if keep.any():
-            terms.append((a[keep], q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
+            terms.append((a, q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
     return terms
 
 
@@ -121,16 +145,49 @@ def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
     return value, grad
 
 
+SOLVERS = ("CLARABEL", "cvxpy:<a cvxpy QP solver>, e.g. cvxpy:CLARABEL or cvxpy:OSQP")
+
+
+def check_solver(solver: str) -> str:
+    """The solver name as used: `CLARABEL` (direct, nested formulation) or `cvxpy:NAME` (the reference path)."""
+    if solver.upper() == "CLARABEL":
+        return "CLARABEL"
+    if solver.startswith("cvxpy:") and solver[len("cvxpy:"):]:
+        import cvxpy as cp
+
+        name = solver[len("cvxpy:"):].upper()
+        if name not in cp.installed_solvers():
+            raise ValueError(f"solver {solver!r}: cvxpy has no installed solver {name!r} "
+                             f"(installed: {', '.join(cp.installed_solvers())})")
+        return f"cvxpy:{name}"
+    raise ValueError(f"unknown least-squares solver {solver!r}: expected {' or '.join(SOLVERS)}")
+
+
 def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget=None, tight=False):
     """One weighted least-squares pass; returns x (in counts) or None when infeasible.
 
     Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
     in counts, weighted 1/sd: the objective is the statistical one, not shrunk by scale^2 below the
     solver's absolute gap tolerance (which stopped Clarabel at an interior point, spreading mass
-    over truly empty cells of a state).
+    over truly empty cells of a state). `CLARABEL` builds the nested QP directly (das.topdown.l2);
+    `cvxpy:NAME` states the same problem in cvxpy, the reference.
     """
-    n_var = len(columns)
     scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
+    if solver == "CLARABEL":
+        try:
+            return l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, 0.0, tight)
+        except l2.Stalled:
+            # no proof either way (seen on the DHC schema's large roots): the cvxpy path decides
+            solver = "cvxpy:CLARABEL"
+    return _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver[len("cvxpy:"):], slack_budget,
+                                tight, scale)
+
+
+def _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver, slack_budget, tight, scale):
+    """The reference: the pass stated with cvxpy atoms and solved by any cvxpy QP solver."""
+    import cvxpy as cp
+
+    n_var = len(columns)
     z = cp.Variable(n_var, nonneg=True)  # x = scale * z
     residuals = [cp.sum_squares((np.sqrt(w) * scale) * (a @ z) - np.sqrt(w) * y) for a, y, w in terms]
     objective_expr = cp.Minimize(cp.sum(residuals) if residuals else 0)
@@ -158,7 +215,7 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
         warnings.simplefilter("ignore", UserWarning)
         try:
             if tight:
-                prob.solve(solver="CLARABEL", **TIGHT_CLARABEL)
+                prob.solve(solver="CLARABEL", **l2.TIGHT_SETTINGS)
             else:
                 prob.solve(solver=solver)
         except cp.error.SolverError:
@@ -166,7 +223,10 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
         if prob.status not in ("optimal", "optimal_inaccurate") and (solver != "CLARABEL" or tight):
             # a solver that stopped short (iteration limit) is not proof of infeasibility: ask
             # Clarabel at its defaults before the failsafe is considered
-            prob.solve(solver="CLARABEL")
+            try:
+                prob.solve(solver="CLARABEL")
+            except cp.error.SolverError:  # failed at its defaults too (seen at gap 1e-12 on Delaware)
+                return None
     if prob.status not in ("optimal", "optimal_inaccurate"):
         return None
     return np.clip(np.asarray(z.value, dtype=float) * scale, 0, None)
@@ -254,6 +314,8 @@ def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
 
     Returns (parent slack L1, bound slack L1, bounds widened just enough) or None if infeasible.
     """
+    import cvxpy as cp
+
     x = cp.Variable(len(columns), nonneg=True)
     constraints, objective = [], []
     s_par = None
@@ -309,7 +371,7 @@ def _failsafe(problem, columns, parent, bounds):
 
 
 def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate):
-    """Solve one pass, check its duality gap, retry once at tight tolerances; None if infeasible.
+    """Solve one pass, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
 
     The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
     `certificate` (and reported per level in the manifest), never accepted silently.
@@ -324,11 +386,16 @@ def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slac
     value, gap = certify(problem, columns, terms, x, parent_sums, bounds, held)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
-        retry = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, tight=True)
-        if retry is not None:
-            v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, _held_at(fixed, retry))
-            if g2 < gap:
-                x, value, gap = retry, v2, g2
+        # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
+        retries = [solver] + (["cvxpy:CLARABEL"] if solver == "CLARABEL" else [])
+        for path in retries:
+            retry = _least_squares(problem, columns, terms, fixed, parent, bounds, path, slack_budget, tight=True)
+            if retry is not None:
+                v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, _held_at(fixed, retry))
+                if g2 < gap:
+                    x, value, gap = retry, v2, g2
+            if gap <= GAP_TOL * max(value, 1.0):
+                break
         if gap > GAP_TOL * max(value, 1.0):
             certificate["uncertified"] += 1
     certificate["objective"] += value
@@ -367,11 +434,12 @@ def merge_certificates(records) -> dict:
 def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict | None = None):
     """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
 
-    Any cvxpy QP solver can be named; the default is Clarabel (interior point). Every pass's
-    solution is certified by its duality gap in original units (`certify`), summed into
-    `certificate`. Measured on the Vermont demo, OSQP was slower on the real sparse problems
-    (block level 103 s against 62 s) and much slower where `detailed` is not measured.
+    `solver`: `CLARABEL` (default: the nested QP straight to Clarabel, das.topdown.l2) or
+    `cvxpy:NAME` (the same problem through cvxpy, the reference; measured on the Vermont demo,
+    cvxpy:OSQP was slower than Clarabel). Every pass's solution, whichever path found it, is
+    certified by its duality gap in original units (`certify`), summed into `certificate`.
     """
+    solver = check_solver(solver)
     certificate = new_certificate() if certificate is None else certificate
     certificate["problems"] += 1
     columns = _variables(problem)

@@ -1,0 +1,225 @@
+"""One least-squares pass as a QP handed straight to Clarabel (no cvxpy): the nested formulation.
+
+The objective sum_q w_q ||A_q x - y_q||^2 has a dense Hessian (A_q'A_q couples every cell of a
+child through `total`). Instead each measured answer becomes a variable, defined from the next
+finer measured query: a child's `hhgq` answers from its `hhgq x votingage` answers, its `total`
+from its `hhgq`, `detailed` is x itself. The objective is then diagonal in those variables and
+the definitions are a few sparse equality rows, so the KKT system Clarabel factors stays about
+as sparse as x. Answers measured twice (a geounit's only child) add to the same variable's
+weight. It is the same problem, solved to the same optimum; `certify` checks it in counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+DEFAULT_SETTINGS: dict = {}  # Clarabel's own defaults
+TIGHT_SETTINGS = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
+                  "max_iter": 500}
+
+
+class Stalled(RuntimeError):
+    """Clarabel stopped short (iteration limit, insufficient progress): no proof of a solution nor of infeasibility."""
+
+
+@dataclass
+class Base:
+    """A measured partition of x (row label of each variable, -1 if in none) and the variables holding its answers."""
+
+    labels: np.ndarray
+    holders: np.ndarray
+
+
+@dataclass
+class Lifted:
+    """x (n_var) followed by answer variables; the objective sum weight v^2 + linear v + constant in counts."""
+
+    n_var: int
+    definitions: list[sp.csr_matrix]  # rows over the variables so far, each == 0: answer - (its finer answers)
+    weight: np.ndarray
+    linear: np.ndarray
+    constant: float
+    bases: list[Base]  # coarsest first
+
+    @property
+    def n_total(self) -> int:
+        return len(self.weight)
+
+
+def partition_labels(a: sp.csr_matrix) -> np.ndarray | None:
+    """The row of each column when `a` is 0/1 with disjoint, nonempty rows (a partition of some of x); else None."""
+    counts = np.diff(a.indptr)
+    if not (a.data == 1).all() or (counts == 0).any() or np.bincount(a.indices, minlength=1).max(initial=0) > 1:
+        return None
+    labels = np.full(a.shape[1], -1)
+    labels[a.indices] = np.repeat(np.arange(a.shape[0]), counts)
+    return labels
+
+
+def _union_of(labels: np.ndarray, base: Base) -> sp.coo_matrix | None:
+    """G (0/1, rows of a x rows of base) with a == G @ base when each row of the partition a is a union of base rows."""
+    covered = base.labels >= 0
+    if (labels[~covered] >= 0).any():
+        return None
+    parent_of = np.full(len(base.holders), -1)
+    parent_of[base.labels[covered]] = labels[covered]
+    if (parent_of[base.labels[covered]] != labels[covered]).any():  # a base row split between rows of a
+        return None
+    inside = np.flatnonzero(parent_of >= 0)
+    return sp.coo_matrix((np.ones(len(inside)), (parent_of[inside], inside)), shape=(labels.max(initial=-1) + 1,
+                                                                                     len(base.holders)))
+
+
+def _rows_union_of(a: sp.csr_matrix, base: Base) -> sp.coo_matrix | None:
+    """As _union_of for any 0/1 rows (overlapping ones, e.g. a child's total and its hhgq bounds)."""
+    rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+    lab = base.labels[a.indices]
+    if (lab < 0).any():
+        return None
+    pairs = np.unique(rows * len(base.holders) + lab)
+    g = sp.coo_matrix((np.ones(len(pairs)), (pairs // len(base.holders), pairs % len(base.holders))),
+                      shape=(a.shape[0], len(base.holders)))
+    sizes = np.bincount(base.labels[base.labels >= 0], minlength=len(base.holders))
+    if not np.array_equal(np.bincount(g.row, weights=sizes[g.col], minlength=a.shape[0]), np.diff(a.indptr)):
+        return None  # some base row only partly inside a row of a
+    return g
+
+
+def express(lifted: Lifted, a: sp.csr_matrix) -> sp.csr_matrix:
+    """Rows over all variables equal to a @ x at every feasible point, from the coarsest measured partition that refines a."""
+    return _express(lifted, sp.csr_matrix(a, dtype=float))[0]
+
+
+def _express(lifted: Lifted, a: sp.csr_matrix) -> tuple[sp.csr_matrix, bool]:
+    if (a.data == 1).all():
+        labels = partition_labels(a)
+        for base in lifted.bases:
+            g = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
+            if g is not None:
+                return sp.csr_matrix((g.data, (g.row, base.holders[g.col])), shape=(a.shape[0], lifted.n_total)), True
+    return _pad(a, lifted.n_total), False
+
+
+def lift(terms, n_var: int) -> Lifted:
+    """The nested formulation of the terms (rows over x, answers, 1/variance): finest queries first."""
+    lifted = Lifted(n_var, [], np.zeros(n_var), np.zeros(n_var), 0.0, [])
+    for a, y, w in sorted(terms, key=lambda t: -t[0].shape[0]):
+        a = sp.csr_matrix(a, dtype=float)
+        e, nested = _express(lifted, a)
+        single = ((np.diff(e.indptr) == 1).all() and (e.data == 1).all()
+                  and np.bincount(e.indices, minlength=1).max(initial=0) <= 1)
+        if single:  # the answers already are variables (x itself, or a query measured again)
+            holders = e.indices.copy()
+        else:
+            start = lifted.n_total
+            grow = a.shape[0]
+            holders = np.arange(start, start + grow)
+            lifted.weight = np.r_[lifted.weight, np.zeros(grow)]
+            lifted.linear = np.r_[lifted.linear, np.zeros(grow)]
+            lifted.definitions.append(_defined(e, start))
+        np.add.at(lifted.weight, holders, w)
+        np.add.at(lifted.linear, holders, -2.0 * w * y)
+        lifted.constant += w * float(y @ y)
+        labels = partition_labels(a)
+        if labels is not None and not (single and nested):  # not a measurement again of a partition already held
+            lifted.bases.append(Base(labels, holders))
+            lifted.bases.sort(key=lambda b: len(b.holders))
+    return lifted
+
+
+def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
+    """Rows `answer_i - e_i v = 0` with answer i the new variable start + i (after every column of e)."""
+    e = sp.csr_matrix(e)
+    rows = e.shape[0]
+    indptr = e.indptr + np.arange(rows + 1)
+    indices, data = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
+    last = indptr[1:] - 1
+    others = np.ones(indptr[-1], dtype=bool)
+    others[last] = False
+    indices[others], data[others] = e.indices, -e.data
+    indices[last], data[last] = start + np.arange(rows), 1.0
+    return sp.csr_matrix((data, indices, indptr), shape=(rows, start + rows))
+
+
+def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
+    """The same rows over n columns (new variables appended on the right)."""
+    m = sp.csr_matrix(m)
+    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n)) if m.shape[1] < n else m
+
+
+def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bounds=(None, None, None),
+          fixed=(), pass_slack: float = 0.0, tight: bool = False) -> np.ndarray | None:
+    """min over x >= 0 of the terms, children summing to the parent, bounds and held answers; x in counts or None.
+
+    Variables are in units of `scale` (feasibility tolerances relative to the counts); the objective
+    stays in counts. None when Clarabel proves the problem infeasible; `Stalled` when it stops short.
+    """
+    import clarabel
+
+    lifted = lift(terms, n_var)
+    n = lifted.n_total
+    eq_rows, eq_rhs, le_rows, le_rhs = [], [], [], []
+    for d in lifted.definitions:
+        eq_rows.append(d)
+        eq_rhs.append(np.zeros(d.shape[0]))
+    n_slack = 0
+    if parent is not None:
+        s_matrix, counts = parent
+        s_rows = express(lifted, s_matrix)
+        if slack_budget is None:
+            eq_rows.append(s_rows)
+            eq_rhs.append(counts / scale)
+        else:  # |S x - counts|_1 <= budget: S x - p + m = counts, p, m >= 0, sum(p + m) <= budget
+            n_slack = 2 * len(counts)
+            eq_rows.append(sp.hstack([s_rows, -sp.identity(len(counts)), sp.identity(len(counts))], format="csr"))
+            eq_rhs.append(counts / scale)
+            le_rows.append(sp.csr_matrix(np.r_[np.zeros(n), np.ones(n_slack)][None, :]))
+            le_rhs.append(np.array([slack_budget / scale]))
+    width = n + n_slack
+    # x >= 0 and the slacks >= 0; answer variables are defined from x (sums: nonneg by themselves)
+    signed = np.r_[np.arange(n_var), np.arange(n, width)]
+    le_rows.append(sp.csr_matrix((-np.ones(len(signed)), (np.arange(len(signed)), signed)), shape=(len(signed), width)))
+    le_rhs.append(np.zeros(len(signed)))
+    b_matrix, lower, upper = bounds
+    if b_matrix is not None:
+        rows = express(lifted, b_matrix)
+        lo, hi = lower > 0, np.isfinite(upper)
+        if lo.any():
+            le_rows.append(-rows[lo])
+            le_rhs.append(-lower[lo] / scale)
+        if hi.any():
+            le_rows.append(rows[hi])
+            le_rhs.append(upper[hi] / scale)
+    for matrix, target in fixed:  # held answers of earlier passes: equalities (a band only if asked for)
+        rows = express(lifted, matrix)
+        if pass_slack > 0:
+            le_rows += [rows, -rows]
+            le_rhs += [(target + pass_slack) / scale, -(target - pass_slack) / scale]
+        else:
+            eq_rows.append(rows)
+            eq_rhs.append(target / scale)
+    a_matrix = sp.vstack([_pad(m, width) for m in eq_rows + le_rows], format="csr").tocsc()
+    b_vector = np.concatenate(eq_rhs + le_rhs)
+    n_eq = sum(m.shape[0] for m in eq_rows)
+    weight = np.r_[lifted.weight, np.zeros(n_slack)]
+    linear = np.r_[lifted.linear, np.zeros(n_slack)]
+    # z = e + shift, shift the weighted mean of each answer's measurements: the objective Clarabel sees
+    # is then the sum of squared residuals itself, so its relative gap tolerance is relative to f
+    shift = np.divide(-linear, 2.0 * weight * scale, out=np.zeros(width), where=weight > 0)
+    b_vector = b_vector - a_matrix @ shift
+    p_matrix = sp.diags(2.0 * weight * scale**2, format="csc")
+    cones = ([clarabel.ZeroConeT(n_eq)] if n_eq else []) + [clarabel.NonnegativeConeT(a_matrix.shape[0] - n_eq)]
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    for key, value in (TIGHT_SETTINGS if tight else DEFAULT_SETTINGS).items():
+        setattr(settings, key, value)
+    solution = clarabel.DefaultSolver(p_matrix, np.zeros(width), a_matrix, b_vector, cones, settings).solve()
+    status = str(solution.status)
+    if status in ("PrimalInfeasible", "AlmostPrimalInfeasible"):
+        return None
+    if status not in ("Solved", "AlmostSolved"):
+        raise Stalled(f"Clarabel stopped with status {status} after {solution.iterations} iterations")
+    return np.clip((np.asarray(solution.x[:n_var], dtype=float) + shift[:n_var]) * scale, 0, None)
