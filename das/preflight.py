@@ -29,7 +29,6 @@ MAX_RHO = Fraction(10)  # above this a run needs --allow-large-rho (2020 product
 MAX_SIGMA2 = 10**18  # a query noise variance above this (sd 1e9) is refused: useless, and past int64 safety
 INT64_MAX = 2**63 - 1  # the NMF stores each variance as int64 numerator / denominator
 ROUNDINGS = ("auto", "milp")
-LP_ONLY_SOLVERS = frozenset({"SCIPY", "GLPK", "GLPK_MI", "CBC", "GLOP", "PDLP", "CUOPT", "ECOS_BB", "SCIP"})
 BYTES_PER_ANSWER = 4  # NMF bytes per noisy answer, with room for its committed parts (measured: ~1.5)
 BYTES_PER_RECORD = 16  # MDF bytes per person or unit (measured: ~2-6 in zstd Parquet)
 
@@ -51,18 +50,14 @@ class SpaceEstimate:
         return self.free >= self.needed
 
 
-def qp_solvers() -> list[str]:
-    """cvxpy solvers installed here that can solve the least-squares step (quadratic objective)."""
-    import cvxpy
-
-    return sorted(s for s in cvxpy.installed_solvers() if s not in LP_ONLY_SOLVERS)
-
-
 def check_solver(solver: str, where: str) -> None:
-    available = qp_solvers()
-    if solver not in available:
-        raise PreflightError(f"{where}: [postprocess] solver {solver!r} is not an installed solver of "
-                             f"least-squares problems; installed: {available}")
+    """The solver name as das.topdown.solve interprets it (the one place that knows solver names)."""
+    from das.topdown.solve import check_solver as interpret
+
+    try:
+        interpret(solver)
+    except ValueError as e:
+        raise PreflightError(f"{where}: [postprocess] solver: {e}") from None
 
 
 def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, where: str, allow_large_rho: bool) -> None:

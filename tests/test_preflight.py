@@ -75,7 +75,7 @@ STRATEGY_LINE = 'strategy = "pl94_six_level"'
 CASES = {
     "rounding": dict(extra='\n[postprocess]\nrounding = "bogus"\n', expected=["rounding must be one of", "'bogus'"]),
     "solver": dict(extra='\n[postprocess]\nsolver = "NOSUCHSOLVER"\n',
-                   expected=["solver 'NOSUCHSOLVER' is not an installed solver", "CLARABEL"]),
+                   expected=["unknown least-squares solver 'NOSUCHSOLVER'", "CLARABEL"]),
     "passes": dict(extra='\n[postprocess]\npasses = [["nosuchquery"]]\n', expected=["passes", "'nosuchquery'"]),
     "rho tiny": dict(old=STRATEGY_LINE, new=STRATEGY_LINE + '\nrho = "1e-40"',
                      expected=["[persons] rho = 1e-40", "noise variance"]),
