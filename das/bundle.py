@@ -160,18 +160,28 @@ def with_metadata(table, metadata: dict[bytes, bytes] | None):
 # --overwrite
 
 
-def complete_run_manifest(run_dir: str | Path) -> dict:
-    """The manifest of a finished `das run` directory, or BundleError saying why the directory is not one."""
+def read_manifest(run_dir: str | Path) -> dict:
+    """A run directory's manifest.json as a dict, or BundleError naming the file and what is wrong."""
     path = Path(run_dir) / "manifest.json"
+    if not Path(run_dir).is_dir():
+        raise BundleError(f"{run_dir} is not a directory")
     if not path.is_file():
         raise BundleError(f"{run_dir}: not a das run directory (no manifest.json); expected the --out of `das run`")
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise BundleError(f"{path} is not readable JSON ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("status") != "complete":
-        status = manifest.get("status") if isinstance(manifest, dict) else None
-        raise BundleError(f"{run_dir}: the run is not complete (manifest status {status!r}, expected 'complete')")
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{path} is not a das run manifest (not a JSON object)")
+    return manifest
+
+
+def complete_run_manifest(run_dir: str | Path) -> dict:
+    """The manifest of a finished `das run` directory, or BundleError saying why the directory is not one."""
+    manifest = read_manifest(run_dir)
+    if manifest.get("status") != "complete":
+        raise BundleError(f"{run_dir}: the run is not complete (manifest status {manifest.get('status')!r}, "
+                          "expected 'complete')")
     return manifest
 
 

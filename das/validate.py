@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das.bundle import RUN_FILES, BundleError, input_paths
+from das.bundle import RUN_FILES, BundleError, input_paths, read_manifest
 from das.checkpoint import file_sha256
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
@@ -129,19 +128,13 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
 
 def load_manifest(run_dir: Path) -> dict:
     """The run's manifest, or ValidationError naming the file and what is wrong with it."""
-    path = Path(run_dir) / "manifest.json"
-    if not Path(run_dir).is_dir():
-        raise ValidationError(f"{run_dir} is not a directory")
-    if not path.is_file():
-        raise ValidationError(f"{path} is missing: not a das run directory")
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValidationError(f"{path} is not readable JSON ({e})") from None
-    required = ("status", "levels", "persons", "privacy", "spec_text")
-    if not isinstance(manifest, dict) or any(k not in manifest for k in required):
-        missing = [k for k in required if not isinstance(manifest, dict) or k not in manifest]
-        raise ValidationError(f"{path} is not a das run manifest (no {', '.join(missing)})")
+        manifest = read_manifest(run_dir)
+    except BundleError as e:
+        raise ValidationError(str(e)) from None
+    missing = [k for k in ("status", "levels", "persons", "privacy", "spec_text") if k not in manifest]
+    if missing:
+        raise ValidationError(f"{Path(run_dir) / 'manifest.json'} is not a das run manifest (no {', '.join(missing)})")
     return manifest
 
 
