@@ -175,10 +175,14 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
     scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
     if solver == "CLARABEL":
         try:
-            return l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, 0.0, tight)
+            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, 0.0, tight)
+            if x is not None or not fixed:
+                return x
+            # "infeasible" with held answers is numerical: the previous pass's solution satisfies them
+            # (their equalities repeat the total invariant at a root, Perry County AL seed 11)
         except l2.Stalled:
-            # no proof either way (seen on the DHC schema's large roots): the cvxpy path decides
-            solver = "cvxpy:CLARABEL"
+            pass  # no proof either way (seen on the DHC schema's large roots)
+        solver = "cvxpy:CLARABEL"  # the cvxpy path decides
     return _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver[len("cvxpy:"):], slack_budget,
                                 tight, scale)
 
