@@ -234,3 +234,15 @@ def test_passes_by_level_are_read_checked_and_used_for_their_level(tmp_path):
         else:
             with pytest.raises(SpecError, match=message):
                 load_run_spec(path)
+
+
+def test_two_pass_root_with_held_answers_solves_on_a_real_county(tmp_path):
+    """Perry County AL, seed 11: the direct path called the second root pass infeasible (its held hhgq
+    answers repeat the total invariant); the previous pass's solution proves it feasible."""
+    for name in ("persons", "units"):
+        (tmp_path / f"{name}.parquet").write_bytes((FIXTURES / "al_perry" / f"{name}.parquet").read_bytes())
+    spec = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/", "")
+    (tmp_path / "spec.toml").write_text(spec.replace(".csv", ".parquet"))
+    result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=1, progress=False, log=quiet)
+    assert result.valid, result.manifest["validation"]["violations"][:5]
+    assert result.manifest["levels_report"]["persons"][0]["l2_certificate"]["uncertified"] == 0
