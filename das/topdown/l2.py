@@ -151,7 +151,7 @@ def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
 
 
 def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bounds=(None, None, None),
-          fixed=(), pass_slack: float = 0.0, tight: bool = False) -> np.ndarray | None:
+          fixed=(), tight: bool = False) -> np.ndarray | None:
     """min over x >= 0 of the terms, children summing to the parent, bounds and held answers; x in counts or None.
 
     Variables are in units of `scale` (feasibility tolerances relative to the counts); the objective
@@ -193,14 +193,9 @@ def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bound
         if hi.any():
             le_rows.append(rows[hi])
             le_rhs.append(upper[hi] / scale)
-    for matrix, target in fixed:  # held answers of earlier passes: equalities (a band only if asked for)
-        rows = express(lifted, matrix)
-        if pass_slack > 0:
-            le_rows += [rows, -rows]
-            le_rhs += [(target + pass_slack) / scale, -(target - pass_slack) / scale]
-        else:
-            eq_rows.append(rows)
-            eq_rhs.append(target / scale)
+    for matrix, target in fixed:  # held answers of earlier passes: equalities
+        eq_rows.append(express(lifted, matrix))
+        eq_rhs.append(target / scale)
     a_matrix = sp.vstack([_pad(m, width) for m in eq_rows + le_rows], format="csr").tocsc()
     b_vector = np.concatenate(eq_rhs + le_rhs)
     n_eq = sum(m.shape[0] for m in eq_rows)

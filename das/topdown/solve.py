@@ -175,7 +175,7 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
     scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
     if solver == "CLARABEL":
         try:
-            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, 0.0, tight)
+            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, tight)
             if x is not None or not fixed:
                 return x
             # "infeasible" with held answers is numerical: the previous pass's solution satisfies them
