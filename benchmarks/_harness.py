@@ -9,8 +9,14 @@ writes BENCHMARKS.md with the machine, the command, the medians and ours/referen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 Figures = dict[str, float]
 
@@ -25,3 +31,16 @@ class Bench:
     repeats: int = 5
     references: dict[str, Callable[[], Figures]] = field(default_factory=dict)  # label -> run
     target: str = ""               # the issue's target, in words, e.g. "< 10 s, < 2 GB"
+
+
+@contextmanager
+def code_at(commit: str) -> Iterator[Path]:
+    """das as it was at `commit` (package, specs, fixtures), extracted into a temporary directory: a
+    reference run puts it first on PYTHONPATH. das/specs links to its own specs, as the wheel ships
+    them, since the venv's editable install would map das.specs to the current checkout's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "das", "specs", "geography_fixtures"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        (Path(tmp) / "das" / "specs").symlink_to("../specs")
+        yield Path(tmp)

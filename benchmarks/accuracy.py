@@ -3,7 +3,7 @@
 Each figure is the median over seeded runs (seeds 1-5) of a whole `das run` of a shipped state,
 scored against the confidential input by reading the release's files. The reference is the same
 runs made by das as it was before the least-squares, one-child, block-group and persons/units
-changes (commit BEFORE, checked out into a temporary git worktree), side by side in one session.
+changes (commit BEFORE, extracted by `code_at`), side by side in one session.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks._harness import Bench
+from benchmarks._harness import Bench, code_at
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "f38914d"  # das before issue 11
@@ -104,15 +104,8 @@ def _runs(spec: Path, fixture: str, code_root: Path) -> dict:
 
 
 def _before(spec_name: str, fixture: str) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), BEFORE], check=True,
-                       capture_output=True)
-        (tree / "das" / "specs").symlink_to("../specs")  # as the wheel ships it (the venv maps das.specs to ours)
-        try:
-            return _runs(tree / "specs" / "runs" / f"{spec_name}.toml", fixture, tree)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    with code_at(BEFORE) as tree:
+        return _runs(tree / "specs" / "runs" / f"{spec_name}.toml", fixture, tree)
 
 
 def vt_ours() -> dict:

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._harness import Bench
+from benchmarks._harness import Bench, code_at
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 1
@@ -76,10 +76,8 @@ def _before(spec: str) -> dict:
     import sys
 
     _inputs(spec)  # the cached NMF, measured by this checkout (the NMF format did not change)
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", BEFORE, "das", "specs"], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+    with code_at(BEFORE) as tree:
+        tmp = str(tree)
         code = f"""
 import json, sys, time
 sys.path.insert(0, {tmp!r})
@@ -88,7 +86,7 @@ assert das.__file__.startswith({tmp!r})
 from pathlib import Path
 from das.run import prepare, read_confidential
 from das.topdown.engine import EngineOptions, postprocess
-prep = prepare(Path({str(ROOT / f"specs/runs/{spec}.toml")!r}), {SEED})
+prep = prepare(Path({str(tree / f"specs/runs/{spec}.toml")!r}), {SEED})
 geography, invariants, _ = read_confidential(prep, {{}}, lambda *a, **k: None)
 options = EngineOptions(workers=1, solver="CLARABEL", progress=False, passes=prep.spec.passes)
 c0, t0 = time.process_time(), time.perf_counter()
