@@ -31,9 +31,9 @@ from das.measure import Measurement, measure_release
 from das.privacy.accounting import PrivacyAccountant, allocate, certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, validate_strategy
+from das.rules import Invariants, household_persons
 from das.runspec import RunSpec, load_run_spec
 from das.schema import load_schema
-from das.topdown.constraints import Invariants, household_persons
 from das.topdown.engine import EngineOptions, postprocess
 from das.validate import validate_run
 

@@ -9,8 +9,8 @@ the release bundle alone (what is published) it proves that
 - the NMF holds exactly the certified measurements: every query of the certificate at every
   geounit of its level, each cell once, with the certified exact variance;
 - every written table equals the table recounted from the MDF, and child rows sum to parents;
-- the invariants hold: the published total population (nation, state), and every rule of the
-  schema's constraints (facilities, structural zeros) against the units MDF.
+- the invariants hold: the published total population (nation, state), and every rule of each
+  schema (das.rules gives the bounds from the facts counted in the MDFs), at every level.
 With the run's operator files (the confidential inputs), it also compares the invariants with
 the inputs: population, housing units and GQ facilities per block.
 Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das import rules
 from das.bundle import RUN_FILES, BundleError, input_paths, read_manifest
 from das.checkpoint import file_sha256
 from das.geography import LEVEL_DIGITS
@@ -36,6 +37,7 @@ from das.schema import Schema, load_schema
 GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
 MAX_LISTED = 20
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
+GQ_TYPES = 7  # units MDF GQTYPE_PL 1..7 (check_unit_records holds every facility to it)
 
 
 class ValidationError(Exception):
@@ -334,37 +336,53 @@ def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report
     report.check("NMF: exactly the certified measurements", _first(problems))
 
 
-def check_constraints(mdf: pd.DataFrame, levels: pd.DataFrame, schema: Schema, housing: pd.Series,
-                      facilities: pd.DataFrame, report: Report) -> None:
-    """Every rule of the schema's constraints, read from the schema (not hard-coded): facilities
-    (>= 1 person of a GQ type with a facility, none without; no household persons without housing
-    units) and structural zeros, against the housing units and facilities per block."""
+def block_facts(mdf: pd.DataFrame, levels: pd.DataFrame, persons_schema: Schema, mdf_units: pd.DataFrame,
+                universe: np.ndarray) -> rules.Invariants:
+    """The published facts per block of the universe, counted from the two MDFs: housing units,
+    GQ facilities by type, and the persons release's household persons (its `hhgq` cell 0)."""
+    block = np.searchsorted(universe, mdf_units["geocode"].to_numpy(dtype=str))
+    rtype = mdf_units["RTYPE"].astype(np.int64).to_numpy()
+    gq = mdf_units["GQTYPE_PL"].astype(np.int64).to_numpy()
+    n = len(universe)
+    housing = np.bincount(block[rtype == HOUSING_UNIT], minlength=n)
+    facility = (rtype == GQ_FACILITY) & (gq >= 1) & (gq <= GQ_TYPES)
+    facilities = np.bincount(block[facility] * GQ_TYPES + gq[facility] - 1, minlength=n * GQ_TYPES).reshape(n, GQ_TYPES)
+    household = None
+    if "hhgq" in [r.name for r in persons_schema.recodes] + list(persons_schema.names):
+        in_household = levels["hhgq"].to_numpy() == 0
+        household = np.bincount(np.searchsorted(universe, mdf["geocode"].to_numpy(dtype=str))[in_household],
+                                minlength=n)
+    return rules.Invariants(housing, facilities, {}, household)
+
+
+def check_rules(release: str, records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, facts: rules.Invariants,
+                universe: np.ndarray, report: Report) -> None:
+    """Every rule of the schema (das.rules gives the bounds per block) against the release's own
+    recount per block. Every level's answers and bounds are sums of the blocks', so the blocks
+    holding them is every level holding them."""
     problems = []
-    blocks = mdf["geocode"].to_numpy()
-    for c in schema.constraints:
-        query = schema.query(c.query)
-        factor_levels = [levels[f].to_numpy() for f in query.factors]
-        if c.kind == "facilities":
-            (hhgq,) = factor_levels
-            per_block = pd.crosstab(blocks, hhgq).reindex(columns=range(query.size), fill_value=0)
-            index = per_block.index.union(facilities.index)
-            per_block = per_block.reindex(index, fill_value=0)
-            fac = facilities.reindex(index, fill_value=0).reindex(columns=range(1, query.size), fill_value=0)
-            hu = housing.reindex(index, fill_value=0)
-            for t in range(1, query.size):
-                for g in index[(fac[t].to_numpy() == 0) & (per_block[t].to_numpy() > 0)][:3]:
-                    problems.append(f"block {g}: persons in GQ type {t} without such a facility")
-                for g in index[(fac[t].to_numpy() > 0) & (per_block[t].to_numpy() == 0)][:3]:
-                    problems.append(f"block {g}: a GQ facility of type {t} holds nobody")
-            for g in index[(hu.to_numpy() == 0) & (per_block[0].to_numpy() > 0)][:3]:
-                problems.append(f"block {g}: household persons without housing units")
-        elif c.kind == "structural_zero":
-            for cell in c.cells:
-                hit = np.logical_and.reduce([lv == v for lv, v in zip(factor_levels, cell)])
-                if hit.any():
-                    shown = " and ".join(f"{f} '{schema.factor_labels(f)[v]}'" for f, v in zip(query.factors, cell))
-                    problems.append(f"{int(hit.sum())} persons with {shown} (a structural zero of {schema.name})")
-    report.check(f"constraints of schema {schema.name} (facilities, structural zeros)", _first(problems))
+    try:
+        families = rules.block_bounds(schema, facts)
+    except ValueError as e:
+        report.check(f"rules of schema {schema.name} ({release})", [str(e)])
+        return
+    block = np.searchsorted(universe, records["geocode"].to_numpy(dtype=str))
+    for bounds in families:
+        query = schema.query(bounds.query)
+        cell = (np.ravel_multi_index([levels[f].to_numpy() for f in query.factors], query.shape) if query.factors
+                else np.zeros(len(records), dtype=np.int64))
+        counts = np.bincount(block * query.size + cell, minlength=len(universe) * query.size)
+        counts = counts.reshape(len(universe), query.size)
+        for side, bad in zip(("below", "above"), rules.breaches(bounds, counts)):
+            for b, c in np.argwhere(bad)[:5]:
+                shown = " and ".join(f"{f} {schema.factor_labels(f)[v]!r}"
+                                     for f, v in zip(query.factors, np.unravel_index(c, query.shape))) or "total"
+                low, high = bounds.lower[b, c], bounds.upper[b, c]
+                allowed = f"{low}..{high:g}" if np.isfinite(high) else f"at least {low}"
+                problems.append(f"block {universe[b]}: {shown} is {counts[b, c]}, {side} the {bounds.rule.kind} "
+                                f"rule's {allowed} ({rules.describe(schema, bounds.rule, int(c))})")
+    kinds = ", ".join(dict.fromkeys(c.kind for c in schema.constraints))
+    report.check(f"rules of schema {schema.name} ({release}: {kinds})", _first(problems))
 
 
 def _facilities(units: pd.DataFrame) -> pd.DataFrame:
@@ -483,12 +501,12 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     if not published:
         problems.append("the manifest publishes no total-population invariant")
     report.check("total population invariant (published)", problems)
-    hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
-    fac_out = _facilities(mdf_units)
-    check_constraints(mdf, levels, persons_schema, hu_out, fac_out, report)
-    if units_schema is not None and any(c.kind == "household_persons" for c in units_schema.constraints):
-        report.check("occupied units agree with household persons (every level)",
-                     _first(persons_units_disagreements(mdf, mdf_units, geo_levels)))
+    blocks = universe.to_numpy(dtype=str)
+    inside = ~mdf["geocode"].isin(outside).to_numpy()  # those outside are reported above
+    facts = block_facts(mdf[inside], levels[inside], persons_schema, mdf_units, blocks)
+    check_rules("persons", mdf[inside], levels[inside], persons_schema, facts, blocks, report)
+    if units_schema is not None:
+        check_rules("units", housing, unit_levels, units_schema, facts, blocks, report)
 
     # 5. with the confidential inputs (operator only): the invariants against them
     inputs = inputs or (_operator_inputs(run_dir) if use_operator else None)
@@ -524,25 +542,6 @@ def check_against_inputs(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels,
     report.check("GQ facilities per block invariant", _first([
         f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}"
         for g, t in fac_in.index[fac_in != fac_out]]))
-
-
-def persons_units_disagreements(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels) -> list[str]:
-    """Geounits at any level with household persons but no occupied unit, or more occupied units than
-    household persons (which includes occupied units without household persons)."""
-    problems = []
-    household = mdf["geocode"][mdf["GQTYPE_PL"].astype(int).to_numpy() == 0]
-    occupied_rows = (mdf_units["RTYPE"].astype(int).to_numpy() == 2) & (mdf_units["HH_STATUS"].astype(int).to_numpy() == 1)
-    occupied = mdf_units["geocode"][occupied_rows]
-    for geo_level in geo_levels:
-        k = LEVEL_DIGITS[geo_level]
-        hhp = household.str.slice(0, k).value_counts()
-        occ = occupied.str.slice(0, k).value_counts()
-        hhp, occ = hhp.align(occ, fill_value=0)
-        for g in hhp.index[(hhp > 0) & (occ == 0)][:3]:
-            problems.append(f"{geo_level} {g!r}: {int(hhp[g])} household persons and no occupied housing unit")
-        for g in hhp.index[occ > hhp][:3]:
-            problems.append(f"{geo_level} {g!r}: {int(occ[g])} occupied housing units but {int(hhp[g])} household persons")
-    return problems
 
 
 def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None) -> int:

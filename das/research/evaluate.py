@@ -22,8 +22,8 @@ from das.research.replicate import (
     scored_queries,
     summarize,
 )
+from das.rules import Invariants
 from das.schema import load_schema
-from das.topdown.constraints import Invariants
 
 
 def truth_context(persons, units, schema_name: str, levels) -> Context:

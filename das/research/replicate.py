@@ -38,8 +38,8 @@ from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction
 from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
 from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
+from das.rules import Invariants
 from das.schema import Schema, SpecError, parse_query_name
-from das.topdown.constraints import Invariants, block_bounds
 from das.topdown.engine import EngineOptions, postprocess
 
 RELEASE = "persons"
@@ -138,7 +138,6 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, querie
     """(stats, errors) DataFrames of every estimator, level and query of one draw of noise."""
     stats, errors = [], []
     schema, geography = ctx.schema, ctx.geography
-    families = block_bounds(schema, ctx.invariants) if "wls" in estimators else None
     parent = None
     for level in geography.levels:
         noisy = None
@@ -151,7 +150,7 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, querie
         if "noisy" in estimators:
             per_estimator["noisy"] = {q: a for q in queries if (a := noisy_answers(schema, noisy, q)) is not None}
         if "wls" in estimators:
-            parent = wls_level(schema, geography, ctx.invariants, level, noisy, parent, families)
+            parent = wls_level(schema, geography, ctx.invariants, level, noisy, parent)
             per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
         del noisy
         for estimator in estimators:
