@@ -17,14 +17,42 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
-if TYPE_CHECKING:  # annotations only: the schema module validates kinds against KINDS
-    from das.geography import Geography
-    from das.schema import Constraint, Query, Schema
+from das.geography import Geography
+
+
+class Constraint(Protocol):
+    """A schema's constraint (das.schema.Constraint): a kind of KINDS over one query."""
+
+    kind: str
+    query: str
+    cells: tuple[tuple[int, ...], ...]
+
+
+class Query(Protocol):
+    """A schema's marginal query (das.schema.Query)."""
+
+    name: str
+    factors: tuple[str, ...]
+    shape: tuple[int, ...]
+    matrix: sp.csr_matrix
+    size: int
+
+
+class Schema(Protocol):
+    """What the rules read of a schema (das.schema.Schema, which checks its kinds against KINDS)."""
+
+    name: str
+    universe: str
+    constraints: tuple
+
+    def query(self, name: str) -> Query: ...
+
+    def factor_labels(self, name: str) -> tuple[str, ...]: ...
 
 INVARIANT_LEVELS = ("nation", "state")
 

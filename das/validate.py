@@ -28,10 +28,11 @@ import numpy as np
 import pandas as pd
 
 from das import rules
-from das.bundle import RUN_FILES, BundleError, input_paths, read_manifest
+from das.bundle import RUN_FILES, BundleError, input_paths
 from das.checkpoint import file_sha256
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
+from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema
 
 GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
@@ -128,16 +129,12 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
     return pd.concat(frames, ignore_index=True)
 
 
-def load_manifest(run_dir: Path) -> dict:
+def load_manifest(run_dir: Path) -> Manifest:
     """The run's manifest, or ValidationError naming the file and what is wrong with it."""
     try:
-        manifest = read_manifest(run_dir)
-    except BundleError as e:
+        return RunDir(run_dir).read()
+    except RunDirError as e:
         raise ValidationError(str(e)) from None
-    missing = [k for k in ("status", "levels", "persons", "privacy", "spec_text") if k not in manifest]
-    if missing:
-        raise ValidationError(f"{Path(run_dir) / 'manifest.json'} is not a das run manifest (no {', '.join(missing)})")
-    return manifest
 
 
 def read_parquet(path: Path, columns=None) -> pd.DataFrame:
@@ -150,11 +147,11 @@ def read_parquet(path: Path, columns=None) -> pd.DataFrame:
         raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
 
-def check_files(run_dir: Path, manifest: dict, report: Report) -> None:
+def check_files(run_dir: Path, manifest: Manifest, report: Report) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
-    listed = {**manifest.get("outputs", {}), **manifest.get("nmf", {})}
+    listed = {**(manifest.outputs or {}), **(manifest.nmf or {})}
     problems = []
-    if not manifest.get("outputs") or not manifest.get("nmf"):
+    if not manifest.outputs or not manifest.nmf:
         problems.append("the manifest lists no outputs or no NMF files")
     for name, digest in sorted(listed.items()):
         path = run_dir / name
@@ -168,19 +165,18 @@ def check_files(run_dir: Path, manifest: dict, report: Report) -> None:
             if relative not in listed:
                 known = any(fnmatch.fnmatchcase(relative, p) for p in RUN_FILES)
                 problems.append(f"{relative}: not listed in the manifest" + ("" if known else " (not a das output)"))
-    text = manifest.get("spec_text", "")
-    if manifest.get("spec_sha256") and hashlib.sha256(text.encode()).hexdigest() != manifest["spec_sha256"]:
+    if manifest.spec_sha256 and hashlib.sha256(manifest.spec_text.encode()).hexdigest() != manifest.spec_sha256:
         problems.append("spec_sha256 does not match the spec text in the manifest")
     report.check("checksums of every output and NMF file", _first(problems))
 
 
-def check_metadata(run_dir: Path, manifest: dict, report: Report) -> None:
+def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
     """Every Parquet file says, in its own metadata, whether it is private and which spec made it."""
     import pyarrow.parquet as pq
 
     problems = []
-    want_private = b"private" if manifest.get("private") else None
-    for name in sorted({**manifest.get("outputs", {}), **manifest.get("nmf", {})}):
+    want_private = b"private" if manifest.private else None
+    for name in sorted({**(manifest.outputs or {}), **(manifest.nmf or {})}):
         if not name.endswith(".parquet"):
             continue
         try:
@@ -192,8 +188,8 @@ def check_metadata(run_dir: Path, manifest: dict, report: Report) -> None:
             problems.append(f"{name}: no das.privacy metadata")
         elif want_private and mode != want_private or not want_private and b"NOT PRIVATE" not in mode:
             problems.append(f"{name}: das.privacy says {mode.decode(errors='replace')!r}, the manifest says "
-                            f"private = {manifest.get('private')}")
-        if manifest.get("spec_sha256") and meta.get(b"das.spec_sha256", b"").decode() != manifest["spec_sha256"]:
+                            f"private = {manifest.private}")
+        if manifest.spec_sha256 and meta.get(b"das.spec_sha256", b"").decode() != manifest.spec_sha256:
             problems.append(f"{name}: das.spec_sha256 is not the run's spec digest")
     report.check("privacy mode and spec digest in every Parquet file", _first(problems))
 
@@ -321,11 +317,11 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     return sorted(set(problems), key=problems.index)
 
 
-def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report) -> None:
+def check_nmf(run_dir: Path, manifest: Manifest, universe: pd.Series, report: Report) -> None:
     """The NMF holds exactly the certified measurements, each (geocode, query, cell) once, at the certified variance."""
     problems = []
-    for release, cert in manifest["privacy"].items():
-        schema = load_schema(manifest[release]["schema"])
+    for release, cert in manifest.privacy.items():
+        schema = load_schema(manifest.schema(release))
         for level in cert["by_level"]:
             name = f"nmf/{release}/{level['level']}.parquet"
             path = run_dir / name
@@ -405,15 +401,15 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     run_dir = Path(run_dir)
     report = Report()
     manifest = load_manifest(run_dir)
-    if manifest.get("status") != "complete":
-        report.check("run complete", [f"manifest status is {manifest.get('status')!r}, not 'complete'"])
+    if not manifest.complete:
+        report.check("run complete", [f"manifest status is {manifest.status!r}, not 'complete'"])
         return report
     check_files(run_dir, manifest, report)
     check_metadata(run_dir, manifest, report)
-    geo_levels = manifest["levels"]
+    geo_levels = manifest.levels
     try:
-        persons_schema = load_schema(manifest["persons"]["schema"])
-        units_schema = load_schema(manifest["units"]["schema"]) if manifest.get("units") else None
+        persons_schema = load_schema(manifest.schema("persons"))
+        units_schema = load_schema(manifest.schema("units")) if manifest.units else None
     except Exception as e:
         raise ValidationError(f"{run_dir / 'manifest.json'}: {e}") from None
 
@@ -438,7 +434,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         return report
 
     # 2. tables recounted from the MDF equal the written tables; 3. hierarchy sums
-    tables = load_tables(manifest.get("tables", "pl94"))
+    tables = load_tables(manifest.tables)
     housing = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True)
     try:
         unit_levels = _levels(housing, units_schema) if units_schema else None
@@ -490,7 +486,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
 
     # 4. invariants: published population; schema constraints against the units MDF
     problems = []
-    published = manifest.get("invariants", {}).get("total_population", {})
+    published = manifest.invariants.get("total_population", {})
     for geo_level, totals in published.items():
         k = LEVEL_DIGITS[geo_level]
         out = mdf["geocode"].str.slice(0, k).value_counts()

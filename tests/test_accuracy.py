@@ -15,7 +15,7 @@ from das.rules import Bounds, Invariants, block_bounds
 from das.run import run
 from das.schema import load_schema
 from das.topdown import engine, solve
-from das.topdown.problem import ParentProblem
+from das.topdown.problem import measured, parent_problem, root_problem
 from das.validate import validate_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,9 +51,7 @@ def root_solved(state_root):
     """das's root solution, and the same problem as a ParentProblem: (solution, problem, columns, terms)."""
     schema, truth, noisy, bounds = state_root
     single = {k: (np.asarray(v).reshape(1, -1), var) for k, (v, var) in noisy.items()}
-    p = engine.parent_problem(schema, "", np.array([""]), np.ones(schema.size, np.int64), single, bounds)
-    problem = ParentProblem(parent="", children=("",), cells=p.cells, parent_counts=None, allowed=p.allowed,
-                            queries=p.queries, constraints=p.constraints, passes=p.passes)
+    problem = root_problem(schema, measured(single), bounds)
     columns = solve._variables(problem)
     return solve.solve_root(schema, noisy, bounds), problem, columns, solve._terms(problem, columns, problem.queries)
 
@@ -208,7 +206,7 @@ def test_parent_problem_keeps_the_descendant_rows():
     schema = load_schema("h1_units")
     answers = {"detailed": (np.array([[3.0, 1.0], [2.0, 2.0]]), 4)}
     finer = [("detailed", np.array([[2.5, 1.5]]), 1, np.array([1]))]
-    problem = engine.parent_problem(schema, "p", np.array(["a", "b"]), np.array([5, 3]), answers, [], ((),), finer)
+    problem = parent_problem(schema, "p", np.array(["a", "b"]), np.array([5, 3]), measured(answers, finer), [])
     assert [q.rows for q in problem.queries][0] is None
     extra = problem.queries[1]
     assert extra.rows.tolist() == [1] and extra.variance == 1.0

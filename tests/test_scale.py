@@ -8,7 +8,7 @@ import das.measure
 from das.geography import Geography
 from das.io import nmf
 from das.io.microdata import read_inputs
-from das.measure import Measurement, measure_level
+from das.measure import Measured, Measurement, Target, measure_level
 from das.privacy.randomness import SeededRandomSource
 from das.rules import INVARIANT_LEVELS, Invariants, block_bounds, level_bounds
 from das.schema import load_schema
@@ -57,8 +57,8 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
     monkeypatch.setattr(das.measure, "CHUNK_UNITS", 150)  # caps the narrow queries' chunks too
     measurements = [Measurement("block", q, v) for q, v in
                     (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
-    path = measure_level("persons", "block", geography, histograms, schema, measurements, SeededRandomSource(1),
-                         tmp_path / "block.parquet")
+    what = Measured("persons", schema, {"block": measurements})
+    path = measure_level(what, "block", histograms, geography.units("block"), SeededRandomSource(1), Target(tmp_path))
     assert pq.ParquetFile(path).num_row_groups > 20
     assert not das.measure.parts_dir(path).exists()
     whole = nmf.read_level(path, geography.units("block"))
@@ -88,7 +88,8 @@ def test_batch_size_does_not_change_the_solution(perry, tmp_path):
     plan = {lv: [] for lv in geography.levels}
     for item in allocation.items:
         plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    das.measure.measure_release("persons", geography, histograms, schema, plan, SeededRandomSource(3), tmp_path)
+    das.measure.measure_release(Measured("persons", schema, plan), geography, histograms, SeededRandomSource(3),
+                                Target(tmp_path))
     solved = [postprocess("persons", schema, geography, invariants, tmp_path,
                           EngineOptions(progress=False, batch_children=size))[0] for size in (2048, 7)]
     assert (solved[0] != solved[1]).nnz == 0

@@ -168,7 +168,7 @@ def _duplicates(names: list[str]) -> list[str]:
 def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
     try:
         names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a corrupt footer may hold non-UTF-8 names
         col.add(f"not a Parquet file, or a corrupt one ({str(e).splitlines()[0]})", unreadable=True)
         return None
     dupes = _duplicates(names)
@@ -177,7 +177,7 @@ def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
         return None
     try:
         return pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         col.add(f"the Parquet data could not be read ({str(e).splitlines()[0]})", unreadable=True)
         return None
 
@@ -303,7 +303,10 @@ class _Encoded:
 def _encode(arr: pa.Array) -> _Encoded:
     if not pa.types.is_dictionary(arr.type):
         arr = arr.cast(pa.string()).dictionary_encode()
-    values = np.asarray(arr.dictionary.to_pylist(), dtype=str)
+    # as bytes: a corrupt file's string column may hold bytes that are not UTF-8; shown escaped, they
+    # fail the column's check like any other bad value (with its row), instead of raising here
+    raw = arr.dictionary.cast(pa.binary()).to_pylist()
+    values = np.asarray([b.decode("utf-8", "backslashreplace") if b is not None else "None" for b in raw], dtype=str)
     return _Encoded(values, arr.indices.to_numpy(zero_copy_only=False).astype(np.int64))
 
 
@@ -567,6 +570,24 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _C
         return None
     cells = np.asarray(schema.cell_index(tuple(levels)), dtype=np.int64).reshape(-1)
     return _Read(Records(block_index[rows].astype(np.int64), cells), rows, columns, dict(zip(schema.names, levels)))
+
+
+def read_person_levels(path, schema: Schema) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A persons file read alone (no units file): (its blocks, sorted; each record's block index;
+    each record's level per schema attribute), or InputError listing every problem."""
+    path = Path(path)
+    col = _Collector(path)
+    table = _load(path, col)
+    geo = None if table is None else _geocodes(table, col, "person")
+    read = None
+    if geo is not None:
+        blocks = np.unique(geo[0])
+        read = _records(table, schema, blocks, col)
+    if col.problems or read is None:
+        raise InputError(col.problems)
+    levels = np.column_stack([np.asarray(read.levels[n], dtype=np.int64) for n in schema.names]) \
+        if len(read.records.cells) else np.zeros((0, len(schema.names)), dtype=np.int64)
+    return blocks, read.records.block_index, levels
 
 
 def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:

@@ -27,7 +27,7 @@ from das.geography import Geography
 from das.io import nmf
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.schema import Schema
-from das.topdown.problem import ChildConstraints, ParentProblem, QueryAnswers
+from das.topdown.problem import measured, parent_problem
 from das.topdown.solve import merge_certificates, solve_parent, solve_root
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
@@ -58,59 +58,6 @@ class LevelReport:
     seconds: float
     failsafe_events: list = field(default_factory=list)
     certificate: dict = field(default_factory=dict)  # L2 duality gaps summed over the level's parents
-
-
-def parent_problem(
-    schema: Schema,
-    parent: str,
-    children: np.ndarray,
-    parent_counts: np.ndarray,
-    noisy: dict[str, tuple[np.ndarray, Fraction]],
-    bounds: list[Bounds],
-    passes: tuple[tuple[str, ...], ...] = ((),),
-    descendants: list[tuple[str, np.ndarray, Fraction, np.ndarray]] = (),
-) -> ParentProblem:
-    """One parent's problem: variables are children x the parent's nonzero cells.
-
-    `descendants`: (query, answers, variance, child rows) measured on the only child of a child
-    (the same geounit, measured again at a finer level), fitted beside the child's own answers.
-    """
-    cells = np.flatnonzero(parent_counts)
-    n_children = len(children)
-    allowed = np.ones((n_children, len(cells)), dtype=bool)
-    rows, lower, upper = [], [], []
-    for b in bounds:
-        q = schema.query(b.query).matrix[:, cells].tocsr()
-        zeros = b.structural_zeros()
-        if zeros.any():
-            allowed &= ~((sp.csr_matrix(zeros.astype(np.int64)) @ q).toarray() > 0)
-        binding = b.binding()
-        if binding.any():
-            rows.append(q[binding])
-            lower.append(b.lower[:, binding])
-            upper.append(b.upper[:, binding])
-    constraints = None
-    if rows:
-        constraints = ChildConstraints(
-            matrix=sp.vstack(rows).tocsr(),
-            lower=np.hstack(lower).astype(np.int64),
-            upper=np.hstack(upper).astype(float),
-        )
-    queries = []
-    measured = [(name, answers, variance, None) for name, (answers, variance) in noisy.items()]
-    for name, answers, variance, rows in measured + [d for d in descendants if len(d[3])]:
-        q = schema.query(name).matrix[:, cells].tocsr()
-        keep = q.getnnz(axis=1) > 0
-        queries.append(QueryAnswers(
-            name=name, matrix=q[keep], noisy=answers[:, keep].astype(np.float64), variance=float(variance), rows=rows,
-        ))
-    passes = tuple(tuple(q for q in names if q in noisy) for names in passes)
-    passes = tuple(names for names in passes if names or names == ()) or ((),)
-    return ParentProblem(
-        parent=parent, children=tuple(str(c) for c in children), cells=cells,
-        parent_counts=parent_counts[cells].astype(np.int64), allowed=allowed,
-        queries=tuple(queries), constraints=constraints, passes=passes,
-    )
 
 
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
@@ -210,9 +157,9 @@ def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
         own = [(name, answers[(rows >= c0) & (rows < c1)], variance, rows[(rows >= c0) & (rows < c1)] - c0)
                for name, answers, variance, rows in finer]
         problem = parent_problem(task.schema, task.parents[p], task.children[c0:c1], counts,
-                                 {k: (v[0][c0:c1], v[1]) for k, v in noisy.items()},
-                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1]) for b in bounds], task.passes,
-                                 own)
+                                 measured({k: (v[0][c0:c1], v[1]) for k, v in noisy.items()}, own),
+                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1], b.rule) for b in bounds],
+                                 task.passes)
         solution = solve_parent(problem, solver=task.solver, rounding=task.rounding)
         block = sp.csr_matrix(solution.counts)
         data.append(block.data)
