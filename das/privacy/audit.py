@@ -77,7 +77,7 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     """One-sided (1 - alpha) Clopper-Pearson bounds for a binomial proportion: (lower, upper).
 
     >>> lo, hi = clopper_pearson(50, 100, 0.05); round(lo, 3), round(hi, 3)
-    (0.416, 0.584)
+    (0.414, 0.586)
     """
     lower = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
     upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
@@ -168,10 +168,22 @@ def _truths(geography: Geography, histograms: sp.csr_matrix, schema: Schema, pla
     return out
 
 
+@dataclass(frozen=True)
+class Trials:
+    """How an audit runs: trials per dataset, the certificate's budget (rho, delta) whose eps it
+    bounds from below at confidence 1 - alpha, and the mechanism audited."""
+
+    trials: int
+    delta: Fraction
+    rho: Fraction
+    mechanism: Mechanism = measure_in_memory
+    alpha: float = 0.05
+
+
 def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], rng,
-               trials: int, delta: Fraction, rho: Fraction, mechanism: Mechanism = measure_in_memory,
-               alpha: float = 0.05) -> AuditResult:
-    """Run `mechanism` `trials` times on each of D and D' and bound eps at `delta` from below."""
+               how: Trials) -> AuditResult:
+    """Run the mechanism `how.trials` times on each of D and D' and bound eps at `how.delta` from below."""
+    trials = how.trials
     truth_d = _truths(geography, pair.d, schema, plan)
     truth_p = _truths(geography, pair.d_prime, schema, plan)
     answers = sum(t.size for t in truth_d.values())
@@ -181,22 +193,21 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
         parts = []
         for number, start in enumerate(range(0, trials, chunk)):
             stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
-            outputs = mechanism(geography, histograms, schema, plan, stream, trials=min(chunk, trials - start))
+            outputs = how.mechanism(geography, histograms, schema, plan, stream, trials=min(chunk, trials - start))
             parts.append(llr_scores(outputs, truth_d, truth_p))
         return np.concatenate(parts)
 
     s_d, s_p = scores(pair.d, "D"), scores(pair.d_prime, "D'")
-    forward = epsilon_bound(s_d, s_p, float(delta), alpha)
-    backward = epsilon_bound(-s_p, -s_d, float(delta), alpha)
+    forward = epsilon_bound(s_d, s_p, float(how.delta), how.alpha)
+    backward = epsilon_bound(-s_p, -s_d, float(how.delta), how.alpha)
     eps, threshold, p, q = max(forward, backward, key=lambda r: r[0])
-    return AuditResult(pair.name, eps, eps_for_delta(rho, delta), float(delta), trials, threshold, p, q)
+    return AuditResult(pair.name, eps, eps_for_delta(how.rho, how.delta), float(how.delta), trials, threshold, p, q)
 
 
 def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]],
-          rng, trials: int, delta: Fraction, rho: Fraction, mechanism: Mechanism = measure_in_memory,
-          kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
+          rng, how: Trials, kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
     """The audit for each kind of neighbour (see `neighbour_pairs`)."""
-    return [audit_pair(pair, geography, schema, plan, rng, trials, delta, rho, mechanism)
+    return [audit_pair(pair, geography, schema, plan, rng, how)
             for pair in neighbour_pairs(histograms, schema, geography) if pair.name in kinds]
 
 
@@ -281,7 +292,7 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
               "private_randomness": rng.private, "strategies": {}}
     for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
         plan, _ = plan_for(s, rho, spec.levels)
-        results = audit(geography, data, schema, plan, rng.spawn(name), trials, delta, rho)
+        results = audit(geography, data, schema, plan, rng.spawn(name), Trials(trials, delta, rho))
         report["strategies"][name] = [r.__dict__ for r in results]
     return report
 

@@ -163,7 +163,7 @@ def check_solver(solver: str) -> str:
     raise ValueError(f"unknown least-squares solver {solver!r}: expected {' or '.join(SOLVERS)}")
 
 
-def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget=None, tight=False):
+def _least_squares(problem, columns, stated: l2.Pass, solver: str, tight: bool = False):
     """One weighted least-squares pass; returns x (in counts) or None when infeasible.
 
     Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
@@ -172,25 +172,26 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
     over truly empty cells of a state). `CLARABEL` builds the nested QP directly (das.topdown.l2);
     `cvxpy:NAME` states the same problem in cvxpy, the reference.
     """
-    scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
+    scale = _scale_of(problem, [_Answers(y) for _, y, _ in stated.terms], stated.parent)
     if solver == "CLARABEL":
         try:
-            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, tight)
-            if x is not None or not fixed:
+            x = l2.solve(stated, len(columns), scale, tight)
+            if x is not None or not stated.fixed:
                 return x
             # "infeasible" with held answers is numerical: the previous pass's solution satisfies them
             # (their equalities repeat the total invariant at a root, Perry County AL seed 11)
         except l2.Stalled:
             pass  # no proof either way (seen on the DHC schema's large roots)
         solver = "cvxpy:CLARABEL"  # the cvxpy path decides
-    return _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver[len("cvxpy:"):], slack_budget,
-                                tight, scale)
+    return _least_squares_cvxpy(columns, stated, solver[len("cvxpy:"):], tight, scale)
 
 
-def _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver, slack_budget, tight, scale):
+def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, tight: bool, scale: float):
     """The reference: the pass stated with cvxpy atoms and solved by any cvxpy QP solver."""
     import cvxpy as cp
 
+    terms, fixed, parent, bounds, slack_budget = (stated.terms, stated.fixed, stated.parent, stated.bounds,
+                                                  stated.slack_budget)
     n_var = len(columns)
     z = cp.Variable(n_var, nonneg=True)  # x = scale * z
     residuals = [cp.sum_squares((np.sqrt(w) * scale) * (a @ z) - np.sqrt(w) * y) for a, y, w in terms]
@@ -374,18 +375,19 @@ def _failsafe(problem, columns, parent, bounds):
     return bounds, budget, event
 
 
-def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate):
+def _certified_pass(problem, columns, stated: l2.Pass, solver: str, certificate: dict):
     """Solve one pass, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
 
     The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
     `certificate` (and reported per level in the manifest), never accepted silently.
     """
-    x = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget)
+    terms, fixed, parent, bounds = stated.terms, stated.fixed, stated.parent, stated.bounds
+    x = _least_squares(problem, columns, stated, solver)
     if x is None:
         return None
     parent_sums = None
     if parent is not None:
-        parent_sums = parent[1] if slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
+        parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
     held = _held_at(fixed, x)
     value, gap = certify(problem, columns, terms, x, parent_sums, bounds, held)
     if gap > GAP_TOL * max(value, 1.0):
@@ -393,7 +395,7 @@ def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slac
         # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
         retries = [solver] + (["cvxpy:CLARABEL"] if solver == "CLARABEL" else [])
         for path in retries:
-            retry = _least_squares(problem, columns, terms, fixed, parent, bounds, path, slack_budget, tight=True)
+            retry = _least_squares(problem, columns, stated, path, tight=True)
             if retry is not None:
                 v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, _held_at(fixed, retry))
                 if g2 < gap:
@@ -461,11 +463,13 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict
         if not queries:
             continue
         terms = _terms(problem, columns, queries)
-        x = _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate)
+        x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
+                            certificate)
         if x is None and not events:
             bounds, slack_budget, event = _failsafe(problem, columns, parent, bounds)
             events.append(event)
-            x = _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate)
+            x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
+                                certificate)
         if x is None:
             raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:
@@ -475,7 +479,7 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict
                 a = _query_rows(problem, q, columns)
                 fixed.append((a, a @ x))
     if x is None:  # no queries at all: any feasible point
-        x = _least_squares(problem, columns, [], [], parent, bounds, solver, slack_budget)
+        x = _least_squares(problem, columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
     return x, events, bounds, columns
 
 
