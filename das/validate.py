@@ -30,12 +30,12 @@ import pandas as pd
 from das import rules
 from das.bundle import RUN_FILES, BundleError, input_paths
 from das.checkpoint import file_sha256
-from das.geography import LEVEL_DIGITS
+from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
 from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema
 
-GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
+GEO = [name for name, _ in GEOCODE_COLUMNS]
 MAX_LISTED = 20
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
 GQ_TYPES = 7  # units MDF GQTYPE_PL 1..7 (check_unit_records holds every facility to it)

@@ -27,8 +27,8 @@ from das.geography import Geography
 from das.io import nmf
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.schema import Schema
-from das.topdown.problem import measured, parent_problem
-from das.topdown.solve import merge_certificates, solve_parent, solve_root
+from das.topdown.problem import DEFAULT_PASSES, measured, parent_problem
+from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, merge_certificates, solve_parent, solve_root
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
 
@@ -36,10 +36,10 @@ BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children p
 @dataclass
 class EngineOptions:
     workers: int = 1
-    solver: str = "CLARABEL"
-    rounding: str = "auto"
+    solver: str = DEFAULT_SOLVER
+    rounding: str = DEFAULT_ROUNDING
     progress: bool = True
-    passes: tuple[tuple[str, ...], ...] = ((),)  # query names per L2 pass; () = all remaining
+    passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES  # query names per L2 pass; () = all remaining
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes (e.g. the root's)
     executor: object | None = None  # das.executors (local pool, Dask); None: a local pool of `workers`
     checkpoint_dir: Path | None = None  # solved levels and batches, for resume; None: no checkpoints

@@ -30,7 +30,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.topdown import l2
-from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution, measured, root_problem
+from das.topdown.problem import (
+    DEFAULT_PASSES,
+    ChildConstraints,
+    FailsafeEvent,
+    ParentProblem,
+    ParentSolution,
+    measured,
+    root_problem,
+)
 
 INTEGRAL_TOL = 1e-6
 GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
@@ -146,6 +154,16 @@ def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 SOLVERS = ("CLARABEL", "cvxpy:<a cvxpy QP solver>, e.g. cvxpy:CLARABEL or cvxpy:OSQP")
+DEFAULT_SOLVER = "CLARABEL"  # the nested QP straight to Clarabel (das.topdown.l2)
+ROUNDINGS = ("auto", "milp")  # auto: the LP (integral: totally unimodular), MILP only if it is not
+DEFAULT_ROUNDING = "auto"
+
+
+def check_rounding(rounding: str) -> str:
+    """The rounding method, or ValueError naming the choices."""
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {list(ROUNDINGS)}, not {rounding!r}")
+    return rounding
 
 
 def check_solver(solver: str) -> str:
@@ -437,7 +455,7 @@ def merge_certificates(records) -> dict:
     return total
 
 
-def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict | None = None):
+def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: dict | None = None):
     """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
 
     `solver`: `CLARABEL` (default: the nested QP straight to Clarabel, das.topdown.l2) or
@@ -640,7 +658,7 @@ def _check(problem: ParentProblem, counts: np.ndarray, bounds_matrix, lower, upp
     return problems
 
 
-def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str = "auto") -> ParentSolution:
+def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING) -> ParentSolution:
     """L2, rounding, exact checks; trivial parents (empty, one child) without a solver."""
     t0 = time.perf_counter()
     shape = (problem.n_children, problem.n_cells)
@@ -678,8 +696,8 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
     return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method, certificate)
 
 
-def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto",
-               passes: tuple = ((),), descendants: list = ()) -> ParentSolution:
+def solve_root(schema, noisy: dict, bounds: list, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING,
+               passes: tuple = DEFAULT_PASSES, descendants: list = ()) -> ParentSolution:
     """The top geounit: its own noisy answers (and its only descendants'), its bounds, no parent to sum to."""
     single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
     problem = root_problem(schema, measured(single, descendants), bounds, passes)
