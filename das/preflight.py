@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
 from das.schema import SpecError
 
 MAX_RHO = Fraction(10)  # above this a run needs --allow-large-rho (2020 production persons: 2.56)
@@ -133,7 +134,6 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
     bounds; occupied housing units need household persons (at least one each) and household
     persons need an occupied unit in their block.
     """
-    from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
 
     invariants = Invariants.from_inputs(inventory, person_histograms, geography)
     problems = []

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from das import rules
 from das.bundle import RUN_FILES, BundleError, input_paths
@@ -172,7 +174,6 @@ def check_files(run_dir: Path, manifest: Manifest, report: Report) -> None:
 
 def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
     """Every Parquet file says, in its own metadata, whether it is private and which spec made it."""
-    import pyarrow.parquet as pq
 
     problems = []
     want_private = b"private" if manifest.private else None
@@ -252,7 +253,6 @@ def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report:
 
 def _dictionary(column) -> tuple[np.ndarray, np.ndarray]:
     """(code of each row, distinct values) of a string column, dictionary-encoded or not."""
-    import pyarrow as pa
 
     if not pa.types.is_dictionary(column.type):
         column = column.dictionary_encode()
@@ -267,7 +267,6 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     geounit-major, then cell, over the level's geounits in geocode order, so row i of a query must
     be (geounits[i // size], i % size).
     """
-    import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(path)

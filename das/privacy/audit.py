@@ -27,6 +27,7 @@ twice but charged once, yields a bound above the certificate.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,9 +37,12 @@ import scipy.sparse as sp
 from scipy.stats import beta
 
 from das.geography import Geography
-from das.measure import Measurement, NoisyMeasurement, measure_in_memory, true_answers
+from das.measure import Measurement, NoisyMeasurement, measure_in_memory, plan_for, true_answers
 from das.privacy.accounting import eps_for_delta
-from das.schema import Schema
+from das.privacy.randomness import make_random_source
+from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
+from das.runspec import load_run_spec
+from das.schema import Schema, SpecError, load_schema
 
 AUDIT_DELTA = Fraction(1, 100)
 AUDIT_RHO = Fraction(1)
@@ -268,11 +272,6 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     """The audit of a run spec's persons strategy (its shares, at the audit budget) on the synthetic
     neighbourhood, beside the same strategy reduced to its `detailed` query alone (where every
     neighbour changes every measurement, so the bound can approach the certificate)."""
-    from das.measure import plan_for
-    from das.privacy.randomness import make_random_source
-    from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
-    from das.runspec import load_run_spec
-    from das.schema import load_schema
 
     spec = load_run_spec(spec_path)
     rho = AUDIT_RHO if rho is None else parse_fraction(rho, "--rho")
@@ -300,9 +299,7 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
 def audit_spec_main(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None,
                     json_out: bool = False) -> int:
     """`das audit-privacy SPEC`: exit 0 when every bound is within the certificate, 1 otherwise."""
-    import json
 
-    from das.schema import SpecError
 
     try:
         report = audit_spec(spec_path, trials, rho, delta, seed)

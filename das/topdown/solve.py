@@ -99,12 +99,13 @@ def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     return _per_child(sp.csr_matrix(np.ones((1, problem.n_cells))), problem.n_children, columns)
 
 
-def _bound_rows(problem: ParentProblem, columns: np.ndarray):
+def _bound_rows(problem: ParentProblem, columns: np.ndarray) -> l2.BoundRows:
+    """The children's bound rows over the variables."""
     c: ChildConstraints | None = problem.constraints
     if c is None or c.matrix.shape[0] == 0:
-        return None, None, None
-    return (_per_child(c.matrix, problem.n_children, columns),
-            c.lower.astype(float).ravel(), c.upper.astype(float).ravel())
+        return l2.NO_BOUNDS
+    return l2.BoundRows(_per_child(c.matrix, problem.n_children, columns),
+                        c.lower.astype(float).ravel(), c.upper.astype(float).ravel())
 
 
 def _queries_in_pass(problem: ParentProblem, names: tuple[str, ...], done: set[str]):
@@ -374,7 +375,7 @@ def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
     widen_lo, widen_hi = np.asarray(s_lo.value), np.asarray(s_hi.value)
     new_lower = np.floor(np.where(lower > 0, lower, 0.0) - widen_lo + 1e-9)
     new_upper = np.where(np.isfinite(upper), np.ceil(upper + widen_hi - 1e-9), np.inf)
-    return parent_slack, float(widen_lo.sum() + widen_hi.sum()), (b_matrix, new_lower, new_upper)
+    return parent_slack, float(widen_lo.sum() + widen_hi.sum()), l2.BoundRows(b_matrix, new_lower, new_upper)
 
 
 def _failsafe(problem, columns, parent, bounds):
