@@ -170,11 +170,13 @@ class Stored:
 
 
 def _load_stored(run_dir: RunDir) -> Stored:
+    if not run_dir.manifest_path.is_file():
+        raise RunError(f"cannot resume {run_dir.path}: {run_dir.manifest_path} not found (expected the directory of an "
+                       "interrupted `das run`, which writes manifest.json before it measures anything)")
     try:
         manifest = run_dir.read()
     except RunDirError as e:
-        raise RunError(f"cannot resume {run_dir.path}: {e} (expected the directory of an interrupted `das run`, "
-                       "which writes manifest.json before it measures anything)") from None
+        raise RunError(f"cannot resume {run_dir.path}: {e} (it was not written by a resumable `das run`)") from None
     try:
         operator, key = bundle.read_operator(run_dir.path)
     except bundle.BundleError as e:
