@@ -44,7 +44,7 @@ def run_mechanism(name, data):
 # Releases written by synthesize: the certificate is the ledger, das validate passes
 
 
-@pytest.mark.parametrize("name", ["flat"])
+@pytest.mark.parametrize("name", ["flat", "stability", "mwem"])
 def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
     out = synthesize("tiny", name, tmp_path / name, seed=3)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -54,6 +54,7 @@ def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
     assert manifest["holds"] == ["mdf_codes", "tables_match_mdf", "charges_sum_to_rho"]
     assert manifest["private"] is False and "NOT private" in manifest["warning"]
     assert manifest["mechanism"]["name"] == name and manifest["validation"]["valid"]
+    assert sum((Fraction(v) for v in cert["delta_parts"].values()), Fraction(0)) == Fraction(1, 10**10)
     report = validate_run(out)
     assert report.ok, report.violations
     assert any("charges sum exactly to rho" in c for c in report.checks)
@@ -129,3 +130,78 @@ def test_flat_block_totals_are_unbiased_over_seeds():
     assert abs(errors.mean()) < 4 * errors.std() / np.sqrt(len(errors))
     assert 20 < errors.std() < 36
     assert set(ledgers) == {RHO}
+
+
+# ---------------------------------------------------------------------------------------------
+# stability
+
+
+def test_stability_threshold_is_the_smallest_with_delta():
+    from das.mechanisms.stability import threshold
+
+    for eps_half, delta in [(Fraction(1, 4), Fraction(1, 20)), (Fraction(113, 100), Fraction(1, 2 * 10**10))]:
+        T = threshold(eps_half, delta)
+        assert np.exp(-float(eps_half) * (T - 1)) <= float(delta) < np.exp(-float(eps_half) * (T - 2))
+
+
+def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_unbiased():
+    from das.mechanisms.stability import threshold
+
+    n_single, n_large = 3000, 300
+    geocodes = blocks(1, n_single + n_large)
+    truth = sp.lil_matrix((len(geocodes), PL94.size), dtype=np.int64)
+    for b in range(n_single):
+        truth[b, 5] = 1
+    for b in range(n_single, n_single + n_large):
+        truth[b, 7] = 100
+    rho = Fraction(1, 8)  # eps = 1/2, noise exp(-|z|/4)
+    data = SynthesisInput(PL94, Geography.from_blocks(geocodes), truth.tocsr(), rho, Fraction(1, 10),
+                          SeededRandomSource(3), Ledger(rho))
+    out = run_mechanism("stability", data)
+    T = threshold(Fraction(1, 4), Fraction(1, 20))
+    a = np.exp(-0.25)
+    p = a ** (T - 1) / (1 + a)  # P(1 + Z >= T)
+    released = (np.asarray(out[:n_single].sum(axis=1)).ravel() > 0).sum()
+    assert abs(released - n_single * p) < 4 * np.sqrt(n_single * p * (1 - p))
+    large = np.asarray(out[n_single:, 7].todense()).ravel()
+    assert (large >= T).all()
+    assert abs(large.mean() - 100) < 4 * np.sqrt(2 * a / (1 - a) ** 2 / n_large)
+    assert out.nnz == released + n_large  # nothing where the truth is zero
+    assert data.ledger.spent == rho and data.ledger.delta_parts == {"stability threshold": Fraction(1, 20)}
+
+
+# ---------------------------------------------------------------------------------------------
+# mwem
+
+
+def workload_error(name, truth, geocodes, rho, seeds):
+    from das.mechanisms.domain import Domain
+    from das.mechanisms.mwem import workload
+
+    domain = Domain(PL94, len(geocodes))
+    errors = []
+    for seed in seeds:
+        out = run_mechanism(name, synthetic_input(truth, geocodes, rho=rho, seed=seed)).toarray().ravel()
+        difference = out - truth.ravel()
+        errors.append(sum(np.abs(np.bincount(index, weights=difference, minlength=size)).sum()
+                          for index, size in (domain.marginal(f) for _, f in workload(domain))))
+    return float(np.mean(errors))
+
+
+def test_mwem_error_decreases_with_budget():
+    geocodes = blocks(1, 3)
+    truth = np.zeros((3, PL94.size), dtype=np.int64)
+    truth[0, PL94.cell_index((0, 1, 0, 0))] = 120
+    truth[1, PL94.cell_index((0, 0, 1, 5))] = 60
+    truth[2, PL94.cell_index((3, 1, 0, 1))] = 30
+    low = workload_error("mwem", truth, geocodes, Fraction(1, 1000), range(3))
+    high = workload_error("mwem", truth, geocodes, Fraction(100), range(3))
+    assert high < 0.5 * low
+
+
+def test_mwem_charges_its_whole_budget_exactly():
+    data = synthetic_input(np.zeros((2, PL94.size), dtype=np.int64), blocks(1, 2), rho=Fraction(7, 5))
+    run_mechanism("mwem", data)
+    assert data.ledger.spent == Fraction(7, 5)
+    kinds = [e["noise"] for e in data.ledger.entries]
+    assert kinds.count("exponential mechanism") == 12 and kinds.count("discrete Gaussian") == 13
