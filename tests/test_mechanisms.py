@@ -84,6 +84,27 @@ def test_synthesize_refuses_unknown_mechanism_and_inexact_budget(tmp_path):
         synthesize("tiny", "flat", tmp_path / "b", rho=0.5)
 
 
+def test_overwrite_replaces_a_synthetic_release_and_refuses_without_it(tmp_path):
+    from das.run import RunError
+
+    out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
+    with pytest.raises(RunError, match="not empty"):
+        synthesize("tiny", "flat", out, seed=2)
+    synthesize("tiny", "stability", out, seed=2, overwrite=True)
+    assert json.loads((out / "manifest.json").read_text())["mechanism"]["name"] == "stability"
+    assert validate_run(out).ok
+
+
+def test_das_synth_command_line(tmp_path, capsys):
+    from das.cli import main
+
+    assert main(["synth", "tiny", "--mechanism", "privbayes", "--out", str(tmp_path / "c"), "--seed", "4",
+                 "--rho", "1/2"]) == 0
+    printed = capsys.readouterr().out
+    assert "rho = 1/2" in printed and "validation: PASSED" in printed and "NOT private" in printed
+    assert main(["validate", str(tmp_path / "c")]) == 0
+
+
 def test_explicit_rho_is_the_certified_rho(tmp_path):
     out = synthesize("tiny", "flat", tmp_path / "r", seed=2, rho=Fraction(1, 3))
     assert json.loads((out / "manifest.json").read_text())["privacy"]["persons"]["rho"] == "1/3"
