@@ -58,7 +58,8 @@ def _mbi():
         raise MechanismError(f"mst and aim need the optional extra {EXTRA!r}: pip install 'das[{EXTRA}]'")
     import jax
 
-    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_x64", True)  # mbi warns that float32 can stall its estimation
+    jax.config.update("jax_enable_compilation_cache", False)  # mbi: many small programs, the cache only costs
     import mbi
 
     return mbi
