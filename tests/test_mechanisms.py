@@ -368,3 +368,17 @@ def test_aim_fits_the_known_dependency_better_with_more_budget():
         pair = [np.bincount(levels[1] * 2 + levels[2], weights=h.sum(axis=0), minlength=4) for h in (out, truth)]
         errors[rho] = np.abs(pair[0] - pair[1]).sum()
     assert errors[Fraction(200)] < 0.05 * truth.sum() < errors[Fraction(1, 100)]
+
+
+def test_full_domain_mechanisms_fall_back_to_block_groups_when_a_tract_is_too_large():
+    from das.mechanisms.domain import fitting_level
+
+    dhc = load_schema("dhc_persons")  # 233,856 cells: 18 blocks make 4.2 million
+    small = Geography.from_blocks(np.array([f"50013000100{1000 + b:04d}" for b in range(10)]))
+    large = Geography.from_blocks(np.array([f"50013000100{1000 * (1 + b // 10) + b % 10:04d}" for b in range(30)]))
+    assert fitting_level(small, dhc) == "tract"
+    assert fitting_level(large, dhc) == "block_group"
+    assert fitting_level(large, PL94) == "tract"
+    huge = Geography.from_blocks(np.array([f"50013000100{1000 + b:04d}" for b in range(30)]))
+    with pytest.raises(MechanismError, match="within 4,000,000 cells"):
+        fitting_level(huge, dhc)

@@ -17,6 +17,7 @@ from das.geography import Geography
 from das.schema import Schema
 
 BLOCK = "block"
+MAX_DOMAIN_CELLS = 4_000_000  # per geounit: its domain as float64 is 32 MB
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Domain:
         return _marginal(self.schema, self.n_blocks, tuple(factors))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)
 def _levels(schema: Schema, n_blocks: int, name: str) -> np.ndarray:
     cells = np.arange(schema.size)
     if name == BLOCK:
@@ -54,7 +55,7 @@ def _levels(schema: Schema, n_blocks: int, name: str) -> np.ndarray:
     return np.tile(schema.levels_of(name, cells), n_blocks)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def _marginal(schema: Schema, n_blocks: int, factors: tuple[str, ...]) -> tuple[np.ndarray, int]:
     if not factors:
         return np.zeros(n_blocks * schema.size, dtype=np.int64), 1
@@ -62,6 +63,23 @@ def _marginal(schema: Schema, n_blocks: int, factors: tuple[str, ...]) -> tuple[
     sizes = tuple(domain.factor_size(f) for f in factors)
     index = np.ravel_multi_index(tuple(_levels(schema, n_blocks, f) for f in factors), sizes)
     return index.astype(np.int64), int(np.prod(sizes))
+
+
+def fitting_level(geography: Geography, schema: Schema, preferred: str = "tract") -> str:
+    """The geounit level a full-domain mechanism runs at: `preferred` (tract) when every geounit's
+    domain fits in MAX_DOMAIN_CELLS, else the block group. Decided from public geography only."""
+    from das.mechanisms.base import MechanismError
+
+    tried = []
+    for level in (preferred, "block_group"):
+        if level not in geography.levels or level in tried:
+            continue
+        tried.append(level)
+        largest = int(np.bincount(geography.block_to_unit(level)).max()) if geography.n_blocks else 0
+        if largest * schema.size <= MAX_DOMAIN_CELLS:
+            return level
+    raise MechanismError(f"no geounit level among {tried or [preferred, 'block_group']} of this run keeps every "
+                         f"domain (blocks x {schema.size} cells) within {MAX_DOMAIN_CELLS:,} cells")
 
 
 def geounits(geography: Geography, level: str) -> list[tuple[str, np.ndarray]]:

@@ -22,7 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt, round_to_total
-from das.mechanisms.domain import BLOCK, Domain, assemble, geounits, unit_counts
+from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.exponential import exponential_mechanism
 from das.privacy.sampler import discrete_gaussian
 
@@ -87,7 +87,8 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, queries, sigma2_total: F
     return round_to_total(estimate[None, :], np.array([total]))[0]
 
 
-def run(data: SynthesisInput, level: str = LEVEL, rounds: int = ROUNDS) -> Synthesis:
+def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
     ledger, schema = data.ledger, data.schema
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
     per_round = data.budget * (1 - TOTAL_SHARE) / rounds

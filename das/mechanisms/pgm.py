@@ -32,7 +32,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt, round_to_total
-from das.mechanisms.domain import Domain, assemble, geounits, unit_counts
+from das.mechanisms.domain import Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.exponential import exponential_mechanism
 from das.privacy.sampler import discrete_gaussian
 
@@ -147,8 +147,9 @@ def mst_unit(counts, domain: Domain, sigma2_total, sigma2_one, eps, sigma2_two, 
     return model.counts(), [list(e) for e in edges]
 
 
-def run_mst(data: SynthesisInput, level: str = LEVEL) -> Synthesis:
+def run_mst(data: SynthesisInput, level: str | None = None) -> Synthesis:
     _mbi()
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
     ledger, schema = data.ledger, data.schema
     d = len(schema.names) + 1
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
@@ -208,8 +209,9 @@ def aim_unit(counts, domain: Domain, sigma2_total, sigma2_one, eps, sigma2_round
     return model.counts(), chosen
 
 
-def run_aim(data: SynthesisInput, level: str = LEVEL, rounds: int = AIM_ROUNDS) -> Synthesis:
+def run_aim(data: SynthesisInput, level: str | None = None, rounds: int = AIM_ROUNDS) -> Synthesis:
     _mbi()
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
     ledger, schema = data.ledger, data.schema
     d = len(schema.names) + 1
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)

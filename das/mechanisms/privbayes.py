@@ -28,7 +28,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt, round_to_total
-from das.mechanisms.domain import BLOCK, Domain, assemble, geounits, unit_counts
+from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.exponential import exponential_mechanism
 from das.privacy.sampler import discrete_gaussian
 
@@ -97,7 +97,8 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, 
     return out, [[child, list(parents)] for child, parents in network]
 
 
-def run(data: SynthesisInput, level: str = LEVEL) -> Synthesis:
+def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
     ledger, schema = data.ledger, data.schema
     d = len(schema.names) + 1
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)

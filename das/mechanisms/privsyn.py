@@ -31,7 +31,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Synthesis, SynthesisInput
-from das.mechanisms.domain import Domain, assemble, geounits, unit_counts
+from das.mechanisms.domain import Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.sampler import discrete_gaussian
 
 LEVEL = "tract"
@@ -156,7 +156,8 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, 
     return gum(targets, domain, total, generator), [list(p) for p in chosen]
 
 
-def run(data: SynthesisInput, level: str = LEVEL) -> Synthesis:
+def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
     ledger, schema = data.ledger, data.schema
     m = math.comb(len(schema.names) + 1, 2)
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
