@@ -16,9 +16,9 @@ LEVELS = ("nation", "state", "county", "tract", "block")
 
 
 def _setting(query: str):
+    from das.measure import plan_for
     from das.privacy import audit as A
     from das.privacy.strategy import strategy_from_dict
-    from das.run import plan_for
     from das.schema import load_schema
 
     schema = load_schema("pl94_persons")

@@ -27,10 +27,12 @@ import re
 import secrets
 from pathlib import Path
 
+from das import atomic
+from das.rundir import RunDir
+
 OPERATOR_DIR = "operator"
 OPERATOR_FILE = "operator.json"
 KEY_FILE = "fingerprint.key"
-RUN_KIND = "das run"
 REDACTED = "<operator only>"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 # Files a run writes besides its listed outputs (fnmatch patterns relative to the run directory;
@@ -106,9 +108,7 @@ def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> Non
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(key)
-    tmp = folder / (OPERATOR_FILE + ".partial")
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(folder / OPERATOR_FILE)
+    atomic.write_text(folder / OPERATOR_FILE, json.dumps(record, indent=2, default=str))
 
 
 def read_operator(run_dir: Path) -> tuple[dict, bytes]:
@@ -160,42 +160,6 @@ def with_metadata(table, metadata: dict[bytes, bytes] | None):
 # --overwrite
 
 
-def read_manifest(run_dir: str | Path) -> dict:
-    """A run directory's manifest.json as a dict, or BundleError naming the file and what is wrong."""
-    path = Path(run_dir) / "manifest.json"
-    if not Path(run_dir).is_dir():
-        raise BundleError(f"{run_dir} is not a directory")
-    if not path.is_file():
-        raise BundleError(f"{run_dir}: not a das run directory (no manifest.json); expected the --out of `das run`")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise BundleError(f"{path} is not readable JSON ({e})") from None
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{path} is not a das run manifest (not a JSON object)")
-    return manifest
-
-
-def complete_run_manifest(run_dir: str | Path) -> dict:
-    """The manifest of a finished `das run` directory, or BundleError saying why the directory is not one."""
-    manifest = read_manifest(run_dir)
-    if manifest.get("status") != "complete":
-        raise BundleError(f"{run_dir}: the run is not complete (manifest status {manifest.get('status')!r}, "
-                          "expected 'complete')")
-    return manifest
-
-
-def is_das_run(manifest_path: Path) -> bool:
-    """Whether a manifest.json says its directory is a das run."""
-    try:
-        manifest = json.loads(Path(manifest_path).read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(manifest, dict):
-        return False
-    return manifest.get("kind") == RUN_KIND or {"das_version", "spec_name", "status"} <= set(manifest)
-
-
 def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
     """The files `--overwrite` may delete in out_dir, or BundleError saying why nothing may be.
 
@@ -207,11 +171,11 @@ def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
         path = Path(path).resolve()
         if path == out_dir or out_dir in path.parents:
             raise BundleError(f"--overwrite refused: {out_dir} holds {path}, an input or the spec of this run")
-    if not is_das_run(out_dir / "manifest.json"):
+    if not RunDir(out_dir).is_das_run():
         raise BundleError(f"--overwrite refused: {out_dir} is not a das run directory (no das manifest.json); "
                           f"remove it yourself or choose another --out")
-    manifest = json.loads((out_dir / "manifest.json").read_text())
-    listed = {*manifest.get("outputs", {}), *manifest.get("nmf", {})}
+    manifest = json.loads(RunDir(out_dir).manifest_path.read_text())  # an older run's manifest may lack fields
+    listed = {*(manifest.get("outputs") or {}), *(manifest.get("nmf") or {})}
     patterns = RUN_INTERNAL_FILES + (() if manifest.get("status") == "complete" else RUN_OUTPUT_FILES)
     files, foreign = [], []
     for path in sorted(out_dir.rglob("*")):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from das import atomic
 from das.topdown.problem import FailsafeEvent
 
 CRASH_ENV = "DAS_TEST_CRASH_AT"        # test hook: "<point>" or "<point>#<n>" (die at the n-th hit)
@@ -76,12 +77,8 @@ def run_fingerprint(spec_text: str, seed: int | None, inputs: dict[str, Path]) -
 
 def _atomic_npz(path: Path, **arrays) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
+    with atomic.replacing(path, sync=True) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
 
 
 def save_solved(path: Path, solved: sp.csr_matrix, events: list, meta: dict | None = None) -> None:

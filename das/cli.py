@@ -41,10 +41,10 @@ def _cmd_validate_input(args) -> int:
 
 
 def _cmd_privacy(args) -> int:
+    from das.pipeline import Pipeline
     from das.privacy.accounting import render_certificate
-    from das.run import prepare
 
-    certs = prepare(args.spec, seed=None, allow_large_rho=True).certificates  # printing a certificate spends nothing
+    certs = Pipeline.prepare(args.spec, seed=None, allow_large_rho=True).certificates  # printing a certificate spends nothing
     if args.json:
         print(json.dumps(certs, indent=2, default=str))
     else:

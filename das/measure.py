@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from das import atomic
 from das.checkpoint import crash_point
 from das.executors import ordered_map
 from das.geography import Geography
 from das.io import nmf
+from das.privacy.accounting import Allocation, allocate
 from das.privacy.sampler import discrete_gaussian
+from das.privacy.strategy import Strategy
 from das.schema import Schema
 
 CHUNK_CELLS = 1 << 23  # answers per chunk (~64 MB of int64 true answers at most)
@@ -38,6 +41,35 @@ class Measurement:
     level: str
     query: str
     variance: Fraction
+
+
+def plan_for(strategy: Strategy, rho: Fraction, levels) -> tuple[dict[str, list[Measurement]], Allocation]:
+    """A strategy's measurements per level at total budget rho, and the exact allocation behind them."""
+    allocation = allocate(strategy, rho)
+    plan = {level: [] for level in levels}
+    for item in allocation.items:
+        plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
+    return plan, allocation
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A release to measure: its name (the random streams' and NMF files' prefix), schema and plan (level -> measurements)."""
+
+    release: str
+    schema: Schema
+    plan: dict[str, list[Measurement]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where measurements go: the NMF directory, their Parquet metadata, the executor that draws
+    the chunks (None: in this process), and a dict receiving what was reused and drawn."""
+
+    nmf_dir: Path
+    metadata: dict | None = None
+    executor: object | None = None
+    report: dict | None = None
 
 
 def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.ndarray:
@@ -73,14 +105,20 @@ class NoisyMeasurement:
     noisy: np.ndarray
 
 
+def charge(accountant, plan: dict[str, list[Measurement]], levels) -> None:
+    """Charge every measurement of the plan to `accountant` (None: no accounting), before any draw:
+    a plan that would overspend, or measure a (level, query) twice, stops here."""
+    if accountant is not None:
+        for level in levels:
+            for m in plan.get(level, []):
+                accountant.charge(level, m.query, 1 / m.variance)
+
+
 def measure_in_memory(geography: Geography, block_histograms: sp.csr_matrix, schema: Schema,
                       plan: dict[str, list[Measurement]], rng, trials: int = 1, accountant=None) -> list[NoisyMeasurement]:
     """The measurement of `measure_release` (same plan order, true answers, noise and charging),
     repeated `trials` times and kept in memory instead of the NMF: what the privacy audit runs."""
-    if accountant is not None:
-        for level in geography.levels:
-            for m in plan.get(level, []):
-                accountant.charge(level, m.query, 1 / m.variance)
+    charge(accountant, plan, geography.levels)
     out = []
     for level in geography.levels:
         histograms = geography.aggregate(block_histograms, level)
@@ -109,25 +147,11 @@ def _check_plan(parts: Path, plan: list) -> None:
             raise ValueError(f"{parts}: committed measurement chunks were made with another plan "
                              f"(queries, variances, chunking or geounits differ); expected {plan}")
         return
-    tmp = stored.with_name("plan.json.partial")
-    tmp.write_text(json.dumps(plan))
-    tmp.replace(stored)
+    atomic.write_text(stored, json.dumps(plan))
 
 
-def measure_level(
-    release: str,
-    level: str,
-    geography: Geography,
-    level_histograms: sp.csr_matrix,
-    schema: Schema,
-    measurements: list[Measurement],
-    rng,
-    out_path: Path,
-    *,
-    executor=None,
-    report: dict | None = None,
-    metadata: dict | None = None,
-) -> Path:
+def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, geocodes: np.ndarray, rng,
+                  target: Target) -> Path:
     """Measure every query at one level and write that level's NMF file (atomically, with `metadata`).
 
     Each (query, chunk) is committed to `<level>.parquet.parts/` as soon as it is drawn; a chunk
@@ -137,7 +161,8 @@ def measure_level(
     counts of reused and drawn chunks and the names of torn ones. `executor` draws the chunks
     elsewhere (das.executors); the streams are the same, so seeded results are too.
     """
-    geocodes = geography.units(level)
+    release, schema, measurements = what.release, what.schema, what.plan.get(level, [])
+    executor, report, out_path = target.executor, target.report, nmf.level_path(target.nmf_dir, release, level)
     n_units = len(geocodes)
     parts = parts_dir(out_path)
     parts.mkdir(parents=True, exist_ok=True)
@@ -166,7 +191,7 @@ def measure_level(
         crash_point(f"measure:{release}:{level}")
     if report is not None:
         report.update({"reused_chunks": reused, "drawn_chunks": len(todo), "torn_chunks_discarded": torn})
-    writer = nmf.LevelWriter(out_path, metadata)
+    writer = nmf.LevelWriter(out_path, target.metadata)
     try:
         for qi, (m, chunk) in enumerate(zip(measurements, chunks)):
             for number, start in enumerate(range(0, n_units, chunk)):
@@ -184,33 +209,17 @@ def measure_level(
     return path
 
 
-def measure_release(
-    release: str,
-    geography: Geography,
-    block_histograms: sp.csr_matrix,
-    schema: Schema,
-    plan: dict[str, list[Measurement]],
-    rng,
-    nmf_dir: Path,
-    on_level=None,
-    accountant=None,
-    *,
-    executor=None,
-    report: dict | None = None,
-    metadata: dict | None = None,
-) -> dict[str, Path]:
+def measure_release(what: Measured, geography: Geography, block_histograms: sp.csr_matrix, rng, target: Target,
+                    accountant=None) -> dict[str, Path]:
     """Measure every level of `plan` (level -> measurements), skipping levels already written.
 
     Every measurement is charged to `accountant` (if given) before any noise is drawn, so a plan
     that would overspend, or measure a (level, query) twice, stops before the first draw.
     """
-    if accountant is not None:
-        for level in geography.levels:
-            for m in plan.get(level, []):
-                accountant.charge(level, m.query, 1 / m.variance)
-    written = {}
+    charge(accountant, what.plan, geography.levels)
+    written, report = {}, target.report
     for level in geography.levels:
-        path = nmf.level_path(nmf_dir, release, level)
+        path = nmf.level_path(target.nmf_dir, what.release, level)
         if path.exists():  # a complete level from an earlier, interrupted run: never redraw
             shutil.rmtree(parts_dir(path), ignore_errors=True)  # left if killed just after the rename
             written[level] = path
@@ -219,12 +228,8 @@ def measure_release(
             continue
         histograms = geography.aggregate(block_histograms, level)
         level_report: dict = {}
-        written[level] = measure_level(
-            release, level, geography, histograms, schema, plan.get(level, []), rng, path,
-            executor=executor, report=level_report, metadata=metadata,
-        )
+        written[level] = measure_level(what, level, histograms, geography.units(level), rng,
+                                       replace(target, report=level_report))
         if report is not None:
             report[level] = level_report
-        if on_level is not None:
-            on_level(level)
     return written

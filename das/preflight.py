@@ -148,7 +148,7 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
     bounds; occupied housing units need household persons (at least one each) and household
     persons need an occupied unit in their block.
     """
-    from das.topdown.constraints import INVARIANT_LEVELS, Invariants, block_bounds
+    from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
 
     invariants = Invariants.from_inputs(inventory, person_histograms, geography)
     problems = []

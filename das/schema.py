@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from das import rules
+
 QUERY_SEPARATOR = " x "
-CONSTRAINT_KINDS = ("facilities", "structural_zero", "housing_units", "household_persons")
 
 
 class SpecError(ValueError):
@@ -61,9 +62,9 @@ class Recode:
 
 @dataclass(frozen=True)
 class Constraint:
-    """A rule every output holds: `kind` names how bounds come from invariants (see topdown)."""
+    """A rule every output holds: `kind` names how bounds come from the published facts (das.rules)."""
 
-    kind: str  # "facilities" | "structural_zero" | "housing_units" | "household_persons"
+    kind: str  # a key of das.rules.KINDS
     query: str
     cells: tuple[tuple[int, ...], ...] = ()  # structural_zero: answer cells (factor levels)
 
@@ -329,8 +330,8 @@ def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
     constraints = []
     for i, c in enumerate(spec.get("constraints", [])):
         kind = need(c, "kind", f"constraint #{i + 1}")
-        if kind not in CONSTRAINT_KINDS:
-            raise SpecError(f"{source}: constraint #{i + 1} kind {kind!r} is not one of {CONSTRAINT_KINDS}")
+        if kind not in rules.KINDS:
+            raise SpecError(f"{source}: constraint #{i + 1} kind {kind!r} is not one of {tuple(rules.KINDS)}")
         constraints.append(Constraint(kind, need(c, "query", f"constraint #{i + 1}"),
                                       tuple(tuple(int(v) for v in cell) for cell in c.get("cells", []))))
 

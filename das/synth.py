@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from das import atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
 SOURCES = ("vt", "de")
@@ -68,15 +70,14 @@ def write_synthetic(out_dir: Path, states: int, fixtures: Path = FIXTURES) -> di
     counts = {"states": states, "persons": 0, "unit_rows": 0}
     for name in ("persons", "units"):
         schema = pq.read_schema(fixtures / SOURCES[0] / f"{name}.parquet")
-        tmp = out_dir / f"{name}.parquet.partial"
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        with atomic.replacing(out_dir / f"{name}.parquet") as tmp, \
+                pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for source, code in plan(states):
                 table = pq.read_table(fixtures / source / f"{name}.parquet")
                 first = counts["persons"] + 1 if name == "persons" else None
                 table = _restate(table, code, first).cast(schema)
                 counts["persons" if name == "persons" else "unit_rows"] += table.num_rows
                 writer.write_table(table)
-        tmp.replace(out_dir / f"{name}.parquet")
     blocks = pq.read_table(out_dir / "units.parquet", columns=["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"])
     geocodes = pc.binary_join_element_wise(*[c.cast(pa.string()) for c in blocks.columns], "")
     counts["blocks"] = len(pc.unique(geocodes))

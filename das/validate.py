@@ -9,8 +9,8 @@ the release bundle alone (what is published) it proves that
 - the NMF holds exactly the certified measurements: every query of the certificate at every
   geounit of its level, each cell once, with the certified exact variance;
 - every written table equals the table recounted from the MDF, and child rows sum to parents;
-- the invariants hold: the published total population (nation, state), and every rule of the
-  schema's constraints (facilities, structural zeros) against the units MDF.
+- the invariants hold: the published total population (nation, state), and every rule of each
+  schema (das.rules gives the bounds from the facts counted in the MDFs), at every level.
 With the run's operator files (the confidential inputs), it also compares the invariants with
 the inputs: population, housing units and GQ facilities per block.
 
@@ -34,10 +34,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das.bundle import RUN_FILES, BundleError, input_paths, read_manifest
+from das import rules
+from das.bundle import RUN_FILES, BundleError, input_paths
 from das.checkpoint import file_sha256
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
+from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema
 
 GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
@@ -47,6 +49,7 @@ HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf"
          "schema_constraints", "charges_sum_to_rho")
 TOPDOWN_HOLDS = tuple(h for h in HOLDS if h != "charges_sum_to_rho")
 SYNTHETIC_HOLDS = ("mdf_codes", "tables_match_mdf", "charges_sum_to_rho")
+GQ_TYPES = 7  # units MDF GQTYPE_PL 1..7 (check_unit_records holds every facility to it)
 
 
 class ValidationError(Exception):
@@ -137,16 +140,12 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
     return pd.concat(frames, ignore_index=True)
 
 
-def load_manifest(run_dir: Path) -> dict:
+def load_manifest(run_dir: Path) -> Manifest:
     """The run's manifest, or ValidationError naming the file and what is wrong with it."""
     try:
-        manifest = read_manifest(run_dir)
-    except BundleError as e:
+        return RunDir(run_dir).read()
+    except RunDirError as e:
         raise ValidationError(str(e)) from None
-    missing = [k for k in ("status", "levels", "persons", "privacy", "spec_text") if k not in manifest]
-    if missing:
-        raise ValidationError(f"{Path(run_dir) / 'manifest.json'} is not a das run manifest (no {', '.join(missing)})")
-    return manifest
 
 
 def read_parquet(path: Path, columns=None) -> pd.DataFrame:
@@ -159,11 +158,11 @@ def read_parquet(path: Path, columns=None) -> pd.DataFrame:
         raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
 
-def check_files(run_dir: Path, manifest: dict, report: Report, with_nmf: bool = True) -> None:
+def check_files(run_dir: Path, manifest: Manifest, report: Report, with_nmf: bool = True) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
-    listed = {**manifest.get("outputs", {}), **manifest.get("nmf", {})}
+    listed = {**(manifest.outputs or {}), **(manifest.nmf or {})}
     problems = []
-    if not manifest.get("outputs") or with_nmf and not manifest.get("nmf"):
+    if not manifest.outputs or with_nmf and not manifest.nmf:
         problems.append("the manifest lists no outputs" + (" or no NMF files" if with_nmf else ""))
     for name, digest in sorted(listed.items()):
         path = run_dir / name
@@ -177,19 +176,18 @@ def check_files(run_dir: Path, manifest: dict, report: Report, with_nmf: bool = 
             if relative not in listed:
                 known = any(fnmatch.fnmatchcase(relative, p) for p in RUN_FILES)
                 problems.append(f"{relative}: not listed in the manifest" + ("" if known else " (not a das output)"))
-    text = manifest.get("spec_text", "")
-    if manifest.get("spec_sha256") and hashlib.sha256(text.encode()).hexdigest() != manifest["spec_sha256"]:
+    if manifest.spec_sha256 and hashlib.sha256(manifest.spec_text.encode()).hexdigest() != manifest.spec_sha256:
         problems.append("spec_sha256 does not match the spec text in the manifest")
     report.check("checksums of every output and NMF file", _first(problems))
 
 
-def check_metadata(run_dir: Path, manifest: dict, report: Report) -> None:
+def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
     """Every Parquet file says, in its own metadata, whether it is private and which spec made it."""
     import pyarrow.parquet as pq
 
     problems = []
-    want_private = b"private" if manifest.get("private") else None
-    for name in sorted({**manifest.get("outputs", {}), **manifest.get("nmf", {})}):
+    want_private = b"private" if manifest.private else None
+    for name in sorted({**(manifest.outputs or {}), **(manifest.nmf or {})}):
         if not name.endswith(".parquet"):
             continue
         try:
@@ -201,8 +199,8 @@ def check_metadata(run_dir: Path, manifest: dict, report: Report) -> None:
             problems.append(f"{name}: no das.privacy metadata")
         elif want_private and mode != want_private or not want_private and b"NOT PRIVATE" not in mode:
             problems.append(f"{name}: das.privacy says {mode.decode(errors='replace')!r}, the manifest says "
-                            f"private = {manifest.get('private')}")
-        if manifest.get("spec_sha256") and meta.get(b"das.spec_sha256", b"").decode() != manifest["spec_sha256"]:
+                            f"private = {manifest.private}")
+        if manifest.spec_sha256 and meta.get(b"das.spec_sha256", b"").decode() != manifest.spec_sha256:
             problems.append(f"{name}: das.spec_sha256 is not the run's spec digest")
     report.check("privacy mode and spec digest in every Parquet file", _first(problems))
 
@@ -330,11 +328,11 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     return sorted(set(problems), key=problems.index)
 
 
-def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report) -> None:
+def check_nmf(run_dir: Path, manifest: Manifest, universe: pd.Series, report: Report) -> None:
     """The NMF holds exactly the certified measurements, each (geocode, query, cell) once, at the certified variance."""
     problems = []
-    for release, cert in manifest["privacy"].items():
-        schema = load_schema(manifest[release]["schema"])
+    for release, cert in manifest.privacy.items():
+        schema = load_schema(manifest.schema(release))
         for level in cert["by_level"]:
             name = f"nmf/{release}/{level['level']}.parquet"
             path = run_dir / name
@@ -345,37 +343,53 @@ def check_nmf(run_dir: Path, manifest: dict, universe: pd.Series, report: Report
     report.check("NMF: exactly the certified measurements", _first(problems))
 
 
-def check_constraints(mdf: pd.DataFrame, levels: pd.DataFrame, schema: Schema, housing: pd.Series,
-                      facilities: pd.DataFrame, report: Report) -> None:
-    """Every rule of the schema's constraints, read from the schema (not hard-coded): facilities
-    (>= 1 person of a GQ type with a facility, none without; no household persons without housing
-    units) and structural zeros, against the housing units and facilities per block."""
+def block_facts(mdf: pd.DataFrame, levels: pd.DataFrame, persons_schema: Schema, mdf_units: pd.DataFrame,
+                universe: np.ndarray) -> rules.Invariants:
+    """The published facts per block of the universe, counted from the two MDFs: housing units,
+    GQ facilities by type, and the persons release's household persons (its `hhgq` cell 0)."""
+    block = np.searchsorted(universe, mdf_units["geocode"].to_numpy(dtype=str))
+    rtype = mdf_units["RTYPE"].astype(np.int64).to_numpy()
+    gq = mdf_units["GQTYPE_PL"].astype(np.int64).to_numpy()
+    n = len(universe)
+    housing = np.bincount(block[rtype == HOUSING_UNIT], minlength=n)
+    facility = (rtype == GQ_FACILITY) & (gq >= 1) & (gq <= GQ_TYPES)
+    facilities = np.bincount(block[facility] * GQ_TYPES + gq[facility] - 1, minlength=n * GQ_TYPES).reshape(n, GQ_TYPES)
+    household = None
+    if "hhgq" in [r.name for r in persons_schema.recodes] + list(persons_schema.names):
+        in_household = levels["hhgq"].to_numpy() == 0
+        household = np.bincount(np.searchsorted(universe, mdf["geocode"].to_numpy(dtype=str))[in_household],
+                                minlength=n)
+    return rules.Invariants(housing, facilities, {}, household)
+
+
+def check_rules(release: str, records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, facts: rules.Invariants,
+                universe: np.ndarray, report: Report) -> None:
+    """Every rule of the schema (das.rules gives the bounds per block) against the release's own
+    recount per block. Every level's answers and bounds are sums of the blocks', so the blocks
+    holding them is every level holding them."""
     problems = []
-    blocks = mdf["geocode"].to_numpy()
-    for c in schema.constraints:
-        query = schema.query(c.query)
-        factor_levels = [levels[f].to_numpy() for f in query.factors]
-        if c.kind == "facilities":
-            (hhgq,) = factor_levels
-            per_block = pd.crosstab(blocks, hhgq).reindex(columns=range(query.size), fill_value=0)
-            index = per_block.index.union(facilities.index)
-            per_block = per_block.reindex(index, fill_value=0)
-            fac = facilities.reindex(index, fill_value=0).reindex(columns=range(1, query.size), fill_value=0)
-            hu = housing.reindex(index, fill_value=0)
-            for t in range(1, query.size):
-                for g in index[(fac[t].to_numpy() == 0) & (per_block[t].to_numpy() > 0)][:3]:
-                    problems.append(f"block {g}: persons in GQ type {t} without such a facility")
-                for g in index[(fac[t].to_numpy() > 0) & (per_block[t].to_numpy() == 0)][:3]:
-                    problems.append(f"block {g}: a GQ facility of type {t} holds nobody")
-            for g in index[(hu.to_numpy() == 0) & (per_block[0].to_numpy() > 0)][:3]:
-                problems.append(f"block {g}: household persons without housing units")
-        elif c.kind == "structural_zero":
-            for cell in c.cells:
-                hit = np.logical_and.reduce([lv == v for lv, v in zip(factor_levels, cell)])
-                if hit.any():
-                    shown = " and ".join(f"{f} '{schema.factor_labels(f)[v]}'" for f, v in zip(query.factors, cell))
-                    problems.append(f"{int(hit.sum())} persons with {shown} (a structural zero of {schema.name})")
-    report.check(f"constraints of schema {schema.name} (facilities, structural zeros)", _first(problems))
+    try:
+        families = rules.block_bounds(schema, facts)
+    except ValueError as e:
+        report.check(f"rules of schema {schema.name} ({release})", [str(e)])
+        return
+    block = np.searchsorted(universe, records["geocode"].to_numpy(dtype=str))
+    for bounds in families:
+        query = schema.query(bounds.query)
+        cell = (np.ravel_multi_index([levels[f].to_numpy() for f in query.factors], query.shape) if query.factors
+                else np.zeros(len(records), dtype=np.int64))
+        counts = np.bincount(block * query.size + cell, minlength=len(universe) * query.size)
+        counts = counts.reshape(len(universe), query.size)
+        for side, bad in zip(("below", "above"), rules.breaches(bounds, counts)):
+            for b, c in np.argwhere(bad)[:5]:
+                shown = " and ".join(f"{f} {schema.factor_labels(f)[v]!r}"
+                                     for f, v in zip(query.factors, np.unravel_index(c, query.shape))) or "total"
+                low, high = bounds.lower[b, c], bounds.upper[b, c]
+                allowed = f"{low}..{high:g}" if np.isfinite(high) else f"at least {low}"
+                problems.append(f"block {universe[b]}: {shown} is {counts[b, c]}, {side} the {bounds.rule.kind} "
+                                f"rule's {allowed} ({rules.describe(schema, bounds.rule, int(c))})")
+    kinds = ", ".join(dict.fromkeys(c.kind for c in schema.constraints))
+    report.check(f"rules of schema {schema.name} ({release}: {kinds})", _first(problems))
 
 
 def _facilities(units: pd.DataFrame) -> pd.DataFrame:
@@ -392,9 +406,9 @@ def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
     return (persons, units) if persons.is_file() and units.is_file() else None
 
 
-def release_holds(manifest: dict, report: Report) -> set[str]:
+def release_holds(manifest: Manifest, report: Report) -> set[str]:
     """What the release claims to hold: its manifest's `holds`, or everything TopDown holds."""
-    holds = manifest.get("holds", TOPDOWN_HOLDS)
+    holds = manifest.extra.get("holds", TOPDOWN_HOLDS)
     unknown = [h for h in holds if h not in HOLDS]
     if unknown:
         report.check("the release's claims are checkable", [f"claims {h!r}, which das validate does not know "
@@ -402,13 +416,13 @@ def release_holds(manifest: dict, report: Report) -> set[str]:
     return set(holds)
 
 
-def check_charges(manifest: dict, report: Report) -> None:
+def check_charges(manifest: Manifest, report: Report) -> None:
     """Each release's certificate: its charges are positive exact fractions summing exactly to its rho,
     within its budget; its delta parts sum exactly to its delta."""
     from fractions import Fraction
 
     problems = []
-    for release, cert in manifest["privacy"].items():
+    for release, cert in manifest.privacy.items():
         try:
             charges = [Fraction(c["rho"]) for c in cert.get("charges", [])]
             rho, budget = Fraction(cert["rho"]), Fraction(cert.get("budget", cert["rho"]))
@@ -437,18 +451,18 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     run_dir = Path(run_dir)
     report = Report()
     manifest = load_manifest(run_dir)
-    if manifest.get("status") != "complete":
-        report.check("run complete", [f"manifest status is {manifest.get('status')!r}, not 'complete'"])
+    if not manifest.complete:
+        report.check("run complete", [f"manifest status is {manifest.status!r}, not 'complete'"])
         return report
     holds = release_holds(manifest, report)
     check_files(run_dir, manifest, report, with_nmf="nmf_matches_certificate" in holds)
     check_metadata(run_dir, manifest, report)
     if "charges_sum_to_rho" in holds:
         check_charges(manifest, report)
-    geo_levels = manifest["levels"]
+    geo_levels = manifest.levels
     try:
-        persons_schema = load_schema(manifest["persons"]["schema"])
-        units_schema = load_schema(manifest["units"]["schema"]) if manifest.get("units") else None
+        persons_schema = load_schema(manifest.schema("persons"))
+        units_schema = load_schema(manifest.schema("units")) if manifest.units else None
     except Exception as e:
         raise ValidationError(f"{run_dir / 'manifest.json'}: {e}") from None
 
@@ -476,7 +490,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         return report
 
     # 2. tables recounted from the MDF equal the written tables; 3. hierarchy sums
-    tables = load_tables(manifest.get("tables", "pl94")) if "tables_match_mdf" in holds else ()
+    tables = load_tables(manifest.tables) if "tables_match_mdf" in holds else ()
     housing = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True) if with_units else None
     try:
         unit_levels = _levels(housing, units_schema) if units_schema else None
@@ -526,12 +540,12 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
                 problems.append(f"{child} rows of {parent} {g!r} do not sum to it")
         report.check(f"table {spec.name} hierarchy sums", _first(problems))
 
-    if not with_units:  # the rest needs the units MDF: invariants, constraints, the confidential inputs
+    if not with_units:  # the rest needs the units MDF: invariants, rules, the confidential inputs
         return report
 
     # 4. invariants: published population; schema constraints against the units MDF
     problems = []
-    published = manifest.get("invariants", {}).get("total_population", {})
+    published = manifest.invariants.get("total_population", {})
     for geo_level, totals in published.items():
         k = LEVEL_DIGITS[geo_level]
         out = mdf["geocode"].str.slice(0, k).value_counts()
@@ -543,13 +557,13 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         problems.append("the manifest publishes no total-population invariant")
     if "invariants" in holds:
         report.check("total population invariant (published)", problems)
-    hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
-    fac_out = _facilities(mdf_units)
     if "schema_constraints" in holds:
-        check_constraints(mdf, levels, persons_schema, hu_out, fac_out, report)
-    if units_schema is not None and any(c.kind == "household_persons" for c in units_schema.constraints):
-        report.check("occupied units agree with household persons (every level)",
-                     _first(persons_units_disagreements(mdf, mdf_units, geo_levels)))
+        blocks = universe.to_numpy(dtype=str)
+        inside = ~mdf["geocode"].isin(outside).to_numpy()  # those outside are reported above
+        facts = block_facts(mdf[inside], levels[inside], persons_schema, mdf_units, blocks)
+        check_rules("persons", mdf[inside], levels[inside], persons_schema, facts, blocks, report)
+        if units_schema is not None:
+            check_rules("units", housing, unit_levels, units_schema, facts, blocks, report)
 
     # 5. with the confidential inputs (operator only): the invariants against them
     inputs = inputs or (_operator_inputs(run_dir) if use_operator else None)
@@ -585,25 +599,6 @@ def check_against_inputs(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels,
     report.check("GQ facilities per block invariant", _first([
         f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}"
         for g, t in fac_in.index[fac_in != fac_out]]))
-
-
-def persons_units_disagreements(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels) -> list[str]:
-    """Geounits at any level with household persons but no occupied unit, or more occupied units than
-    household persons (which includes occupied units without household persons)."""
-    problems = []
-    household = mdf["geocode"][mdf["GQTYPE_PL"].astype(int).to_numpy() == 0]
-    occupied_rows = (mdf_units["RTYPE"].astype(int).to_numpy() == 2) & (mdf_units["HH_STATUS"].astype(int).to_numpy() == 1)
-    occupied = mdf_units["geocode"][occupied_rows]
-    for geo_level in geo_levels:
-        k = LEVEL_DIGITS[geo_level]
-        hhp = household.str.slice(0, k).value_counts()
-        occ = occupied.str.slice(0, k).value_counts()
-        hhp, occ = hhp.align(occ, fill_value=0)
-        for g in hhp.index[(hhp > 0) & (occ == 0)][:3]:
-            problems.append(f"{geo_level} {g!r}: {int(hhp[g])} household persons and no occupied housing unit")
-        for g in hhp.index[occ > hhp][:3]:
-            problems.append(f"{geo_level} {g!r}: {int(occ[g])} occupied housing units but {int(hhp[g])} household persons")
-    return problems
 
 
 def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None) -> int:

@@ -11,12 +11,12 @@ import scipy.sparse as sp
 
 from das.privacy.accounting import allocate
 from das.privacy.strategy import load_strategy
+from das.rules import Bounds, Invariants, block_bounds
 from das.run import run
 from das.schema import load_schema
 from das.topdown import engine, solve
-from das.topdown.constraints import Bounds, Invariants, block_bounds
-from das.topdown.problem import ParentProblem
-from das.validate import persons_units_disagreements, validate_run
+from das.topdown.problem import measured, parent_problem, root_problem
+from das.validate import validate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
@@ -51,9 +51,7 @@ def root_solved(state_root):
     """das's root solution, and the same problem as a ParentProblem: (solution, problem, columns, terms)."""
     schema, truth, noisy, bounds = state_root
     single = {k: (np.asarray(v).reshape(1, -1), var) for k, (v, var) in noisy.items()}
-    p = engine.parent_problem(schema, "", np.array([""]), np.ones(schema.size, np.int64), single, bounds)
-    problem = ParentProblem(parent="", children=("",), cells=p.cells, parent_counts=None, allowed=p.allowed,
-                            queries=p.queries, constraints=p.constraints, passes=p.passes)
+    problem = root_problem(schema, measured(single), bounds)
     columns = solve._variables(problem)
     return solve.solve_root(schema, noisy, bounds), problem, columns, solve._terms(problem, columns, problem.queries)
 
@@ -169,13 +167,13 @@ def test_household_persons_bound_the_occupied_units_of_every_block():
 def test_persons_and_units_agree_at_every_level_of_a_real_county(tmp_path):
     result = run("al_perry", tmp_path / "perry", seed=9, workers=1, progress=False, log=quiet)
     assert result.valid, result.manifest["validation"]["violations"][:5]
-    assert any("household persons" in c for c in result.manifest["validation"]["checks"])
+    assert any("household_persons" in c and c.startswith("ok") for c in result.manifest["validation"]["checks"])
     persons = pd.read_parquet(tmp_path / "perry" / "mdf_persons.parquet")
-    units = pd.read_parquet(tmp_path / "perry" / "mdf_units.parquet")
+    units_path = tmp_path / "perry" / "mdf_units.parquet"
+    units = pd.read_parquet(units_path)
     for frame in (persons, units):
         frame["geocode"] = (frame["TABBLKST"].astype(str) + frame["TABBLKCOU"].astype(str)
                             + frame["TABTRACTCE"].astype(str) + frame["TABBLK"].astype(str))
-    assert persons_units_disagreements(persons, units, result.manifest["levels"]) == []
     p1 = pd.read_parquet(tmp_path / "perry" / "tables" / "P1.parquet", columns=["level"])
     assert "block_group" in set(p1["level"])  # the 2020 spine: tables at block-group level
     for report in result.manifest["levels_report"]["persons"]:
@@ -185,8 +183,9 @@ def test_persons_and_units_agree_at_every_level_of_a_real_county(tmp_path):
     households = set(persons.loc[persons["GQTYPE_PL"] == 0, "geocode"])
     target = next(i for i in occupied if units.at[i, "geocode"] not in households)
     units.loc[target, "HH_STATUS"] = 1
-    assert any("occupied housing units but 0 household persons" in p
-               for p in persons_units_disagreements(persons, units, result.manifest["levels"]))
+    units.drop(columns="geocode").to_parquet(units_path)
+    assert any("is 1, above the household_persons rule's 0..0" in v
+               for v in validate_run(tmp_path / "perry").violations)
 
 
 def test_validator_reports_the_persons_units_rule(tmp_path):
@@ -199,7 +198,7 @@ def test_validator_reports_the_persons_units_rule(tmp_path):
     units.to_parquet(units_path)
     report = validate_run(tmp_path / "tiny")
     assert not report.ok
-    assert any("no occupied housing unit" in v for v in report.violations)
+    assert any("below the household_persons rule" in v for v in report.violations)
     assert result.valid
 
 
@@ -207,7 +206,7 @@ def test_parent_problem_keeps_the_descendant_rows():
     schema = load_schema("h1_units")
     answers = {"detailed": (np.array([[3.0, 1.0], [2.0, 2.0]]), 4)}
     finer = [("detailed", np.array([[2.5, 1.5]]), 1, np.array([1]))]
-    problem = engine.parent_problem(schema, "p", np.array(["a", "b"]), np.array([5, 3]), answers, [], ((),), finer)
+    problem = parent_problem(schema, "p", np.array(["a", "b"]), np.array([5, 3]), measured(answers, finer), [])
     assert [q.rows for q in problem.queries][0] is None
     extra = problem.queries[1]
     assert extra.rows.tolist() == [1] and extra.variance == 1.0

@@ -6,11 +6,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from das.measure import measure_in_memory
+from das.measure import measure_in_memory, plan_for
 from das.privacy import audit as A
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import strategy_from_dict
-from das.run import plan_for
 from das.schema import load_schema
 
 LEVELS = ("nation", "state", "county", "tract", "block")

@@ -4,8 +4,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.geography import Geography
+from das.rules import Invariants, block_bounds, holds, level_bounds
 from das.schema import load_schema
-from das.topdown.constraints import Invariants, block_bounds, holds, level_bounds
 
 PL94 = load_schema("pl94_persons")
 BLOCKS = ["440010001001000", "440010001001001", "440030002002000"]
@@ -35,12 +35,11 @@ def test_block_bounds_follow_the_facility_rules():
 
 def test_bounds_sum_up_the_hierarchy_and_total_is_invariant():
     g = Geography.from_blocks(BLOCKS)
-    families = block_bounds(PL94, invariants())
-    county = level_bounds(PL94, invariants(), g, "county", families)
+    county = level_bounds(PL94, invariants(), g, "county")
     facilities = county[0]
     assert facilities.lower[0].tolist() == [0, 0, 0, 1, 0, 1, 0, 0]  # county 44001 = blocks 0 and 1
     assert facilities.structural_zeros()[1].tolist() == [False] + [True] * 7
-    state = level_bounds(PL94, invariants(), g, "state", families)
+    state = level_bounds(PL94, invariants(), g, "state")
     assert state[-1].query == "total" and state[-1].lower[0, 0] == state[-1].upper[0, 0] == 30
 
 

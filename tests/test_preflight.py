@@ -90,12 +90,12 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise, monkeypatch, case):
-    import das.run
+    import das.pipeline
 
     def no_read(*args, **kwargs):
         raise AssertionError("an input file was read before the spec preflight passed")
 
-    monkeypatch.setattr(das.run, "read_inputs", no_read)
+    monkeypatch.setattr(das.pipeline, "read_inputs", no_read)
     c = CASES[case]
     spec = _spec(spec_dir, c.get("old", ""), c.get("new", ""), c.get("extra", ""))
     err = _refused(capsys, no_noise, ["run", str(spec), "--out", str(spec_dir / "out"), "--seed", "1"], *c["expected"])
@@ -104,10 +104,10 @@ def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise
 
 
 def test_large_rho_runs_when_acknowledged(spec_dir):
-    from das.run import prepare
+    from das.pipeline import Pipeline
 
     spec = _spec(spec_dir, STRATEGY_LINE, STRATEGY_LINE + '\nrho = "1000"')
-    prep = prepare(spec, seed=1, allow_large_rho=True)
+    prep = Pipeline.prepare(spec, seed=1, allow_large_rho=True)
     assert prep.certificates["persons"]["rho"] == "1000"
 
 
@@ -197,11 +197,12 @@ def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys)
 
 
 def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
+    import das.pipeline
     import das.run
 
     order = []
-    original_read, original_pool = das.run.read_inputs, das.run.make_executor
-    monkeypatch.setattr(das.run, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
+    original_read, original_pool = das.pipeline.read_inputs, das.run.make_executor
+    monkeypatch.setattr(das.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
     monkeypatch.setattr(das.run, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
     run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False, log=quiet)
     assert order == ["read", "pool"]

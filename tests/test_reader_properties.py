@@ -128,3 +128,20 @@ def test_das_run_on_corrupt_input_exits_0_or_2_and_never_looks_complete_when_ref
         assert not (out / "mdf_persons.parquet").exists()
     else:
         assert json.loads(manifest.read_text())["validation"]["valid"]
+
+
+def test_a_text_column_holding_bytes_that_are_not_utf8_is_a_problem_with_its_row(tmp_path):
+    """Found by the corrupt-Parquet property: a string column with non-UTF-8 bytes raised UnicodeDecodeError."""
+    table = pq.read_table(io.BytesIO(PERSONS_PARQUET))
+    blocks = table["TABBLK"].combine_chunks().cast(pa.string()).to_pylist()
+    data = b"".join(b"\x80\x81ab" if i == 2 else v.encode() for i, v in enumerate(blocks))
+    offsets, at = [0], 0
+    for i, v in enumerate(blocks):
+        at += 4 if i == 2 else len(v.encode())
+        offsets.append(at)
+    broken = pa.Array.from_buffers(pa.string(), len(blocks), [None, pa.py_buffer(pa.array(offsets, pa.int32()).buffers()[1]),
+                                                               pa.py_buffer(data)])
+    table = table.set_column(table.column_names.index("TABBLK"), "TABBLK", broken)
+    pq.write_table(table, tmp_path / "persons.parquet")
+    problems = [str(p) for p in validate_input(tmp_path / "persons.parquet", TINY / "units.csv", PL94)]
+    assert any("row 3, column TABBLK: '\\\\x80\\\\x81ab' is not valid" in p for p in problems), problems

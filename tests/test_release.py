@@ -309,7 +309,7 @@ def test_structural_zero_rule_is_read_from_the_schema(release, tmp_path):
     _rewrite(copy / "mdf_persons.parquet", mdf)
     report = validate_run(copy)
     assert any("hhgq 'Nursing facilities/Skilled-nursing facilities' and votingage 'Under 18 years'" in v
-               and "structural zero of pl94_persons" in v for v in report.violations)
+               and "structural zero of schema pl94_persons" in v for v in report.violations)
 
 
 def test_resume_refuses_a_run_without_its_operator_files(release, tmp_path):

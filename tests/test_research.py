@@ -15,9 +15,9 @@ from das.research.evaluate import evaluate_run
 from das.research.metrics import SIZE_BINS, combine, error_stats, metrics, size_bin
 from das.research.replicate import Study, StudyError, bias_table, replicate_study
 from das.research.report import build_report, moving_average
+from das.rules import Invariants
 from das.run import run
 from das.schema import schema_from_dict
-from das.topdown.constraints import Invariants
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -79,6 +79,9 @@ def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
             levels.add(f"{release_dir.name}/{f.stem}")
         for parts in release_dir.glob("*.parquet.parts"):
             level = parts.name.removesuffix(".parquet.parts")
+            if not (parts / "plan.json").exists():  # killed between the mkdir and the plan: no chunk committed
+                assert not list(parts.glob("*.nmfpart"))
+                continue
             plan = json.loads((parts / "plan.json").read_text())
             for part in parts.glob("*.nmfpart"):
                 q, c = part.stem.split("-")

@@ -8,12 +8,12 @@ import das.measure
 from das.geography import Geography
 from das.io import nmf
 from das.io.microdata import read_inputs
-from das.measure import Measurement, measure_level
+from das.measure import Measured, Measurement, Target, measure_level
 from das.privacy.randomness import SeededRandomSource
+from das.rules import INVARIANT_LEVELS, Invariants, block_bounds, level_bounds
 from das.schema import load_schema
 from das.synth import write_synthetic
-from das.topdown.constraints import INVARIANT_LEVELS, Invariants, level_bounds
-from das.topdown.engine import EngineOptions, _range_bounds, parent_batches, postprocess
+from das.topdown.engine import EngineOptions, parent_batches, postprocess
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +30,24 @@ def perry():
     return schema, geography, invariants, inputs.person_histograms
 
 
-def test_range_bounds_equal_level_bounds_on_any_range(perry, monkeypatch):
+def test_range_bounds_equal_whole_level_sums_on_any_range(perry, monkeypatch):
+    """Bounds of a range of geounits, summed slice by slice, equal the block bounds aggregated whole."""
     schema, geography, invariants, _ = perry
-    monkeypatch.setattr("das.topdown.engine.BLOCK_SLICE", 37)  # ranges cross block slices
+    monkeypatch.setattr("das.rules.BLOCK_SLICE", 37)  # ranges cross block slices
     rng = np.random.default_rng(0)
+    families = block_bounds(schema, invariants)
     for level in geography.levels:
-        full = level_bounds(schema, invariants, geography, level)
+        full = [(f.query, np.asarray(geography.aggregate(f.lower, level)), np.asarray(geography.aggregate(f.upper, level)))
+                for f in families]
+        if level in invariants.total_population:
+            total = invariants.total_population[level][:, None]
+            full.append(("total", total, total.astype(float)))
         n = geography.n_units(level)
         for lo, hi in [(0, n), *((int(a), int(b) + 1) for a, b in np.sort(rng.integers(0, n, (3, 2)), axis=1))]:
-            part = _range_bounds(schema, invariants, geography, level, lo, hi)
-            assert [b.query for b in part] == [b.query for b in full]
-            for p, f in zip(part, full):
-                assert np.array_equal(p.lower, f.lower[lo:hi]) and np.array_equal(p.upper, f.upper[lo:hi])
+            part = level_bounds(schema, invariants, geography, level, lo, hi)
+            assert [b.query for b in part] == [q for q, _, _ in full]
+            for p, (_, lower, upper) in zip(part, full):
+                assert np.array_equal(p.lower, lower[lo:hi]) and np.array_equal(p.upper, upper[lo:hi])
 
 
 def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatch):
@@ -51,8 +57,8 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
     monkeypatch.setattr(das.measure, "CHUNK_UNITS", 150)  # caps the narrow queries' chunks too
     measurements = [Measurement("block", q, v) for q, v in
                     (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
-    path = measure_level("persons", "block", geography, histograms, schema, measurements, SeededRandomSource(1),
-                         tmp_path / "block.parquet")
+    what = Measured("persons", schema, {"block": measurements})
+    path = measure_level(what, "block", histograms, geography.units("block"), SeededRandomSource(1), Target(tmp_path))
     assert pq.ParquetFile(path).num_row_groups > 20
     assert not das.measure.parts_dir(path).exists()
     whole = nmf.read_level(path, geography.units("block"))
@@ -82,7 +88,8 @@ def test_batch_size_does_not_change_the_solution(perry, tmp_path):
     plan = {lv: [] for lv in geography.levels}
     for item in allocation.items:
         plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    das.measure.measure_release("persons", geography, histograms, schema, plan, SeededRandomSource(3), tmp_path)
+    das.measure.measure_release(Measured("persons", schema, plan), geography, histograms, SeededRandomSource(3),
+                                Target(tmp_path))
     solved = [postprocess("persons", schema, geography, invariants, tmp_path,
                           EngineOptions(progress=False, batch_children=size))[0] for size in (2048, 7)]
     assert (solved[0] != solved[1]).nnz == 0

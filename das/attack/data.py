@@ -7,13 +7,13 @@ schema attribute; geounits at any level are geocode prefixes (tract: 11 digits, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from das.io.microdata import InputError, _Collector, _geocodes, _load, _records
+from das.io.microdata import read_person_levels
+from das.rundir import RunDir, RunDirError
 from das.schema import Schema, load_schema
 
 GEOCODE_DIGITS = {"state": 2, "county": 5, "tract": 11, "block": 15}
@@ -51,38 +51,16 @@ class PersonRecords:
 
 def read_persons(path, schema: Schema) -> PersonRecords:
     """Records a persons file holds under `schema` (its blocks are the blocks it names)."""
-    path = Path(path)
-    col = _Collector(path)
-    table = _load(path, col)
-    geo = None if table is None else _geocodes(table, col, "person")
-    read = None
-    if geo is not None:
-        blocks = np.unique(geo[0])
-        read = _records(table, schema, blocks, col)
-    if col.problems or read is None:
-        raise InputError(col.problems)
-    levels = np.column_stack([np.asarray(read.levels[n], dtype=np.int64) for n in schema.names]) \
-        if len(read.records.cells) else np.zeros((0, len(schema.names)), dtype=np.int64)
-    return PersonRecords(schema, blocks, read.records.block_index, levels)
+    blocks, block, levels = read_person_levels(path, schema)
+    return PersonRecords(schema, blocks, block, levels)
 
 
 def release_schema(run_dir) -> Schema:
     """The persons schema of a finished `das run` directory (from its manifest)."""
-    run_dir = Path(run_dir)
-    manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise AttackError(f"{run_dir}: not a das run directory (no manifest.json); expected the --out of `das run`")
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        raise AttackError(f"{manifest_path}: not valid JSON ({e.msg})") from None
-    if manifest.get("status") != "complete":
-        raise AttackError(f"{manifest_path}: status is {manifest.get('status')!r}, expected 'complete' "
-                          "(an unfinished release)")
-    schema = (manifest.get("persons") or {}).get("schema")
-    if not schema:
-        raise AttackError(f"{manifest_path}: field persons.schema is missing; expected the persons schema name")
-    return load_schema(schema)
+        return load_schema(RunDir(run_dir).read_complete().schema("persons"))
+    except RunDirError as e:
+        raise AttackError(str(e)) from None
 
 
 def read_release(run_dir, schema: Schema) -> PersonRecords:

@@ -16,6 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from das import atomic
 from das.schema import Schema
 
 GEOGRAPHY_COLUMNS = (("TABBLKST", 0, 2), ("TABBLKCOU", 2, 5), ("TABTRACTCE", 5, 11),
@@ -105,17 +106,16 @@ def unit_mdf(
 def write_table(table: pa.Table, path: Path, layout: str = "parquet", metadata: dict | None = None) -> Path:
     """Write to a temporary name and rename, so a partial file never looks complete; Parquet
     files carry `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    if layout == "parquet":
-        if metadata:
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-        pq.write_table(table, tmp, compression="zstd")
-    elif layout == "pipe":
-        plain = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
-                          for n, c in zip(table.column_names, table.columns)})
-        pacsv.write_csv(plain, tmp, pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none"))
-    else:
+    if layout not in ("parquet", "pipe"):
         raise ValueError(f"unknown MDF layout {layout!r}: expected 'parquet' or 'pipe'")
-    tmp.replace(path)
+    path = Path(path)
+    with atomic.replacing(path) as tmp:
+        if layout == "parquet":
+            if metadata:
+                table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+            pq.write_table(table, tmp, compression="zstd")
+        else:
+            plain = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+                              for n, c in zip(table.column_names, table.columns)})
+            pacsv.write_csv(plain, tmp, pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none"))
     return path

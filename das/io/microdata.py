@@ -29,6 +29,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from das import rules
 from das.geography import block_geocodes
 from das.histogram import block_histograms
 from das.schema import Schema
@@ -167,7 +168,7 @@ def _duplicates(names: list[str]) -> list[str]:
 def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
     try:
         names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a corrupt footer may hold non-UTF-8 names
         col.add(f"not a Parquet file, or a corrupt one ({str(e).splitlines()[0]})", unreadable=True)
         return None
     dupes = _duplicates(names)
@@ -176,7 +177,7 @@ def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
         return None
     try:
         return pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         col.add(f"the Parquet data could not be read ({str(e).splitlines()[0]})", unreadable=True)
         return None
 
@@ -302,7 +303,10 @@ class _Encoded:
 def _encode(arr: pa.Array) -> _Encoded:
     if not pa.types.is_dictionary(arr.type):
         arr = arr.cast(pa.string()).dictionary_encode()
-    values = np.asarray(arr.dictionary.to_pylist(), dtype=str)
+    # as bytes: a corrupt file's string column may hold bytes that are not UTF-8; shown escaped, they
+    # fail the column's check like any other bad value (with its row), instead of raising here
+    raw = arr.dictionary.cast(pa.binary()).to_pylist()
+    values = np.asarray([b.decode("utf-8", "backslashreplace") if b is not None else "None" for b in raw], dtype=str)
     return _Encoded(values, arr.indices.to_numpy(zero_copy_only=False).astype(np.int64))
 
 
@@ -568,6 +572,24 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _C
     return _Read(Records(block_index[rows].astype(np.int64), cells), rows, columns, dict(zip(schema.names, levels)))
 
 
+def read_person_levels(path, schema: Schema) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A persons file read alone (no units file): (its blocks, sorted; each record's block index;
+    each record's level per schema attribute), or InputError listing every problem."""
+    path = Path(path)
+    col = _Collector(path)
+    table = _load(path, col)
+    geo = None if table is None else _geocodes(table, col, "person")
+    read = None
+    if geo is not None:
+        blocks = np.unique(geo[0])
+        read = _records(table, schema, blocks, col)
+    if col.problems or read is None:
+        raise InputError(col.problems)
+    levels = np.column_stack([np.asarray(read.levels[n], dtype=np.int64) for n in schema.names]) \
+        if len(read.records.cells) else np.zeros((0, len(schema.names)), dtype=np.int64)
+    return blocks, read.records.block_index, levels
+
+
 def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
     """The records of one file that `schema` counts (persons with a persons schema, units with
     a units schema), located in the universe `blocks`; InputError lists every problem."""
@@ -584,44 +606,26 @@ def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
 # Persons against the units file
 
 
-def _constraint_checks(read: _Read, inventory: UnitInventory, schema: Schema, col: _Collector) -> None:
-    """The schema's constraints hold in the input: persons are where the units file puts
-    facilities of their type (and housing units for household persons), and no one is in a
-    structural-zero cell (e.g. under 18 in a nursing facility)."""
+def _rule_checks(read: _Read, inventory: UnitInventory, schema: Schema, col: _Collector) -> None:
+    """The schema's rules hold in the input (das.rules): every record beyond its block's upper bound
+    for its answer cell is named, e.g. a person where the units file has no facility of their type
+    (or no housing unit for a household person), or anyone in a structural-zero cell."""
     records = read.records
-    for c in schema.constraints:
-        query = schema.query(c.query)
-        attributes = [_attribute_of(schema, f) for f in query.factors]
-        shown_column = attributes[-1].column if attributes else None
-        if c.kind == "facilities" and len(query.factors) == 1 and query.size == N_GQ_TYPES + 1:
-            (level,) = read.factor_levels(schema, query.factors)
-            has = np.column_stack([inventory.housing_units > 0, inventory.gq_facilities > 0])
-            missing = ~has[records.block_index, level]
-            household = np.flatnonzero(missing & (level == 0))
-            if len(household):
-                rows = read.rows[household]
-                col.add("a block with housing units for a household person (the units file has no "
-                        "housing unit in this block)", column=shown_column, rows=rows,
-                        values=_shown(read.columns[shown_column], rows))
-            group_quarters = np.flatnonzero(missing & (level > 0))
-            if len(group_quarters):
-                rows = read.rows[group_quarters]
-                col.add("a block with a group-quarters facility of this type (the units file has none "
-                        "of this type in this block)", column=shown_column, rows=rows,
-                        values=_shown(read.columns[shown_column], rows))
-        elif c.kind == "structural_zero" and c.cells:
-            levels = read.factor_levels(schema, query.factors)
-            bad = np.zeros(len(records.cells), dtype=bool)
-            for cell in c.cells:
-                bad |= np.logical_and.reduce([lv == v for lv, v in zip(levels, cell)])
-            bad = np.flatnonzero(bad)
-            if len(bad):
-                rows = read.rows[bad]
-                cells = " or ".join(
-                    " and ".join(f"{f} '{schema.factor_labels(f)[v]}'" for f, v in zip(query.factors, cell))
-                    for cell in c.cells)
-                col.add(f"nobody with {cells} (a structural zero of schema {schema.name})",
-                        column=shown_column, rows=rows, values=_shown(read.columns[shown_column], rows))
+    facts = rules.Invariants(inventory.housing_units, inventory.gq_facilities, {})
+    for bounds in rules.block_bounds(schema, facts, inputs_only=True):
+        query = schema.query(bounds.query)
+        cells = rules.answer_cells(query)[records.cells]
+        beyond = np.flatnonzero(rules.excess_records(bounds, records.block_index, cells))
+        if not len(beyond):
+            continue
+        column = _attribute_of(schema, query.factors[-1]).column if query.factors else None
+        said: dict[str, list[np.ndarray]] = {}
+        for cell in np.unique(cells[beyond]):
+            said.setdefault(rules.describe(schema, bounds.rule, int(cell)), []).append(beyond[cells[beyond] == cell])
+        for expected, parts in said.items():
+            rows = read.rows[np.sort(np.concatenate(parts))]
+            col.add(expected, column=column, rows=rows,
+                    values=None if column is None else _shown(read.columns[column], rows))
 
 
 def _attribute_of(schema: Schema, factor: str):
@@ -648,7 +652,7 @@ def collect_problems(persons_path, units_path, schema: Schema,
     if table is not None:
         persons = _records(table, schema, None if units is None else units.inventory.blocks, pcol)
         if persons is not None and units is not None:
-            _constraint_checks(persons, units.inventory, schema, pcol)
+            _rule_checks(persons, units.inventory, schema, pcol)
     unit_records = None
     if units is not None and units_schema is not None:
         unit_records = _records(units.table, units_schema, units.inventory.blocks, ucol,

@@ -12,7 +12,6 @@ das/measure.py) and the level file is assembled from those parts.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from das import atomic
 
 NMF_SCHEMA = pa.schema([
     ("level", pa.dictionary(pa.int32(), pa.string())),
@@ -67,7 +68,7 @@ class LevelWriter:
     def __init__(self, path: Path, metadata: dict | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(self.path.name + ".partial")
+        self.tmp = atomic.partial(self.path)
         schema = NMF_SCHEMA.with_metadata(metadata) if metadata else NMF_SCHEMA
         self.writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
 
@@ -93,12 +94,7 @@ def write_part(path: Path, noisy: np.ndarray) -> None:
     noisy = np.ascontiguousarray(noisy, dtype=np.int64)
     header = np.asarray([*noisy.shape], dtype=np.int64).tobytes()
     body = pa.Codec(PART_CODEC, compression_level=1).compress(noisy.tobytes(), asbytes=True)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
-        f.write(header + body)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    atomic.write_bytes(path, header + body, sync=True)
 
 
 def read_part(path: Path) -> np.ndarray:

@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
-from das.bundle import BundleError, complete_run_manifest
 from das.geography import Geography
 from das.histogram import block_histograms
 from das.io.microdata import InputError, read_records, read_units
+from das.rundir import RunDir, RunDirError
 from das.schema import Schema, SpecError, load_schema, load_toml, resolve_spec
 
 SEGMENT_KEYS = ("FILEID", "STUSAB", "CHARITER", "CIFSN", "LOGRECNO")
@@ -238,12 +238,12 @@ def run_records(run_dir: str | Path, layout: PLLayout) -> PLRecords:
     """The PL 94-171 records of a finished `das run` directory, recounted from its MDF."""
     run_dir = Path(run_dir)
     try:
-        manifest = complete_run_manifest(run_dir)
-    except BundleError as e:
+        manifest = RunDir(run_dir).read_complete()
+    except RunDirError as e:
         raise SpecError(str(e)) from None
-    schemas = {kind: load_schema(manifest[kind]["schema"]) for kind in ("persons", "units") if manifest.get(kind)}
+    schemas = {kind: load_schema(manifest.schema(kind)) for kind in manifest.releases()}
     inventory = read_units(run_dir / "mdf_units.parquet")
-    geography = Geography.from_blocks(inventory.blocks, tuple(manifest["levels"]))
+    geography = Geography.from_blocks(inventory.blocks, tuple(manifest.levels))
     histograms = {kind: block_histograms(read_records(run_dir / f"mdf_{kind}.parquet", schema, inventory.blocks),
                                          geography.n_blocks, schema.size)
                   for kind, schema in schemas.items()}

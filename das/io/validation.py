@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from das import rules
 from das.io.microdata import Inputs, Problem, collect_problems
 from das.schema import Schema, SpecError, load_schema
 
@@ -20,21 +21,20 @@ def validate_input(persons_path, units_path, schema: Schema) -> list[Problem]:
 
 
 def notes(inputs: Inputs, schema: Schema) -> list[str]:
-    """Legal but worth a look: no persons at all; facilities that hold nobody of their type
-    (the facilities constraint will still put at least one person of that type there)."""
+    """Legal but worth a look: no persons at all; inputs below a rule's lower bound, which the
+    release will be raised to (e.g. a facility that holds nobody of its type)."""
     found = []
     if inputs.person_histograms.sum() == 0:
         found.append("the persons file has no rows: a release with no persons")
-    for c in schema.constraints:
-        query = schema.query(c.query)
-        if c.kind != "facilities" or query.size != inputs.inventory.gq_facilities.shape[1] + 1:
+    facts = rules.Invariants(inputs.inventory.housing_units, inputs.inventory.gq_facilities, {})
+    for bounds in rules.block_bounds(schema, facts, inputs_only=True):
+        shortfall = rules.KINDS[bounds.rule.kind].shortfall
+        if shortfall is None:
             continue
-        by_type = np.asarray((inputs.person_histograms @ query.matrix.T).todense())[:, 1:]
-        empty = (inputs.inventory.gq_facilities > 0) & (by_type == 0)
-        if empty.any():
-            found.append(f"{int(empty.any(axis=1).sum()):,} block(s) have a group-quarters facility with "
-                         f"nobody of its type ({int(empty.sum()):,} block x type pairs); the published "
-                         f"counts will have at least one person there")
+        answers = np.asarray((inputs.person_histograms @ schema.query(bounds.query).matrix.T).todense())
+        below, _ = rules.breaches(bounds, answers)
+        if below.any():
+            found.append(shortfall(int(below.any(axis=1).sum()), int(below.sum())))
     return found
 
 

@@ -9,31 +9,24 @@ what it holds (`holds`), and `das validate` checks exactly that.
 
 from __future__ import annotations
 
-import shutil
+import platform
 import time
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight
+from das import atomic, bundle, preflight
 from das.checkpoint import file_sha256
 from das.geography import Geography
 from das.io import mdf as mdf_io
 from das.io.microdata import read_inputs
 from das.io.tables import load_tables, write_tables
 from das.mechanisms.base import Ledger, MechanismError, SynthesisInput, mechanism_certificate
+from das.pipeline import NOT_PRIVATE, code_version
 from das.privacy.accounting import BudgetError
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
-from das.run import (
-    Prepared,
-    _write_json,
-    check_out_dir,
-    operator_fingerprint,
-    output_metadata,
-    prepare_out_dir,
-    protected_paths,
-    start_manifest,
-)
+from das.run import check_out_dir, operator_fingerprint, protected_paths
+from das.rundir import Manifest, RunDir
 from das.runspec import load_run_spec
 from das.schema import load_schema
 from das.validate import SYNTHETIC_HOLDS, validate_run
@@ -99,48 +92,53 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
         raise MechanismError(f"{mechanism}: returned negative counts")
     cert = mechanism_certificate(mechanism, schema, spec.levels, ledger, spec.delta, rng.private)
 
-    prep = Prepared(spec, [("persons", spec.persons, schema)], {}, {}, {"persons": cert}, rng, load_tables(spec.tables))
-    prepare_out_dir(out_dir, spec, overwrite)
+    run_dir = RunDir(out_dir)
+    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+    if files:
+        bundle.remove_run_files(run_dir.path, files)
+    run_dir.path.mkdir(parents=True, exist_ok=True)
     key = bundle.new_key()
-    bundle.write_operator(out_dir, {"spec_path": str(spec.path),
-                                    "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
-                                    "fingerprint": operator_fingerprint(spec, key)}, key)
-    manifest = start_manifest(prep, out_dir, lambda _message: None, extra={
-        "seed": spec.seed,
-        "persons": {"schema": schema.name, "strategy": None, "mechanism": mechanism},
-        "units": None,
-        "mechanism": {"name": mechanism, "summary": mech.summary, "geography": mech.geography,
-                      "budget": str(budget), "details": result.details},
-        "holds": list(SYNTHETIC_HOLDS),
-    })
+    bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
+                                         "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
+                                         "fingerprint": operator_fingerprint(spec, key)}, key)
+    text = bundle.public_spec_text(spec.text)
+    digest = bundle.spec_digest(text)
+    manifest = Manifest(
+        das_version=code_version(), spec_name=spec.name, spec_text=text, spec_sha256=digest, status="running",
+        private=rng.private, randomness="operating-system CSPRNG" if rng.private else f"seeded (seed {spec.seed})",
+        levels=list(spec.levels), tables=spec.tables,
+        persons={"schema": schema.name, "strategy": None, "mechanism": mechanism}, units=None,
+        privacy={"persons": cert}, python=platform.python_version(), seed=spec.seed,
+        extra={"mechanism": {"name": mechanism, "summary": mech.summary, "geography": mech.geography,
+                             "budget": str(budget), "details": result.details},
+               "holds": list(SYNTHETIC_HOLDS)},
+    )
+    if not rng.private:
+        manifest.warning = NOT_PRIVATE
+    run_dir.write(manifest)
 
     t0 = time.perf_counter()
-    metadata = output_metadata(prep)
-    outputs = [mdf_io.write_table(mdf_io.person_mdf(schema, geography.blocks, histograms),
-                                  out_dir / "mdf_persons.parquet", metadata=metadata)]
-    tables_tmp, tables_dir = out_dir / "tables.partial", out_dir / "tables"
-    shutil.rmtree(tables_tmp, ignore_errors=True)
-    written = write_tables(tables_tmp, geography, {schema.name: histograms}, {schema.name: schema}, prep.tables,
-                           metadata=metadata)
-    shutil.rmtree(tables_dir, ignore_errors=True)
-    tables_tmp.replace(tables_dir)
-    outputs += [tables_dir / p.name for p in written]
+    metadata = bundle.parquet_metadata(rng.private, {"persons": cert}, digest, code_version())
+    outputs = [mdf_io.write_table(mdf_io.person_mdf(schema, geography.blocks, histograms), run_dir.mdf("persons"),
+                                  metadata=metadata)]
+    with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
+        written = write_tables(tmp, geography, {schema.name: histograms}, {schema.name: schema},
+                               load_tables(spec.tables), metadata=metadata)
+    outputs += [run_dir.tables_dir / p.name for p in written]
     timings["write_outputs"] = time.perf_counter() - t0
-    manifest.update({
-        "status": "complete",
-        "timings_seconds": {**timings, "total": time.perf_counter() - t_start},
-        "outputs": {str(p.relative_to(out_dir)): file_sha256(p) for p in outputs},
-        "nmf": {},
-        "failsafe_events": [],
-        "counts": {"persons": int(histograms.sum()), "blocks": geography.n_blocks},
-    })
-    _write_json(out_dir / "manifest.json", manifest)
+    manifest.status = "complete"
+    manifest.timings_seconds = {**timings, "total": time.perf_counter() - t_start}
+    manifest.outputs = {str(p.relative_to(run_dir.path)): file_sha256(p) for p in outputs}
+    manifest.nmf = {}
+    manifest.failsafe_events = []
+    manifest.counts = {"persons": int(histograms.sum()), "blocks": geography.n_blocks}
+    run_dir.write(manifest)
 
     t0 = time.perf_counter()
-    report = validate_run(out_dir)
-    manifest["validation"] = {"valid": report.ok, "checks": report.checks, "violations": report.violations[:100]}
-    manifest["timings_seconds"]["validate"] = time.perf_counter() - t0
-    _write_json(out_dir / "manifest.json", manifest)
+    report = validate_run(run_dir.path)
+    manifest.validation = {"valid": report.ok, "checks": report.checks, "violations": report.violations[:100]}
+    manifest.timings_seconds["validate"] = time.perf_counter() - t0
+    run_dir.write(manifest)
     if not report.ok:
         raise MechanismError(f"{mechanism}: the release in {out_dir} fails validation: {report.violations[:3]}")
-    return out_dir
+    return run_dir.path

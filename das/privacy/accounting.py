@@ -26,14 +26,11 @@ import textwrap
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 import mpmath
 
+from das.privacy.strategy import BudgetError, Strategy, check_shares
 from das.schema import SpecError
-
-if TYPE_CHECKING:
-    from das.privacy.strategy import Strategy
 
 CONVENTION = (
     "rho-zCDP with bounded neighbours (datasets differ by changing one record): every marginal query has "
@@ -45,38 +42,6 @@ CONVERSION = ("Canonne, Kamath, Steinke (2020), Corollary 13: delta = min over a
 EPS_DECIMALS = 4  # eps is certified rounded UP to this many decimal places
 DELTA_DIGITS = 4  # delta_for_eps is rounded UP to this many significant digits
 _DPS = 60  # decimal digits of working precision for the conversions
-
-
-class BudgetError(SpecError):
-    """A budget the accountant refuses: inexact or non-positive shares, overspending, a double charge."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Allocation: a strategy's shares applied to a total rho
-
-
-def check_shares(strategy: Strategy) -> None:
-    """Raise BudgetError unless every share is positive and shares sum to exactly 1 (Fraction equality).
-
-    Level rho_shares must sum to 1 over the levels, and the query shares of each level to 1.
-    """
-    where = strategy.source
-    for lv in strategy.levels:
-        if not isinstance(lv.rho_share, Fraction) or lv.rho_share <= 0:
-            raise BudgetError(f"{where}: levels.{lv.level}.rho_share must be a positive Fraction, got {lv.rho_share!r}")
-        if not lv.queries:
-            raise BudgetError(f"{where}: levels.{lv.level} measures no query")
-        for query, share in lv.queries:
-            if not isinstance(share, Fraction) or share <= 0:
-                raise BudgetError(f"{where}: levels.{lv.level}.queries.{query!r} must be a positive Fraction, got {share!r}")
-    total = sum((lv.rho_share for lv in strategy.levels), Fraction(0))
-    if total != 1:
-        raise BudgetError(f"{where}: level rho_shares sum to {total}, not exactly 1 (off by {total - 1})")
-    for lv in strategy.levels:
-        within = sum((s for _, s in lv.queries), Fraction(0))
-        if within != 1:
-            raise BudgetError(f"{where}: query shares of level {lv.level} sum to {within}, not exactly 1 "
-                              f"(off by {within - 1})")
 
 
 @dataclass(frozen=True)

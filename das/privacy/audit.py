@@ -257,9 +257,9 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     """The audit of a run spec's persons strategy (its shares, at the audit budget) on the synthetic
     neighbourhood, beside the same strategy reduced to its `detailed` query alone (where every
     neighbour changes every measurement, so the bound can approach the certificate)."""
+    from das.measure import plan_for
     from das.privacy.randomness import make_random_source
     from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
-    from das.run import plan_for
     from das.runspec import load_run_spec
     from das.schema import load_schema
 

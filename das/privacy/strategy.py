@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from das.privacy.accounting import BudgetError, check_shares
 from das.schema import QUERY_SEPARATOR, Schema, SpecError, load_toml, parse_query_name, resolve_spec
 
-__all__ = ["BudgetError", "LevelShare", "Strategy", "load_strategy", "parse_fraction", "strategy_from_dict",
+__all__ = ["BudgetError", "LevelShare", "Strategy", "check_shares", "load_strategy", "parse_fraction", "strategy_from_dict",
            "validate_strategy"]
 
 STRATEGY_KEYS = {"name", "schema", "description", "rho", "delta", "levels"}
@@ -74,6 +73,34 @@ def parse_fraction(value, where: str) -> Fraction:
     if result <= 0:
         raise SpecError(f"{where}: must be positive, got {value!r}")
     return result
+
+
+class BudgetError(SpecError):
+    """A budget the accountant refuses: inexact or non-positive shares, overspending, a double charge."""
+
+
+def check_shares(strategy: Strategy) -> None:
+    """Raise BudgetError unless every share is positive and shares sum to exactly 1 (Fraction equality).
+
+    Level rho_shares must sum to 1 over the levels, and the query shares of each level to 1.
+    """
+    where = strategy.source
+    for lv in strategy.levels:
+        if not isinstance(lv.rho_share, Fraction) or lv.rho_share <= 0:
+            raise BudgetError(f"{where}: levels.{lv.level}.rho_share must be a positive Fraction, got {lv.rho_share!r}")
+        if not lv.queries:
+            raise BudgetError(f"{where}: levels.{lv.level} measures no query")
+        for query, share in lv.queries:
+            if not isinstance(share, Fraction) or share <= 0:
+                raise BudgetError(f"{where}: levels.{lv.level}.queries.{query!r} must be a positive Fraction, got {share!r}")
+    total = sum((lv.rho_share for lv in strategy.levels), Fraction(0))
+    if total != 1:
+        raise BudgetError(f"{where}: level rho_shares sum to {total}, not exactly 1 (off by {total - 1})")
+    for lv in strategy.levels:
+        within = sum((s for _, s in lv.queries), Fraction(0))
+        if within != 1:
+            raise BudgetError(f"{where}: query shares of level {lv.level} sum to {within}, not exactly 1 "
+                              f"(off by {within - 1})")
 
 
 @dataclass(frozen=True)

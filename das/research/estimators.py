@@ -27,8 +27,8 @@ import scipy.sparse as sp
 
 from das.geography import Geography
 from das.io import nmf
+from das.rules import Invariants, level_bounds
 from das.schema import Schema
-from das.topdown.constraints import Invariants, block_bounds, level_bounds
 
 ESTIMATORS = ("topdown", "noisy", "wls")
 MAX_DENSE_CELLS = 20_000  # without `detailed`, M^-1 is formed densely (n x n floats)
@@ -67,10 +67,10 @@ def wls_unsupported(schema: Schema, queries_by_level: dict[str, list[str]]) -> s
     return None
 
 
-def _equalities(schema: Schema, geography: Geography, invariants: Invariants, level: str, families):
+def _equalities(schema: Schema, geography: Geography, invariants: Invariants, level: str):
     """(C, D): rows of equalities every geounit at `level` holds, and their (n_units x k) values."""
     rows, values = [], []
-    for b in level_bounds(schema, invariants, geography, level, families):
+    for b in level_bounds(schema, invariants, geography, level):
         fixed = np.isfinite(b.upper) & (b.lower == b.upper)
         columns = np.flatnonzero(fixed.all(axis=0))
         if columns.size:
@@ -141,12 +141,11 @@ class _LevelSystem:
         return x
 
 
-def wls_level(schema, geography, invariants, level, noisy, parent=None, families=None) -> np.ndarray:
+def wls_level(schema, geography, invariants, level, noisy, parent=None) -> np.ndarray:
     """WLS histograms (n_units x n_cells) of one level given its noisy answers and the parents' WLS."""
     if not noisy:
         raise ValueError(f"{level}: nothing measured; the WLS estimate needs a measurement at every level")
-    families = block_bounds(schema, invariants) if families is None else families
-    c, d = _equalities(schema, geography, invariants, level, families)
+    c, d = _equalities(schema, geography, invariants, level)
     x = _LevelSystem(schema, noisy, c).solve(noisy, d)
     if parent is not None:
         x = distribute(x, parent, geography.child_ranges(geography.parent_level(level)))
@@ -157,11 +156,10 @@ def wls_levels(
     schema: Schema, geography: Geography, invariants: Invariants, nmf_dir: Path, release: str,
 ) -> Iterator[tuple[str, np.ndarray]]:
     """(level, WLS histograms of its geounits (n_units x n_cells)), top-down, from an NMF."""
-    families = block_bounds(schema, invariants)
     parent = None
     for level in geography.levels:
         noisy = nmf.read_level(nmf.level_path(nmf_dir, release, level), geography.units(level))
-        parent = wls_level(schema, geography, invariants, level, noisy, parent, families)
+        parent = wls_level(schema, geography, invariants, level, noisy, parent)
         yield level, parent
 
 

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+from das.bundle import BundleError, input_paths
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.research.estimators import ESTIMATORS, wls_unsupported
@@ -22,8 +23,9 @@ from das.research.replicate import (
     scored_queries,
     summarize,
 )
+from das.rules import Invariants
+from das.rundir import RunDir, RunDirError
 from das.schema import load_schema
-from das.topdown.constraints import Invariants
 
 
 def truth_context(persons, units, schema_name: str, levels) -> Context:
@@ -39,15 +41,11 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
                  queries=DEFAULT_QUERIES, keep=("total",), overwrite: bool = True) -> dict:
     """Score a `das run` output directory; writes stats/errors/metrics files to `out`."""
     run_dir = Path(run_dir)
-    from das.bundle import BundleError, complete_run_manifest
-
     try:
-        manifest = complete_run_manifest(run_dir)
-    except BundleError as e:
+        manifest = RunDir(run_dir).read_complete().to_dict()
+    except RunDirError as e:
         raise StudyError(str(e)) from None
     if truth is None:
-        from das.bundle import BundleError, input_paths
-
         try:
             paths = input_paths(run_dir)
         except BundleError as e:

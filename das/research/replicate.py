@@ -30,17 +30,20 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 from scipy.stats import t as student_t
 
+from das import atomic
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
+from das.measure import Target, measure_release
+from das.pipeline import Pipeline, ReleasePlan, code_version
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.randomness import make_random_source
-from das.privacy.strategy import load_strategy, parse_fraction
+from das.privacy.strategy import parse_fraction
 from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
 from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
+from das.rules import Invariants
 from das.schema import Schema, SpecError, parse_query_name
-from das.topdown.constraints import Invariants, block_bounds
-from das.topdown.engine import EngineOptions, postprocess
+from das.topdown.engine import postprocess
 
 RELEASE = "persons"
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
@@ -82,7 +85,7 @@ class Study:
 class Context:
     """The confidential input of a study, read once per process."""
 
-    spec: object
+    pipeline: Pipeline
     schema: Schema
     geography: Geography
     invariants: Invariants
@@ -96,12 +99,14 @@ class Context:
 
 
 def load_context(spec_path: str, seed: int | None) -> Context:
-    from das.run import prepare, read_confidential
+    pipe = Pipeline.prepare(spec_path, seed, log=_silent)
+    confidential = pipe.read_inputs()
+    return Context(pipe, pipe.schemas[RELEASE], confidential.geography, confidential.invariants,
+                   confidential.histograms[RELEASE].tocsr())
 
-    prep = prepare(spec_path, seed)
-    geography, invariants, histograms = read_confidential(prep, {}, lambda *_: None)
-    schema = next(s for name, _, s in prep.releases if name == RELEASE)
-    return Context(prep.spec, schema, geography, invariants, histograms[RELEASE].tocsr())
+
+def _silent(*_) -> None:
+    """A study logs its own progress, not each stage of each replicate."""
 
 
 def scored_queries(schema: Schema, queries) -> tuple[str, ...]:
@@ -138,7 +143,6 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, querie
     """(stats, errors) DataFrames of every estimator, level and query of one draw of noise."""
     stats, errors = [], []
     schema, geography = ctx.schema, ctx.geography
-    families = block_bounds(schema, ctx.invariants) if "wls" in estimators else None
     parent = None
     for level in geography.levels:
         noisy = None
@@ -151,7 +155,7 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, querie
         if "noisy" in estimators:
             per_estimator["noisy"] = {q: a for q in queries if (a := noisy_answers(schema, noisy, q)) is not None}
         if "wls" in estimators:
-            parent = wls_level(schema, geography, ctx.invariants, level, noisy, parent, families)
+            parent = wls_level(schema, geography, ctx.invariants, level, noisy, parent)
             per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
         del noisy
         for estimator in estimators:
@@ -163,37 +167,29 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, querie
     return stats, errors
 
 
-def plan_for_rho(ctx: Context, rho_text: str):
-    from das.run import plan_for
-
-    strategy = load_strategy(ctx.spec.persons.strategy)
-    rho = strategy.rho if ctx.spec.persons.rho is None else ctx.spec.persons.rho
-    if rho_text != "spec":
-        rho = parse_fraction(rho_text, "--rho")
-    plan, allocation = plan_for(strategy, rho, ctx.spec.levels)
-    return rho, plan, allocation
+def plan_for_rho(ctx: Context, rho_text: str) -> ReleasePlan:
+    """The persons release planned at a study budget ("spec": the run spec's own)."""
+    planned = ctx.pipeline.releases[RELEASE]
+    return planned if rho_text == "spec" else ctx.pipeline.at_budget(RELEASE, parse_fraction(rho_text, "--rho"))
 
 
 def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, work_dir: Path):
     """One draw of noise at one budget: measure, post-process, score. Returns (stats, errors, seconds)."""
-    from das.measure import measure_release
-
     t0 = time.perf_counter()
-    rho, plan, allocation = plan_for_rho(ctx, rho_text)
+    planned = plan_for_rho(ctx, rho_text)
+    rho = planned.allocation.rho
     rng = make_random_source(study.seed)
     if study.seed is not None:  # a stream of its own per (budget, replicate): reproducible in any order
         rng = rng.spawn(f"replicate/{rho}/{replicate}")
     nmf_dir = Path(tempfile.mkdtemp(prefix=f"rep{replicate}-", dir=work_dir))
     try:
-        measure_release(RELEASE, ctx.geography, ctx.blocks, ctx.schema, plan, rng, nmf_dir,
-                        accountant=PrivacyAccountant.for_allocation(allocation))
+        measure_release(planned.measured, ctx.geography, ctx.blocks, rng, Target(nmf_dir),
+                        PrivacyAccountant.for_allocation(planned.allocation))
         topdown = None
         timings = {"measure": time.perf_counter() - t0}
         if "topdown" in study.estimators:
-            spec = ctx.spec
-            options = EngineOptions(workers=1, solver=spec.solver, rounding=spec.rounding, progress=False,
-                                    passes=spec.passes, passes_by_level=spec.passes_by_level)
-            topdown, _ = postprocess(RELEASE, ctx.schema, ctx.geography, ctx.invariants, nmf_dir, options)
+            topdown, _ = postprocess(RELEASE, ctx.schema, ctx.geography, ctx.invariants, nmf_dir,
+                                     ctx.pipeline.engine_options())
         timings["postprocess"] = time.perf_counter() - t0 - timings["measure"]
         queries = scored_queries(ctx.schema, study.queries)
         stats, errors = score(ctx, nmf_dir, topdown, study.estimators, queries, study.keep,
@@ -205,10 +201,8 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, wor
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
+    with atomic.replacing(path) as tmp:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp, compression="zstd")
 
 
 def _part_name(rho_index: int, replicate: int, kind: str) -> str:
@@ -281,8 +275,6 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
 def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwrite: bool = False,
                     log=print) -> dict:
     """Run (or finish) a study into out_dir; returns study.json's content."""
-    from das.run import code_version
-
     study.check()
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
@@ -300,15 +292,15 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
     (out_dir / "parts").mkdir(parents=True, exist_ok=True)
     ctx = load_context(study.spec, study.seed)  # reads and validates the input before any work
     queries = scored_queries(ctx.schema, study.queries)
-    rhos = [str(plan_for_rho(ctx, r)[0]) for r in study.rhos]
+    rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in study.rhos]
     if "wls" in study.estimators:
-        plan = plan_for_rho(ctx, study.rhos[0])[1]
+        plan = plan_for_rho(ctx, study.rhos[0]).plan
         reason = wls_unsupported(ctx.schema, {lv: [m.query for m in plan.get(lv, [])] for lv in ctx.geography.levels})
         if reason:
             raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
     meta = {
         "study": config, "rhos": rhos, "queries": list(queries), "levels": list(ctx.geography.levels),
-        "spec_name": ctx.spec.name, "schema": ctx.schema.name, "das_version": code_version(),
+        "spec_name": ctx.pipeline.spec.name, "schema": ctx.schema.name, "das_version": code_version(),
         "randomness": "operating-system CSPRNG" if study.seed is None else f"seeded (seed {study.seed}): NOT private",
         "notice": CONFIDENTIAL, "status": "running", "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
@@ -316,7 +308,7 @@ def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwri
     meta_path.write_text(json.dumps(meta, indent=2))
     tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(study.rhos) for rep in range(study.runs)
              if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
-    log(f"replicate {ctx.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
+    log(f"replicate {ctx.pipeline.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
         f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")
     t0 = time.perf_counter()
     timings = list(earlier)

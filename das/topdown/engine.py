@@ -25,13 +25,12 @@ from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
 from das.executors import IN_FLIGHT_PER_SLOT, local_executor, ordered_map
 from das.geography import Geography
 from das.io import nmf
+from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.schema import Schema
-from das.topdown.constraints import Bounds, Invariants, block_bounds
-from das.topdown.problem import ChildConstraints, ParentProblem, QueryAnswers
+from das.topdown.problem import measured, parent_problem
 from das.topdown.solve import merge_certificates, solve_parent, solve_root
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
-BLOCK_SLICE = 1 << 16  # blocks per slice when summing block bounds into a range
 
 
 @dataclass
@@ -59,108 +58,6 @@ class LevelReport:
     seconds: float
     failsafe_events: list = field(default_factory=list)
     certificate: dict = field(default_factory=dict)  # L2 duality gaps summed over the level's parents
-
-
-def parent_problem(
-    schema: Schema,
-    parent: str,
-    children: np.ndarray,
-    parent_counts: np.ndarray,
-    noisy: dict[str, tuple[np.ndarray, Fraction]],
-    bounds: list[Bounds],
-    passes: tuple[tuple[str, ...], ...] = ((),),
-    descendants: list[tuple[str, np.ndarray, Fraction, np.ndarray]] = (),
-) -> ParentProblem:
-    """One parent's problem: variables are children x the parent's nonzero cells.
-
-    `descendants`: (query, answers, variance, child rows) measured on the only child of a child
-    (the same geounit, measured again at a finer level), fitted beside the child's own answers.
-    """
-    cells = np.flatnonzero(parent_counts)
-    n_children = len(children)
-    allowed = np.ones((n_children, len(cells)), dtype=bool)
-    rows, lower, upper = [], [], []
-    for b in bounds:
-        q = schema.query(b.query).matrix[:, cells].tocsr()
-        zeros = b.structural_zeros()
-        if zeros.any():
-            allowed &= ~((sp.csr_matrix(zeros.astype(np.int64)) @ q).toarray() > 0)
-        binding = b.binding()
-        if binding.any():
-            rows.append(q[binding])
-            lower.append(b.lower[:, binding])
-            upper.append(b.upper[:, binding])
-    constraints = None
-    if rows:
-        constraints = ChildConstraints(
-            matrix=sp.vstack(rows).tocsr(),
-            lower=np.hstack(lower).astype(np.int64),
-            upper=np.hstack(upper).astype(float),
-        )
-    queries = []
-    measured = [(name, answers, variance, None) for name, (answers, variance) in noisy.items()]
-    for name, answers, variance, rows in measured + [d for d in descendants if len(d[3])]:
-        q = schema.query(name).matrix[:, cells].tocsr()
-        keep = q.getnnz(axis=1) > 0
-        queries.append(QueryAnswers(
-            name=name, matrix=q[keep], noisy=answers[:, keep].astype(np.float64), variance=float(variance), rows=rows,
-        ))
-    passes = tuple(tuple(q for q in names if q in noisy) for names in passes)
-    passes = tuple(names for names in passes if names or names == ()) or ((),)
-    return ParentProblem(
-        parent=parent, children=tuple(str(c) for c in children), cells=cells,
-        parent_counts=parent_counts[cells].astype(np.int64), allowed=allowed,
-        queries=tuple(queries), constraints=constraints, passes=passes,
-    )
-
-
-def _bounds_of_blocks(
-    schema: Schema, housing_units: np.ndarray, gq_facilities: np.ndarray, unit_of_block: np.ndarray, n_units: int,
-    total: np.ndarray | None, household_persons: np.ndarray | None = None,
-) -> list[Bounds]:
-    """Bounds of n_units geounits from their blocks' invariants (unit_of_block: 0..n_units-1, sorted).
-
-    Block bounds are built per slice of blocks and summed, so memory follows the blocks given.
-    """
-    n_blocks = len(housing_units)
-    sums: list[list[np.ndarray]] | None = None
-    queries: list[str] = []
-    for s0 in range(0, max(n_blocks, 1), BLOCK_SLICE):
-        s1 = min(n_blocks, s0 + BLOCK_SLICE)
-        hhp = None if household_persons is None else household_persons[s0:s1]
-        families = block_bounds(schema, Invariants(housing_units[s0:s1], gq_facilities[s0:s1], {}, hhp))
-        aggregate = sp.csr_matrix((np.ones(s1 - s0, np.int64), (unit_of_block[s0:s1], np.arange(s1 - s0))),
-                                  shape=(n_units, s1 - s0))
-        if sums is None:
-            queries = [f.query for f in families]
-            sums = [[np.zeros((n_units, f.lower.shape[1]), np.int64), np.zeros((n_units, f.upper.shape[1]))]
-                    for f in families]
-        for acc, f in zip(sums, families):
-            acc[0] += aggregate @ f.lower
-            acc[1] += aggregate @ f.upper
-    result = [Bounds(q, lower, upper) for q, (lower, upper) in zip(queries, sums or [])]
-    if total is not None:
-        total = np.asarray(total, dtype=np.int64)[:, None]
-        result.append(Bounds("total", total, total.astype(float)))
-    return result
-
-
-def _block_range(geography: Geography, level: str, lo: int, hi: int) -> tuple[int, int]:
-    block_to_unit = geography.block_to_unit(level)
-    return int(np.searchsorted(block_to_unit, lo)), int(np.searchsorted(block_to_unit, hi))
-
-
-def _range_bounds(
-    schema: Schema, invariants: Invariants, geography: Geography, level: str, lo: int, hi: int,
-) -> list[Bounds]:
-    """`level_bounds` for the geounits lo..hi-1 of `level` only: same rows, order and values."""
-    b0, b1 = _block_range(geography, level, lo, hi)
-    total = None
-    if level in invariants.total_population and schema.universe == "persons":
-        total = invariants.total_population[level][lo:hi]
-    hhp = None if invariants.household_persons is None else invariants.household_persons[b0:b1]
-    return _bounds_of_blocks(schema, invariants.housing_units[b0:b1], invariants.gq_facilities[b0:b1],
-                             geography.block_to_unit(level)[b0:b1] - lo, hi - lo, total, hhp)
 
 
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
@@ -238,11 +135,9 @@ class BatchTask:
     nmf: nmf.LevelIndex          # the child level's NMF; the batch reads rows lo..hi-1 of it
     lo: int
     hi: int
-    housing_units: np.ndarray    # the invariants of the children's blocks
-    gq_facilities: np.ndarray
+    facts: Invariants            # the published facts of the children's blocks
     unit_of_block: np.ndarray    # child (0-based in the batch) of each of those blocks
     total: np.ndarray | None     # total-population invariant of the children, where it binds
-    household_persons: np.ndarray | None  # of the children's blocks, from the persons release (units only)
     solver: str
     rounding: str
     passes: tuple
@@ -253,8 +148,7 @@ def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
     """Read the batch's noisy answers, build each parent's problem and solve it: (children's histograms, events,
     L2 certificate)."""
     noisy = nmf.read_range(task.nmf, task.lo, task.hi, task.children)
-    bounds = _bounds_of_blocks(task.schema, task.housing_units, task.gq_facilities, task.unit_of_block,
-                               task.hi - task.lo, task.total, task.household_persons)
+    bounds = unit_bounds(task.schema, task.facts, task.unit_of_block, task.hi - task.lo, task.total)
     finer = read_single_children(task.chains)
     data, indices, indptr_counts, events, certificates = [], [], [], [], []
     for p in range(len(task.parents)):
@@ -263,9 +157,9 @@ def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
         own = [(name, answers[(rows >= c0) & (rows < c1)], variance, rows[(rows >= c0) & (rows < c1)] - c0)
                for name, answers, variance, rows in finer]
         problem = parent_problem(task.schema, task.parents[p], task.children[c0:c1], counts,
-                                 {k: (v[0][c0:c1], v[1]) for k, v in noisy.items()},
-                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1]) for b in bounds], task.passes,
-                                 own)
+                                 measured({k: (v[0][c0:c1], v[1]) for k, v in noisy.items()}, own),
+                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1], b.rule) for b in bounds],
+                                 task.passes)
         solution = solve_parent(problem, solver=task.solver, rounding=task.rounding)
         block = sp.csr_matrix(solution.counts)
         data.append(block.data)
@@ -285,18 +179,15 @@ def _batch_tasks(schema, geography, invariants, parent_level, level, index, solv
     parents, children = geography.units(parent_level), geography.units(level)
     indexes: dict = {}
     offsets = geography.child_ranges(parent_level)
-    with_total = level in invariants.total_population and schema.universe == "persons"
     for b in todo:
         p0, p1 = batches[b], batches[b + 1]
         lo, hi = int(offsets[p0]), int(offsets[p1])
-        b0, b1 = _block_range(geography, level, lo, hi)
+        b0, b1 = block_range(geography, level, lo, hi)
         yield BatchTask(
             schema=schema, parents=parents[p0:p1], children=children[lo:hi], offsets=offsets[p0:p1 + 1] - lo,
             parent_solved=solved[p0:p1], nmf=index, lo=lo, hi=hi,
-            housing_units=invariants.housing_units[b0:b1], gq_facilities=invariants.gq_facilities[b0:b1],
-            unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
-            total=invariants.total_population[level][lo:hi] if with_total else None,
-            household_persons=None if invariants.household_persons is None else invariants.household_persons[b0:b1],
+            facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
+            total=population_total(schema, invariants, level, lo, hi),
             solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
             chains=single_child_chains(geography, nmf_dir, release, level, lo, hi, indexes),
         )
@@ -337,7 +228,7 @@ def postprocess(
         finer = read_single_children(single_child_chains(geography, nmf_dir, release, root, 0, 1))
         root_solution = solve_root(
             schema, {k: (v[0][0], v[1]) for k, v in noisy.items()},
-            _range_bounds(schema, invariants, geography, root, 0, 1), solver=options.solver,
+            level_bounds(schema, invariants, geography, root, 0, 1), solver=options.solver,
             rounding=options.rounding, passes=options.passes_for(root), descendants=finer,
         )
         solved = sp.csr_matrix(root_solution.counts.reshape(1, -1))

@@ -8,9 +8,17 @@ to files or to the rest of the run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
+
+from das.rules import Bounds
+from das.schema import Schema
+
+# One query's noisy answers for a parent's children: (query, answers, variance, child rows), rows
+# None for every child in order, or the children whose only descendant these answers measure.
+Answers = tuple[str, np.ndarray, Fraction, "np.ndarray | None"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +80,65 @@ class ParentSolution:
     timings: dict[str, float] = field(default_factory=dict)
     rounding_method: str = ""
     certificate: dict = field(default_factory=dict)  # L2 duality gaps (das.topdown.solve.new_certificate)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a problem
+
+
+def measured(noisy: dict[str, tuple[np.ndarray, Fraction]], descendants: list = ()) -> list[Answers]:
+    """The children's own noisy answers (query -> (answers, variance)), then their only descendants'
+    (query, answers, variance, child rows): the same geounit measured again at a finer level."""
+    return [(name, answers, variance, None) for name, (answers, variance) in noisy.items()] + list(descendants)
+
+
+def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_counts: np.ndarray,
+                   answers: list[Answers], bounds: list[Bounds], passes: tuple = ((),)) -> ParentProblem:
+    """One parent's problem: variables are children x the parent's nonzero cells; `answers` from `measured`."""
+    cells = np.flatnonzero(parent_counts)
+    n_children = len(children)
+    allowed = np.ones((n_children, len(cells)), dtype=bool)
+    rows, lower, upper = [], [], []
+    for b in bounds:
+        q = schema.query(b.query).matrix[:, cells].tocsr()
+        zeros = b.structural_zeros()
+        if zeros.any():
+            allowed &= ~((sp.csr_matrix(zeros.astype(np.int64)) @ q).toarray() > 0)
+        binding = b.binding()
+        if binding.any():
+            rows.append(q[binding])
+            lower.append(b.lower[:, binding])
+            upper.append(b.upper[:, binding])
+    constraints = None
+    if rows:
+        constraints = ChildConstraints(
+            matrix=sp.vstack(rows).tocsr(),
+            lower=np.hstack(lower).astype(np.int64),
+            upper=np.hstack(upper).astype(float),
+        )
+    queries = []
+    for name, noisy, variance, rows in answers:
+        if rows is not None and not len(rows):
+            continue
+        q = schema.query(name).matrix[:, cells].tocsr()
+        keep = q.getnnz(axis=1) > 0
+        queries.append(QueryAnswers(
+            name=name, matrix=q[keep], noisy=noisy[:, keep].astype(np.float64), variance=float(variance), rows=rows,
+        ))
+    own = {name for name, _, _, rows in answers if rows is None}
+    passes = tuple(tuple(q for q in names if q in own) for names in passes)
+    passes = tuple(names for names in passes if names or names == ()) or ((),)
+    return ParentProblem(
+        parent=parent, children=tuple(str(c) for c in children), cells=cells,
+        parent_counts=parent_counts[cells].astype(np.int64), allowed=allowed,
+        queries=tuple(queries), constraints=constraints, passes=passes,
+    )
+
+
+def root_problem(schema: Schema, answers: list[Answers], bounds: list[Bounds], passes: tuple = ((),)) -> ParentProblem:
+    """The top geounit as a problem of one child with no parent to sum to; every cell a candidate."""
+    counts = np.ones(schema.size, dtype=np.int64)
+    one = [Bounds(b.query, b.lower[:1], b.upper[:1], b.rule) for b in bounds]
+    p = parent_problem(schema, "root", np.array([""]), counts, answers, one, passes)
+    return ParentProblem(parent="", children=("",), cells=p.cells, parent_counts=None, allowed=p.allowed,
+                         queries=p.queries, constraints=p.constraints, passes=p.passes)

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.topdown import l2
-from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution
+from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution, measured, root_problem
 
 INTEGRAL_TOL = 1e-6
 GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
@@ -677,16 +677,8 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
 def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto",
                passes: tuple = ((),), descendants: list = ()) -> ParentSolution:
     """The top geounit: its own noisy answers (and its only descendants'), its bounds, no parent to sum to."""
-    from das.topdown.engine import parent_problem
-
-    counts = np.ones(schema.size, dtype=np.int64)  # every cell is a candidate at the root
     single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
-    one = [type(b)(b.query, b.lower[:1], b.upper[:1]) for b in bounds]
-    problem = parent_problem(schema, "root", np.array([""]), counts, single, one, passes, descendants)
-    problem = ParentProblem(
-        parent="", children=("",), cells=problem.cells, parent_counts=None, allowed=problem.allowed,
-        queries=problem.queries, constraints=problem.constraints, passes=problem.passes,
-    )
+    problem = root_problem(schema, measured(single, descendants), bounds, passes)
     solution = solve_parent(problem, solver=solver, rounding=rounding)
     full = np.zeros(schema.size, dtype=np.int64)
     full[problem.cells] = solution.counts[0]

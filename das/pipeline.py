@@ -1,0 +1,236 @@
+"""One release's pipeline: the context of a run and its stages, in the order data flows.
+
+    Pipeline.prepare (spec, schemas, strategies, budgets, certificates, randomness; no file read)
+      -> read_inputs  (confidential microdata -> geography, invariants, true block histograms)
+      -> measure      (noisy measurements into the NMF, charged to an exact accountant first)
+      -> postprocess  (TopDown per release, persons first: the units are bounded by its households)
+      -> write_outputs (MDF, tables, PL 94-171 files: each appearing whole)
+
+`das run` and its resume (das.run), `das measure`, and research replicates (das.research) all
+run these stages; only das.run keeps a manifest around them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+import das
+from das import atomic, bundle, preflight
+from das.checkpoint import crash_point
+from das.geography import Geography
+from das.io import mdf as mdf_io
+from das.io import pl94171
+from das.io.microdata import read_inputs
+from das.io.tables import load_tables, write_tables
+from das.measure import Measured, Measurement, Target, measure_release, plan_for
+from das.privacy.accounting import Allocation, PrivacyAccountant, certificate
+from das.privacy.randomness import make_random_source
+from das.privacy.strategy import Strategy, load_strategy, validate_strategy
+from das.rules import Invariants, household_persons
+from das.rundir import RunDir
+from das.runspec import Release, RunSpec, load_run_spec
+from das.schema import Schema, load_schema
+from das.topdown.engine import EngineOptions, LevelReport, postprocess
+
+NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseudo-random "
+               "generator. These outputs are NOT private and must not be released.")
+
+
+class RunError(RuntimeError):
+    """A run cannot start or continue (bad output directory, spec mismatch...)."""
+
+
+def code_version() -> str:
+    """das version, plus the git commit when running from a checkout (and '+dirty' if modified)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        return f"{das.__version__} (git {commit}{'+dirty' if dirty else ''})"
+    except (OSError, subprocess.SubprocessError):
+        return das.__version__
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """One release (persons or units) as planned: schema, strategy, its budget's allocation and certificate."""
+
+    name: str
+    spec: Release
+    schema: Schema
+    strategy: Strategy
+    plan: dict[str, list[Measurement]]
+    allocation: Allocation
+    certificate: dict
+
+    @property
+    def measured(self) -> Measured:
+        return Measured(self.name, self.schema, self.plan)
+
+
+@dataclass(frozen=True)
+class Confidential:
+    """The inputs as read: geography, published invariants, true block histograms per release."""
+
+    geography: Geography
+    invariants: Invariants
+    histograms: dict[str, sp.csr_matrix]
+
+
+@dataclass
+class Pipeline:
+    """The context of one run: spec, releases (persons first), randomness, tables, a log and timings."""
+
+    spec: RunSpec
+    releases: dict[str, ReleasePlan]
+    rng: object
+    tables: tuple
+    log: Callable = print
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def prepare(cls, spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
+                allow_large_rho: bool = False, log: Callable = print) -> Pipeline:
+        """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here."""
+        spec = load_run_spec(spec_path, seed=seed)
+        wanted = [("persons", spec.persons)] + ([("units", spec.units)] if spec.units else [])
+        planned = {}
+        for name, release in wanted:
+            schema, strategy = load_schema(release.schema), load_strategy(release.strategy)
+            validate_strategy(strategy, schema, spec.levels)
+            rho = release.rho if release.rho is not None else strategy.rho
+            plan, allocation = plan_for(strategy, rho, spec.levels)
+            planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, {})
+        preflight.check_spec(spec, {n: r.schema for n, r in planned.items()},
+                             {n: r.strategy for n, r in planned.items()},
+                             {n: r.allocation for n, r in planned.items()},
+                             workers=workers, engine=engine, allow_large_rho=allow_large_rho)
+        rng = make_random_source(spec.seed)
+        for name, r in planned.items():
+            cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, r.schema.name, rng.private)
+            planned[name] = replace(r, certificate=cert)
+        return cls(spec, planned, rng, load_tables(spec.tables), log)
+
+    @property
+    def schemas(self) -> dict[str, Schema]:
+        return {name: r.schema for name, r in self.releases.items()}
+
+    @property
+    def certificates(self) -> dict[str, dict]:
+        return {name: r.certificate for name, r in self.releases.items()}
+
+    def at_budget(self, name: str, rho: Fraction) -> ReleasePlan:
+        """Release `name` planned at another total budget (research: the same strategy's shares)."""
+        r = self.releases[name]
+        plan, allocation = plan_for(r.strategy, rho, self.spec.levels)
+        cert = certificate(r.strategy, rho, self.spec.delta, self.spec.levels, r.schema.name, self.rng.private)
+        return replace(r, plan=plan, allocation=allocation, certificate=cert)
+
+    def public_spec(self) -> tuple[str, str]:
+        """The spec text as published (input paths redacted) and its SHA-256."""
+        text = bundle.public_spec_text(self.spec.text)
+        return text, bundle.spec_digest(text)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """Metadata every Parquet output of this run carries (privacy mode, certificate, spec digest, version)."""
+        return bundle.parquet_metadata(self.rng.private, self.certificates, self.public_spec()[1], code_version())
+
+    def read_inputs(self, out_dir: Path | None = None) -> Confidential:
+        """Read and validate the inputs. With `out_dir`, the input preflight runs too (feasibility
+        of the invariants, disk space): everything here happens before any noise is drawn."""
+        t0 = time.perf_counter()
+        inputs = read_inputs(self.spec.persons_path, self.spec.units_path, self.schemas["persons"],
+                             self.schemas.get("units"))
+        geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
+        if out_dir is not None:
+            preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
+                                   out_dir)
+        invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
+        histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+        self.timings["read_inputs"] = time.perf_counter() - t0
+        self.log(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
+                 f"({self.timings['read_inputs']:.1f} s)")
+        return Confidential(geography, invariants, histograms)
+
+    def measure(self, confidential: Confidential, target: Target) -> None:
+        """Measure every release into target.nmf_dir, charging an exact accountant before any draw.
+
+        Levels and chunks already committed (an interrupted run) are reused, never drawn again;
+        target.report (if given) receives, per release and level, what was reused and what was drawn.
+        """
+        for name, r in self.releases.items():
+            t0 = time.perf_counter()
+            accountant = PrivacyAccountant.for_allocation(r.allocation)  # refuses anything outside the plan
+            release_report: dict = {}
+            measure_release(r.measured, confidential.geography, confidential.histograms[name], self.rng,
+                            replace(target, report=release_report, metadata=self.metadata()), accountant)
+            if target.report is not None:
+                target.report[name] = release_report
+            if accountant.spent != r.allocation.rho:
+                raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {r.allocation.rho}")
+            self.timings[f"measure_{name}"] = seconds = time.perf_counter() - t0
+            self.log(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
+                     f"{len(self.spec.levels)} levels ({seconds:.1f} s)")
+
+    def engine_options(self, *, workers: int = 1, progress: bool = False, executor=None,
+                       checkpoint_dir: Path | None = None) -> EngineOptions:
+        """The post-processing settings of the spec (solver, rounding, passes), for this machine."""
+        return EngineOptions(workers=workers, solver=self.spec.solver, rounding=self.spec.rounding,
+                             progress=progress, passes=self.spec.passes, passes_by_level=self.spec.passes_by_level,
+                             executor=executor, checkpoint_dir=checkpoint_dir)
+
+    def postprocess(self, confidential: Confidential, nmf_dir: Path, options: EngineOptions,
+                    only: tuple[str, ...] | None = None) -> tuple[dict, dict[str, list[LevelReport]]]:
+        """TopDown for every release (or those in `only`) from the NMF: block histograms and level reports.
+        Persons come first: their household persons bound the units release."""
+        invariants, solved, reports = confidential.invariants, {}, {}
+        for name, r in self.releases.items():
+            if only is not None and name not in only:
+                continue
+            t0 = time.perf_counter()
+            if name == "units":
+                invariants = replace(invariants, household_persons=household_persons(self.schemas["persons"],
+                                                                                      solved["persons"]))
+            solved[name], reports[name] = postprocess(name, r.schema, confidential.geography, invariants, nmf_dir,
+                                                      options)
+            self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
+            per_level = ", ".join(f"{lr.level} {lr.seconds:.1f}s" for lr in reports[name])
+            self.log(f"post-processed {name} ({seconds:.1f} s: {per_level})")
+        return solved, reports
+
+    def write_outputs(self, run_dir: RunDir, confidential: Confidential, solved: dict) -> list[Path]:
+        """MDFs, tables and (if the spec asks) the PL 94-171 files; each directory appears whole."""
+        t0 = time.perf_counter()
+        schemas, metadata, geography = self.schemas, self.metadata(), confidential.geography
+        outputs = [mdf_io.write_table(mdf_io.person_mdf(schemas["persons"], geography.blocks, solved["persons"]),
+                                      run_dir.mdf("persons"), metadata=metadata)]
+        outputs.append(mdf_io.write_table(
+            mdf_io.unit_mdf(schemas.get("units") or load_schema("h1_units"), geography.blocks, solved.get("units"),
+                            confidential.invariants.gq_facilities),
+            run_dir.mdf("units"), metadata=metadata))
+        crash_point("outputs")
+        if self.spec.mdf_layout == "pipe":
+            for kind in ("persons", "units"):
+                outputs.append(mdf_io.write_table(pq.read_table(run_dir.mdf(kind)), run_dir.mdf(kind, "pipe"),
+                                                  layout="pipe"))
+        by_schema = {schemas[name].name: solved[name] for name in solved}
+        with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
+            written = write_tables(tmp, geography, by_schema, {s.name: s for s in schemas.values()}, self.tables,
+                                   metadata=metadata)
+        outputs += [run_dir.tables_dir / p.name for p in written]
+        if self.spec.pl94171:
+            with atomic.replacing(run_dir.pl94171_dir, directory=True) as tmp:
+                written = pl94171.write_release(tmp, geography, solved, schemas)
+            outputs += [run_dir.pl94171_dir / p.name for p in written]
+        self.timings["write_outputs"] = time.perf_counter() - t0
+        return outputs
