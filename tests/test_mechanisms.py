@@ -60,6 +60,18 @@ def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
     assert any("charges sum exactly to rho" in c for c in report.checks)
 
 
+def test_attack_and_research_read_a_synthetic_release(tmp_path):
+    from das.attack.data import read_release, release_schema
+    from das.research.evaluate import evaluate_run
+
+    out = synthesize("tiny", "mwem", tmp_path / "r", seed=2)
+    records = read_release(out, release_schema(out))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(records) == manifest["counts"]["persons"]
+    meta = evaluate_run(out, estimators=("topdown",), out=tmp_path / "metrics")
+    assert meta["status"] == "complete" and (tmp_path / "metrics" / "metrics.parquet").exists()
+
+
 def test_validate_refuses_a_certificate_whose_charges_do_not_add_up(tmp_path):
     out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
     manifest = json.loads((out / "manifest.json").read_text())
