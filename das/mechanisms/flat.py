@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from das.mechanisms.base import Synthesis, SynthesisInput, round_to_total
 from das.privacy.sampler import discrete_gaussian
 
-BLOCK_CHUNK = 256  # blocks per vectorized batch (256 x 2016 cells of float64: 4 MB)
+CHUNK_CELLS = 1 << 21  # cells per vectorized batch of blocks (float64: 16 MB)
 
 
 def project_simplex(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -48,9 +48,9 @@ def run(data: SynthesisInput) -> Synthesis:
     n_blocks, n_cells = data.histograms.shape
     sigma2 = data.ledger.gaussian("block", "detailed", data.budget)
     truth = data.histograms.tocsr()
-    parts = []
-    for start in range(0, n_blocks, BLOCK_CHUNK):
-        stop = min(n_blocks, start + BLOCK_CHUNK)
+    parts, chunk = [], max(1, CHUNK_CELLS // n_cells)
+    for start in range(0, n_blocks, chunk):
+        stop = min(n_blocks, start + chunk)
         noisy = truth[start:stop].toarray() + discrete_gaussian(sigma2, (stop - start) * n_cells,
                                                                  data.rng).reshape(stop - start, n_cells)
         parts.append(sp.csr_matrix(nonnegative_integer_projection(noisy)))
