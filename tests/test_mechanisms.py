@@ -292,6 +292,19 @@ def test_dense_marg_keeps_pairs_whose_dependency_outweighs_their_noise():
     assert sum(shares) == Fraction(7, 3) and shares[0] < shares[1] < shares[2]
 
 
+def test_privsyn_combines_chosen_pairs_into_cliques_that_fit():
+    from das.mechanisms.domain import Domain
+    from das.mechanisms.privsyn import combine
+
+    domain = Domain(PL94, 10)
+    triangle = [("block", "votingage"), ("block", "hispanic"), ("votingage", "hispanic"), ("hhgq", "cenrace")]
+    assert combine(triangle, domain) == [("block", "votingage", "hispanic"), ("hhgq", "cenrace")]
+    assert combine(triangle, domain, limit=39) == triangle  # 10 x 2 x 2 = 40 cells: too large
+    square = [("block", "hhgq"), ("block", "votingage"), ("hhgq", "votingage"), ("block", "hispanic"),
+              ("hhgq", "hispanic"), ("votingage", "hispanic")]
+    assert combine(square, domain) == [("block", "hhgq", "votingage", "hispanic")]
+
+
 def test_privsyn_fits_its_marginals_at_high_budget_and_charges_exactly():
     geocodes = blocks(1, 4)
     rng = np.random.default_rng(3)
@@ -311,8 +324,8 @@ def test_privsyn_fits_its_marginals_at_high_budget_and_charges_exactly():
         assert data.ledger.spent == rho
         out = result.histograms.toarray()
         errors[rho] = np.abs(pair(out) - pair(truth)).sum() + np.abs(out.sum(axis=1) - truth.sum(axis=1)).sum()
-    (chosen,) = result.details["pairs"].values()
-    assert ["votingage", "hispanic"] in chosen
+    (chosen,) = result.details["marginals"].values()
+    assert any({"votingage", "hispanic"} <= set(m) for m in chosen)
     assert errors[Fraction(500)] < 0.03 * truth.sum() < errors[Fraction(1, 200)]
 
 

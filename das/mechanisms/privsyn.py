@@ -18,8 +18,10 @@ the budget allocated in proportion to c_j^(2/3) (rounded to exact fractions that
 Post-processing: negative counts clipped, every marginal scaled to the noisy total; GUM (gradual
 update) on the records: start from records drawn from the one-way marginals, then in each round
 and for each marginal, move a share `alpha` of the excess of every over-full marginal cell to the
-under-full ones (the moved records keep their other attributes), alpha decaying by rounds. The
-paper's step of combining pairs into larger cliques (Algorithm 2) is not done here.
+under-full ones (the moved records keep their other attributes), alpha decaying by rounds. Before
+measuring, the chosen pairs are combined into larger cliques (Algorithm 2): the cliques of their
+graph, largest first, each kept when it shares at most two attributes with those kept before and
+has at most `COMBINE_CELLS` cells; a chosen pair inside a kept clique is measured through it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ LEVEL = "tract"
 TOTAL_SHARE = Fraction(1, 20)
 SELECT_SHARE = Fraction(1, 10)
 GUM_ROUNDS = 30
+COMBINE_CELLS = 5000  # Algorithm 2's gamma: the largest combined clique (cells)
 WEIGHT_GRID = 1000  # c^(2/3) weights rounded to multiples of 1/1000 (exact allocation after that)
 
 
@@ -72,6 +75,23 @@ def dense_marg(noisy_indif: np.ndarray, cells: np.ndarray, rho: float) -> list[i
         chosen.append(i)
         remaining.discard(i)
     return chosen
+
+
+def combine(pairs: list[tuple[str, str]], domain: Domain, limit: int = COMBINE_CELLS) -> list[tuple[str, ...]]:
+    """Algorithm 2: cliques (3+ attributes) of the chosen pairs' graph, largest first, each kept when it
+    shares at most 2 attributes with those kept and fits `limit` cells; then the pairs not inside one."""
+    edges = {frozenset(p) for p in pairs}
+    nodes = [a for a in domain.names if any(a in p for p in pairs)]
+    kept, covered = [], set()
+    for size in range(len(nodes), 2, -1):
+        for clique in combinations(nodes, size):
+            if not all(frozenset(p) in edges for p in combinations(clique, 2)):
+                continue
+            if len(covered & set(clique)) <= 2 and np.prod([domain.factor_size(a) for a in clique]) <= limit:
+                kept.append(clique)
+                covered |= set(clique)
+    inside = [p for p in pairs if any(set(p) <= set(c) for c in kept)]
+    return kept + [p for p in pairs if p not in inside]
 
 
 def allocate(rho: Fraction, sizes: list[int]) -> list[Fraction]:
@@ -143,7 +163,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, 
     noisy = np.array([indif(counts, domain, p) for p in pairs]) + discrete_gaussian(sigma2_select, len(pairs), rng)
     cells = np.array([domain.factor_size(a) * domain.factor_size(b) for a, b in pairs])
     chosen = [pairs[i] for i in dense_marg(noisy.astype(float), cells, float(rho_measure))]
-    marginals = [(a,) for a in domain.names] + chosen
+    marginals = [(a,) for a in domain.names] + combine(chosen, domain)
     shares = allocate(rho_measure, [int(np.prod([domain.factor_size(f) for f in m])) for m in marginals])
     targets = []
     for factors, rho_j in zip(marginals, shares):
@@ -153,7 +173,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, 
         target = clipped * total / clipped.sum() if clipped.sum() > 0 else np.full(size, total / size)
         targets.append((factors, target))
     generator = np.random.default_rng(rng.uint64(4).tolist())  # post-processing randomness, from the same source
-    return gum(targets, domain, total, generator), [list(p) for p in chosen]
+    return gum(targets, domain, total, generator), [list(m) for m in marginals[len(domain.names):]]
 
 
 def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
@@ -176,4 +196,5 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
                                                sigma2_select, rho_measure, data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {"level": level, "sigma2_indif": str(sigma2_select), "pairs": chosen, "gum_rounds": GUM_ROUNDS})
+                     {"level": level, "sigma2_indif": str(sigma2_select), "marginals": chosen, "gum_rounds": GUM_ROUNDS,
+                      "combine_cells": COMBINE_CELLS})
