@@ -27,15 +27,16 @@ def _nmf_dir(spec: str) -> Path:
 
 def _inputs(spec: str):
     """(persons schema, geography, invariants, NMF directory, passes) of a seeded run; the NMF is measured once and kept."""
-    from das.run import measure_only, prepare, read_confidential
+    from das.pipeline import Pipeline
+    from das.run import measure_only
 
     out = _nmf_dir(spec).parent
     manifest = out / "manifest.json"
     if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != "measured":
         measure_only(ROOT / f"specs/runs/{spec}.toml", out, seed=SEED, overwrite=True, log=_quiet)
-    prep = prepare(ROOT / f"specs/runs/{spec}.toml", SEED)
-    geography, invariants, _ = read_confidential(prep, {}, _quiet)
-    return prep.releases[0][2], geography, invariants, out / "nmf", prep.spec.passes
+    pipe = Pipeline.prepare(ROOT / f"specs/runs/{spec}.toml", SEED, log=_quiet)
+    confidential = pipe.read_inputs()
+    return pipe.schemas["persons"], confidential.geography, confidential.invariants, out / "nmf", pipe.spec.passes
 
 
 def _postprocess(spec: str, solver: str) -> dict:

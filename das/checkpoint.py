@@ -1,4 +1,4 @@
-"""Checkpoints of a run: solved levels and batches of parents, written atomically; run fingerprints.
+"""Checkpoints of a run: solved levels and batches of parents, written atomically.
 
 Layout under a run directory (removed when the run completes):
     checkpoints/<release>/<level>.npz                  a whole solved level (CSR + failsafe events)
@@ -56,23 +56,6 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def input_fingerprint(path: Path) -> dict:
-    """SHA-256 of an input file, or of every file under an input directory (name -> digest)."""
-    path = Path(path)
-    if path.is_dir():
-        return {str(p.relative_to(path)): file_sha256(p) for p in sorted(path.rglob("*")) if p.is_file()}
-    return {"": file_sha256(path)} if path.is_file() else {"": "missing"}
-
-
-def run_fingerprint(spec_text: str, seed: int | None, inputs: dict[str, Path]) -> dict:
-    """What must not change between a run and its resumption: the spec, the seed, the inputs."""
-    return {
-        "spec_sha256": hashlib.sha256(spec_text.encode()).hexdigest(),
-        "seed": seed,
-        "inputs": {name: input_fingerprint(p) for name, p in inputs.items() if p is not None},
-    }
 
 
 def _atomic_npz(path: Path, **arrays) -> None:

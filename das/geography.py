@@ -21,6 +21,9 @@ import scipy.sparse as sp
 LEVEL_DIGITS = {"nation": 0, "state": 2, "county": 5, "tract": 11, "block_group": 12, "block": 15}
 DEFAULT_LEVELS = ("nation", "state", "county", "tract", "block_group", "block")  # the 2020 production spine
 GEOCODE_WIDTH = 15
+# The block geocode as record columns (the MDF and the inputs): name and width, in geocode order.
+GEOCODE_COLUMNS = (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4))
+BLOCK_GROUP_COLUMN = "TABBLKGRPCE"  # the first digit of TABBLK: written to the MDF, never needed on input
 
 
 def level_digits(levels: tuple[str, ...]) -> tuple[int, ...]:

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
 from das.schema import SpecError
 
 MAX_RHO = Fraction(10)  # above this a run needs --allow-large-rho (2020 production persons: 2.56)
 MAX_SIGMA2 = 10**18  # a query noise variance above this (sd 1e9) is refused: useless, and past int64 safety
 INT64_MAX = 2**63 - 1  # the NMF stores each variance as int64 numerator / denominator
-ROUNDINGS = ("auto", "milp")
 BYTES_PER_ANSWER = 4  # NMF bytes per noisy answer, with room for its committed parts (measured: ~1.5)
 BYTES_PER_RECORD = 16  # MDF bytes per person or unit (measured: ~2-6 in zstd Parquet)
 
@@ -48,16 +48,6 @@ class SpaceEstimate:
     @property
     def enough(self) -> bool:
         return self.free >= self.needed
-
-
-def check_solver(solver: str, where: str) -> None:
-    """The solver name as das.topdown.solve interprets it (the one place that knows solver names)."""
-    from das.topdown.solve import check_solver as interpret
-
-    try:
-        interpret(solver)
-    except ValueError as e:
-        raise PreflightError(f"{where}: [postprocess] solver: {e}") from None
 
 
 def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, where: str, allow_large_rho: bool) -> None:
@@ -112,10 +102,6 @@ def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *,
                engine: str = "local", allow_large_rho: bool = False) -> None:
     """Everything about the spec and the command line, before any input file is opened."""
     where = str(prep_spec.path)
-    if prep_spec.rounding not in ROUNDINGS:
-        raise PreflightError(f"{where}: [postprocess] rounding must be one of {list(ROUNDINGS)}, "
-                             f"not {prep_spec.rounding!r}")
-    check_solver(prep_spec.solver, where)
     measured = {q for s in strategies.values() for lv in s.levels for q, _ in lv.queries}
     by_level = [("passes", prep_spec.passes)] + [(f"passes_by_level.{level}", passes)
                                                  for level, passes in getattr(prep_spec, "passes_by_level", {}).items()]
@@ -148,7 +134,6 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
     bounds; occupied housing units need household persons (at least one each) and household
     persons need an occupied unit in their block.
     """
-    from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
 
     invariants = Invariants.from_inputs(inventory, person_histograms, geography)
     problems = []

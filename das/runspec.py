@@ -13,7 +13,7 @@ from pathlib import Path
 from das.geography import DEFAULT_LEVELS, level_digits
 from das.privacy.strategy import parse_fraction
 from das.schema import SpecError, load_toml, resolve_spec
-from das.topdown.solve import check_solver
+from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,13 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
     if layout not in ("parquet", "pipe"):
         raise SpecError(f"{path}: [output] mdf_layout must be 'parquet' or 'pipe', not {layout!r}")
     try:
-        solver = check_solver(str(post.get("solver", "CLARABEL")))
+        solver = check_solver(str(post.get("solver", DEFAULT_SOLVER)))
     except ValueError as e:
         raise SpecError(f"{path}: [postprocess] solver: {e}") from None
+    try:
+        rounding = check_rounding(str(post.get("rounding", DEFAULT_ROUNDING)))
+    except ValueError as e:
+        raise SpecError(f"{path}: [postprocess] {e}") from None
     if output.get("pl94171") and spec.get("units") is None:
         raise SpecError(f"{path}: [output] pl94171 needs a [units] release (the files carry table H1)")
     return RunSpec(
@@ -109,7 +113,7 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
         tables=output.get("tables", "pl94"),
         mdf_layout=layout,
         pl94171=_flag(output, "pl94171", f"{path}: [output] pl94171"),
-        rounding=post.get("rounding", "auto"),
+        rounding=rounding,
         solver=solver,
         passes=_passes(post.get("passes", [[]]), f"{path}: [postprocess] passes"),
         passes_by_level=_passes_by_level(post.get("passes_by_level", {}), levels, path),

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das import atomic
+from das.geography import GEOCODE_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
@@ -78,7 +79,7 @@ def write_synthetic(out_dir: Path, states: int, fixtures: Path = FIXTURES) -> di
                 table = _restate(table, code, first).cast(schema)
                 counts["persons" if name == "persons" else "unit_rows"] += table.num_rows
                 writer.write_table(table)
-    blocks = pq.read_table(out_dir / "units.parquet", columns=["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"])
+    blocks = pq.read_table(out_dir / "units.parquet", columns=[name for name, _ in GEOCODE_COLUMNS])
     geocodes = pc.binary_join_element_wise(*[c.cast(pa.string()) for c in blocks.columns], "")
     counts["blocks"] = len(pc.unique(geocodes))
     (out_dir / "spec.toml").write_text(SPEC.format(states=states))

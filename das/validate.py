@@ -33,16 +33,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from das import rules
 from das.bundle import RUN_FILES, BundleError, input_paths
 from das.checkpoint import file_sha256
-from das.geography import LEVEL_DIGITS
+from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
 from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema
 
-GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
+GEO = [name for name, _ in GEOCODE_COLUMNS]
 MAX_LISTED = 20
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
 HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf", "invariants",
@@ -183,7 +185,6 @@ def check_files(run_dir: Path, manifest: Manifest, report: Report, with_nmf: boo
 
 def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
     """Every Parquet file says, in its own metadata, whether it is private and which spec made it."""
-    import pyarrow.parquet as pq
 
     problems = []
     want_private = b"private" if manifest.private else None
@@ -263,7 +264,6 @@ def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report:
 
 def _dictionary(column) -> tuple[np.ndarray, np.ndarray]:
     """(code of each row, distinct values) of a string column, dictionary-encoded or not."""
-    import pyarrow as pa
 
     if not pa.types.is_dictionary(column.type):
         column = column.dictionary_encode()
@@ -278,7 +278,6 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     geounit-major, then cell, over the level's geounits in geocode order, so row i of a query must
     be (geounits[i // size], i % size).
     """
-    import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(path)

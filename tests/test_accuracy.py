@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from conftest import ROOT, quiet
 
 from das.privacy.accounting import allocate
 from das.privacy.strategy import load_strategy
@@ -18,12 +19,7 @@ from das.topdown import engine, solve
 from das.topdown.problem import measured, parent_problem, root_problem
 from das.validate import validate_run
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT
 
 from das.attack import ip, rap
 from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
@@ -17,7 +17,6 @@ from das.attack.workload import build_workload, load_attack_tables
 from das.cli import main
 from das.schema import SpecError, load_schema
 
-ROOT = Path(__file__).resolve().parents[1]
 GRAND_ISLE = ROOT / "geography_fixtures" / "vt_grand_isle" / "persons.parquet"
 
 

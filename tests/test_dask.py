@@ -3,7 +3,6 @@
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,13 +10,9 @@ from das.executors import ordered_map
 from das.run import run
 
 pytest.importorskip("distributed")
+from conftest import ROOT, quiet
+
 from das.distributed import DaskExecutor  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 def _square(x: int) -> int:

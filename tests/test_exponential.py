@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from scipy import stats
 
 from das.geography import Geography
-from das.mechanisms.base import Ledger
+from das.mechanisms.base import Ledger, SynthesisInput
 from das.mechanisms.median import median_by_geounit
 from das.privacy.exponential import (
     dp_median,
@@ -98,8 +98,9 @@ def test_median_age_by_tract_on_the_dhc_schema():
                                    np.zeros_like(ages)))
         np.add.at(truth, (t * 4 + rng.integers(0, 4, size=201), cells), 1)
     ledger = Ledger(Fraction(10))
-    got = median_by_geounit(sp.csr_matrix(truth), schema, geography, "age", "tract", Fraction(2), SeededRandomSource(6),
-                            ledger)
+    data = SynthesisInput(schema, geography, sp.csr_matrix(truth), Fraction(10), Fraction(1, 10**10),
+                          SeededRandomSource(6), ledger)
+    got = median_by_geounit(data, "age", Fraction(2), level="tract")
     assert set(got) == set(medians)
     assert all(abs(got[g] - medians[g]) <= 3 for g in medians)
     assert ledger.spent == 2 * Fraction(2) ** 2 / 8

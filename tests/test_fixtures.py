@@ -13,8 +13,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "census2010"
 FIXTURES = ROOT / "geography_fixtures"
 SCRIPT = ROOT / "scripts" / "make_fixtures"

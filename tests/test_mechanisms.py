@@ -72,6 +72,12 @@ def test_attack_and_research_read_a_synthetic_release(tmp_path):
     assert meta["status"] == "complete" and (tmp_path / "metrics" / "metrics.parquet").exists()
 
 
+def test_the_command_line_offers_exactly_the_registered_mechanisms():
+    from das.cli.synth import MECHANISM_NAMES
+
+    assert set(MECHANISM_NAMES) == set(MECHANISMS) and len(MECHANISM_NAMES) == len(MECHANISMS)
+
+
 def test_validate_refuses_a_certificate_whose_charges_do_not_add_up(tmp_path):
     out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
     manifest = json.loads((out / "manifest.json").read_text())

@@ -1,21 +1,19 @@
 """Reading microdata: histograms equal hand counts at every level, CSV = Parquet, every schema
 reads (pl94_persons, dhc_persons, h1_units). Bad inputs: tests/test_validate_input.py."""
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import TINY
 
 from das.geography import Geography
 from das.histogram import block_histograms
 from das.io.microdata import InputError, Records, read_inputs, read_records, read_units
 from das.schema import load_schema
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "geography_fixtures" / "tiny"
 PL94, DHC, H1 = load_schema("pl94_persons"), load_schema("dhc_persons"), load_schema("h1_units")
 LEVELS = (("state", 2), ("county", 5), ("tract", 11), ("block_group", 12), ("block", 15))
 

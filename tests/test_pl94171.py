@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT, quiet
 
 from das.cli import main
 from das.io.microdata import InputError
@@ -16,17 +17,12 @@ from das.run import run
 from das.runspec import load_run_spec
 from das.schema import SpecError
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT.parent / "shared" / "data" / "pl94171_2018e2e_ri"
 FIXTURES = ROOT / "geography_fixtures"
 SUMLEV = {"state": "040", "county": "050", "tract": "140", "block_group": "150", "block": "750"}
 FIELDS = {"geo": 97, "00001": 149, "00002": 152, "00003": 15}
 NOT_HISP = "hispanic=Not Hispanic or Latino"
 NUMRACES = ["One race", "Two races", "Three races", "Four races", "Five races", "Six races"]
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT, quiet
 
 import das.measure
 import das.privacy.accounting
 from das.cli import main as das_main
 from das.run import run
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 @pytest.fixture

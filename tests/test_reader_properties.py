@@ -5,12 +5,12 @@ run was refused."""
 import io
 import json
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import ROOT, TINY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,8 +18,6 @@ from das.cli import main as das_main
 from das.io.validation import validate_input
 from das.schema import load_schema
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "geography_fixtures" / "tiny"
 PERSONS, UNITS = (TINY / "persons.csv").read_bytes(), (TINY / "units.csv").read_bytes()
 PL94 = load_schema("pl94_persons")
 NASTY = ["", " ", "-1", "99", "1e5", "abc", "0x10", "9" * 30, "1.0", "\u00e9", "NaN", "NULL", '"', ",", "07 "]

@@ -11,17 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import ROOT, quiet
 
 from das.cli import main as das_main
 from das.run import RunError, run
 from das.validate import validate_run
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 def _inputs(folder: Path) -> Path:

@@ -2,11 +2,11 @@
 studies (the known TopDown bias reproduced, WLS consistent with zero), metrics of a run, reports."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT, quiet
 
 from das.cli import main as das_main
 from das.geography import Geography
@@ -18,13 +18,6 @@ from das.research.report import build_report, moving_average
 from das.rules import Invariants
 from das.run import run
 from das.schema import schema_from_dict
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def quiet(*args, **kwargs):
-    pass
-
 
 # --------------------------------------------------------------------------------------------
 # Metrics against hand-computed values

@@ -17,18 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT, quiet
 
 import das.io.nmf
 import das.measure
 from das.run import RunError, resume_run, run
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
 SEED = 7
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 def _spec(tmp: Path, fixture: str) -> Path:

@@ -5,20 +5,20 @@ post-processing, enforced on the inputs, and checked by the independent validato
 other code change.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TINY
 
 from das import rules
 from das.io.microdata import collect_problems
 from das.io.validation import notes
+from das.rules import block_bounds, level_bounds
 from das.run import run
 from das.schema import SpecError, load_schema, resolve_spec
 from das.validate import validate_run
 
-TINY = Path("geography_fixtures/tiny")
 PER_UNIT = {"limit": 3}  # the new rule's parameter, changed by the tests below
 
 
@@ -101,3 +101,23 @@ def test_records_beyond_a_bound_are_those_past_it_in_file_order():
     block = np.array([0, 0, 0, 1, 0, 0, 1, 1])
     cells = np.array([0, 0, 1, 0, 0, 0, 1, 1])
     assert rules.excess_records(bounds, block, cells).tolist() == [False, False, False, True, True, True, False, True]
+
+
+def test_range_bounds_equal_whole_level_sums_on_any_range(perry, monkeypatch):
+    """Bounds of a range of geounits, summed slice by slice, equal the block bounds aggregated whole."""
+    schema, geography, invariants, _ = perry
+    monkeypatch.setattr("das.rules.BLOCK_SLICE", 37)  # ranges cross block slices
+    rng = np.random.default_rng(0)
+    families = block_bounds(schema, invariants)
+    for level in geography.levels:
+        full = [(f.query, np.asarray(geography.aggregate(f.lower, level)), np.asarray(geography.aggregate(f.upper, level)))
+                for f in families]
+        if level in invariants.total_population:
+            total = invariants.total_population[level][:, None]
+            full.append(("total", total, total.astype(float)))
+        n = geography.n_units(level)
+        for lo, hi in [(0, n), *((int(a), int(b) + 1) for a, b in np.sort(rng.integers(0, n, (3, 2)), axis=1))]:
+            part = level_bounds(schema, invariants, geography, level, lo, hi)
+            assert [b.query for b in part] == [q for q, _, _ in full]
+            for p, (_, lower, upper) in zip(part, full):
+                assert np.array_equal(p.lower, lower[lo:hi]) and np.array_equal(p.upper, upper[lo:hi])

@@ -8,17 +8,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ROOT, quiet
 
 from das.cli import main as das_main
 from das.run import RunError, run
 from das.validate import validate_run
 
-ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
-
-
-def quiet(*args, **kwargs):
-    pass
 
 
 @pytest.fixture(scope="module")

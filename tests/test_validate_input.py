@@ -9,14 +9,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import TINY
 
 from das.cli import main as das_main
 from das.io.microdata import InputError, Problem, read_inputs, read_records, read_units
 from das.io.validation import validate_input, validate_input_main
 from das.schema import load_schema
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "geography_fixtures" / "tiny"
 PL94, DHC = load_schema("pl94_persons"), load_schema("dhc_persons")
 
 

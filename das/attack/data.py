@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+from das.geography import LEVEL_DIGITS
 from das.io.microdata import read_person_levels
 from das.rundir import RunDir, RunDirError
 from das.schema import Schema, load_schema
 
-GEOCODE_DIGITS = {"state": 2, "county": 5, "tract": 11, "block": 15}
+GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks
 
 
 class AttackError(ValueError):

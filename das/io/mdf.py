@@ -17,10 +17,13 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import atomic
+from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS
 from das.schema import Schema
 
-GEOGRAPHY_COLUMNS = (("TABBLKST", 0, 2), ("TABBLKCOU", 2, 5), ("TABTRACTCE", 5, 11),
-                     ("TABBLKGRPCE", 11, 12), ("TABBLK", 11, 15))
+_STARTS = np.cumsum([0] + [width for _, width in GEOCODE_COLUMNS])
+# (column, start, stop) within the 15-digit block geocode; the block group is TABBLK's first digit
+GEOGRAPHY_COLUMNS = tuple((name, int(a), int(b)) for (name, _), a, b in zip(GEOCODE_COLUMNS, _STARTS, _STARTS[1:]))
+GEOGRAPHY_COLUMNS = GEOGRAPHY_COLUMNS[:3] + ((BLOCK_GROUP_COLUMN, 11, 12),) + GEOGRAPHY_COLUMNS[3:]
 
 
 def expand(histograms: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:

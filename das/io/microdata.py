@@ -30,12 +30,12 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import rules
-from das.geography import block_geocodes
+from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
 from das.histogram import block_histograms
 from das.schema import Schema
 
-GEOGRAPHY = (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4))
-BLOCK_GROUP = "TABBLKGRPCE"  # optional; the first digit of TABBLK
+GEOGRAPHY = GEOCODE_COLUMNS
+BLOCK_GROUP = BLOCK_GROUP_COLUMN  # optional; the first digit of TABBLK
 EPNUM = "EPNUM"  # optional person number; unique when present
 GEOCODE = "geocode (TABBLKST+TABBLKCOU+TABTRACTCE+TABBLK)"
 # The units file's own columns (the unit inventory is fixed by the format, not by a schema).

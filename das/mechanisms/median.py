@@ -13,17 +13,15 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from das.geography import Geography
-from das.mechanisms.base import Ledger
+from das.mechanisms.base import SynthesisInput
 from das.privacy.exponential import dp_median
-from das.privacy.randomness import RandomSource
-from das.schema import Schema
 
 
-def median_by_geounit(histograms: sp.csr_matrix, schema: Schema, geography: Geography, attribute: str, level: str,
-                      eps: Fraction, rng: RandomSource, ledger: Ledger) -> dict[str, object]:
-    """geocode -> the input code of an eps-DP median of `attribute` in that geounit (every geounit of `level`)."""
-    ledger.exponential(level, f"median of {attribute}", eps, Fraction(1), per_geounit=True)
+def median_by_geounit(data: SynthesisInput, attribute: str, eps: Fraction, level: str = "tract") -> dict[str, object]:
+    """geocode -> the input code of an eps-DP median of `attribute` in that geounit (every geounit of `level`),
+    charged to data.ledger."""
+    histograms, schema, geography, rng = data.histograms, data.schema, data.geography, data.rng
+    data.ledger.exponential(level, f"median of {attribute}", eps, Fraction(1), per_geounit=True)
     levels = schema.levels_of(attribute, np.arange(schema.size))
     size = schema.factor_size(attribute)
     to_attribute = sp.csr_matrix((np.ones(schema.size, dtype=np.int64), (np.arange(schema.size), levels)),

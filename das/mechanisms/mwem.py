@@ -17,6 +17,7 @@ to integers summing to the noisy total (largest remainders).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -64,26 +65,36 @@ def mw_update(estimate: np.ndarray, measurements: list, total: float, sweeps: in
     return estimate
 
 
-def synthesize_unit(counts: np.ndarray, domain: Domain, queries, sigma2_total: Fraction, eps: Fraction,
-                    sigma2: Fraction, rng, rounds: int = ROUNDS, sweeps: int = SWEEPS) -> np.ndarray:
+@dataclass(frozen=True)
+class Schedule:
+    """The noise of every step, the same in every geounit (fixed before any data is read)."""
+
+    sigma2_total: Fraction
+    eps: Fraction  # of each selection
+    sigma2: Fraction  # of each measured cell
+    rounds: int = ROUNDS
+    sweeps: int = SWEEPS
+
+
+def synthesize_unit(counts: np.ndarray, domain: Domain, queries, schedule: Schedule, rng) -> np.ndarray:
     """MWEM on one geounit's domain counts: integer counts over the domain."""
-    noisy_total = int(counts.sum()) + int(discrete_gaussian(sigma2_total, 1, rng)[0])
+    noisy_total = int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0])
     total = max(0, noisy_total)
     estimate = np.full(domain.size, total / domain.size, dtype=float)
     maps = [domain.marginal(f) for _, f in queries]
     true_answers = [np.bincount(index, weights=counts, minlength=size).astype(np.int64) for index, size in maps]
     scale = 1 << SCORE_BITS
     measurements = []
-    for _ in range(rounds):
+    for _ in range(schedule.rounds):
         scores = []
         for (index, size), truth in zip(maps, true_answers):
             approx = np.rint(np.bincount(index, weights=estimate, minlength=size) * scale).astype(np.int64)
             scores.append(int(np.abs(truth * scale - approx).sum()))
-        chosen = exponential_mechanism(scores, eps, 2 * scale, rng)  # Delta = 2, in units of 2^-16
+        chosen = exponential_mechanism(scores, schedule.eps, 2 * scale, rng)  # Delta = 2, in units of 2^-16
         index, size = maps[chosen]
-        noisy = true_answers[chosen] + discrete_gaussian(sigma2, size, rng)
+        noisy = true_answers[chosen] + discrete_gaussian(schedule.sigma2, size, rng)
         measurements.append((index, size, noisy.astype(float)))
-        estimate = mw_update(estimate, measurements, float(total), sweeps)
+        estimate = mw_update(estimate, measurements, float(total), schedule.sweeps)
     return round_to_total(estimate[None, :], np.array([total]))[0]
 
 
@@ -97,12 +108,13 @@ def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) ->
     for r in range(1, rounds + 1):
         ledger.exponential(level, f"round {r} select", eps, Fraction(2), per_geounit=True)
         sigma2s.append(ledger.gaussian(level, f"round {r} measure", per_round - eps * eps / 4))
+    schedule = Schedule(sigma2_total, eps, sigma2s[0], rounds)
     parts = []
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
         queries = workload(domain)
         counts = unit_counts(data.histograms, block_index)
-        out = synthesize_unit(counts, domain, queries, sigma2_total, eps, sigma2s[0], data.rng.spawn(geocode), rounds)
+        out = synthesize_unit(counts, domain, queries, schedule, data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),

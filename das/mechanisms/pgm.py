@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
 
@@ -182,8 +183,20 @@ def aim_candidates(domain: Domain) -> list[tuple[tuple[str, ...], int]]:
     return [(c, sum(len(set(c) & set(w)) for w in workload)) for c in workload]
 
 
-def aim_unit(counts, domain: Domain, sigma2_total, sigma2_one, eps, sigma2_round, rounds, rng) -> tuple[np.ndarray, list]:
-    total = _noisy_total(counts, sigma2_total, rng)
+@dataclass(frozen=True)
+class AimSchedule:
+    """AIM's noise, the same in every geounit: tract total, one-way marginals, each round's selection and measurement."""
+
+    sigma2_total: Fraction
+    sigma2_one: Fraction
+    eps: Fraction
+    sigma2_round: Fraction
+    rounds: int
+
+
+def aim_unit(counts, domain: Domain, schedule: AimSchedule, rng) -> tuple[np.ndarray, list]:
+    sigma2_one, eps, sigma2_round = schedule.sigma2_one, schedule.eps, schedule.sigma2_round
+    total = _noisy_total(counts, schedule.sigma2_total, rng)
     model = _Model(domain, total)
     for a in domain.names:
         model.add((a,), _measure(counts, domain, (a,), sigma2_one, rng), sigma2_one)
@@ -192,7 +205,7 @@ def aim_unit(counts, domain: Domain, sigma2_total, sigma2_one, eps, sigma2_round
     max_weight = max(w for _, w in candidates)
     sigma = math.sqrt(float(sigma2_round))
     chosen = []
-    for _ in range(rounds):
+    for _ in range(schedule.rounds):
         scores = []
         joint = model.joint()
         for clique, weight in candidates:
@@ -223,11 +236,12 @@ def run_aim(data: SynthesisInput, level: str | None = None, rounds: int = AIM_RO
     for r in range(1, rounds + 1):
         ledger.exponential(level, f"round {r} select", eps, "2 max_r w_r (per tract)", per_geounit=True)
         sigma2_round = ledger.gaussian(level, f"round {r} measure", per_round - eps * eps / 4)
+    schedule = AimSchedule(sigma2_total, sigma2_one, eps, sigma2_round, rounds)
     parts, chosen = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
-        out, chosen[geocode] = aim_unit(unit_counts(data.histograms, block_index), domain, sigma2_total, sigma2_one,
-                                        eps, sigma2_round, rounds, data.rng.spawn(geocode))
+        out, chosen[geocode] = aim_unit(unit_counts(data.histograms, block_index), domain, schedule,
+                                        data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_round": str(sigma2_round),

@@ -21,6 +21,7 @@ from das.io import mdf as mdf_io
 from das.io.microdata import read_inputs
 from das.io.tables import load_tables, write_tables
 from das.mechanisms.base import Ledger, MechanismError, SynthesisInput, mechanism_certificate
+from das.mechanisms.registry import MECHANISMS
 from das.pipeline import NOT_PRIVATE, code_version
 from das.privacy.accounting import BudgetError
 from das.privacy.randomness import make_random_source
@@ -55,8 +56,6 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     Returns out_dir. Raises MechanismError (unknown or unavailable mechanism), BudgetError, SpecError,
     InputError, RunError (output directory).
     """
-    from das.mechanisms import MECHANISMS
-
     if mechanism not in MECHANISMS:
         raise MechanismError(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
     mech = MECHANISMS[mechanism]

@@ -27,6 +27,7 @@ twice but charged once, yields a bound above the certificate.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,9 +37,12 @@ import scipy.sparse as sp
 from scipy.stats import beta
 
 from das.geography import Geography
-from das.measure import Measurement, NoisyMeasurement, measure_in_memory, true_answers
+from das.measure import Measurement, NoisyMeasurement, measure_in_memory, plan_for, true_answers
 from das.privacy.accounting import eps_for_delta
-from das.schema import Schema
+from das.privacy.randomness import make_random_source
+from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
+from das.runspec import load_run_spec
+from das.schema import Schema, SpecError, load_schema
 
 AUDIT_DELTA = Fraction(1, 100)
 AUDIT_RHO = Fraction(1)
@@ -77,7 +81,7 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     """One-sided (1 - alpha) Clopper-Pearson bounds for a binomial proportion: (lower, upper).
 
     >>> lo, hi = clopper_pearson(50, 100, 0.05); round(lo, 3), round(hi, 3)
-    (0.416, 0.584)
+    (0.414, 0.586)
     """
     lower = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
     upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
@@ -168,10 +172,22 @@ def _truths(geography: Geography, histograms: sp.csr_matrix, schema: Schema, pla
     return out
 
 
+@dataclass(frozen=True)
+class Trials:
+    """How an audit runs: trials per dataset, the certificate's budget (rho, delta) whose eps it
+    bounds from below at confidence 1 - alpha, and the mechanism audited."""
+
+    trials: int
+    delta: Fraction
+    rho: Fraction
+    mechanism: Mechanism = measure_in_memory
+    alpha: float = 0.05
+
+
 def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], rng,
-               trials: int, delta: Fraction, rho: Fraction, mechanism: Mechanism = measure_in_memory,
-               alpha: float = 0.05) -> AuditResult:
-    """Run `mechanism` `trials` times on each of D and D' and bound eps at `delta` from below."""
+               how: Trials) -> AuditResult:
+    """Run the mechanism `how.trials` times on each of D and D' and bound eps at `how.delta` from below."""
+    trials = how.trials
     truth_d = _truths(geography, pair.d, schema, plan)
     truth_p = _truths(geography, pair.d_prime, schema, plan)
     answers = sum(t.size for t in truth_d.values())
@@ -181,22 +197,21 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
         parts = []
         for number, start in enumerate(range(0, trials, chunk)):
             stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
-            outputs = mechanism(geography, histograms, schema, plan, stream, trials=min(chunk, trials - start))
+            outputs = how.mechanism(geography, histograms, schema, plan, stream, trials=min(chunk, trials - start))
             parts.append(llr_scores(outputs, truth_d, truth_p))
         return np.concatenate(parts)
 
     s_d, s_p = scores(pair.d, "D"), scores(pair.d_prime, "D'")
-    forward = epsilon_bound(s_d, s_p, float(delta), alpha)
-    backward = epsilon_bound(-s_p, -s_d, float(delta), alpha)
+    forward = epsilon_bound(s_d, s_p, float(how.delta), how.alpha)
+    backward = epsilon_bound(-s_p, -s_d, float(how.delta), how.alpha)
     eps, threshold, p, q = max(forward, backward, key=lambda r: r[0])
-    return AuditResult(pair.name, eps, eps_for_delta(rho, delta), float(delta), trials, threshold, p, q)
+    return AuditResult(pair.name, eps, eps_for_delta(how.rho, how.delta), float(how.delta), trials, threshold, p, q)
 
 
 def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]],
-          rng, trials: int, delta: Fraction, rho: Fraction, mechanism: Mechanism = measure_in_memory,
-          kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
+          rng, how: Trials, kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
     """The audit for each kind of neighbour (see `neighbour_pairs`)."""
-    return [audit_pair(pair, geography, schema, plan, rng, trials, delta, rho, mechanism)
+    return [audit_pair(pair, geography, schema, plan, rng, how)
             for pair in neighbour_pairs(histograms, schema, geography) if pair.name in kinds]
 
 
@@ -257,11 +272,6 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     """The audit of a run spec's persons strategy (its shares, at the audit budget) on the synthetic
     neighbourhood, beside the same strategy reduced to its `detailed` query alone (where every
     neighbour changes every measurement, so the bound can approach the certificate)."""
-    from das.measure import plan_for
-    from das.privacy.randomness import make_random_source
-    from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
-    from das.runspec import load_run_spec
-    from das.schema import load_schema
 
     spec = load_run_spec(spec_path)
     rho = AUDIT_RHO if rho is None else parse_fraction(rho, "--rho")
@@ -281,7 +291,7 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
               "private_randomness": rng.private, "strategies": {}}
     for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
         plan, _ = plan_for(s, rho, spec.levels)
-        results = audit(geography, data, schema, plan, rng.spawn(name), trials, delta, rho)
+        results = audit(geography, data, schema, plan, rng.spawn(name), Trials(trials, delta, rho))
         report["strategies"][name] = [r.__dict__ for r in results]
     return report
 
@@ -289,9 +299,7 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
 def audit_spec_main(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None,
                     json_out: bool = False) -> int:
     """`das audit-privacy SPEC`: exit 0 when every bound is within the certificate, 1 otherwise."""
-    import json
 
-    from das.schema import SpecError
 
     try:
         report = audit_spec(spec_path, trials, rho, delta, seed)

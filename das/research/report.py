@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +151,6 @@ def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Pa
 
 
 def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
-    from fractions import Fraction
 
     frame = pooled[(pooled["bin"] == "all") & (pooled["query"] == "total")].copy()
     if frame["rho"].nunique() < 2:

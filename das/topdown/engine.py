@@ -27,8 +27,8 @@ from das.geography import Geography
 from das.io import nmf
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.schema import Schema
-from das.topdown.problem import measured, parent_problem
-from das.topdown.solve import merge_certificates, solve_parent, solve_root
+from das.topdown.problem import DEFAULT_PASSES, measured, parent_problem
+from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, merge_certificates, solve_parent, solve_root
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
 
@@ -36,10 +36,10 @@ BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children p
 @dataclass
 class EngineOptions:
     workers: int = 1
-    solver: str = "CLARABEL"
-    rounding: str = "auto"
+    solver: str = DEFAULT_SOLVER
+    rounding: str = DEFAULT_ROUNDING
     progress: bool = True
-    passes: tuple[tuple[str, ...], ...] = ((),)  # query names per L2 pass; () = all remaining
+    passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES  # query names per L2 pass; () = all remaining
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes (e.g. the root's)
     executor: object | None = None  # das.executors (local pool, Dask); None: a local pool of `workers`
     checkpoint_dir: Path | None = None  # solved levels and batches, for resume; None: no checkpoints
@@ -173,9 +173,22 @@ def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
     return solved, events, merge_certificates(certificates)
 
 
-def _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo, options,
-                 nmf_dir, release):
-    """One BatchTask per batch to do, built lazily (slices only)."""
+@dataclass(frozen=True)
+class _Release:
+    """What postprocess works on: one release's schema, geography, invariants, NMF and options."""
+
+    name: str
+    schema: Schema
+    geography: Geography
+    invariants: Invariants
+    nmf_dir: Path
+    options: EngineOptions
+
+
+def _batch_tasks(job: _Release, level: str, index, solved, batches, todo):
+    """One BatchTask per batch to do, built lazily (slices only): `solved` holds the parent level's solution."""
+    schema, geography, invariants, options = job.schema, job.geography, job.invariants, job.options
+    parent_level = geography.parent_level(level)
     parents, children = geography.units(parent_level), geography.units(level)
     indexes: dict = {}
     offsets = geography.child_ranges(parent_level)
@@ -189,7 +202,7 @@ def _batch_tasks(schema, geography, invariants, parent_level, level, index, solv
             facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
             total=population_total(schema, invariants, level, lo, hi),
             solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
-            chains=single_child_chains(geography, nmf_dir, release, level, lo, hi, indexes),
+            chains=single_child_chains(geography, job.nmf_dir, job.name, level, lo, hi, indexes),
         )
 
 
@@ -251,8 +264,8 @@ def postprocess(
             batch_key = f"{size}/{n_parents}/{n_children}"
             results = checkpoints.load_batches(level, n_batches, batch_key) if checkpoints else {}
             todo = [b for b in range(n_batches) if b not in results]
-            tasks = _batch_tasks(schema, geography, invariants, parent_level, level, index, solved, batches, todo,
-                                 options, nmf_dir, release)
+            tasks = _batch_tasks(_Release(release, schema, geography, invariants, nmf_dir, options), level, index,
+                                 solved, batches, todo)
             progress = tqdm(total=n_batches, initial=n_batches - len(todo), desc=f"{release} {level}", unit="batch",
                             disable=None if options.progress else True, leave=False)
             for b, (batch_solved, events, l2) in zip(todo, ordered_map(executor, solve_batch, tasks,

@@ -11,8 +11,10 @@ weight. It is the same problem, solved to the same optimum; `certify` checks it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
+import clarabel
 import numpy as np
 import scipy.sparse as sp
 
@@ -150,15 +152,39 @@ def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n)) if m.shape[1] < n else m
 
 
-def solve(terms, n_var: int, scale: float, parent=None, slack_budget=None, bounds=(None, None, None),
-          fixed=(), tight: bool = False) -> np.ndarray | None:
+class BoundRows(NamedTuple):
+    """lower <= matrix @ x <= upper over the variables (inf: unbounded); all None when nothing binds."""
+
+    matrix: sp.csr_matrix | None
+    lower: np.ndarray | None
+    upper: np.ndarray | None
+
+
+NO_BOUNDS = BoundRows(None, None, None)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One least-squares pass as stated: the fitted terms (A, y, w), the held answers of earlier
+    passes (rows, target), the parent's sums (S, counts) or None at a root, the bound rows
+    (B, lower, upper), and the failsafe's L1 slack on the parent sums (None: exact)."""
+
+    terms: list
+    fixed: list = field(default_factory=list)
+    parent: tuple | None = None
+    bounds: BoundRows = NO_BOUNDS
+    slack_budget: float | None = None
+
+
+def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.ndarray | None:
     """min over x >= 0 of the terms, children summing to the parent, bounds and held answers; x in counts or None.
 
     Variables are in units of `scale` (feasibility tolerances relative to the counts); the objective
     stays in counts. None when Clarabel proves the problem infeasible; `Stalled` when it stops short.
     """
-    import clarabel
 
+    terms, parent, slack_budget, bounds, fixed = (stated.terms, stated.parent, stated.slack_budget, stated.bounds,
+                                                  stated.fixed)
     lifted = lift(terms, n_var)
     n = lifted.n_total
     eq_rows, eq_rhs, le_rows, le_rhs = [], [], [], []

@@ -19,6 +19,7 @@ from das.schema import Schema
 # One query's noisy answers for a parent's children: (query, answers, variance, child rows), rows
 # None for every child in order, or the children whose only descendant these answers measure.
 Answers = tuple[str, np.ndarray, Fraction, "np.ndarray | None"]
+DEFAULT_PASSES: tuple[tuple[str, ...], ...] = ((),)  # one pass over every query (a spec's [postprocess] passes)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class ParentProblem:
     allowed: np.ndarray            # (n_children, n_cells) bool; False = structural zero
     queries: tuple[QueryAnswers, ...]
     constraints: ChildConstraints | None
-    passes: tuple[tuple[str, ...], ...] = (("total",), ())  # query names per pass; () = the rest
+    passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES  # query names per pass; () = the rest
 
     @property
     def n_children(self) -> int:
@@ -93,7 +94,7 @@ def measured(noisy: dict[str, tuple[np.ndarray, Fraction]], descendants: list = 
 
 
 def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_counts: np.ndarray,
-                   answers: list[Answers], bounds: list[Bounds], passes: tuple = ((),)) -> ParentProblem:
+                   answers: list[Answers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
     """One parent's problem: variables are children x the parent's nonzero cells; `answers` from `measured`."""
     cells = np.flatnonzero(parent_counts)
     n_children = len(children)
@@ -135,7 +136,7 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
     )
 
 
-def root_problem(schema: Schema, answers: list[Answers], bounds: list[Bounds], passes: tuple = ((),)) -> ParentProblem:
+def root_problem(schema: Schema, answers: list[Answers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
     """The top geounit as a problem of one child with no parent to sum to; every cell a candidate."""
     counts = np.ones(schema.size, dtype=np.int64)
     one = [Bounds(b.query, b.lower[:1], b.upper[:1], b.rule) for b in bounds]

@@ -30,7 +30,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.topdown import l2
-from das.topdown.problem import ChildConstraints, FailsafeEvent, ParentProblem, ParentSolution, measured, root_problem
+from das.topdown.problem import (
+    DEFAULT_PASSES,
+    ChildConstraints,
+    FailsafeEvent,
+    ParentProblem,
+    ParentSolution,
+    measured,
+    root_problem,
+)
 
 INTEGRAL_TOL = 1e-6
 GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * max(objective, 1)
@@ -91,12 +99,13 @@ def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     return _per_child(sp.csr_matrix(np.ones((1, problem.n_cells))), problem.n_children, columns)
 
 
-def _bound_rows(problem: ParentProblem, columns: np.ndarray):
+def _bound_rows(problem: ParentProblem, columns: np.ndarray) -> l2.BoundRows:
+    """The children's bound rows over the variables."""
     c: ChildConstraints | None = problem.constraints
     if c is None or c.matrix.shape[0] == 0:
-        return None, None, None
-    return (_per_child(c.matrix, problem.n_children, columns),
-            c.lower.astype(float).ravel(), c.upper.astype(float).ravel())
+        return l2.NO_BOUNDS
+    return l2.BoundRows(_per_child(c.matrix, problem.n_children, columns),
+                        c.lower.astype(float).ravel(), c.upper.astype(float).ravel())
 
 
 def _queries_in_pass(problem: ParentProblem, names: tuple[str, ...], done: set[str]):
@@ -146,6 +155,16 @@ def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 SOLVERS = ("CLARABEL", "cvxpy:<a cvxpy QP solver>, e.g. cvxpy:CLARABEL or cvxpy:OSQP")
+DEFAULT_SOLVER = "CLARABEL"  # the nested QP straight to Clarabel (das.topdown.l2)
+ROUNDINGS = ("auto", "milp")  # auto: the LP (integral: totally unimodular), MILP only if it is not
+DEFAULT_ROUNDING = "auto"
+
+
+def check_rounding(rounding: str) -> str:
+    """The rounding method, or ValueError naming the choices."""
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {list(ROUNDINGS)}, not {rounding!r}")
+    return rounding
 
 
 def check_solver(solver: str) -> str:
@@ -163,7 +182,7 @@ def check_solver(solver: str) -> str:
     raise ValueError(f"unknown least-squares solver {solver!r}: expected {' or '.join(SOLVERS)}")
 
 
-def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget=None, tight=False):
+def _least_squares(problem, columns, stated: l2.Pass, solver: str, tight: bool = False):
     """One weighted least-squares pass; returns x (in counts) or None when infeasible.
 
     Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
@@ -172,25 +191,26 @@ def _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack
     over truly empty cells of a state). `CLARABEL` builds the nested QP directly (das.topdown.l2);
     `cvxpy:NAME` states the same problem in cvxpy, the reference.
     """
-    scale = _scale_of(problem, [_Answers(y) for _, y, _ in terms], parent)
+    scale = _scale_of(problem, [_Answers(y) for _, y, _ in stated.terms], stated.parent)
     if solver == "CLARABEL":
         try:
-            x = l2.solve(terms, len(columns), scale, parent, slack_budget, bounds, fixed, tight)
-            if x is not None or not fixed:
+            x = l2.solve(stated, len(columns), scale, tight)
+            if x is not None or not stated.fixed:
                 return x
             # "infeasible" with held answers is numerical: the previous pass's solution satisfies them
             # (their equalities repeat the total invariant at a root, Perry County AL seed 11)
         except l2.Stalled:
             pass  # no proof either way (seen on the DHC schema's large roots)
         solver = "cvxpy:CLARABEL"  # the cvxpy path decides
-    return _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver[len("cvxpy:"):], slack_budget,
-                                tight, scale)
+    return _least_squares_cvxpy(columns, stated, solver[len("cvxpy:"):], tight, scale)
 
 
-def _least_squares_cvxpy(columns, terms, fixed, parent, bounds, solver, slack_budget, tight, scale):
+def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, tight: bool, scale: float):
     """The reference: the pass stated with cvxpy atoms and solved by any cvxpy QP solver."""
     import cvxpy as cp
 
+    terms, fixed, parent, bounds, slack_budget = (stated.terms, stated.fixed, stated.parent, stated.bounds,
+                                                  stated.slack_budget)
     n_var = len(columns)
     z = cp.Variable(n_var, nonneg=True)  # x = scale * z
     residuals = [cp.sum_squares((np.sqrt(w) * scale) * (a @ z) - np.sqrt(w) * y) for a, y, w in terms]
@@ -355,7 +375,7 @@ def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
     widen_lo, widen_hi = np.asarray(s_lo.value), np.asarray(s_hi.value)
     new_lower = np.floor(np.where(lower > 0, lower, 0.0) - widen_lo + 1e-9)
     new_upper = np.where(np.isfinite(upper), np.ceil(upper + widen_hi - 1e-9), np.inf)
-    return parent_slack, float(widen_lo.sum() + widen_hi.sum()), (b_matrix, new_lower, new_upper)
+    return parent_slack, float(widen_lo.sum() + widen_hi.sum()), l2.BoundRows(b_matrix, new_lower, new_upper)
 
 
 def _failsafe(problem, columns, parent, bounds):
@@ -374,18 +394,19 @@ def _failsafe(problem, columns, parent, bounds):
     return bounds, budget, event
 
 
-def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate):
+def _certified_pass(problem, columns, stated: l2.Pass, solver: str, certificate: dict):
     """Solve one pass, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
 
     The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
     `certificate` (and reported per level in the manifest), never accepted silently.
     """
-    x = _least_squares(problem, columns, terms, fixed, parent, bounds, solver, slack_budget)
+    terms, fixed, parent, bounds = stated.terms, stated.fixed, stated.parent, stated.bounds
+    x = _least_squares(problem, columns, stated, solver)
     if x is None:
         return None
     parent_sums = None
     if parent is not None:
-        parent_sums = parent[1] if slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
+        parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
     held = _held_at(fixed, x)
     value, gap = certify(problem, columns, terms, x, parent_sums, bounds, held)
     if gap > GAP_TOL * max(value, 1.0):
@@ -393,7 +414,7 @@ def _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slac
         # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
         retries = [solver] + (["cvxpy:CLARABEL"] if solver == "CLARABEL" else [])
         for path in retries:
-            retry = _least_squares(problem, columns, terms, fixed, parent, bounds, path, slack_budget, tight=True)
+            retry = _least_squares(problem, columns, stated, path, tight=True)
             if retry is not None:
                 v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, _held_at(fixed, retry))
                 if g2 < gap:
@@ -435,7 +456,7 @@ def merge_certificates(records) -> dict:
     return total
 
 
-def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict | None = None):
+def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: dict | None = None):
     """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
 
     `solver`: `CLARABEL` (default: the nested QP straight to Clarabel, das.topdown.l2) or
@@ -461,11 +482,13 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict
         if not queries:
             continue
         terms = _terms(problem, columns, queries)
-        x = _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate)
+        x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
+                            certificate)
         if x is None and not events:
             bounds, slack_budget, event = _failsafe(problem, columns, parent, bounds)
             events.append(event)
-            x = _certified_pass(problem, columns, terms, fixed, parent, bounds, solver, slack_budget, certificate)
+            x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
+                                certificate)
         if x is None:
             raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:
@@ -475,7 +498,7 @@ def solve_l2(problem: ParentProblem, solver: str = "CLARABEL", certificate: dict
                 a = _query_rows(problem, q, columns)
                 fixed.append((a, a @ x))
     if x is None:  # no queries at all: any feasible point
-        x = _least_squares(problem, columns, [], [], parent, bounds, solver, slack_budget)
+        x = _least_squares(problem, columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
     return x, events, bounds, columns
 
 
@@ -636,7 +659,7 @@ def _check(problem: ParentProblem, counts: np.ndarray, bounds_matrix, lower, upp
     return problems
 
 
-def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str = "auto") -> ParentSolution:
+def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING) -> ParentSolution:
     """L2, rounding, exact checks; trivial parents (empty, one child) without a solver."""
     t0 = time.perf_counter()
     shape = (problem.n_children, problem.n_cells)
@@ -674,8 +697,8 @@ def solve_parent(problem: ParentProblem, solver: str = "CLARABEL", rounding: str
     return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method, certificate)
 
 
-def solve_root(schema, noisy: dict, bounds: list, solver: str = "CLARABEL", rounding: str = "auto",
-               passes: tuple = ((),), descendants: list = ()) -> ParentSolution:
+def solve_root(schema, noisy: dict, bounds: list, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING,
+               passes: tuple = DEFAULT_PASSES, descendants: list = ()) -> ParentSolution:
     """The top geounit: its own noisy answers (and its only descendants'), its bounds, no parent to sum to."""
     single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
     problem = root_problem(schema, measured(single, descendants), bounds, passes)

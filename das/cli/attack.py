@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parsers(subparsers) -> argparse.ArgumentParser:
     a = subparsers.add_parser(
         "attack", help="reconstruction audit: RAP-Rank, baselines and integer programming against a release",
         description="Attack published tables (exact, or a `das run` release) and score the reconstructed "

@@ -1,11 +1,9 @@
-"""The `das` command line: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
+"""`das run`, `validate`, `validate-input`, `privacy`, `measure`, `tables`, `audit-privacy`: releases."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 
 
 def _cmd_run(args) -> int:
@@ -78,9 +76,8 @@ def _cmd_audit_privacy(args) -> int:
                            json_out=args.json)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
-    sub = p.add_subparsers(dest="command", required=True)
+def add_parsers(sub) -> None:
+    """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
 
     r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
     r.add_argument("spec", nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
@@ -143,37 +140,3 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=None, help="seeded noise (reproducible audit)")
     a.add_argument("--json", action="store_true")
     a.set_defaults(func=_cmd_audit_privacy)
-    from das.research.cli import add_parsers as add_research_parsers
-    add_research_parsers(sub)
-    from das.attack.cli import add_parser as add_attack_parser
-    add_attack_parser(sub)
-    from das.mechanisms.cli import add_parser as add_synth_parser
-    add_synth_parser(sub)
-    return p
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "out", "x") is None and getattr(args, "spec", None) is not None:
-        args.out = os.path.join("runs", args.spec.rsplit("/", 1)[-1].removesuffix(".toml"))
-    from das.io.microdata import InputError
-    from das.privacy.accounting import BudgetError
-    from das.research.replicate import StudyError
-    from das.run import RunError
-    from das.schema import SpecError
-
-    try:
-        return args.func(args)
-    except (SpecError, RunError, BudgetError, StudyError) as e:
-        print(f"das {args.command}: {e}", file=sys.stderr)
-        return 2
-    except InputError as e:
-        print(f"das {args.command}: input is invalid:\n{e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

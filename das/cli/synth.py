@@ -1,4 +1,4 @@
-"""`das synth SPEC --mechanism NAME --out DIR`: one private synthetic persons release."""
+"""`das synth SPEC --mechanism NAME --out DIR`: one private synthetic persons release (das/mechanisms)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,20 @@ import argparse
 import json
 import sys
 
+# the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
+# (tests/test_mechanisms.py checks they agree)
+MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim")
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    from das.mechanisms import MECHANISMS
 
+def add_parsers(subparsers) -> argparse.ArgumentParser:
     s = subparsers.add_parser(
         "synth", help="a private synthetic persons release by another mechanism family (flat, mwem, ...)",
         description="Run one synthetic-data mechanism on a run spec's persons input, with das's exact accountant, "
                     "and write its release (MDF, tables, manifest with the certificate) like `das run` does. "
                     "See docs/mechanisms.md.")
     s.add_argument("spec", help="run spec: a shipped name (see specs/runs) or a .toml path")
-    s.add_argument("--mechanism", required=True, choices=sorted(MECHANISMS), help="which mechanism")
+    s.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES,
+                   help="which mechanism (docs/mechanisms.md); mst and aim need pip install 'das[mbi]'")
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--seed", type=int, default=None, help="replication mode: seeded noise, outputs labelled NOT private")
     s.add_argument("--rho", default=None, help="zCDP budget as an exact fraction 'a/b' (default: the spec's persons rho)")

@@ -1,0 +1,38 @@
+"""Shared by the tests: where the repository and its fixtures are, and a silent log.
+
+Tests import these names (`from conftest import ROOT, TINY, quiet`); pytest puts this folder on
+the path. Tests run from the repository root (scripts/test does so), where the doctests' relative
+fixture paths resolve too.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from das.geography import Geography
+from das.io.microdata import read_inputs
+from das.rules import INVARIANT_LEVELS, Invariants
+from das.schema import load_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "geography_fixtures"
+TINY = FIXTURES / "tiny"
+
+
+def quiet(*args, **kwargs) -> None:
+    """A log that says nothing (runs in tests print no progress)."""
+
+
+@pytest.fixture(scope="session")
+def perry():
+    """Perry County, AL (real 2010 blocks): (persons schema, geography, invariants, true block histograms)."""
+    schema = load_schema("pl94_persons")
+    inputs = read_inputs(FIXTURES / "al_perry/persons.parquet", FIXTURES / "al_perry/units.parquet", schema)
+    geography = Geography.from_blocks(inputs.inventory.blocks)
+    invariants = Invariants(
+        inputs.inventory.housing_units, inputs.inventory.gq_facilities,
+        {lv: np.asarray(geography.aggregate(inputs.person_histograms, lv).sum(axis=1)).ravel()
+         for lv in INVARIANT_LEVELS},
+    )
+    return schema, geography, invariants, inputs.person_histograms

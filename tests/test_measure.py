@@ -1,0 +1,51 @@
+"""Measurements: the plan spends exactly its budget, every charge comes before the first draw, and
+the NMF holds each answer once at its certified variance."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import das.measure
+from das.io import nmf
+from das.measure import Measured, Target, measure_release, plan_for
+from das.privacy.accounting import PrivacyAccountant
+from das.privacy.randomness import SeededRandomSource
+from das.privacy.strategy import BudgetError, load_strategy
+
+
+def _plan(geography, rho=None):
+    strategy = load_strategy("pl94_five_level")
+    return plan_for(strategy, strategy.rho if rho is None else rho, geography.levels)
+
+
+def test_the_plan_spends_exactly_its_budget(perry):
+    _, geography, _, _ = perry
+    plan, allocation = _plan(geography, Fraction(7, 3))
+    assert sum(1 / m.variance for ms in plan.values() for m in ms) == Fraction(7, 3) == allocation.rho
+
+
+def test_an_overspending_plan_stops_before_the_first_draw(perry, tmp_path, monkeypatch):
+    schema, geography, _, histograms = perry
+    plan, allocation = _plan(geography)
+    drawn = []
+    monkeypatch.setattr(das.measure, "discrete_gaussian", lambda *a: drawn.append(a) or np.zeros(a[1], np.int64))
+    smaller = PrivacyAccountant(allocation.rho / 2)
+    with pytest.raises(BudgetError, match="over the budget"):
+        measure_release(Measured("persons", schema, plan), geography, histograms, SeededRandomSource(1),
+                        Target(tmp_path), smaller)
+    assert drawn == [] and not any(tmp_path.rglob("*.parquet"))
+
+
+def test_each_answer_is_written_once_at_its_certified_variance(perry, tmp_path):
+    schema, geography, _, histograms = perry
+    plan, allocation = _plan(geography)
+    accountant = PrivacyAccountant.for_allocation(allocation)
+    written = measure_release(Measured("persons", schema, plan), geography, histograms, SeededRandomSource(2),
+                              Target(tmp_path), accountant)
+    assert accountant.spent == allocation.rho and set(written) == set(geography.levels)
+    for level, path in written.items():
+        answers = nmf.read_level(path, geography.units(level))
+        assert {q: v for q, (_, v) in answers.items()} == {m.query: m.variance for m in plan[level]}
+        for m in plan[level]:
+            assert answers[m.query][0].shape == (geography.n_units(level), schema.query(m.query).size)

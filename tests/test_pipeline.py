@@ -1,0 +1,65 @@
+"""The pipeline's stages, run by hand, give what `das run` gives; budgets are exact at every stage."""
+
+from fractions import Fraction
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import quiet
+
+from das import rules
+from das.measure import Target
+from das.pipeline import Pipeline
+from das.privacy.strategy import BudgetError
+from das.run import run
+
+
+@pytest.fixture(scope="module")
+def tiny_stages(tmp_path_factory):
+    """tiny, seed 3, through the stages by hand: (pipeline, confidential, solved, NMF directory)."""
+    nmf_dir = tmp_path_factory.mktemp("stages") / "nmf"
+    pipe = Pipeline.prepare("tiny", 3, log=quiet)
+    confidential = pipe.read_inputs()
+    pipe.measure(confidential, Target(nmf_dir))
+    solved, _ = pipe.postprocess(confidential, nmf_dir, pipe.engine_options())
+    return pipe, confidential, solved, nmf_dir
+
+
+def test_releases_come_persons_first_with_their_certificates():
+    pipe = Pipeline.prepare("tiny", 3, log=quiet)
+    assert list(pipe.releases) == ["persons", "units"]
+    persons = pipe.releases["persons"]
+    assert Fraction(persons.certificate["rho"]) == persons.allocation.rho == persons.strategy.rho
+    assert not pipe.rng.private and b"NOT PRIVATE" in pipe.metadata()[b"das.privacy"]
+
+
+def test_another_budget_keeps_the_shares_and_certifies_the_new_total():
+    pipe = Pipeline.prepare("tiny", 3, log=quiet)
+    half = pipe.at_budget("persons", pipe.releases["persons"].allocation.rho / 2)
+    assert Fraction(half.certificate["rho"]) == pipe.releases["persons"].allocation.rho / 2
+    for level, measurements in half.plan.items():
+        for m, full in zip(measurements, pipe.releases["persons"].plan[level]):
+            assert m.query == full.query and m.variance == 2 * full.variance
+    with pytest.raises(BudgetError):
+        pipe.at_budget("persons", Fraction(0))
+
+
+def test_the_stages_by_hand_give_das_runs_release(tiny_stages, tmp_path):
+    pipe, confidential, solved, _ = tiny_stages
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
+    assert result.valid
+    mdf = pq.read_table(tmp_path / "run" / "mdf_persons.parquet")
+    assert mdf.num_rows == int(solved["persons"].sum())
+    assert result.manifest["counts"]["persons"] == int(confidential.histograms["persons"].sum())
+
+
+def test_the_solution_holds_every_rule_at_every_level(tiny_stages):
+    pipe, confidential, solved, _ = tiny_stages
+    geography, invariants = confidential.geography, confidential.invariants
+    for level in geography.levels:
+        bounds = rules.level_bounds(pipe.schemas["persons"], invariants, geography, level)
+        assert rules.holds(pipe.schemas["persons"], bounds, geography.aggregate(solved["persons"], level)) == []
+    units = rules.household_persons(pipe.schemas["persons"], solved["persons"])
+    facts = rules.Invariants(invariants.housing_units, invariants.gq_facilities, {}, units)
+    assert rules.holds(pipe.schemas["units"], rules.block_bounds(pipe.schemas["units"], facts), solved["units"]) == []
+    assert np.array_equal(np.asarray(solved["units"].sum(axis=1)).ravel(), invariants.housing_units)
