@@ -407,7 +407,7 @@ def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
 
 def release_holds(manifest: Manifest, report: Report) -> set[str]:
     """What the release claims to hold: its manifest's `holds`, or everything TopDown holds."""
-    holds = manifest.extra.get("holds", TOPDOWN_HOLDS)
+    holds = TOPDOWN_HOLDS if manifest.holds is None else manifest.holds
     unknown = [h for h in holds if h not in HOLDS]
     report.check(f"the release claims {', '.join(holds) or 'nothing'}; those are checked",
                  [f"claims {h!r}, which das validate does not know (known: {', '.join(HOLDS)})" for h in unknown])

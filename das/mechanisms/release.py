@@ -108,9 +108,9 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
         levels=list(spec.levels), tables=spec.tables,
         persons={"schema": schema.name, "strategy": None, "mechanism": mechanism}, units=None,
         privacy={"persons": cert}, python=platform.python_version(), seed=spec.seed,
-        extra={"mechanism": {"name": mechanism, "summary": mech.summary, "geography": mech.geography,
-                             "budget": str(budget), "details": result.details},
-               "holds": list(SYNTHETIC_HOLDS)},
+        mechanism={"name": mechanism, "summary": mech.summary, "geography": mech.geography, "budget": str(budget),
+                   "details": result.details},
+        holds=list(SYNTHETIC_HOLDS),
     )
     if not rng.private:
         manifest.warning = NOT_PRIVATE
