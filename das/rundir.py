@@ -60,6 +60,8 @@ class Manifest:
     counts: dict | None = None
     validation: dict | None = None
     error: str | None = None
+    mechanism: dict | None = None  # a synthetic release (das.mechanisms): name, geography, budget, details
+    holds: list | None = None  # what the release claims (validate.HOLDS); None: a TopDown release, all of TOPDOWN_HOLDS
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they are
 
     ORDER = ("kind", "das_version", "spec_name", "spec_text", "spec_sha256", "status", "private", "randomness",

@@ -9,7 +9,8 @@ from conftest import ROOT
 LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from its own layer or above
     {"das", "das.schema", "das.geography", "das.rules", "das.atomic", "das.histogram", "das.specs",
      "das.attack", "das.io", "das.privacy", "das.research", "das.topdown"},  # the packages' (empty) __init__
-    {"das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler", "das.privacy.randomness"},
+    {"das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler", "das.privacy.randomness",
+     "das.privacy.exponential"},
     {"das.io.microdata", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171", "das.io.validation",
      "das.rundir"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
@@ -18,8 +19,10 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
      "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.workload", "das.privacy.audit",
-     "das.synth"},
-    {"das.cli", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.__main__"},
+     "das.synth", "das.mechanisms", "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat",
+     "das.mechanisms.stability", "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn",
+     "das.mechanisms.pgm", "das.mechanisms.median", "das.mechanisms.registry", "das.mechanisms.release"},
+    {"das.cli", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
 ]
 
 

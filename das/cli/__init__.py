@@ -1,6 +1,7 @@
 """The `das` command line, one module per family of commands: release (run, validate, measure,
-tables, privacy...), research (metrics, replicate, report) and attack. Each command imports the
-modules it runs only when it runs, so `das --help` and a refused command start quickly.
+tables, privacy...), research (metrics, replicate, report), attack, and synth (other mechanism
+families). Each command imports the modules it runs only when it runs, so `das --help` and a
+refused command start quickly.
 """
 
 from __future__ import annotations
@@ -9,13 +10,13 @@ import argparse
 import os
 import sys
 
-from das.cli import attack, release, research
+from das.cli import attack, release, research, synth
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
     sub = p.add_subparsers(dest="command", required=True)
-    for family in (release, research, attack):
+    for family in (release, research, attack, synth):
         family.add_parsers(sub)
     return p
 

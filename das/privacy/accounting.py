@@ -308,7 +308,7 @@ def _decimal(x: Fraction) -> float:
     return float(x)
 
 
-def _delta_text(delta: Fraction) -> str:
+def delta_text(delta: Fraction) -> str:
     """ "1e-10" for a power of ten, else the exact "a/b"."""
     k = len(str(delta.denominator)) - 1
     if delta.numerator == 1 and delta.denominator == 10**k and k > 0:
@@ -363,7 +363,7 @@ def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | floa
         "convention": CONVENTION,
         "rho": fraction_text(total),
         "rho_decimal": _decimal(total),
-        "delta": _delta_text(delta),
+        "delta": delta_text(delta),
         "eps": eps_for_delta(total, delta),
         "eps_rounding": f"rounded up to {EPS_DECIMALS} decimals",
         "eps_loose_bound": eps_loose(total, delta),
