@@ -9,7 +9,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "[das] creating $VENV" >&2
     "$PY" -m venv "$VENV"
 fi
-EXTRAS="${DAS_EXTRAS:-dev,report,dask}"  # dask: tests/test_dask.py runs a local cluster
+EXTRAS="${DAS_EXTRAS:-dev,report,dask,mbi}"  # dask: tests/test_dask.py runs a local cluster; mbi: the mst/aim tests
 STAMP="$VENV/.das-installed-${EXTRAS//,/-}"
 WANT="$(sha256sum < "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
