@@ -29,6 +29,7 @@ import fnmatch
 import hashlib
 import sys
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -417,8 +418,6 @@ def release_holds(manifest: Manifest, report: Report) -> set[str]:
 def check_charges(manifest: Manifest, report: Report) -> None:
     """Each release's certificate: its charges are positive exact fractions summing exactly to its rho,
     within its budget; its delta parts sum exactly to its delta."""
-    from fractions import Fraction
-
     problems = []
     for release, cert in manifest.privacy.items():
         try:
