@@ -78,6 +78,32 @@ def test_tract_workload_has_block_attribute(dhc):
     assert answers["PCT12:sex=Male|age=30"] == ((people[:, 1] == 0) & (people[:, 2] == 30)).sum()
 
 
+def test_sf1_2010_workload_has_the_published_lines(dhc):
+    """The paper's workload: each table has as many counts as its SF1 lines (less the 'total races
+    tallied' sums), and restricted lines count the right people."""
+    tables = load_attack_tables("dhc_sf1_2010")
+    w = build_workload(dhc, tables, n_blocks=1)
+    per_table = {}
+    for label in w.labels:
+        table = label.removeprefix("block0:").split(":")[0].split("_")[0]
+        per_table[table] = per_table.get(table, 0) + 1
+    assert per_table == {"P1": 1, "P6": 6, "P7": 12, "P9": 73, "P11": 73, "P12": 49, "P14": 43,
+                         **{f"P12{x}": 49 for x in "ABCDEFGHI"}, **{f"PCT12{x}": 209 for x in "ABCDEFGHIJKLMN"}}
+    rng = np.random.default_rng(3)
+    people = np.column_stack([rng.integers(0, 2, 400), rng.integers(0, 116, 400), rng.integers(0, 2, 400),
+                              rng.integers(0, 63, 400), np.zeros(400, dtype=int)])
+    answers = dict(zip(w.labels, w.answers(np.column_stack([np.zeros(400, dtype=int), people]))))
+    races = [dhc.factor_labels("cenrace")[c].split("+") for c in people[:, 3]]
+    white = np.array(["White" in r for r in races])
+    several = np.array([len(r) > 1 for r in races])
+    assert answers["block0:P6_White:total"] == white.sum()
+    assert answers["block0:P7_White:hispanic=Hispanic or Latino"] == (white & (people[:, 2] == 1)).sum()
+    assert answers["block0:P11_not_hispanic_two_or_more:total"] == (
+        several & (people[:, 2] == 0) & (people[:, 1] >= 18)).sum()
+    assert answers["PCT12H_110:sex=Female"] == ((people[:, 0] == 1) & (people[:, 2] == 1) & (people[:, 1] >= 110)).sum()
+    assert answers["PCT12A:total"] == (people[:, 3] == 0).sum()
+
+
 def test_bad_workload_spec_is_named(tmp_path, dhc):
     bad = tmp_path / "bad.toml"
     bad.write_text('[block.X]\nqueries = ["sex x colour"]\n')
@@ -332,6 +358,16 @@ def test_cli_attack_writes_outputs(tmp_path, capsys):
     assert curves["match_rate"].between(0, 1).all()
     for name in ("match_rate.png", "certainty.csv", "summary.md"):
         assert (out / name).stat().st_size > 0
+
+
+def test_cli_attack_with_the_sf1_2010_tables(tmp_path):
+    out = tmp_path / "audit"
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits", "500130202002042",
+                 "--tables", "dhc_sf1_2010", "--runs", "2", "--steps", "30", "--relaxed", "60", "--workers", "1",
+                 "--baselines", "county", "--ip-top", "5", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["options"]["tables"] == "dhc_sf1_2010" and summary["geounits"][0]["queries"] == 698
 
 
 @pytest.mark.parametrize("args, message", [
