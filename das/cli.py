@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_research_parsers(sub)
     from das.attack.cli import add_parser as add_attack_parser
     add_attack_parser(sub)
+    from das.mechanisms.cli import add_parser as add_synth_parser
+    add_synth_parser(sub)
     return p
 
 

@@ -13,6 +13,13 @@ the release bundle alone (what is published) it proves that
   schema's constraints (facilities, structural zeros) against the units MDF.
 With the run's operator files (the confidential inputs), it also compares the invariants with
 the inputs: population, housing units and GQ facilities per block.
+
+A release says what it holds in its manifest (`holds`, a list of the names in `HOLDS`); a
+manifest without it is a `das run` (TopDown) release, which holds everything but
+`charges_sum_to_rho` (its NMF is checked against the certificate instead). A synthetic release
+(das/mechanisms) holds `SYNTHETIC_HOLDS`: valid MDF codes, tables equal to the MDF recount, and a
+certificate whose charges sum exactly to its rho. Only what a release claims is checked; a claim
+this validator does not know is a violation.
 Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
@@ -36,6 +43,10 @@ from das.schema import Schema, load_schema
 GEO = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
 MAX_LISTED = 20
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
+HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf", "invariants",
+         "schema_constraints", "charges_sum_to_rho")
+TOPDOWN_HOLDS = tuple(h for h in HOLDS if h != "charges_sum_to_rho")
+SYNTHETIC_HOLDS = ("mdf_codes", "tables_match_mdf", "charges_sum_to_rho")
 
 
 class ValidationError(Exception):
@@ -148,12 +159,12 @@ def read_parquet(path: Path, columns=None) -> pd.DataFrame:
         raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
 
-def check_files(run_dir: Path, manifest: dict, report: Report) -> None:
+def check_files(run_dir: Path, manifest: dict, report: Report, with_nmf: bool = True) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
     listed = {**manifest.get("outputs", {}), **manifest.get("nmf", {})}
     problems = []
-    if not manifest.get("outputs") or not manifest.get("nmf"):
-        problems.append("the manifest lists no outputs or no NMF files")
+    if not manifest.get("outputs") or with_nmf and not manifest.get("nmf"):
+        problems.append("the manifest lists no outputs" + (" or no NMF files" if with_nmf else ""))
     for name, digest in sorted(listed.items()):
         path = run_dir / name
         if not path.is_file():
@@ -381,17 +392,59 @@ def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
     return (persons, units) if persons.is_file() and units.is_file() else None
 
 
+def release_holds(manifest: dict, report: Report) -> set[str]:
+    """What the release claims to hold: its manifest's `holds`, or everything TopDown holds."""
+    holds = manifest.get("holds", TOPDOWN_HOLDS)
+    unknown = [h for h in holds if h not in HOLDS]
+    if unknown:
+        report.check("the release's claims are checkable", [f"claims {h!r}, which das validate does not know "
+                                                              f"(known: {', '.join(HOLDS)})" for h in unknown])
+    return set(holds)
+
+
+def check_charges(manifest: dict, report: Report) -> None:
+    """Each release's certificate: its charges are positive exact fractions summing exactly to its rho,
+    within its budget; its delta parts sum exactly to its delta."""
+    from fractions import Fraction
+
+    problems = []
+    for release, cert in manifest["privacy"].items():
+        try:
+            charges = [Fraction(c["rho"]) for c in cert.get("charges", [])]
+            rho, budget = Fraction(cert["rho"]), Fraction(cert.get("budget", cert["rho"]))
+            delta = Fraction(cert["delta"])
+            delta_parts = [Fraction(v) for v in cert.get("delta_parts", {}).values()]
+        except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:
+            problems.append(f"{release}: the certificate is not readable as exact fractions ({e})")
+            continue
+        if not charges:
+            problems.append(f"{release}: the certificate lists no charges")
+        if any(c <= 0 for c in charges):
+            problems.append(f"{release}: a charge is not positive")
+        if sum(charges, Fraction(0)) != rho:
+            problems.append(f"{release}: the charges sum to {sum(charges, Fraction(0))}, the certificate says rho = {rho}")
+        if rho > budget:
+            problems.append(f"{release}: rho {rho} is over the budget {budget}")
+        if delta_parts and sum(delta_parts, Fraction(0)) != delta:
+            problems.append(f"{release}: the delta parts sum to {sum(delta_parts, Fraction(0))}, not delta = {delta}")
+    report.check("certificate: charges sum exactly to rho", _first(problems))
+
+
 def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True) -> Report:
-    """Every check of a run directory; `inputs` (or the run's operator files) add the comparison
-    with the confidential inputs. Raises ValidationError when a file is missing or unreadable."""
+    """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
+    files) add the comparison with the confidential inputs. Raises ValidationError when a file is
+    missing or unreadable."""
     run_dir = Path(run_dir)
     report = Report()
     manifest = load_manifest(run_dir)
     if manifest.get("status") != "complete":
         report.check("run complete", [f"manifest status is {manifest.get('status')!r}, not 'complete'"])
         return report
-    check_files(run_dir, manifest, report)
+    holds = release_holds(manifest, report)
+    check_files(run_dir, manifest, report, with_nmf="nmf_matches_certificate" in holds)
     check_metadata(run_dir, manifest, report)
+    if "charges_sum_to_rho" in holds:
+        check_charges(manifest, report)
     geo_levels = manifest["levels"]
     try:
         persons_schema = load_schema(manifest["persons"]["schema"])
@@ -400,28 +453,31 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         raise ValidationError(f"{run_dir / 'manifest.json'}: {e}") from None
 
     mdf = read_parquet(run_dir / "mdf_persons.parquet")
-    mdf_units = read_parquet(run_dir / "mdf_units.parquet")
-    for frame in (mdf, mdf_units):
+    with_units = "units_mdf" in holds
+    mdf_units = read_parquet(run_dir / "mdf_units.parquet") if with_units else None
+    for frame in (mdf, mdf_units) if with_units else (mdf,):
         missing = [c for c in GEO if c not in frame]
         if missing:
             raise ValidationError(f"{run_dir}: an MDF file has no column {missing[0]}")
         frame["geocode"] = _geocode(frame)
-    universe = pd.Series(sorted(set(mdf_units["geocode"])), dtype=str)
-    check_unit_records(mdf_units, units_schema, report)
-    check_nmf(run_dir, manifest, universe, report)
+    if with_units:
+        universe = pd.Series(sorted(set(mdf_units["geocode"])), dtype=str)
+        check_unit_records(mdf_units, units_schema, report)
+        if "nmf_matches_certificate" in holds:
+            check_nmf(run_dir, manifest, universe, report)
 
-    # 1. MDF codes and geography
-    outside = sorted(set(mdf["geocode"]) - set(universe))
-    report.check("MDF persons: in blocks of the release universe",
-                 [f"{len(outside)} MDF blocks have no housing unit or facility in the units MDF, e.g. {outside[0]}"]
-                 if outside else [])
+        # 1. MDF codes and geography
+        outside = sorted(set(mdf["geocode"]) - set(universe))
+        report.check("MDF persons: in blocks of the release universe",
+                     [f"{len(outside)} MDF blocks have no housing unit or facility in the units MDF, e.g. {outside[0]}"]
+                     if outside else [])
     levels = check_records(mdf, persons_schema, report)
     if levels is None:
         return report
 
     # 2. tables recounted from the MDF equal the written tables; 3. hierarchy sums
-    tables = load_tables(manifest.get("tables", "pl94"))
-    housing = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True)
+    tables = load_tables(manifest.get("tables", "pl94")) if "tables_match_mdf" in holds else ()
+    housing = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True) if with_units else None
     try:
         unit_levels = _levels(housing, units_schema) if units_schema else None
     except (ValueError, KeyError) as e:
@@ -470,6 +526,9 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
                 problems.append(f"{child} rows of {parent} {g!r} do not sum to it")
         report.check(f"table {spec.name} hierarchy sums", _first(problems))
 
+    if not with_units:  # the rest needs the units MDF: invariants, constraints, the confidential inputs
+        return report
+
     # 4. invariants: published population; schema constraints against the units MDF
     problems = []
     published = manifest.get("invariants", {}).get("total_population", {})
@@ -482,17 +541,19 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
                                 f"invariant {total}")
     if not published:
         problems.append("the manifest publishes no total-population invariant")
-    report.check("total population invariant (published)", problems)
+    if "invariants" in holds:
+        report.check("total population invariant (published)", problems)
     hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
     fac_out = _facilities(mdf_units)
-    check_constraints(mdf, levels, persons_schema, hu_out, fac_out, report)
+    if "schema_constraints" in holds:
+        check_constraints(mdf, levels, persons_schema, hu_out, fac_out, report)
     if units_schema is not None and any(c.kind == "household_persons" for c in units_schema.constraints):
         report.check("occupied units agree with household persons (every level)",
                      _first(persons_units_disagreements(mdf, mdf_units, geo_levels)))
 
     # 5. with the confidential inputs (operator only): the invariants against them
     inputs = inputs or (_operator_inputs(run_dir) if use_operator else None)
-    if inputs is not None:
+    if inputs is not None and "invariants" in holds:
         check_against_inputs(mdf, mdf_units, geo_levels, inputs, report)
     return report
 

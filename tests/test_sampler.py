@@ -268,3 +268,30 @@ def test_tiny_sigma_is_almost_surely_zero_even_at_the_extremes(sigma2):
     rng = ScriptedSource([0, 2**16 - 1], [0, 2**64 - 1, 2**63, 2**63])
     assert discrete_gaussian(sigma2, 2, rng).tolist() == [0, 0]
     assert not discrete_gaussian(sigma2, 100_000, SeededRandomSource(2)).any()
+
+
+# ---------------------------------------------------------------------------------------------
+# discrete_laplace_scaled: the two-sided geometric with a rational scale
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(5, 2), 4])
+def test_discrete_laplace_scaled_matches_its_pmf(scale):
+    from das.privacy.sampler import discrete_laplace_pmf, discrete_laplace_scaled
+
+    x = discrete_laplace_scaled(scale, 40_000, SeededRandomSource(7))
+    k = np.arange(-12, 13)
+    p = discrete_laplace_pmf(scale, k)
+    observed = np.array([(x == v).sum() for v in k])
+    keep = p * len(x) > 5
+    expected = p[keep] / p[keep].sum() * observed[keep].sum()
+    assert stats.chisquare(observed[keep], expected).pvalue > 1e-3
+    assert abs(np.mean(x)) < 5 * np.sqrt(np.sum(p * k**2) / len(x)) + 1e-9
+
+
+def test_discrete_laplace_scaled_refuses_floats():
+    from das.privacy.sampler import discrete_laplace_scaled
+
+    with pytest.raises(TypeError):
+        discrete_laplace_scaled(0.5, 3, SeededRandomSource(0))
+    with pytest.raises(ValueError):
+        discrete_laplace_scaled(Fraction(0), 3, SeededRandomSource(0))

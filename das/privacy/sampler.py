@@ -422,3 +422,56 @@ def discrete_gaussian_variance(sigma2, bits: int = 96) -> float:
     ks = np.arange(-K, K + 1)
     p = discrete_gaussian_pmf(sigma2, ks, bits)
     return float(np.sum(p * ks.astype(float) ** 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# The discrete Laplace (two-sided geometric) with a rational scale, for pure eps-DP
+
+
+def discrete_laplace_scaled(scale, n: int, rng: RandomSource) -> np.ndarray:
+    """n exact draws with P(y) proportional to exp(-|y| / scale), rational scale = t/s > 0 (CKS Algorithm 2).
+
+    Exactness: U uniform on {0..t-1} kept with probability exp(-U/t), plus t V with V ~ Geometric(1 - e^-1),
+    gives X with P(X = x) proportional to exp(-x/t) on x >= 0; Y = floor(X/s) then has P(Y = y) proportional
+    to exp(-y s/t); a fair sign with (-, 0) rejected makes it two-sided. Integer arithmetic only. With noise
+    of scale Delta_1 / eps on a query of L1 sensitivity Delta_1 this is eps-DP (the two-sided geometric
+    mechanism, Ghosh, Roughgarden, Sundararajan 2009).
+    """
+    if isinstance(scale, (float, bool, np.floating)):
+        raise TypeError(f"scale must be an exact int or Fraction, not {type(scale).__name__} ({scale!r})")
+    scale = Fraction(scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    t, s = scale.numerator, scale.denominator
+    n = _count(n)
+    out = np.zeros(n, dtype=np.int64)
+    pending = np.arange(n)
+    big = t >= _INT64_SAFE
+    while pending.size:
+        m = pending.size
+        t_arr = np.full(m, t, dtype=object if big else np.int64)
+        u = _uniform_below_each(t_arr, rng)
+        keep = bernoulli_exp_many(u, t_arr, rng)  # U kept w.p. exp(-U/t)
+        v = np.zeros(m, dtype=np.int64)
+        counting = np.flatnonzero(keep)
+        while counting.size:  # V ~ Geometric(1 - exp(-1)): successes of Bernoulli(exp(-1)) before the first failure
+            ones = np.ones(counting.size, np.int64)
+            ok = bernoulli_exp_many(ones, ones, rng)
+            v[counting[ok]] += 1
+            counting = counting[ok]
+        if big:
+            y = np.array([(int(ui) + t * int(vi)) // s for ui, vi in zip(u, v)], dtype=np.int64)
+        else:
+            y = (u.astype(np.int64) + t * v) // s
+        negative = (rng.uint64(m) & np.uint64(1)).astype(bool)
+        accept = keep & ~(negative & (y == 0))
+        out[pending[accept]] = np.where(negative[accept], -y[accept], y[accept])
+        pending = pending[~accept]
+    return out
+
+
+def discrete_laplace_pmf(scale, ks) -> np.ndarray:
+    """P(Y = k) of `discrete_laplace_scaled` as float64 (for tests): (1 - a)/(1 + a) a^|k|, a = exp(-1/scale)."""
+    a = float(np.exp(-1 / float(Fraction(scale))))
+    ks = np.abs(np.asarray(ks, dtype=np.int64)).astype(float)
+    return (1 - a) / (1 + a) * a ** ks

@@ -1,0 +1,23 @@
+"""Private synthetic-data mechanisms on census geography, with das's exact accounting and outputs.
+
+`MECHANISMS` maps a name to a `Mechanism`; `synthesize(spec, name, out_dir, ...)` writes a release in
+the layout of `das run` (docs/mechanisms.md).
+"""
+
+from __future__ import annotations
+
+from das.mechanisms import flat, mwem, stability
+from das.mechanisms.base import Mechanism, MechanismError, Synthesis, SynthesisInput
+from das.mechanisms.release import synthesize
+
+MECHANISMS: dict[str, Mechanism] = {
+    "flat": Mechanism("flat", "discrete Gaussian on every cell of each block's detailed histogram, no hierarchy; "
+                      "nonnegative integer projection per block", "per block (blocks are disjoint)", flat.run),
+    "stability": Mechanism("stability", "stability-based histogram: discrete Laplace on nonzero (block, cell) bins, "
+                           "released above an (eps, delta) threshold", "block as an attribute of one histogram",
+                           stability.run),
+    "mwem": Mechanism("mwem", "MWEM: exponential-mechanism choice of marginals, discrete Gaussian measurement, "
+                      "multiplicative weights", "per tract, full domain (block in tract x attributes)", mwem.run),
+}
+
+__all__ = ["MECHANISMS", "Mechanism", "MechanismError", "Synthesis", "SynthesisInput", "synthesize"]

@@ -1,0 +1,201 @@
+"""What every mechanism shares: its input, the ledger of privacy charges, the certificate.
+
+A mechanism is a function `SynthesisInput -> Synthesis`: it reads the true block histograms
+(n_blocks x schema cells), spends budget only through `Ledger.charge` (which refuses to overspend),
+and returns nonnegative integer block histograms. The schedule of charges depends only on public
+things (budget, schema, geography), never on the data.
+
+Neighbours: bounded, change one record (das's convention, docs/privacy.md). A record's block is part
+of the record, so a change may move a person from one geounit to another. A mechanism run
+independently per geounit (parallel composition) then sees one record removed in one geounit and one
+added in another: a step whose cost does not cover both at once (the exponential mechanism) is
+charged twice; a discrete Gaussian measurement of a histogram calibrated to squared L2 sensitivity
+2 costs the same either way (rho = 1/sigma^2: within one geounit one change moves two cells; across
+two, each geounit's histogram moves one cell, 1/(2 sigma^2) twice).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse as sp
+
+from das.geography import Geography
+from das.privacy.accounting import (
+    CONVERSION,
+    EPS_DECIMALS,
+    NOT_PRIVATE_WARNING,
+    PrivacyAccountant,
+    _delta_text,
+    eps_for_delta,
+    eps_loose,
+    fraction_text,
+)
+from das.privacy.randomness import RandomSource
+from das.schema import Schema
+
+CONVENTION = ("rho-zCDP, bounded neighbours (change one record; a record's block is part of the record). "
+              "A discrete Gaussian measurement of a marginal with variance sigma^2 costs rho = 1/sigma^2 "
+              "(squared L2 sensitivity 2). An eps exponential-mechanism selection costs eps^2/8 (bounded range, "
+              "Cesar & Rogers 2021); an eps-DP (pure) step costs eps^2/2 (Bun & Steinke 2016, Prop. 1.4); an "
+              "(eps, delta)-DP step is delta-approximate (eps^2/2)-zCDP (Bun & Steinke 2016, Sec. 8), its delta "
+              "added to the delta of the conversion to (eps, delta)-DP.")
+
+
+class MechanismError(ValueError):
+    """A mechanism cannot run as asked (unknown name, missing optional extra, unusable budget)."""
+
+
+@dataclass
+class Ledger:
+    """The charges a mechanism makes, each once, against an exact budget (refuses to overspend)."""
+
+    budget: Fraction
+    accountant: PrivacyAccountant = None
+    entries: list = field(default_factory=list)
+    delta_parts: dict = field(default_factory=dict)  # approximate-DP steps: name -> delta (Fraction)
+
+    def __post_init__(self):
+        if self.accountant is None:
+            self.accountant = PrivacyAccountant(self.budget)
+
+    def charge(self, scope: str, step: str, rho: Fraction, noise: str, **parameters) -> Fraction:
+        """Charge `rho` for `step`, made once in every geounit of `scope` (parallel composition)."""
+        self.accountant.charge(scope, step, rho)
+        self.entries.append({"scope": scope, "step": step, "rho": fraction_text(rho), "rho_decimal": float(rho),
+                             "noise": noise, **{k: (fraction_text(v) if isinstance(v, Fraction) else v)
+                                                for k, v in parameters.items()}})
+        return rho
+
+    def gaussian(self, scope: str, step: str, rho: Fraction) -> Fraction:
+        """Charge a discrete Gaussian measurement of rho (squared L2 sensitivity 2); returns sigma^2 = 1/rho."""
+        sigma2 = 1 / rho
+        self.charge(scope, step, rho, "discrete Gaussian", sigma2=sigma2)
+        return sigma2
+
+    def exponential(self, scope: str, step: str, eps: Fraction, sensitivity: Fraction, *, per_geounit: bool) -> None:
+        """Charge an eps exponential-mechanism selection: eps^2/8, twice when run per geounit (a moved record)."""
+        rho = eps * eps / 8 * (2 if per_geounit else 1)
+        self.charge(scope, step, rho, "exponential mechanism", eps=eps, sensitivity=sensitivity,
+                    cost="2 x eps^2/8 (a changed record may move between two geounits)" if per_geounit
+                    else "eps^2/8 (bounded range)")
+
+    @property
+    def spent(self) -> Fraction:
+        return self.accountant.spent
+
+    @property
+    def remaining(self) -> Fraction:
+        return self.accountant.remaining
+
+
+@dataclass(frozen=True)
+class SynthesisInput:
+    """The confidential block histograms and everything public a mechanism needs."""
+
+    schema: Schema
+    geography: Geography
+    histograms: sp.csr_matrix  # (n_blocks x schema cells) true counts, int64
+    budget: Fraction
+    delta: Fraction
+    rng: RandomSource
+    ledger: Ledger
+
+
+@dataclass(frozen=True)
+class Synthesis:
+    """A mechanism's output: nonnegative integer block histograms and what it wants recorded."""
+
+    histograms: sp.csr_matrix
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A named synthesizer: how geography enters, which optional extra it needs, the function."""
+
+    name: str
+    summary: str
+    geography: str
+    run: Callable[[SynthesisInput], Synthesis]
+    extra: str | None = None  # pip extra (`das[mbi]`) without which it cannot run
+    available: Callable[[], bool] = lambda: True
+
+
+def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, delta: Fraction,
+                          private: bool) -> dict:
+    """The certificate of a synthetic release: every charge, rho = their exact sum, (eps, delta).
+
+    delta is the run's; approximate-DP steps take their delta out of it, and the rest converts the
+    zCDP guarantee (CKS 2020, Cor. 13).
+    """
+    rho = ledger.spent
+    delta_steps = sum(ledger.delta_parts.values(), Fraction(0))
+    delta_conversion = delta - delta_steps
+    if delta_conversion <= 0:
+        raise MechanismError(f"{name}: its steps use delta {delta_steps}, not less than the run's delta {delta}")
+    cert = {
+        "schema": schema.name,
+        "strategy": f"mechanism {name}",
+        "mechanism": name,
+        "levels": list(levels),
+        "convention": CONVENTION,
+        "budget": fraction_text(ledger.budget),
+        "rho": fraction_text(rho),
+        "rho_decimal": float(rho),
+        "delta": _delta_text(delta),
+        "delta_parts": {**{k: fraction_text(v) for k, v in ledger.delta_parts.items()},
+                        "zCDP conversion": fraction_text(delta_conversion)},
+        "eps": eps_for_delta(rho, delta_conversion),
+        "eps_rounding": f"rounded up to {EPS_DECIMALS} decimals",
+        "eps_loose_bound": eps_loose(rho, delta_conversion),
+        "conversion": CONVERSION,
+        "loose_bound": "eps = rho + 2 sqrt(rho ln(1/delta)), for comparison only",
+        "randomness": "operating-system CSPRNG" if private else "seeded pseudo-random generator",
+        "private": bool(private),
+        "charges": list(ledger.entries),
+        "by_level": [],  # no TopDown measurements (no NMF): the charges above are the whole budget
+    }
+    if not private:
+        cert["warning"] = NOT_PRIVATE_WARNING
+    return cert
+
+
+def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:
+    """The largest multiple of 2^-bits at or below sqrt(x): an exact eps with eps^2 <= x."""
+    return Fraction(math.isqrt(x.numerator * (1 << (2 * bits)) // x.denominator), 1 << bits)
+
+
+def round_to_total(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Rows of nonnegative reals -> nonnegative integers summing to `totals` per row (largest remainders).
+
+    Each row's floors are raised by one at its largest fractional parts (ties: lower index) until the
+    row sums to its total; requires sum(floor(row)) <= total <= sum(ceil(row)) unless the row is all zero,
+    in which case the total is spread evenly (never happens for a projection onto that total).
+    """
+    values = np.asarray(values, dtype=float)
+    totals = np.asarray(totals, dtype=np.int64)
+    floors = np.floor(values + 1e-9).astype(np.int64)
+    floors = np.maximum(floors, 0)
+    short = totals - floors.sum(axis=1)
+    frac = values - floors
+    order = np.argsort(-frac, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    rows = np.arange(values.shape[0])[:, None]
+    ranks[rows, order] = np.arange(values.shape[1])[None, :]
+    add = ranks < short[:, None]
+    out = floors + add
+    over = short < 0  # floors exceed the total (can only come from rounding slack): take from the largest
+    for i in np.flatnonzero(over):
+        excess = -short[i]
+        for j in np.argsort(-out[i], kind="stable"):
+            take = min(excess, out[i, j])
+            out[i, j] -= take
+            excess -= take
+            if not excess:
+                break
+    return out

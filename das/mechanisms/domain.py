@@ -1,0 +1,92 @@
+"""The full domain of one geounit: (block within the geounit) x the schema's attributes.
+
+Mechanisms that model a joint distribution (mwem, privbayes, privsyn) run once per geounit (a tract
+by default) on this domain, with the block as one more attribute. Domain cells are numbered
+block-major: cell = local_block * schema.size + schema cell.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from das.geography import Geography
+from das.schema import Schema
+
+BLOCK = "block"
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Attributes ("block", then the schema's), their sizes, and marginal maps over the domain's cells."""
+
+    schema: Schema
+    n_blocks: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (BLOCK, *self.schema.names)
+
+    @property
+    def size(self) -> int:
+        return self.n_blocks * self.schema.size
+
+    def factor_size(self, name: str) -> int:
+        return self.n_blocks if name == BLOCK else self.schema.factor_size(name)
+
+    def levels(self, name: str) -> np.ndarray:
+        """Level of attribute (or recode) `name` at every domain cell."""
+        return _levels(self.schema, self.n_blocks, name)
+
+    def marginal(self, factors: tuple[str, ...]) -> tuple[np.ndarray, int]:
+        """(answer cell of every domain cell, number of answer cells) of the marginal over `factors`."""
+        return _marginal(self.schema, self.n_blocks, tuple(factors))
+
+
+@functools.lru_cache(maxsize=64)
+def _levels(schema: Schema, n_blocks: int, name: str) -> np.ndarray:
+    cells = np.arange(schema.size)
+    if name == BLOCK:
+        return np.repeat(np.arange(n_blocks), schema.size)
+    return np.tile(schema.levels_of(name, cells), n_blocks)
+
+
+@functools.lru_cache(maxsize=256)
+def _marginal(schema: Schema, n_blocks: int, factors: tuple[str, ...]) -> tuple[np.ndarray, int]:
+    if not factors:
+        return np.zeros(n_blocks * schema.size, dtype=np.int64), 1
+    domain = Domain(schema, n_blocks)
+    sizes = tuple(domain.factor_size(f) for f in factors)
+    index = np.ravel_multi_index(tuple(_levels(schema, n_blocks, f) for f in factors), sizes)
+    return index.astype(np.int64), int(np.prod(sizes))
+
+
+def geounits(geography: Geography, level: str) -> list[tuple[str, np.ndarray]]:
+    """(geocode, its block indices) of every geounit at `level`, blocks in geocode order."""
+    unit_of_block = geography.block_to_unit(level)
+    order = np.argsort(unit_of_block, kind="stable")
+    bounds = np.searchsorted(unit_of_block[order], np.arange(geography.n_units(level) + 1))
+    codes = geography.units(level)
+    return [(str(codes[u]), order[bounds[u]:bounds[u + 1]]) for u in range(geography.n_units(level))]
+
+
+def unit_counts(histograms: sp.csr_matrix, block_index: np.ndarray) -> np.ndarray:
+    """The geounit's true counts over its domain (flattened, block-major), int64."""
+    return np.asarray(histograms[block_index].toarray(), dtype=np.int64).ravel()
+
+
+def assemble(n_blocks: int, n_cells: int, parts: list[tuple[np.ndarray, np.ndarray]]) -> sp.csr_matrix:
+    """Block histograms from per-geounit (block indices, flattened domain counts)."""
+    rows, cols, vals = [], [], []
+    for block_index, counts in parts:
+        nz = np.flatnonzero(counts)
+        rows.append(block_index[nz // n_cells])
+        cols.append(nz % n_cells)
+        vals.append(counts[nz])
+    if not rows:
+        return sp.csr_matrix((n_blocks, n_cells), dtype=np.int64)
+    return sp.csr_matrix((np.concatenate(vals).astype(np.int64), (np.concatenate(rows), np.concatenate(cols))),
+                         shape=(n_blocks, n_cells), dtype=np.int64)

@@ -1,0 +1,108 @@
+"""`mwem`: MWEM (Hardt, Ligett, McSherry 2012) per tract, over a workload of marginals.
+
+Geography: one run per tract (parallel composition), on the tract's full domain (block in the tract
+x the schema's attributes, das/mechanisms/domain.py); the workload crosses the block with small
+marginals and adds the tract-level marginals of the production strategy.
+
+Budget (rho, exact): 1/20 measures the tract total (discrete Gaussian), which fixes the scale n of
+the distribution; the rest is split evenly over `ROUNDS` rounds. In a round, a quarter selects a
+marginal with the exponential mechanism (score: the L1 error of the current estimate on that
+marginal, Delta = 2 under a change of one record, in integer units of 2^-16 after rounding the public
+estimate; cost 2 x eps^2/8, a moved record touching two tracts), the rest measures every cell of the
+chosen marginal with discrete Gaussian noise. After each measurement, multiplicative weights
+(A(x) <- A(x) exp(q(x)(m - q(A)) / (2n)), renormalized to n) sweep `SWEEPS` times over all the
+measurements so far (the "practical variations" of Li's survey). Output: the final estimate, rounded
+to integers summing to the noisy total (largest remainders).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt, round_to_total
+from das.mechanisms.domain import BLOCK, Domain, assemble, geounits, unit_counts
+from das.privacy.exponential import exponential_mechanism
+from das.privacy.sampler import discrete_gaussian
+
+LEVEL = "tract"
+ROUNDS = 12
+SWEEPS = 2
+TOTAL_SHARE = Fraction(1, 20)
+SELECT_SHARE = Fraction(1, 4)
+SCORE_BITS = 16  # the estimate is rounded to multiples of 2^-16 before scoring (public post-processing)
+BLOCK_FACTORS = ((), ("votingage",), ("hispanic",), ("hhgq",))  # crossed with the block
+TRACT_QUERIES = ("hhgq", "votingage x hispanic", "hispanic x cenrace", "votingage x cenrace",
+                 "votingage x hispanic x cenrace", "detailed")
+
+
+def workload(domain: Domain) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, factors) of every candidate marginal; those with factors unknown to the schema are left out."""
+    known = set(domain.schema.names) | {r.name for r in domain.schema.recodes}
+    out = []
+    for factors in BLOCK_FACTORS:
+        if set(factors) <= known:
+            out.append((" x ".join((BLOCK, *factors)), (BLOCK, *factors)))
+    for name in TRACT_QUERIES:
+        factors = domain.schema.names if name == "detailed" else tuple(name.split(" x "))
+        if set(factors) <= known:
+            out.append((name, factors))
+    return out
+
+
+def mw_update(estimate: np.ndarray, measurements: list, total: float, sweeps: int) -> np.ndarray:
+    """Multiplicative weights over all measurements (index, size, noisy answers), renormalized to `total`."""
+    if total <= 0:
+        return np.zeros_like(estimate)
+    for _ in range(sweeps):
+        for index, size, noisy in measurements:
+            answers = np.bincount(index, weights=estimate, minlength=size)
+            step = np.clip((noisy - answers) / (2 * total), -50, 50)
+            estimate = estimate * np.exp(step[index])
+            estimate *= total / estimate.sum()
+    return estimate
+
+
+def synthesize_unit(counts: np.ndarray, domain: Domain, queries, sigma2_total: Fraction, eps: Fraction,
+                    sigma2: Fraction, rng, rounds: int = ROUNDS, sweeps: int = SWEEPS) -> np.ndarray:
+    """MWEM on one geounit's domain counts: integer counts over the domain."""
+    noisy_total = int(counts.sum()) + int(discrete_gaussian(sigma2_total, 1, rng)[0])
+    total = max(0, noisy_total)
+    estimate = np.full(domain.size, total / domain.size, dtype=float)
+    maps = [domain.marginal(f) for _, f in queries]
+    true_answers = [np.bincount(index, weights=counts, minlength=size).astype(np.int64) for index, size in maps]
+    scale = 1 << SCORE_BITS
+    measurements = []
+    for _ in range(rounds):
+        scores = []
+        for (index, size), truth in zip(maps, true_answers):
+            approx = np.rint(np.bincount(index, weights=estimate, minlength=size) * scale).astype(np.int64)
+            scores.append(int(np.abs(truth * scale - approx).sum()))
+        chosen = exponential_mechanism(scores, eps, 2 * scale, rng)  # Delta = 2, in units of 2^-16
+        index, size = maps[chosen]
+        noisy = true_answers[chosen] + discrete_gaussian(sigma2, size, rng)
+        measurements.append((index, size, noisy.astype(float)))
+        estimate = mw_update(estimate, measurements, float(total), sweeps)
+    return round_to_total(estimate[None, :], np.array([total]))[0]
+
+
+def run(data: SynthesisInput, level: str = LEVEL, rounds: int = ROUNDS) -> Synthesis:
+    ledger, schema = data.ledger, data.schema
+    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
+    per_round = data.budget * (1 - TOTAL_SHARE) / rounds
+    eps = eps_below_sqrt(4 * per_round * SELECT_SHARE)  # 2 x eps^2/8 <= the selection's share
+    sigma2s = []
+    for r in range(1, rounds + 1):
+        ledger.exponential(level, f"round {r} select", eps, Fraction(2), per_geounit=True)
+        sigma2s.append(ledger.gaussian(level, f"round {r} measure", per_round - eps * eps / 4))
+    parts = []
+    for geocode, block_index in geounits(data.geography, level):
+        domain = Domain(schema, len(block_index))
+        queries = workload(domain)
+        counts = unit_counts(data.histograms, block_index)
+        out = synthesize_unit(counts, domain, queries, sigma2_total, eps, sigma2s[0], data.rng.spawn(geocode), rounds)
+        parts.append((block_index, out))
+    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
+                     {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),
+                      "workload": [name for name, _ in workload(Domain(schema, 1))]})

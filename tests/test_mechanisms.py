@@ -1,0 +1,207 @@
+"""Synthetic-data mechanisms (das/mechanisms): accounting, validity of the release, known answers."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from das.geography import Geography
+from das.mechanisms import MECHANISMS, MechanismError, SynthesisInput, synthesize
+from das.mechanisms.base import Ledger
+from das.mechanisms.flat import nonnegative_integer_projection, project_simplex
+from das.privacy.accounting import BudgetError
+from das.privacy.randomness import SeededRandomSource
+from das.schema import load_schema
+from das.validate import validate_run
+
+PL94 = load_schema("pl94_persons")
+RHO = Fraction(293764, 114921)
+
+
+def blocks(n_tracts: int, per_tract: int) -> np.ndarray:
+    return np.array([f"50013{t:06d}{1000 + b:04d}" for t in range(n_tracts) for b in range(per_tract)])
+
+
+def synthetic_input(histograms, block_geocodes, rho=RHO, seed=0, schema=PL94) -> SynthesisInput:
+    geography = Geography.from_blocks(block_geocodes)
+    return SynthesisInput(schema, geography, sp.csr_matrix(histograms, dtype=np.int64), rho, Fraction(1, 10**10),
+                          SeededRandomSource(seed), Ledger(rho))
+
+
+def run_mechanism(name, data):
+    out = MECHANISMS[name].run(data)
+    h = out.histograms.tocsr()
+    assert h.shape == data.histograms.shape
+    assert h.dtype.kind == "i" and (h.data >= 0).all()
+    return h
+
+
+# ---------------------------------------------------------------------------------------------
+# Releases written by synthesize: the certificate is the ledger, das validate passes
+
+
+@pytest.mark.parametrize("name", ["flat", "stability", "mwem"])
+def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
+    out = synthesize("tiny", name, tmp_path / name, seed=3)
+    manifest = json.loads((out / "manifest.json").read_text())
+    cert = manifest["privacy"]["persons"]
+    charges = sum((Fraction(c["rho"]) for c in cert["charges"]), Fraction(0))
+    assert charges == Fraction(cert["rho"]) <= RHO
+    assert manifest["holds"] == ["mdf_codes", "tables_match_mdf", "charges_sum_to_rho"]
+    assert manifest["private"] is False and "NOT private" in manifest["warning"]
+    assert manifest["mechanism"]["name"] == name and manifest["validation"]["valid"]
+    assert sum((Fraction(v) for v in cert["delta_parts"].values()), Fraction(0)) == Fraction(1, 10**10)
+    report = validate_run(out)
+    assert report.ok, report.violations
+    assert any("charges sum exactly to rho" in c for c in report.checks)
+
+
+def test_validate_refuses_a_certificate_whose_charges_do_not_add_up(tmp_path):
+    out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["privacy"]["persons"]["rho"] = "3"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    report = validate_run(out)
+    assert not report.ok and any("charges sum to" in v for v in report.violations)
+
+
+def test_validate_refuses_an_unknown_claim(tmp_path):
+    out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["holds"].append("world_peace")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert any("world_peace" in v for v in validate_run(out).violations)
+
+
+def test_synthesize_refuses_unknown_mechanism_and_inexact_budget(tmp_path):
+    with pytest.raises(MechanismError, match="unknown mechanism"):
+        synthesize("tiny", "gan", tmp_path / "a")
+    with pytest.raises(BudgetError):
+        synthesize("tiny", "flat", tmp_path / "b", rho=0.5)
+
+
+def test_explicit_rho_is_the_certified_rho(tmp_path):
+    out = synthesize("tiny", "flat", tmp_path / "r", seed=2, rho=Fraction(1, 3))
+    assert json.loads((out / "manifest.json").read_text())["privacy"]["persons"]["rho"] == "1/3"
+
+
+# ---------------------------------------------------------------------------------------------
+# flat
+
+
+def test_simplex_projection_is_the_euclidean_projection():
+    rng = np.random.default_rng(0)
+    rows = rng.normal(0, 3, size=(50, 7))
+    totals = rng.integers(0, 20, size=50)
+    x = project_simplex(rows, totals)
+    assert (x >= 0).all() and np.allclose(x.sum(axis=1), np.where(totals > 0, totals, 0))
+    # KKT: x_i = max(row_i - theta, 0) with one theta per row
+    for row, xi, total in zip(rows, x, totals):
+        if total > 0:
+            support = xi > 0
+            theta = (row - xi)[support]
+            assert np.allclose(theta, theta[0]) and (row[~support] <= theta[0] + 1e-9).all()
+
+
+def test_integer_projection_keeps_the_rounded_noisy_total():
+    noisy = np.array([[2.6, -1.0, 0.7, 0.4], [-3.0, -1.0, 1.0, 0.0]])
+    out = nonnegative_integer_projection(noisy)
+    assert out.tolist()[1] == [0, 0, 0, 0] and out[0].sum() == 3 and (out >= 0).all()
+
+
+def test_flat_block_totals_are_unbiased_over_seeds():
+    geocodes = blocks(2, 10)
+    truth = np.zeros((20, PL94.size), dtype=np.int64)
+    rng = np.random.default_rng(1)
+    for b in range(20):  # about 200 persons a block: the noisy total is never clipped at 0
+        truth[b, rng.choice(PL94.size, 40, replace=False)] = rng.integers(1, 10, 40)
+    errors, ledgers = [], []
+    for seed in range(30):
+        data = synthetic_input(truth, geocodes, seed=seed)
+        out = run_mechanism("flat", data)
+        errors.append(np.asarray(out.sum(axis=1)).ravel() - truth.sum(axis=1))
+        ledgers.append(data.ledger.spent)
+    errors = np.concatenate(errors)
+    # one block total: the sum of 2016 noisy cells, sd about sqrt(2016 / rho) = 28
+    assert abs(errors.mean()) < 4 * errors.std() / np.sqrt(len(errors))
+    assert 20 < errors.std() < 36
+    assert set(ledgers) == {RHO}
+
+
+# ---------------------------------------------------------------------------------------------
+# stability
+
+
+def test_stability_threshold_is_the_smallest_with_delta():
+    from das.mechanisms.stability import threshold
+
+    for eps_half, delta in [(Fraction(1, 4), Fraction(1, 20)), (Fraction(113, 100), Fraction(1, 2 * 10**10))]:
+        T = threshold(eps_half, delta)
+        assert np.exp(-float(eps_half) * (T - 1)) <= float(delta) < np.exp(-float(eps_half) * (T - 2))
+
+
+def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_unbiased():
+    from das.mechanisms.stability import threshold
+
+    n_single, n_large = 3000, 300
+    geocodes = blocks(1, n_single + n_large)
+    truth = sp.lil_matrix((len(geocodes), PL94.size), dtype=np.int64)
+    for b in range(n_single):
+        truth[b, 5] = 1
+    for b in range(n_single, n_single + n_large):
+        truth[b, 7] = 100
+    rho = Fraction(1, 8)  # eps = 1/2, noise exp(-|z|/4)
+    data = SynthesisInput(PL94, Geography.from_blocks(geocodes), truth.tocsr(), rho, Fraction(1, 10),
+                          SeededRandomSource(3), Ledger(rho))
+    out = run_mechanism("stability", data)
+    T = threshold(Fraction(1, 4), Fraction(1, 20))
+    a = np.exp(-0.25)
+    p = a ** (T - 1) / (1 + a)  # P(1 + Z >= T)
+    released = (np.asarray(out[:n_single].sum(axis=1)).ravel() > 0).sum()
+    assert abs(released - n_single * p) < 4 * np.sqrt(n_single * p * (1 - p))
+    large = np.asarray(out[n_single:, 7].todense()).ravel()
+    assert (large >= T).all()
+    assert abs(large.mean() - 100) < 4 * np.sqrt(2 * a / (1 - a) ** 2 / n_large)
+    assert out.nnz == released + n_large  # nothing where the truth is zero
+    assert data.ledger.spent == rho and data.ledger.delta_parts == {"stability threshold": Fraction(1, 20)}
+
+
+# ---------------------------------------------------------------------------------------------
+# mwem
+
+
+def workload_error(name, truth, geocodes, rho, seeds):
+    from das.mechanisms.domain import Domain
+    from das.mechanisms.mwem import workload
+
+    domain = Domain(PL94, len(geocodes))
+    errors = []
+    for seed in seeds:
+        out = run_mechanism(name, synthetic_input(truth, geocodes, rho=rho, seed=seed)).toarray().ravel()
+        difference = out - truth.ravel()
+        errors.append(sum(np.abs(np.bincount(index, weights=difference, minlength=size)).sum()
+                          for index, size in (domain.marginal(f) for _, f in workload(domain))))
+    return float(np.mean(errors))
+
+
+def test_mwem_error_decreases_with_budget():
+    geocodes = blocks(1, 3)
+    truth = np.zeros((3, PL94.size), dtype=np.int64)
+    truth[0, PL94.cell_index((0, 1, 0, 0))] = 120
+    truth[1, PL94.cell_index((0, 0, 1, 5))] = 60
+    truth[2, PL94.cell_index((3, 1, 0, 1))] = 30
+    low = workload_error("mwem", truth, geocodes, Fraction(1, 1000), range(3))
+    high = workload_error("mwem", truth, geocodes, Fraction(100), range(3))
+    assert high < 0.5 * low
+
+
+def test_mwem_charges_its_whole_budget_exactly():
+    data = synthetic_input(np.zeros((2, PL94.size), dtype=np.int64), blocks(1, 2), rho=Fraction(7, 5))
+    run_mechanism("mwem", data)
+    assert data.ledger.spent == Fraction(7, 5)
+    kinds = [e["noise"] for e in data.ledger.entries]
+    assert kinds.count("exponential mechanism") == 12 and kinds.count("discrete Gaussian") == 13
