@@ -117,26 +117,21 @@ def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
     return out_path
 
 
-def make_release(spec: str, mechanism: str, out_dir: str, seed: int, rho: str | None, workers: int) -> None:
-    """One release of `mechanism` into out_dir (the body of the measured child process)."""
-    if mechanism == TOPDOWN:
-        from das.run import run
-
-        result = run(spec, out_dir, seed=seed, workers=workers, overwrite=True, progress=False,
-                     log=lambda *a, **k: None)
-        if not result.valid:
-            raise RuntimeError(f"{out_dir}: the release failed validation")
-    else:
-        from das.mechanisms import synthesize
-
-        synthesize(spec, mechanism, out_dir, seed=seed, rho=None if rho is None else Fraction(rho), overwrite=True)
+# The body of each measured child process: it imports only what the release needs, so the
+# memory measured is the release's (not this module's pandas, scipy and matplotlib).
+_TOPDOWN_CHILD = ("import json, sys; from das.run import run; a = json.loads(sys.argv[1]); "
+                  "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
+                  "progress=False, log=lambda *x, **k: None); sys.exit(0 if r.valid else 'the release failed validation')")
+_MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
+                    "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
+                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True)")
 
 
-def _release_command(spec: str, mechanism: str, out_dir: Path, seed: int, rho: str | None, workers: int) -> list[str]:
+def release_command(spec: str, mechanism: str, out_dir: Path, seed: int, rho: str | None, workers: int) -> list[str]:
+    """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
     args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
                        "workers": workers})
-    code = "import json, sys; from das.research.compare import make_release; make_release(**json.loads(sys.argv[1]))"
-    return [sys.executable, "-c", code, args]
+    return [sys.executable, "-c", _TOPDOWN_CHILD if mechanism == TOPDOWN else _MECHANISM_CHILD, args]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +252,7 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
         done.parent.mkdir(parents=True, exist_ok=True)
         if not done.exists():
             spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
-            measured = run_measured(_release_command(spec_for, mechanism, run_dir, seed, comparison.rho, workers))
+            measured = run_measured(release_command(spec_for, mechanism, run_dir, seed, comparison.rho, workers))
             if measured.returncode != 0:
                 raise StudyError(f"{mechanism} seed {seed}: the release failed (exit {measured.returncode}): "
                                  f"{measured.stderr}")
@@ -274,7 +269,7 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
             frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options, tables)
             _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
             log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: attack on {len(blocks)} blocks, "
-                f"{frame['seconds'].sum():.0f} s")
+                f"{frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
     exact_path = _part(out_dir, EXACT, 0, "attack.parquet")
     if blocks and not exact_path.exists():
         exact_path.parent.mkdir(parents=True, exist_ok=True)

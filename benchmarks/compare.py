@@ -1,0 +1,96 @@
+"""Issue 15's figures: every mechanism on Perry County AL and Grand Isle County VT, 20 seeds at the
+production budget; MAE and bias at block, tract and county, release time and whole-tree memory,
+and RAP-Rank match rates on the releases of the first ATTACK_SEEDS seeds (10 blocks each).
+
+Each run starts from an empty directory (so its wall time is the whole comparison's) and writes
+its table, report and plots to benchmarks/recorded/compare_<county>/, and the section BENCHMARKS.md
+shows to benchmarks/recorded/compare_<county>.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import time
+from pathlib import Path
+
+from benchmarks._harness import Bench
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "benchmarks" / "recorded"
+SEEDS = 20
+ATTACK_SEEDS = int(os.environ.get("DAS_COMPARE_ATTACK_SEEDS", "3"))
+ATTACK = {"attack_blocks": 10, "attack_runs": 20, "attack_relaxed": 300, "attack_steps": 300}
+WORKERS = 2
+
+
+def _compare(spec: str, title: str) -> dict:
+    import pandas as pd
+
+    from das.research.compare import Comparison, mechanism_names, render_table, run_comparison
+
+    out = ROOT / "runs" / "bench_compare" / spec
+    shutil.rmtree(out, ignore_errors=True)
+    mechanisms = mechanism_names()
+    comparison = Comparison(spec, mechanisms=mechanisms, seeds=SEEDS, attack_seeds=ATTACK_SEEDS, **ATTACK)
+    t0 = time.perf_counter()
+    out.mkdir(parents=True)
+    progress = out / "progress.log"  # the harness keeps the child's stdout until it ends: follow this file
+
+    def log(line: str) -> None:
+        with open(progress, "a") as f:
+            f.write(f"{dt.datetime.now():%H:%M:%S} {line}\n")
+
+    meta = run_comparison(comparison, out, workers=WORKERS, log=log)
+    seconds = time.perf_counter() - t0
+    table = pd.read_parquet(out / "comparison.parquet")
+    kept = RECORDED / f"compare_{spec}"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(out / "report", kept)
+    shutil.copy(out / "comparison.parquet", kept / "comparison.parquet")
+    load = os.getloadavg()[0]
+    lines = [f"## Mechanism comparison: {title} (issue 15)", "",
+             f"- command: `scripts/bench compare.{spec}` (benchmarks/compare.py: `das compare {spec} --mechanisms "
+             f"{','.join(mechanisms)} --seeds {SEEDS} --attack-seeds {ATTACK_SEEDS} --attack-blocks "
+             f"{ATTACK['attack_blocks']} --attack-runs {ATTACK['attack_runs']} --attack-relaxed "
+             f"{ATTACK['attack_relaxed']} --attack-steps {ATTACK['attack_steps']} --workers {WORKERS}`)",
+             f"- when: {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}; {seconds / 60:.0f} min wall on 2 cores shared "
+             f"with other jobs (1-min load average at the end {load:.1f})",
+             f"- input: `specs/runs/{spec}.toml` ({meta['n_blocks']:,} blocks, schema `{meta['schema']}`), the "
+             "spec's production budget; seeds 0..19 (seeded noise: NOT private), the same for every mechanism",
+             f"- MAE and bias over all {SEEDS} seeds; the attack (RAP-Rank with the `{meta['schema']}` tables, ties "
+             f"averaged) on the releases of seeds 0..{ATTACK_SEEDS - 1} only, on the same "
+             f"{len(meta['attack_blocks'])} blocks, to fit the shared cores",
+             f"- TopDown's release is a whole `das run` (persons and units, tables, validation) with {WORKERS} "
+             "workers; the other mechanisms' `synthesize` makes the persons release in one process",
+             f"- report with plots: `benchmarks/recorded/compare_{spec}/report.md`", "",
+             render_table(table).split("\n\n", 1)[1], "",
+             f"![accuracy](benchmarks/recorded/compare_{spec}/accuracy.png)",
+             f"![attack](benchmarks/recorded/compare_{spec}/attack.png)", ""]
+    (RECORDED / f"compare_{spec}.md").write_text("\n".join(lines))
+    figures = {"seconds": seconds, "seeds": float(SEEDS), "attack_seeds": float(ATTACK_SEEDS)}
+    for row in table.itertuples():
+        for column in ("mae_block", "mae_tract", "bias_block", "release_seconds", "peak_tree_mb", "rap_rank_at_u"):
+            value = getattr(row, column)
+            if value == value:  # not NaN
+                figures[f"{column}_{row.estimator}"] = float(value)
+    return figures
+
+
+def perry() -> dict:
+    return _compare("al_perry", "Perry County AL")
+
+
+def grand_isle() -> dict:
+    return _compare("vt_grand_isle", "Grand Isle County VT")
+
+
+BENCHES = [
+    Bench("compare.al_perry", "das compare on Perry County AL (10,588 persons, 511 blocks): TopDown (+ its WLS and "
+          "noisy estimates) and every registered mechanism, 20 seeds, production budget, attack on 10 blocks of the "
+          "first seeds; table and report in benchmarks/recorded/compare_al_perry*",
+          perry, key="seconds", repeats=1),
+    Bench("compare.vt_grand_isle", "das compare on Grand Isle County VT (6,970 persons, 219 blocks), as compare.al_perry",
+          grand_isle, key="seconds", repeats=1),
+]
