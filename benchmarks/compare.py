@@ -2,14 +2,17 @@
 production budget; MAE and bias at block, tract and county, release time and whole-tree memory,
 and RAP-Rank match rates on the releases of the first ATTACK_SEEDS seeds (10 blocks each).
 
-Each run starts from an empty directory (so its wall time is the whole comparison's) and writes
-its table, report and plots to benchmarks/recorded/compare_<county>/, and the section BENCHMARKS.md
-shows to benchmarks/recorded/compare_<county>.md.
+The comparison lives in runs/bench_compare/<county>/: a rerun resumes it (runs only the parts
+missing, e.g. a mechanism added to the registry since) and the wall time reported is the sum
+over the invocations that built it (DAS_COMPARE_FRESH=1 starts over). The table, report and plots
+go to benchmarks/recorded/compare_<county>/, and the section BENCHMARKS.md shows to
+benchmarks/recorded/compare_<county>.md.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 import time
@@ -31,11 +34,12 @@ def _compare(spec: str, title: str) -> dict:
     from das.research.compare import Comparison, mechanism_names, render_table, run_comparison
 
     out = ROOT / "runs" / "bench_compare" / spec
-    shutil.rmtree(out, ignore_errors=True)
+    if os.environ.get("DAS_COMPARE_FRESH") == "1":
+        shutil.rmtree(out, ignore_errors=True)
     mechanisms = mechanism_names()
     comparison = Comparison(spec, mechanisms=mechanisms, seeds=SEEDS, attack_seeds=ATTACK_SEEDS, **ATTACK)
     t0 = time.perf_counter()
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     progress = out / "progress.log"  # the harness keeps the child's stdout until it ends: follow this file
 
     def log(line: str) -> None:
@@ -43,7 +47,12 @@ def _compare(spec: str, title: str) -> dict:
             f.write(f"{dt.datetime.now():%H:%M:%S} {line}\n")
 
     meta = run_comparison(comparison, out, workers=WORKERS, log=log)
-    seconds = time.perf_counter() - t0
+    history_path = out / "bench_invocations.json"
+    history = json.loads(history_path.read_text()) if history_path.exists() else []
+    history.append({"when": f"{dt.datetime.now():%Y-%m-%d %H:%M}", "seconds": time.perf_counter() - t0,
+                    "mechanisms": list(mechanisms)})
+    history_path.write_text(json.dumps(history, indent=1))
+    seconds = sum(h["seconds"] for h in history)
     table = pd.read_parquet(out / "comparison.parquet")
     kept = RECORDED / f"compare_{spec}"
     shutil.rmtree(kept, ignore_errors=True)
@@ -56,7 +65,10 @@ def _compare(spec: str, title: str) -> dict:
              f"{ATTACK['attack_blocks']} --attack-runs {ATTACK['attack_runs']} --attack-relaxed "
              f"{ATTACK['attack_relaxed']} --attack-steps {ATTACK['attack_steps']} --workers {WORKERS}`)",
              f"- when: {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}; {seconds / 60:.0f} min wall on 2 cores shared "
-             f"with other jobs (1-min load average at the end {load:.1f})",
+             f"with other jobs (1-min load average at the end {load:.1f})"
+             + (f", over {len(history)} invocations (a resumed comparison: "
+                + "; ".join(f"{h['when']} {h['seconds'] / 60:.0f} min, {','.join(h['mechanisms'])}" for h in history)
+                + ")" if len(history) > 1 else ""),
              f"- input: `specs/runs/{spec}.toml` ({meta['n_blocks']:,} blocks, schema `{meta['schema']}`), the "
              "spec's production budget; seeds 0..19 (seeded noise: NOT private), the same for every mechanism",
              f"- MAE and bias over all {SEEDS} seeds; the attack (RAP-Rank with the `{meta['schema']}` tables, ties "
