@@ -44,7 +44,7 @@ def run_mechanism(name, data):
 # Releases written by synthesize: the certificate is the ledger, das validate passes
 
 
-@pytest.mark.parametrize("name", ["flat", "stability", "mwem"])
+@pytest.mark.parametrize("name", ["flat", "stability", "mwem", "privbayes", "privsyn"])
 def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
     out = synthesize("tiny", name, tmp_path / name, seed=3)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -205,3 +205,79 @@ def test_mwem_charges_its_whole_budget_exactly():
     assert data.ledger.spent == Fraction(7, 5)
     kinds = [e["noise"] for e in data.ledger.entries]
     assert kinds.count("exponential mechanism") == 12 and kinds.count("discrete Gaussian") == 13
+
+
+# ---------------------------------------------------------------------------------------------
+# privbayes
+
+
+def test_privbayes_independence_score_is_exact_and_zero_for_independent_pairs():
+    from das.mechanisms.domain import Domain
+    from das.mechanisms.privbayes import independence_score
+
+    domain = Domain(PL94, 1)
+    counts = np.zeros(PL94.size, dtype=np.int64)
+    for va in (0, 1):  # votingage and hispanic independent: 10 of each pair
+        for h in (0, 1):
+            counts[PL94.cell_index((0, va, h, 0))] = 10
+    assert independence_score(counts, domain, "hispanic", ("votingage",)) == 0
+    counts[:] = 0
+    counts[PL94.cell_index((0, 0, 0, 0))] = counts[PL94.cell_index((0, 1, 1, 0))] = 10  # hispanic = votingage
+    assert independence_score(counts, domain, "hispanic", ("votingage",)) == Fraction(10)
+
+
+def test_privbayes_recovers_a_known_dependency_at_high_budget():
+    geocodes = blocks(1, 4)
+    rng = np.random.default_rng(2)
+    truth = np.zeros((4, PL94.size), dtype=np.int64)
+    for _ in range(400):
+        va = rng.integers(0, 2)
+        truth[rng.integers(0, 4), PL94.cell_index((0, va, va, rng.integers(0, 2)))] += 1  # hispanic = votingage
+    data = synthetic_input(truth, geocodes, rho=Fraction(1000), seed=1)
+    result = MECHANISMS["privbayes"].run(data)
+    (network,) = result.details["networks"].values()
+    edges = {(child, parent) for child, parents in network for parent in parents}
+    assert ("hispanic", "votingage") in edges or ("votingage", "hispanic") in edges
+    out = result.histograms.toarray().sum(axis=0)
+    levels = PL94.cell_levels(np.arange(PL94.size))
+    agree = out[levels[1] == levels[2]].sum()
+    assert out.sum() > 350 and agree / out.sum() > 0.95
+    assert data.ledger.spent == Fraction(1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# privsyn
+
+
+def test_dense_marg_keeps_pairs_whose_dependency_outweighs_their_noise():
+    from das.mechanisms.privsyn import allocate, dense_marg
+
+    cells = np.array([4, 4, 126, 4])
+    assert dense_marg(np.array([500.0, 0.5, 3.0, -2.0]), cells, 1.0) == [0]
+    assert dense_marg(np.array([0.0, 0.0, 0.0, 0.0]), cells, 1.0) == []
+    shares = allocate(Fraction(7, 3), [2, 126, 1008])
+    assert sum(shares) == Fraction(7, 3) and shares[0] < shares[1] < shares[2]
+
+
+def test_privsyn_fits_its_marginals_at_high_budget_and_charges_exactly():
+    geocodes = blocks(1, 4)
+    rng = np.random.default_rng(3)
+    truth = np.zeros((4, PL94.size), dtype=np.int64)
+    for _ in range(600):
+        va = rng.integers(0, 2)
+        truth[rng.integers(0, 4), PL94.cell_index((0, va, va, rng.integers(0, 3)))] += 1  # hispanic = votingage
+    levels = PL94.cell_levels(np.arange(PL94.size))
+
+    def pair(h):  # votingage x hispanic
+        return np.bincount(levels[1] * 2 + levels[2], weights=h.sum(axis=0), minlength=4)
+
+    errors = {}
+    for rho in (Fraction(1, 200), Fraction(500)):
+        data = synthetic_input(truth, geocodes, rho=rho, seed=4)
+        result = MECHANISMS["privsyn"].run(data)
+        assert data.ledger.spent == rho
+        out = result.histograms.toarray()
+        errors[rho] = np.abs(pair(out) - pair(truth)).sum() + np.abs(out.sum(axis=1) - truth.sum(axis=1)).sum()
+    (chosen,) = result.details["pairs"].values()
+    assert ["votingage", "hispanic"] in chosen
+    assert errors[Fraction(500)] < 0.03 * truth.sum() < errors[Fraction(1, 200)]

@@ -6,7 +6,7 @@ the layout of `das run` (docs/mechanisms.md).
 
 from __future__ import annotations
 
-from das.mechanisms import flat, mwem, stability
+from das.mechanisms import flat, mwem, privbayes, privsyn, stability
 from das.mechanisms.base import Mechanism, MechanismError, Synthesis, SynthesisInput
 from das.mechanisms.release import synthesize
 
@@ -18,6 +18,12 @@ MECHANISMS: dict[str, Mechanism] = {
                            stability.run),
     "mwem": Mechanism("mwem", "MWEM: exponential-mechanism choice of marginals, discrete Gaussian measurement, "
                       "multiplicative weights", "per tract, full domain (block in tract x attributes)", mwem.run),
+    "privbayes": Mechanism("privbayes", "PrivBayes: Bayesian network chosen by the exponential mechanism, noisy "
+                           "conditionals (discrete Gaussian)", "per tract, the block the network's first attribute",
+                           privbayes.run),
+    "privsyn": Mechanism("privsyn", "PrivSyn: DenseMarg greedy choice of pairs from noisy InDif, marginals by discrete "
+                         "Gaussian allocated by cells^(2/3), GUM synthesis", "per tract, the block one attribute",
+                         privsyn.run),
 }
 
 __all__ = ["MECHANISMS", "Mechanism", "MechanismError", "Synthesis", "SynthesisInput", "synthesize"]

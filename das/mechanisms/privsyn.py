@@ -1,0 +1,178 @@
+"""`privsyn`: PrivSyn (Zhang, Wang, Li, He, Chen 2021): DenseMarg selection, noisy marginals, GUM.
+
+Geography: one run per tract on its full domain, the block one attribute among five (so block x
+attribute pairs are candidates like any other).
+
+Budget (exact), per tract: 1/20 for the tract total; of the rest, `SELECT_SHARE` measures the
+dependency of every attribute pair, `InDif(a, b) = floor(sum |c(a,b) - c(a) c(b) / n|)` (integer),
+with discrete Gaussian noise. One changed record moves each InDif by at most 6 (the counts term by
+2, the product term by 4, the floor adds less than 1); removing or adding one, by at most 4. So the
+m values together have squared L2 sensitivity 36 m within a tract, and a record moving between two
+tracts costs 2 x 16 m / (2 sigma^2) < 36 m / (2 sigma^2): sigma^2 = 18 m / rho_select.
+DenseMarg then picks pairs greedily (Algorithm 1 of the paper, as in Li's survey): add the pair
+that most lowers E = sum over chosen of the expected L1 noise error, c_j sqrt(1 / (pi rho_j)) with
+the error-minimizing allocation rho_j proportional to c_j^(2/3) (c_j cells), plus the noisy InDif of
+every pair not chosen; stop when E no longer falls. That uses only noisy values (post-processing).
+The chosen pairs and every one-way marginal are measured with discrete Gaussian noise, the rest of
+the budget allocated in proportion to c_j^(2/3) (rounded to exact fractions that sum to it).
+Post-processing: negative counts clipped, every marginal scaled to the noisy total; GUM (gradual
+update) on the records: start from records drawn from the one-way marginals, then in each round
+and for each marginal, move a share `alpha` of the excess of every over-full marginal cell to the
+under-full ones (the moved records keep their other attributes), alpha decaying by rounds. The
+paper's step of combining pairs into larger cliques (Algorithm 2) is not done here.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from itertools import combinations
+
+import numpy as np
+
+from das.mechanisms.base import Synthesis, SynthesisInput
+from das.mechanisms.domain import Domain, assemble, geounits, unit_counts
+from das.privacy.sampler import discrete_gaussian
+
+LEVEL = "tract"
+TOTAL_SHARE = Fraction(1, 20)
+SELECT_SHARE = Fraction(1, 10)
+GUM_ROUNDS = 30
+WEIGHT_GRID = 1000  # c^(2/3) weights rounded to multiples of 1/1000 (exact allocation after that)
+
+
+def indif(counts: np.ndarray, domain: Domain, pair: tuple[str, str]) -> int:
+    """floor(sum |c(a,b) - c(a) c(b) / n|), exactly (0 for an empty geounit)."""
+    n = int(counts.sum())
+    if n == 0:
+        return 0
+    index, size = domain.marginal(pair)
+    joint = np.bincount(index, weights=counts, minlength=size).astype(np.int64).reshape(domain.factor_size(pair[0]), -1)
+    return int(np.abs(n * joint - np.outer(joint.sum(axis=1), joint.sum(axis=0))).sum()) // n
+
+
+def dense_marg(noisy_indif: np.ndarray, cells: np.ndarray, rho: float) -> list[int]:
+    """Greedy DenseMarg (Algorithm 1): indices of the pairs chosen from noisy dependencies and sizes."""
+    chosen: list[int] = []
+    remaining = set(range(len(cells)))
+    best = float(np.maximum(noisy_indif, 0).sum())
+
+    def error(selection: list[int]) -> float:
+        weights = np.asarray(cells[selection], dtype=float) ** (2 / 3)
+        noise = weights.sum() ** 1.5 / math.sqrt(math.pi * rho) if selection else 0.0
+        left = [i for i in range(len(cells)) if i not in selection]
+        return noise + float(np.maximum(noisy_indif[left], 0).sum())
+
+    while remaining:
+        trials = {i: error(chosen + [i]) for i in sorted(remaining)}
+        i = min(trials, key=trials.get)
+        if trials[i] >= best:
+            break
+        best = trials[i]
+        chosen.append(i)
+        remaining.discard(i)
+    return chosen
+
+
+def allocate(rho: Fraction, sizes: list[int]) -> list[Fraction]:
+    """rho split in proportion to size^(2/3), each weight rounded to the grid; exact, summing to rho."""
+    weights = [Fraction(max(1, round(s ** (2 / 3) * WEIGHT_GRID)), WEIGHT_GRID) for s in sizes]
+    total = sum(weights, Fraction(0))
+    return [rho * w / total for w in weights]
+
+
+def gum(targets: list[tuple[tuple[str, ...], np.ndarray]], domain: Domain, total: int, generator,
+        rounds: int = GUM_ROUNDS) -> np.ndarray:
+    """Gradual update: integer counts over the domain (records by cell) fitted to marginal targets
+    (factors, target counts); the targets must include every one-way marginal."""
+    shape = (domain.n_blocks, *domain.schema.shape)
+    one_way = {factors[0]: target for factors, target in targets if len(factors) == 1}
+    levels = [generator.choice(domain.factor_size(a), size=total, p=_probabilities(one_way[a])) for a in domain.names]
+    records = np.ravel_multi_index(tuple(levels), shape).astype(np.int64)
+    for r in range(rounds):
+        alpha = 1.0 / (1 + r / 3)
+        for factors, target in targets:
+            index, size = domain.marginal(factors)
+            current = np.bincount(index[records], minlength=size)
+            excess = np.maximum(current - target, 0)
+            move = np.floor(alpha * excess + 0.5).astype(np.int64)
+            deficit = np.maximum(target - current, 0)
+            n_move = int(min(move.sum(), np.floor(deficit.sum())))
+            if n_move <= 0:
+                continue
+            # which records leave: in each over-full cell, `move` of its records at random
+            order = generator.permutation(len(records))
+            cell_of = index[records[order]]
+            rank = _rank_within(cell_of)
+            leaving = order[rank < move[cell_of]][:n_move]
+            destination = generator.choice(size, size=len(leaving), p=deficit / deficit.sum())
+            records[leaving] = _replace(records[leaving], destination, factors, domain, shape)
+    return np.bincount(records, minlength=domain.size).astype(np.int64)
+
+
+def _probabilities(target: np.ndarray) -> np.ndarray | None:
+    p = np.maximum(np.asarray(target, dtype=float), 0)
+    return p / p.sum() if p.sum() > 0 else None
+
+
+def _rank_within(groups: np.ndarray) -> np.ndarray:
+    """Rank of each element among the elements of its group, in order of appearance."""
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_groups)) + 1]
+    ranks_sorted = np.arange(len(groups)) - np.repeat(starts, np.diff(np.r_[starts, len(groups)]))
+    ranks = np.empty(len(groups), dtype=np.int64)
+    ranks[order] = ranks_sorted
+    return ranks
+
+
+def _replace(cells: np.ndarray, destination: np.ndarray, factors: tuple[str, ...], domain: Domain, shape) -> np.ndarray:
+    """Records `cells` with the attributes in `factors` set to marginal cell `destination` (others kept)."""
+    levels = list(np.unravel_index(cells, shape))
+    new = np.unravel_index(destination, tuple(domain.factor_size(f) for f in factors))
+    for f, value in zip(factors, new):
+        levels[domain.names.index(f)] = value
+    return np.ravel_multi_index(tuple(levels), shape)
+
+
+def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, sigma2_select: Fraction,
+                    rho_measure: Fraction, rng) -> tuple[np.ndarray, list]:
+    """PrivSyn on one geounit: integer counts over its domain, and the pairs chosen."""
+    total = max(0, int(counts.sum()) + int(discrete_gaussian(sigma2_total, 1, rng)[0]))
+    pairs = list(combinations(domain.names, 2))
+    noisy = np.array([indif(counts, domain, p) for p in pairs]) + discrete_gaussian(sigma2_select, len(pairs), rng)
+    cells = np.array([domain.factor_size(a) * domain.factor_size(b) for a, b in pairs])
+    chosen = [pairs[i] for i in dense_marg(noisy.astype(float), cells, float(rho_measure))]
+    marginals = [(a,) for a in domain.names] + chosen
+    shares = allocate(rho_measure, [int(np.prod([domain.factor_size(f) for f in m])) for m in marginals])
+    targets = []
+    for factors, rho_j in zip(marginals, shares):
+        index, size = domain.marginal(factors)
+        measured = np.bincount(index, weights=counts, minlength=size) + discrete_gaussian(1 / rho_j, size, rng)
+        clipped = np.maximum(measured, 0).astype(float)
+        target = clipped * total / clipped.sum() if clipped.sum() > 0 else np.full(size, total / size)
+        targets.append((factors, target))
+    generator = np.random.default_rng(rng.uint64(4).tolist())  # post-processing randomness, from the same source
+    return gum(targets, domain, total, generator), [list(p) for p in chosen]
+
+
+def run(data: SynthesisInput, level: str = LEVEL) -> Synthesis:
+    ledger, schema = data.ledger, data.schema
+    m = math.comb(len(schema.names) + 1, 2)
+    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
+    rest = data.budget * (1 - TOTAL_SHARE)
+    rho_select = rest * SELECT_SHARE
+    sigma2_select = 18 * m / rho_select
+    ledger.charge(level, "InDif of every attribute pair", rho_select, "discrete Gaussian", sigma2=sigma2_select,
+                  cost="18 m / sigma^2: m values of squared sensitivity 36 each (docstring)")
+    rho_measure = rest - rho_select
+    ledger.charge(level, "one-way and chosen pair marginals", rho_measure, "discrete Gaussian",
+                  allocation="proportional to cells^(2/3), per tract")
+    parts, chosen = [], {}
+    for geocode, block_index in geounits(data.geography, level):
+        domain = Domain(schema, len(block_index))
+        out, chosen[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, sigma2_total,
+                                               sigma2_select, rho_measure, data.rng.spawn(geocode))
+        parts.append((block_index, out))
+    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
+                     {"level": level, "sigma2_indif": str(sigma2_select), "pairs": chosen, "gum_rounds": GUM_ROUNDS})
