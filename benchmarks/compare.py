@@ -31,12 +31,12 @@ WORKERS = 2
 def _compare(spec: str, title: str) -> dict:
     import pandas as pd
 
-    from das.research.compare import Comparison, mechanism_names, render_table, run_comparison
+    from das.research.compare import Comparison, mechanism_names, render_table, run_comparison, unavailable_mechanisms
 
     out = ROOT / "runs" / "bench_compare" / spec
     if os.environ.get("DAS_COMPARE_FRESH") == "1":
         shutil.rmtree(out, ignore_errors=True)
-    mechanisms = mechanism_names()
+    mechanisms, missing = mechanism_names(), unavailable_mechanisms()
     comparison = Comparison(spec, mechanisms=mechanisms, seeds=SEEDS, attack_seeds=ATTACK_SEEDS, **ATTACK)
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -76,6 +76,8 @@ def _compare(spec: str, title: str) -> dict:
              f"{len(meta['attack_blocks'])} blocks, to fit the shared cores",
              f"- TopDown's release is a whole `das run` (persons and units, tables, validation) with {WORKERS} "
              "workers; the other mechanisms' `synthesize` makes the persons release in one process",
+             *([f"- not run: {', '.join(f'{m} (needs the extra das[{e}], not installed here)' for m, e in missing.items())}"]
+               if missing else []),
              f"- report with plots: `benchmarks/recorded/compare_{spec}/report.md`", "",
              render_table(table).split("\n\n", 1)[1], "",
              f"![accuracy](benchmarks/recorded/compare_{spec}/accuracy.png)",

@@ -49,9 +49,18 @@ def test_attack_rates_pool_expected_hits_over_blocks_and_seeds():
     assert rates["seeds"] == 2 and rates["blocks"] == 2
 
 
-def test_unknown_mechanism_and_other_settings_are_refused(tmp_path):
+def test_unknown_mechanism_and_other_settings_are_refused(tmp_path, monkeypatch):
     with pytest.raises(StudyError, match="unknown mechanism"):
         run_comparison(Comparison(TINY, mechanisms=("nonesuch",), seeds=1), tmp_path / "a")
+    import das.mechanisms
+    from das.mechanisms import Mechanism
+
+    absent = Mechanism("absent", "needs a library not installed", "none", lambda _: None, extra="nothing",
+                       available=lambda: False)
+    monkeypatch.setitem(das.mechanisms.MECHANISMS, "absent", absent)
+    assert "absent" not in mechanism_names()
+    with pytest.raises(StudyError, match=r"absent \(pip install 'das\[nothing\]'\)"):
+        run_comparison(Comparison(TINY, mechanisms=("topdown", "absent"), seeds=1), tmp_path / "c")
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "compare.json").write_text(json.dumps({"settings": {"spec": "other"}}))
     with pytest.raises(StudyError, match="another comparison"):

@@ -40,13 +40,22 @@ LEVELS = ("block", "tract", "county")
 BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
 
 
-def mechanism_names() -> tuple[str, ...]:
-    """TopDown and every mechanism of `das.mechanisms.MECHANISMS` (when that package is installed)."""
+def _registry() -> dict:
     try:
         from das.mechanisms import MECHANISMS
     except ImportError:
-        return (TOPDOWN,)
-    return (TOPDOWN, *(name for name in MECHANISMS if name != TOPDOWN))
+        return {}
+    return MECHANISMS
+
+
+def mechanism_names() -> tuple[str, ...]:
+    """TopDown and every mechanism of `das.mechanisms.MECHANISMS` that can run here."""
+    return (TOPDOWN, *(name for name, m in _registry().items() if name != TOPDOWN and m.available()))
+
+
+def unavailable_mechanisms() -> dict[str, str]:
+    """Registered mechanisms that cannot run here, with the pip extra each needs."""
+    return {name: str(m.extra) for name, m in _registry().items() if not m.available()}
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,10 @@ class Comparison:
     queries: tuple[str, ...] = DEFAULT_QUERIES
 
     def check(self) -> None:
-        known = mechanism_names()
+        known, missing = mechanism_names(), unavailable_mechanisms()
+        needs = [f"{m} (pip install 'das[{missing[m]}]')" for m in self.mechanisms if m in missing]
+        if needs:
+            raise StudyError(f"mechanism(s) {', '.join(needs)} cannot run without their optional extra")
         unknown = [m for m in self.mechanisms if m not in known]
         if unknown or not self.mechanisms:
             raise StudyError(f"unknown mechanism(s) {unknown}; available: {', '.join(known)}")
