@@ -253,6 +253,7 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
     }
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
     t0 = time.perf_counter()
+    failures = []
     tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
     for i, (mechanism, seed) in enumerate(tasks, 1):
         run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
@@ -265,9 +266,12 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
         if not done.exists():
             spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
             measured = run_measured(release_command(spec_for, mechanism, run_dir, seed, comparison.rho, workers))
-            if measured.returncode != 0:
-                raise StudyError(f"{mechanism} seed {seed}: the release failed (exit {measured.returncode}): "
-                                 f"{measured.stderr}")
+            if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
+                failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
+                                 "stderr": measured.stderr})
+                log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
+                    f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
+                continue
             stats = score_release(ctx, run_dir, mechanism, queries, seed)
             _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
             done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
@@ -288,8 +292,9 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
         options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=0, workers=workers, ip_top=0)
         _write_parquet(attack_release(truth, truth, blocks, options, tables).assign(mechanism=EXACT, seed=0), exact_path)
         log(f"  exact tables: attack on {len(blocks)} blocks")
-    meta.update(summarize(out_dir, comparison), status="complete", wall_seconds_this_call=time.perf_counter() - t0,
-                workers=workers)
+    meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
+    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
+    meta.update(summarize(out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
     return meta
 
@@ -404,7 +409,10 @@ def _cmd_compare(args) -> int:
     print((Path(args.out) / "comparison.md").read_text())
     print(f"wrote {args.out}: comparison.parquet/.md, metrics, bias, runs, attack (Parquet), report/ "
           f"({meta['wall_seconds_this_call']:.0f} s)")
-    return 0
+    for failure in meta["failures"]:
+        print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
+              file=sys.stderr)
+    return 1 if meta["failures"] else 0
 
 
 def add_parser(sub) -> None:

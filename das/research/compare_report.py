@@ -131,6 +131,8 @@ def build_compare_report(out_dir) -> Path:
              f"Attack: {len(meta['attack_blocks'])} blocks across the size range, the same for every release; "
              f"{settings['attack_runs']} RAP runs per block, K = {settings['attack_relaxed']}, "
              f"{settings['attack_steps']} steps, workload `{settings['attack_tables'] or meta['schema']}`."]
+    intro += [f"FAILED (not in the table; rerun to retry): {f['mechanism']} seed {f['seed']}, exit {f['exit']}: "
+              f"{f['stderr'].splitlines()[-1] if f['stderr'] else ''}" for f in meta.get("failures", [])]
     md = [f"# Mechanism comparison: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
     md += [f"- {line}" for line in intro] + ["", "## Table", "", render_table(table), ""]
     for title, path in figures:
