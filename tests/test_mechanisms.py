@@ -84,6 +84,27 @@ def test_synthesize_refuses_unknown_mechanism_and_inexact_budget(tmp_path):
         synthesize("tiny", "flat", tmp_path / "b", rho=0.5)
 
 
+def test_overwrite_replaces_a_synthetic_release_and_refuses_without_it(tmp_path):
+    from das.run import RunError
+
+    out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
+    with pytest.raises(RunError, match="not empty"):
+        synthesize("tiny", "flat", out, seed=2)
+    synthesize("tiny", "stability", out, seed=2, overwrite=True)
+    assert json.loads((out / "manifest.json").read_text())["mechanism"]["name"] == "stability"
+    assert validate_run(out).ok
+
+
+def test_das_synth_command_line(tmp_path, capsys):
+    from das.cli import main
+
+    assert main(["synth", "tiny", "--mechanism", "privbayes", "--out", str(tmp_path / "c"), "--seed", "4",
+                 "--rho", "1/2"]) == 0
+    printed = capsys.readouterr().out
+    assert "rho = 1/2" in printed and "validation: PASSED" in printed and "NOT private" in printed
+    assert main(["validate", str(tmp_path / "c")]) == 0
+
+
 def test_explicit_rho_is_the_certified_rho(tmp_path):
     out = synthesize("tiny", "flat", tmp_path / "r", seed=2, rho=Fraction(1, 3))
     assert json.loads((out / "manifest.json").read_text())["privacy"]["persons"]["rho"] == "1/3"
@@ -281,3 +302,69 @@ def test_privsyn_fits_its_marginals_at_high_budget_and_charges_exactly():
     (chosen,) = result.details["pairs"].values()
     assert ["votingage", "hispanic"] in chosen
     assert errors[Fraction(500)] < 0.03 * truth.sum() < errors[Fraction(1, 200)]
+
+
+# ---------------------------------------------------------------------------------------------
+# mst and aim: the optional extra `das[mbi]`
+
+from das.mechanisms import pgm  # noqa: E402
+
+needs_mbi = pytest.mark.skipif(not pgm.available(), reason="needs the optional extra das[mbi] (mbi and jax)")
+
+
+def test_without_the_extra_mst_and_aim_name_it(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    for name in ("mst", "aim"):
+        monkeypatch.setitem(MECHANISMS, name, replace(MECHANISMS[name], available=lambda: False))
+        with pytest.raises(MechanismError, match=r"das\[mbi\]"):
+            synthesize("tiny", name, tmp_path / name, seed=1)
+        assert not (tmp_path / name).exists()
+
+
+def dependent_tract(n=500, seed=2):
+    rng = np.random.default_rng(seed)
+    truth = np.zeros((3, PL94.size), dtype=np.int64)
+    for _ in range(n):
+        va = rng.integers(0, 2)
+        truth[rng.integers(0, 3), PL94.cell_index((0, va, va, rng.integers(0, 2)))] += 1  # hispanic = votingage
+    return truth
+
+
+@needs_mbi
+def test_mst_tree_holds_the_known_dependency_and_charges_exactly():
+    truth = dependent_tract()
+    data = synthetic_input(truth, blocks(1, 3), rho=Fraction(200), seed=5)
+    result = MECHANISMS["mst"].run(data)
+    (tree,) = result.details["trees"].values()
+    assert len(tree) == 4 and (["votingage", "hispanic"] in tree or ["hispanic", "votingage"] in tree)
+    out = result.histograms.toarray().sum(axis=0)
+    levels = PL94.cell_levels(np.arange(PL94.size))
+    assert out[levels[1] == levels[2]].sum() / out.sum() > 0.95
+    assert data.ledger.spent == Fraction(200)
+
+
+@needs_mbi
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mst", "aim"])
+def test_mbi_releases_validate_and_certify_their_charges(tmp_path, name):
+    out = synthesize("tiny", name, tmp_path / name, seed=3)
+    manifest = json.loads((out / "manifest.json").read_text())
+    cert = manifest["privacy"]["persons"]
+    assert sum((Fraction(c["rho"]) for c in cert["charges"]), Fraction(0)) == Fraction(cert["rho"]) == RHO
+    assert validate_run(out).ok
+
+
+@needs_mbi
+@pytest.mark.slow
+def test_aim_fits_the_known_dependency_better_with_more_budget():
+    truth = dependent_tract()
+    levels = PL94.cell_levels(np.arange(PL94.size))
+    errors = {}
+    for rho in (Fraction(1, 100), Fraction(200)):
+        data = synthetic_input(truth, blocks(1, 3), rho=rho, seed=6)
+        out = MECHANISMS["aim"].run(data).histograms.toarray()
+        assert data.ledger.spent == rho
+        pair = [np.bincount(levels[1] * 2 + levels[2], weights=h.sum(axis=0), minlength=4) for h in (out, truth)]
+        errors[rho] = np.abs(pair[0] - pair[1]).sum()
+    assert errors[Fraction(200)] < 0.05 * truth.sum() < errors[Fraction(1, 100)]

@@ -6,7 +6,7 @@ the layout of `das run` (docs/mechanisms.md).
 
 from __future__ import annotations
 
-from das.mechanisms import flat, mwem, privbayes, privsyn, stability
+from das.mechanisms import flat, mwem, pgm, privbayes, privsyn, stability
 from das.mechanisms.base import Mechanism, MechanismError, Synthesis, SynthesisInput
 from das.mechanisms.release import synthesize
 
@@ -24,6 +24,12 @@ MECHANISMS: dict[str, Mechanism] = {
     "privsyn": Mechanism("privsyn", "PrivSyn: DenseMarg greedy choice of pairs from noisy InDif, marginals by discrete "
                          "Gaussian allocated by cells^(2/3), GUM synthesis", "per tract, the block one attribute",
                          privsyn.run),
+    "mst": Mechanism("mst", "MST: one-way marginals, a maximum spanning tree of pairs chosen by the exponential "
+                     "mechanism, Private-PGM (mbi) estimation", "per tract, the block one attribute", pgm.run_mst,
+                     extra=pgm.EXTRA, available=pgm.available),
+    "aim": Mechanism("aim", "AIM (fixed rounds): exponential-mechanism choice among cliques of up to 3 attributes, "
+                     "Private-PGM (mbi) estimation each round", "per tract, the block one attribute", pgm.run_aim,
+                     extra=pgm.EXTRA, available=pgm.available),
 }
 
 __all__ = ["MECHANISMS", "Mechanism", "MechanismError", "Synthesis", "SynthesisInput", "synthesize"]

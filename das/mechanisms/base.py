@@ -77,7 +77,8 @@ class Ledger:
         self.charge(scope, step, rho, "discrete Gaussian", sigma2=sigma2)
         return sigma2
 
-    def exponential(self, scope: str, step: str, eps: Fraction, sensitivity: Fraction, *, per_geounit: bool) -> None:
+    def exponential(self, scope: str, step: str, eps: Fraction, sensitivity: Fraction | str, *,
+                    per_geounit: bool) -> None:
         """Charge an eps exponential-mechanism selection: eps^2/8, twice when run per geounit (a moved record)."""
         rho = eps * eps / 8 * (2 if per_geounit else 1)
         self.charge(scope, step, rho, "exponential mechanism", eps=eps, sensitivity=sensitivity,
