@@ -30,6 +30,19 @@ def test_tree_memory_counts_grandchildren():
     measured = run_measured([sys.executable, "-c", child], interval=0.02)
     assert measured.returncode == 0 and measured.seconds >= 1.0
     assert measured.peak_tree_mb > 200
+
+
+def test_tree_memory_is_not_the_parents():
+    """A small child of a large parent: its peak is its own (ru_maxrss of an exec'ed child carries the
+    parent's high-water mark on Linux, so it is not used)."""
+    ballast = bytearray(400 * 2**20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touch every page: resident
+    measured = run_measured([sys.executable, "-c", "import time; time.sleep(0.3)"], interval=0.02)
+    assert 0 < measured.peak_tree_mb < 200
+    del ballast
+
+
+def test_failed_command_is_reported():
     failed = run_measured([sys.executable, "-c", "import sys; sys.exit('no such thing')"])
     assert failed.returncode == 1 and "no such thing" in failed.stderr
 

@@ -2,8 +2,8 @@
 
 A release made by a process pool spends most of its memory in the workers, so the peak counted
 here is of the whole tree: the resident memory of the child and all its descendants, summed and
-polled from /proc (Linux) every `interval` seconds. CPU time is the child's and its waited-for
-descendants' (os.wait4).
+polled from /proc (Linux) every `interval` seconds (a peak shorter than that can be missed).
+CPU time is the child's and its waited-for descendants' (os.wait4).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def run_measured(command: list[str], interval: float = 0.05, env: dict | None = 
     poller.join()
     reader.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    # the last poll may have missed a short-lived peak; the child's own maximum is a floor
-    peak_kb = max(peak[0], usage.ru_maxrss)
+    # Not floored by the child's ru_maxrss: on Linux a child started by fork/vfork + exec inherits
+    # the parent's high-water mark in it, so it would report this (large) process's peak.
     tail = b"".join(stderr).decode(errors="replace").strip().splitlines()[-5:]
-    return Measured(proc.returncode, seconds, usage.ru_utime + usage.ru_stime, peak_kb / 1024, "\n".join(tail))
+    return Measured(proc.returncode, seconds, usage.ru_utime + usage.ru_stime, peak[0] / 1024, "\n".join(tail))
