@@ -343,7 +343,7 @@ def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFra
         row["seeds"] = int(mine_runs["seed"].nunique()) if len(mine_runs) else int(mine["seeds"].max() if len(mine) else 0)
         row["release_seconds"] = float(mine_runs["seconds"].median()) if len(mine_runs) else np.nan
         row["release_cpu_seconds"] = float(mine_runs["cpu_seconds"].median()) if len(mine_runs) else np.nan
-        row["peak_tree_mb"] = float(mine_runs["peak_tree_mb"].max()) if len(mine_runs) else np.nan
+        row["peak_tree_mb"] = float(mine_runs["peak_tree_mb"].median()) if len(mine_runs) else np.nan
         attacked = rates[rates["mechanism"] == estimator] if len(rates) else rates
         row["attack_seeds"] = int(attacked["seeds"].max()) if len(attacked) else 0
         for method in ("rap_rank", "baseline_tract", "baseline_county"):
@@ -358,7 +358,9 @@ TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bi
               "noisy measurements of the same seeds (not releases: fractional, and `noisy` can be negative), "
               "so they have no run time and are not attacked; `exact` is the attack on exact tables. "
               "release s: median wall time of one release (child process, its workers included); peak MB: "
-              "largest peak resident memory of a release's whole process tree. Match-Rate@u: expected share "
+              "median over seeds of a release's peak resident memory, summed over its whole process tree "
+              "(runs.parquet has each release's; a sum of resident sizes counts pages shared after a fork once per "
+              "process, so a single release can read high). Match-Rate@u: expected share "
               "of the top u RAP-Rank candidates (u = distinct true records of the block) that are true "
               "records, ties averaged, pooled over the attacked blocks and seeds; the baselines rank the rest "
               "of the block's tract or county by frequency and do not depend on the release.")

@@ -98,7 +98,7 @@ def plot_cost(table: pd.DataFrame, path: Path) -> bool:
     colors = _colors(list(rows["estimator"]))
     fig, axes = _panels(2, 4.6, 3.6)
     for ax, column, label in ((axes[0], "release_seconds", "wall seconds per release (median)"),
-                              (axes[1], "peak_tree_mb", "peak MB, whole process tree (max)")):
+                              (axes[1], "peak_tree_mb", "peak MB, whole process tree (median)")):
         for estimator, value in zip(rows["estimator"], rows[column]):
             ax.bar(estimator, value, color=colors[estimator], label=estimator)
         ax.set_ylabel(label)
