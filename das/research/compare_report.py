@@ -13,7 +13,8 @@ import pandas as pd
 from das.research.report import _finish, _html_table, _img_html, _panels
 
 LEVELS = ("block", "tract", "county")
-PALETTE = ("#c0392b", "#2471a3", "#7f8c8d", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50")
+PALETTE = ("#c0392b", "#2471a3", "#7f8c8d", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#f1c40f",
+           "#e84393", "#6c5ce7", "#00cec9")
 METHODS = {"rap_rank": "RAP-Rank", "baseline_tract": "baseline: rest of tract", "baseline_county": "baseline: rest of county"}
 
 
@@ -40,14 +41,16 @@ def plot_accuracy(table: pd.DataFrame, path: Path) -> bool:
     colors = _colors(estimators)
     fig, axes = _panels(3, 4.6, 3.8)
     _grouped_bars(axes[0], list(LEVELS), {e: [rows.loc[e, f"mae_{lv}"] for lv in LEVELS] for e in estimators}, colors)
-    axes[0].set(ylabel="MAE per geounit", title="MAE, total population")
+    axes[0].set(ylabel="MAE per geounit (log scale; below 0.1: none shown)", title="MAE, total population",
+                yscale="log", ylim=(0.1, None))
     _grouped_bars(axes[1], list(LEVELS), {e: [rows.loc[e, f"bias_{lv}"] for lv in LEVELS] for e in estimators}, colors)
-    axes[1].set(ylabel="mean signed error", title="Bias, total population")
+    axes[1].set(ylabel="mean signed error (symlog)", title="Bias, total population")
     bins = [c for c in rows.columns if c.startswith("bias_block_")]
     _grouped_bars(axes[2], [c.removeprefix("bias_block_").replace("_", "-") for c in bins],
                   {e: [rows.loc[e, c] for c in bins] for e in estimators}, colors)
-    axes[2].set(xlabel="true block population", ylabel="mean signed error", title="Block bias by true size")
+    axes[2].set(xlabel="true block population", ylabel="mean signed error (symlog)", title="Block bias by true size")
     for ax in axes[1:]:
+        ax.set_yscale("symlog", linthresh=1)
         ax.axhline(0, color="black", lw=0.8)
     return _finish(fig, axes, "Accuracy of total population (pooled over seeds)", path)
 
@@ -71,11 +74,11 @@ def plot_queries(pooled: pd.DataFrame, path: Path) -> bool:
     return _finish(fig, axes, "MAE by level and query", path)
 
 
-def plot_attack(rates: pd.DataFrame, path: Path) -> bool:
-    """Match-Rate@u and @10 of RAP-Rank on each release, beside the baselines."""
+def plot_attack(rates: pd.DataFrame, order: list[str], path: Path) -> bool:
+    """Match-Rate@u and @10 of RAP-Rank on each release (in `order`), beside the baselines."""
     if rates.empty:
         return False
-    mechanisms = list(dict.fromkeys(rates["mechanism"]))
+    mechanisms = [m for m in order if m in set(rates["mechanism"])]
     methods = [m for m in METHODS if m in set(rates["method"])]
     colors = _colors([METHODS[m] for m in methods])
     fig, axes = _panels(2, 5.5, 3.8)
@@ -87,6 +90,7 @@ def plot_attack(rates: pd.DataFrame, path: Path) -> bool:
             series[METHODS[method]] = g[column].tolist()
         _grouped_bars(ax, mechanisms, series, colors)
         ax.set(ylim=(0, 1), title=title, ylabel="share of candidates that are true records")
+        ax.tick_params(axis="x", rotation=30)
     return _finish(fig, axes, "Reconstruction attack on each release (same blocks)", path)
 
 
@@ -102,6 +106,7 @@ def plot_cost(table: pd.DataFrame, path: Path) -> bool:
         for estimator, value in zip(rows["estimator"], rows[column]):
             ax.bar(estimator, value, color=colors[estimator], label=estimator)
         ax.set_ylabel(label)
+        ax.tick_params(axis="x", rotation=30)
     return _finish(fig, axes, "Cost of one release", path)
 
 
@@ -118,7 +123,7 @@ def build_compare_report(out_dir) -> Path:
     for title, name, made in (
             ("Accuracy", "accuracy.png", lambda p: plot_accuracy(table, p)),
             ("MAE by level and query", "mae_by_query.png", lambda p: plot_queries(pooled, p)),
-            ("Reconstruction attack", "attack.png", lambda p: plot_attack(rates, p)),
+            ("Reconstruction attack", "attack.png", lambda p: plot_attack(rates, list(table["estimator"]), p)),
             ("Cost", "cost.png", lambda p: plot_cost(table, p))):
         if made(report / name):
             figures.append((title, report / name))
