@@ -65,7 +65,7 @@ def _compare(spec: str, title: str) -> dict:
     table = pd.read_parquet(out / "comparison.parquet")
     kept = RECORDED / f"compare_{spec}"
     shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(out / "report", kept)
+    shutil.copytree(out / "report", kept, ignore=shutil.ignore_patterns("index.html"))  # its PNGs are here
     shutil.copy(out / "comparison.parquet", kept / "comparison.parquet")
     load = os.getloadavg()[0]
     options = (f"--attack-seeds {ATTACK_SEEDS} --attack-blocks {ATTACK['attack_blocks']} --attack-runs "
