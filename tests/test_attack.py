@@ -12,7 +12,7 @@ from conftest import ROOT
 from das.attack import ip, rap
 from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
 from das.attack.data import PersonRecords
-from das.attack.rank import match_rate_at, match_rate_curve, matches, rank_samples, rap_runs
+from das.attack.rank import expected_hits, match_rate_at, match_rate_curve, matches, rank_by, rank_samples, rap_runs
 from das.attack.workload import build_workload, load_attack_tables
 from das.cli import main
 from das.schema import SpecError, load_schema
@@ -75,6 +75,32 @@ def test_tract_workload_has_block_attribute(dhc):
     answers = dict(zip(w.labels, w.answers(people)))
     assert answers["block1:P1:total"] == (people[:, 0] == 1).sum()
     assert answers["PCT12:sex=Male|age=30"] == ((people[:, 1] == 0) & (people[:, 2] == 30)).sum()
+
+
+def test_sf1_2010_workload_has_the_published_lines(dhc):
+    """The paper's workload: each table has as many counts as its SF1 lines (less the 'total races
+    tallied' sums), and restricted lines count the right people."""
+    tables = load_attack_tables("dhc_sf1_2010")
+    w = build_workload(dhc, tables, n_blocks=1)
+    per_table = {}
+    for label in w.labels:
+        table = label.removeprefix("block0:").split(":")[0].split("_")[0]
+        per_table[table] = per_table.get(table, 0) + 1
+    assert per_table == {"P1": 1, "P6": 6, "P7": 12, "P9": 73, "P11": 73, "P12": 49, "P14": 43,
+                         **{f"P12{x}": 49 for x in "ABCDEFGHI"}, **{f"PCT12{x}": 209 for x in "ABCDEFGHIJKLMN"}}
+    rng = np.random.default_rng(3)
+    people = np.column_stack([rng.integers(0, 2, 400), rng.integers(0, 116, 400), rng.integers(0, 2, 400),
+                              rng.integers(0, 63, 400), np.zeros(400, dtype=int)])
+    answers = dict(zip(w.labels, w.answers(np.column_stack([np.zeros(400, dtype=int), people]))))
+    races = [dhc.factor_labels("cenrace")[c].split("+") for c in people[:, 3]]
+    white = np.array(["White" in r for r in races])
+    several = np.array([len(r) > 1 for r in races])
+    assert answers["block0:P6_White:total"] == white.sum()
+    assert answers["block0:P7_White:hispanic=Hispanic or Latino"] == (white & (people[:, 2] == 1)).sum()
+    assert answers["block0:P11_not_hispanic_two_or_more:total"] == (
+        several & (people[:, 2] == 0) & (people[:, 1] >= 18)).sum()
+    assert answers["PCT12H_110:sex=Female"] == ((people[:, 0] == 1) & (people[:, 2] == 1) & (people[:, 1] >= 110)).sum()
+    assert answers["PCT12A:total"] == (people[:, 3] == 0).sum()
 
 
 def test_bad_workload_spec_is_named(tmp_path, dhc):
@@ -161,26 +187,32 @@ def test_fit_reduces_error_and_samples_valid_records(block_workload):
 # Ranking and scoring
 
 
-def test_rank_by_frequency_ties_random_and_confidence():
+def test_rank_by_frequency_ties_grouped_and_confidence():
     a, b, c = [0, 1], [1, 1], [2, 0]
     samples = [np.array([a, a, b]), np.array([a, c]), np.array([a, b])]
-    ranked = rank_samples(samples, np.random.default_rng(0))
+    ranked = rank_samples(samples)
     assert ranked.records[0].tolist() == a and ranked.count.tolist() == [4, 2, 1]
-    assert ranked.confidence.tolist() == [1.0, 2 / 3, 1 / 3]
-    assert len(rank_samples(samples, np.random.default_rng(0), min_confidence=0.5)) == 2
+    assert ranked.confidence.tolist() == [1.0, 2 / 3, 1 / 3] and ranked.tie.tolist() == [0, 1, 2]
+    assert len(rank_samples(samples, min_confidence=0.5)) == 2
     ties = [np.array([[i, 0]]) for i in range(6)]
-    firsts = {int(rank_samples(ties, np.random.default_rng(s)).records[0, 0]) for s in range(20)}
-    assert len(firsts) > 2
+    assert rank_samples(ties).tie.tolist() == [0] * 6  # six records seen once: one tie group
+
+
+def test_rank_by_orders_by_keys_and_groups_ties():
+    order, tie = rank_by(np.array([2, 5, 2, 2, 7]), np.array([0, 0, 1, 0, 0]))
+    assert order.tolist() == [4, 1, 2, 0, 3] and tie.tolist() == [0, 1, 2, 3, 3]
+    order, tie = rank_by(np.zeros(0))
+    assert order.tolist() == [] and tie.tolist() == []
 
 
 def test_multiset_scores_copies():
     rec = [3, 3]
     samples = [np.array([rec, rec]), np.array([rec]), np.array([rec, rec, rec])]
-    ranked = rank_samples(samples, np.random.default_rng(0), multiset=True)
+    ranked = rank_samples(samples, multiset=True)
     assert ranked.copy.tolist() == [1, 2, 3] and ranked.count.tolist() == [3, 2, 1]
     truth = np.array([rec, rec, [0, 0]])
     assert matches(ranked, truth).tolist() == [True, True, False]
-    set_ranked = rank_samples(samples, np.random.default_rng(0))
+    set_ranked = rank_samples(samples)
     assert matches(set_ranked, truth).tolist() == [True]
 
 
@@ -189,6 +221,46 @@ def test_match_rate():
     assert match_rate_curve(hits).tolist() == [1.0, 0.5, 2 / 3, 0.75]
     assert match_rate_at(hits, 2) == 0.5
     assert match_rate_at(hits, 8) == 3 / 8  # missing candidates are misses
+
+
+def test_match_rate_is_the_expected_value_over_ties():
+    """Scores 5, 3, 3, 3, 1 with hits on the first, one of the three tied, and the last: the tie
+    group holds 1 hit in 3 slots, so @2 expects 1 + 1/3 hits, @3 1 + 1/3 + 1/3, @4 2."""
+    hits = np.array([True, True, False, False, True])
+    expected = expected_hits(hits, np.array([0, 1, 1, 1, 2]))
+    assert match_rate_at(expected, 1) == 1.0
+    assert match_rate_at(expected, 2) == pytest.approx((1 + 1 / 3) / 2)
+    assert match_rate_at(expected, 3) == pytest.approx((1 + 2 / 3) / 3)
+    assert match_rate_at(expected, 4) == pytest.approx(2 / 4)
+    assert match_rate_at(expected, 5) == pytest.approx(3 / 5)
+    assert match_rate_at(expected, 10) == pytest.approx(3 / 10)
+    # the order of the hits inside the tie group does not matter
+    moved = expected_hits(np.array([True, False, False, True, True]), np.array([0, 1, 1, 1, 2]))
+    assert np.array_equal(moved, expected)
+    # agrees with averaging over every order of the tied positions
+    from itertools import permutations
+
+    by_order = [match_rate_at(np.concatenate([[True], np.array(p), [True]]), 3)
+                for p in permutations([True, False, False])]
+    assert match_rate_at(expected, 3) == pytest.approx(np.mean(by_order))
+
+
+def test_baseline_ranking_ties_are_averaged():
+    """Reference counts 3, 1, 1, 1, 1: k = 3 takes the top record and 2 of the 4 tied ones."""
+    reference = np.array([[0, 0]] * 3 + [[1, 0], [2, 0], [3, 0], [4, 0]])
+    ranking = frequency_ranking(reference)
+    assert ranking.tie.tolist() == [0, 1, 1, 1, 1]
+    truth = np.array([[0, 0], [2, 0], [9, 9]])
+    rate = match_rate_at(expected_hits(matches(ranking, truth), ranking.tie), 3)
+    assert rate == pytest.approx((1 + 1 * 2 / 4) / 3)
+
+
+def test_spread_over_blocks_keeps_whole_tie_groups():
+    ranking = frequency_ranking(np.array([[0, 0], [0, 0], [1, 0], [2, 0]]))  # counts 2, 1, 1
+    spread = spread_over_blocks(ranking, np.array([3, 3]), limit=3)
+    # scores 6, 6 (record 0 in either block), then 3 x 4: the limit falls in the second group
+    assert spread.count.tolist() == [6, 6, 3, 3, 3, 3] and spread.tie.tolist() == [0, 0, 1, 1, 1, 1]
+    assert len(spread_over_blocks(ranking, np.array([3, 3]), limit=2)) == 2
 
 
 def _records(schema, blocks, block, levels):
@@ -202,9 +274,9 @@ def test_baselines_leave_the_geounit_out(dhc):
     rest_of_tract = reference_levels(truth, "block", blocks[0], "tract")
     assert rest_of_tract.tolist() == [[1, 2, 0, 0, 0]]
     rest_of_county = reference_levels(truth, "block", blocks[0], "county")
-    ranking = frequency_ranking(rest_of_county, np.random.default_rng(0))
+    ranking = frequency_ranking(rest_of_county)
     assert ranking.records[0].tolist() == [1, 3, 0, 0, 0] and ranking.count.tolist() == [2, 1]
-    spread = spread_over_blocks(ranking, np.array([1, 5]), np.random.default_rng(0))
+    spread = spread_over_blocks(ranking, np.array([1, 5]))
     assert spread.records[0].tolist() == [1, 1, 3, 0, 0, 0]  # the biggest block, the commonest record
 
 
@@ -216,11 +288,11 @@ def test_rap_rank_beats_tract_baseline_on_exact_tables(dhc):
     workload = build_workload(dhc, load_attack_tables("dhc_persons"))
     samples, _ = rap_runs(workload, workload.answers(block) / 12, 12, runs=8,
                           config=rap.RapConfig(n_relaxed=300, steps=400), seed=1, workers=1)
-    ranked = rank_samples(samples, np.random.default_rng(0))
-    baseline = frequency_ranking(rest, np.random.default_rng(0))
+    ranked = rank_samples(samples)
+    baseline = frequency_ranking(rest)
     u = len(np.unique(block, axis=0))
-    rap_rate = match_rate_at(matches(ranked, block), u)
-    base_rate = match_rate_at(matches(baseline, block), u)
+    rap_rate = match_rate_at(expected_hits(matches(ranked, block), ranked.tie), u)
+    base_rate = match_rate_at(expected_hits(matches(baseline, block), baseline.tie), u)
     # adults' single-year ages are published only in age groups, so perfection is not expected
     assert base_rate <= 0.1 and rap_rate >= base_rate + 0.3
 
@@ -287,6 +359,16 @@ def test_cli_attack_writes_outputs(tmp_path, capsys):
         assert (out / name).stat().st_size > 0
 
 
+def test_cli_attack_with_the_sf1_2010_tables(tmp_path):
+    out = tmp_path / "audit"
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits", "500130202002042",
+                 "--tables", "dhc_sf1_2010", "--runs", "2", "--steps", "30", "--relaxed", "60", "--workers", "1",
+                 "--baselines", "county", "--ip-top", "5", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["options"]["tables"] == "dhc_sf1_2010" and summary["geounits"][0]["queries"] == 698
+
+
 @pytest.mark.parametrize("args, message", [
     (["--published", "/nonexistent/run"], "no manifest.json"),
     (["--published", "exact", "--geounits", "5001302"], "15-digit block geocode"),
@@ -319,6 +401,26 @@ def test_block_with_nothing_published_counts_as_misses(dhc):
     rates = pooled_rates([result])
     assert rates["rap_rank"]["k"]["1"] == 0.0 and rates["rap_rank"]["k_over_u"]["1.0"] == 0.0
     assert rates["baseline_tract"]["k"]["1"] == 0.0  # the rest of the tract is someone aged 42
+
+
+def test_equal_reference_populations_give_equal_rates(dhc):
+    """A county of one tract: the rest of the tract and of the county are the same people, so the
+    two baselines score the same, whatever the attack's seed and RAP ranking."""
+    from das.attack.audit import AuditOptions, attack_geounit
+
+    rng = np.random.default_rng(5)
+    blocks = ["500010000011000", "500010000011001", "500010000011002"]
+    people = _people(rng, 90, ages=(0, 6), races=2)
+    truth = _records(dhc, blocks, rng.integers(0, 3, 90), people)
+    rates = []
+    for seed in (0, 1):
+        options = AuditOptions(runs=2, workers=1, seed=seed, rap=rap.RapConfig(n_relaxed=40, steps=20),
+                               baselines=("tract", "county"), ip_top=0)
+        result = attack_geounit(blocks[0], truth, truth, options, load_attack_tables("dhc_persons"))
+        u = result.distinct_true
+        assert np.array_equal(result.hits["baseline_tract"], result.hits["baseline_county"])
+        rates.append([match_rate_at(result.hits[m], k) for m in ("baseline_tract", "baseline_county") for k in (1, 5, u)])
+    assert rates[0] == rates[1] and 0 < max(rates[0]) <= 1
 
 
 def test_cli_tract_attack_on_a_release(tmp_path):

@@ -20,7 +20,7 @@ import pandas as pd
 from das.attack import ip
 from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
-from das.attack.rank import Candidates, match_rate_at, matches, rank_samples, rap_runs
+from das.attack.rank import Candidates, expected_hits, match_rate_at, matches, rank_samples, rap_runs
 from das.attack.rap import RapConfig
 from das.attack.workload import build_workload, load_attack_tables
 
@@ -53,8 +53,9 @@ class GeounitResult:
     n_queries: int
     rap_rmse: float
     seconds: float
-    hits: dict  # method -> bool array, best candidate first
+    hits: dict  # method -> expected hit per ranked position (ties averaged), best candidate first
     candidates: Candidates
+    matched: np.ndarray  # per RAP-Rank candidate, True when it is in the truth
     certainty: np.ndarray | None = None
     variability: ip.Variability | None = None
 
@@ -103,23 +104,26 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     candidates = Candidates(np.zeros((0, len(workload.sizes)), np.int64), np.zeros(0, np.int64),
                             np.zeros(0, np.int64), options.runs)
     # nothing published here: no candidates, every k asked for is a miss
-    hits, rmse = {"rap_rank": np.zeros(0, dtype=bool)}, float("nan")
+    hits, rmse = {"rap_rank": np.zeros(0)}, float("nan")
+    matched = np.zeros(0, dtype=bool)
     if n > 0:
         samples, rmses = rap_runs(workload, counts / n, n, options.runs, options.rap,
                                   seed=int(rng.integers(2**63)), workers=options.workers)
         rmse = float(np.mean(rmses))
-        candidates = rank_samples(samples, rng, options.min_confidence, options.multiset)
-        hits["rap_rank"] = matches(candidates, true_levels)
+        candidates = rank_samples(samples, options.min_confidence, options.multiset)
+        matched = matches(candidates, true_levels)
+        hits["rap_rank"] = expected_hits(matched, candidates.tie)
     for scope in options.baselines:
         if level == "tract" and scope == "tract":
             continue
         reference = reference_levels(truth, level, geocode, scope, holdout)
-        ranking = frequency_ranking(reference, rng)
+        ranking = frequency_ranking(reference)
         if blocks is not None:
             block_totals = np.bincount(published_levels[:, 0], minlength=len(blocks))
-            ranking = spread_over_blocks(ranking, block_totals, rng, limit=max(20 * n, 1000))
-        hits[f"baseline_{scope}"] = matches(ranking, true_levels)
-    result = GeounitResult(geocode, n, len(true_levels), distinct_true, workload.n_queries, rmse, 0.0, hits, candidates)
+            ranking = spread_over_blocks(ranking, block_totals, limit=max(20 * n, 1000))
+        hits[f"baseline_{scope}"] = expected_hits(matches(ranking, true_levels), ranking.tie)
+    result = GeounitResult(geocode, n, len(true_levels), distinct_true, workload.n_queries, rmse, 0.0, hits,
+                           candidates, matched)
     if level == "block" and n > 0 and options.ip_top > 0:
         solver = ip.Solver(ip.build_problem(workload, counts), options.ip_time_limit)
         first = solver.feasible()
@@ -152,19 +156,19 @@ def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str
 
 
 def pooled_rates(results: list[GeounitResult]) -> dict:
-    """Per method: Match-Rate pooled over geounits (hits / candidates asked for) at each k and each k/u."""
+    """Per method: Match-Rate pooled over geounits (expected hits / candidates asked for) at each k and each k/u."""
     methods = sorted({m for r in results for m in r.hits})
     out = {}
     for m in methods:
         at_k = {}
         for k in REPORT_K:
             asked = sum(k for r in results if m in r.hits)
-            at_k[str(k)] = sum(int(r.hits[m][:k].sum()) for r in results if m in r.hits) / asked if asked else None
+            at_k[str(k)] = sum(float(r.hits[m][:k].sum()) for r in results if m in r.hits) / asked if asked else None
         at_f = {}
         for f in REPORT_FRACTIONS:
             ks = [(r, max(1, math.ceil(f * r.distinct_true))) for r in results if m in r.hits and r.distinct_true]
             asked = sum(k for _, k in ks)
-            at_f[str(f)] = sum(int(r.hits[m][:k].sum()) for r, k in ks) / asked if asked else None
+            at_f[str(f)] = sum(float(r.hits[m][:k].sum()) for r, k in ks) / asked if asked else None
         out[m] = {"k": at_k, "k_over_u": at_f}
     return out
 
@@ -207,7 +211,7 @@ def candidates_frame(results: list[GeounitResult], published: PersonRecords, lev
         frame["confidence"] = c.confidence
         if c.copy is not None:
             frame["copy"] = c.copy
-        frame["matched"] = r.hits["rap_rank"]
+        frame["matched"] = r.matched
         if r.certainty is not None:
             certain = np.full(len(c), -2, dtype=np.int64)  # -2: not decided (beyond the top)
             certain[:len(r.certainty)] = r.certainty
@@ -255,7 +259,7 @@ def write_outputs(out_dir: Path, results: list[GeounitResult], published: Person
     for r in results:
         v = r.variability
         c = r.certainty if r.certainty is not None else np.zeros(0, np.int64)
-        m = r.hits.get("rap_rank", np.zeros(0, bool))[:len(c)]
+        m = r.matched[:len(c)]
         rows.append({"geocode": r.geocode, "published_total": r.published_total,
                      "candidates_checked": len(c), "certain": int((c >= 1).sum()),
                      "certain_and_matched": int(((c >= 1) & m).sum()), "unproven": int((c < 0).sum()),

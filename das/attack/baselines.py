@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
-from das.attack.rank import Candidates, _tie_break_order
+from das.attack.rank import Candidates, rank_by
 
 SCOPES = ("tract", "county", "state", "holdout")
 
@@ -31,26 +31,31 @@ def reference_levels(truth: PersonRecords, level: str, geocode: str, scope: str,
     return truth.levels[container & ~inside]
 
 
-def frequency_ranking(reference: np.ndarray, rng: np.random.Generator) -> Candidates:
-    """Distinct reference records, most frequent first, ties at random."""
+def frequency_ranking(reference: np.ndarray) -> Candidates:
+    """Distinct reference records, most frequent first; equal frequencies form a tie group."""
     reference = np.asarray(reference, dtype=np.int64)
     if len(reference) == 0:
-        return Candidates(np.zeros((0, reference.shape[1]), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 1)
+        return Candidates(np.zeros((0, reference.shape[1]), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 1,
+                          tie=np.zeros(0, np.int64))
     distinct, counts = np.unique(reference, axis=0, return_counts=True)
-    order = _tie_break_order(counts, rng)
-    return Candidates(distinct[order], counts[order], np.ones(len(order), np.int64), 1)
+    order, tie = rank_by(counts)
+    return Candidates(distinct[order], counts[order], np.ones(len(order), np.int64), 1, tie=tie)
 
 
-def spread_over_blocks(ranking: Candidates, block_totals: np.ndarray, rng: np.random.Generator,
-                       limit: int | None = None) -> Candidates:
+def spread_over_blocks(ranking: Candidates, block_totals: np.ndarray, limit: int | None = None) -> Candidates:
     """Tract attacks: (block, record) candidates scored by record frequency x the block's
-    published population, ties at random; at most `limit` of them."""
+    published population, equal scores a tie group; the first `limit` of them, extended to the
+    end of the tie group the limit falls in (so expected hits over ties stay exact)."""
     block_totals = np.asarray(block_totals, dtype=float)
     n_blocks, n = len(block_totals), len(ranking)
     score = np.outer(block_totals, ranking.count.astype(float)).reshape(-1)
     records = np.column_stack([np.repeat(np.arange(n_blocks), n), np.tile(ranking.records, (n_blocks, 1))]) \
         if n else np.zeros((0, ranking.records.shape[1] + 1), np.int64)
     keep = np.flatnonzero(score > 0)
-    order = keep[_tie_break_order(score[keep], rng)][:limit]
+    ranked, tie = rank_by(score[keep])
+    if limit is not None and limit < len(ranked):
+        end = int(np.searchsorted(tie, tie[limit - 1], side="right")) if limit > 0 else 0
+        ranked, tie = ranked[:end], tie[:end]
+    order = keep[ranked]
     count = np.rint(score[order]).astype(np.int64)
-    return Candidates(records[order], count, np.ones(len(order), np.int64), 1)
+    return Candidates(records[order], count, np.ones(len(order), np.int64), 1, tie=tie)

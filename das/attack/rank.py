@@ -1,9 +1,11 @@
 """RAP-Rank (Dick et al., PNAS 2023): many RAP runs, records sampled from each, ranked by frequency.
 
 Run r fits the relaxation with its own seed and samples N records (N = the published total).
-Distinct records are ranked by how often they were sampled over all runs (ties at random);
-a record's confidence is the share of runs that sampled it, and `min_confidence` drops the
-rarely seen. Match-Rate@k is the share of the top k candidates found in the true data.
+Distinct records are ranked by how often they were sampled over all runs; a record's
+confidence is the share of runs that sampled it, and `min_confidence` drops the rarely seen.
+Match-Rate@k is the share of the top k candidates found in the true data. Candidates with equal
+scores form a tie group; the rate is the expected value over uniformly random orders within
+tie groups, computed exactly (`expected_hits`), so it depends on the scores alone.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from das.attack.workload import Workload
 @dataclass(frozen=True)
 class Candidates:
     """Distinct reconstructed records, best first: levels (u x n_attributes), how often sampled
-    over all runs, in how many runs, and (multiset) the copy number each row stands for."""
+    over all runs, in how many runs, (multiset) the copy number each row stands for, and the tie
+    group of each row (equal ids: equal scores, rank order among them arbitrary)."""
 
     records: np.ndarray
     count: np.ndarray
     runs: np.ndarray
     n_runs: int
     copy: np.ndarray | None = None
+    tie: np.ndarray | None = None
 
     @property
     def confidence(self) -> np.ndarray:
@@ -62,15 +66,29 @@ def rap_runs(workload: Workload, targets: np.ndarray, n_records: int, runs: int,
     return [r[0] for r in results], [r[1] for r in results]
 
 
-def _tie_break_order(score: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Indices by decreasing score, ties in random order."""
-    return np.lexsort((rng.random(len(score)), -np.asarray(score, dtype=float)))
+def rank_by(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices by decreasing keys (the first key most significant), equal keys in input order,
+    and the tie group of each ranked position (0, 1, ...; a new id wherever some key changes).
+
+    >>> order, tie = rank_by(np.array([1, 3, 1, 2]))
+    >>> order.tolist(), tie.tolist()
+    ([1, 3, 0, 2], [0, 1, 2, 2])
+    """
+    columns = [np.asarray(k, dtype=float) for k in keys]
+    order = np.lexsort(tuple(-c for c in reversed(columns)))
+    if len(order) == 0:
+        return order, np.zeros(0, dtype=np.int64)
+    changed = np.zeros(len(order), dtype=bool)
+    for c in columns:
+        ranked = c[order]
+        changed[1:] |= ranked[1:] != ranked[:-1]
+    return order, np.cumsum(changed)
 
 
-def rank_samples(samples: list[np.ndarray], rng: np.random.Generator, min_confidence: float = 0.0,
-                 multiset: bool = False) -> Candidates:
-    """Distinct records of all runs ranked by frequency. Multiset: a candidate is (record, j) "at
-    least j copies", scored by the runs with at least j copies of the record."""
+def rank_samples(samples: list[np.ndarray], min_confidence: float = 0.0, multiset: bool = False) -> Candidates:
+    """Distinct records of all runs ranked by frequency, equal frequencies one tie group. Multiset:
+    a candidate is (record, j) "at least j copies", scored by the runs with at least j copies of
+    the record (the lower copy number first among equals)."""
     n_runs = len(samples)
     n_attr = samples[0].shape[1] if samples else 0
     nonempty = [s for s in samples if len(s)]
@@ -86,8 +104,9 @@ def rank_samples(samples: list[np.ndarray], rng: np.random.Generator, min_confid
     keep = runs / n_runs >= min_confidence
     if not multiset:
         idx = np.flatnonzero(keep)
-        order = idx[_tie_break_order(count[idx], rng)]
-        return Candidates(distinct[order].astype(np.int64), count[order], runs[order], n_runs)
+        ranked, tie = rank_by(count[idx])
+        order = idx[ranked]
+        return Candidates(distinct[order].astype(np.int64), count[order], runs[order], n_runs, tie=tie)
     # (record, j): runs with >= j copies, for j = 1 .. the most copies any run drew
     max_copies = np.zeros(len(distinct), dtype=np.int64)
     np.maximum.at(max_copies, inverse, copies)
@@ -97,9 +116,11 @@ def rank_samples(samples: list[np.ndarray], rng: np.random.Generator, min_confid
     offsets = np.arange(int(copies.sum())) - np.repeat(np.cumsum(copies) - copies, copies)
     pair_runs = np.bincount(np.repeat(start[inverse], copies) + offsets, minlength=len(rec)).astype(np.int64)
     idx = np.flatnonzero(keep[rec])
-    # more runs first; among equals the lower copy number first, then at random
-    order = idx[np.lexsort((rng.random(len(idx)), j[idx], -pair_runs[idx]))]
-    return Candidates(distinct[rec[order]].astype(np.int64), pair_runs[order], pair_runs[order], n_runs, copy=j[order])
+    # more runs first; among equals the lower copy number first
+    ranked, tie = rank_by(pair_runs[idx], -j[idx])
+    order = idx[ranked]
+    return Candidates(distinct[rec[order]].astype(np.int64), pair_runs[order], pair_runs[order], n_runs,
+                      copy=j[order], tie=tie)
 
 
 def matches(candidates: Candidates, truth: np.ndarray) -> np.ndarray:
@@ -120,13 +141,31 @@ def matches(candidates: Candidates, truth: np.ndarray) -> np.ndarray:
     return found >= need
 
 
+def expected_hits(hits: np.ndarray, tie: np.ndarray | None) -> np.ndarray:
+    """Per ranked position, the probability that it holds a hit when each tie group is ordered
+    uniformly at random: the share of hits in its group. Summed over the top k this is the exact
+    expected number of hits, hits_in_group x slots_taken / group_size for the group straddling k.
+
+    >>> expected_hits(np.array([True, True, False, False, True]), np.array([0, 1, 1, 1, 2])).tolist()
+    [1.0, 0.3333333333333333, 0.3333333333333333, 0.3333333333333333, 1.0]
+    """
+    hits = np.asarray(hits, dtype=float)
+    if tie is None or len(hits) == 0:
+        return hits
+    tie = np.asarray(tie)
+    group_hits = np.bincount(tie, weights=hits)
+    group_size = np.bincount(tie)
+    return group_hits[tie] / group_size[tie]
+
+
 def match_rate_curve(hits: np.ndarray) -> np.ndarray:
-    """Match-Rate@k for k = 1..len(hits): the share of the top k candidates that match."""
+    """Match-Rate@k for k = 1..len(hits): the share of the top k candidates that match (hits may be
+    expected hits, see `expected_hits`)."""
     hits = np.asarray(hits, dtype=float)
     return np.cumsum(hits) / np.arange(1, len(hits) + 1) if len(hits) else np.zeros(0)
 
 
 def match_rate_at(hits: np.ndarray, k: int) -> float:
     """Match-Rate@k; with fewer than k candidates, the missing ones count as misses."""
-    hits = np.asarray(hits, dtype=bool)
+    hits = np.asarray(hits, dtype=float)
     return float(hits[:k].sum() / k) if k > 0 else float("nan")

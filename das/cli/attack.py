@@ -20,7 +20,9 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
                         "(tables computed from --truth: no protection)")
     a.add_argument("--schema", default=None,
                    help="persons schema (default: the release's; with 'exact': dhc_persons)")
-    a.add_argument("--tables", default=None, help="attack workload spec (default: specs/attack/<schema>.toml)")
+    a.add_argument("--tables", default=None,
+                   help="attack workload spec, a name in specs/attack/ or a path (default: the schema's name; "
+                        "dhc_sf1_2010: the 2010 SF1 tables of the RAP-Rank paper)")
     a.add_argument("--level", choices=("block", "tract"), default="block")
     a.add_argument("--geounits", default="auto",
                    help="'auto' (across the size range) or comma-separated geocodes (15 digits per block, 11 per tract)")

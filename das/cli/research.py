@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from das.research import compare
 from das.research.estimators import ESTIMATORS
 from das.research.replicate import DEFAULT_QUERIES
 
@@ -78,3 +79,5 @@ def add_parsers(sub) -> None:
     p.add_argument("dir")
     p.add_argument("--out", default=None, help="report directory (default DIR/report)")
     p.set_defaults(func=_cmd_report)
+
+    compare.add_parser(sub)

@@ -1,0 +1,439 @@
+"""`das compare`: the same input, budget and seeds through several mechanisms, side by side.
+
+For each mechanism and seed a release is made in a child process (TopDown: `das run`; the others:
+`das.mechanisms.synthesize`), timed, and its peak memory taken over the child's whole process
+tree. Each release is scored against the truth by level and true-size bin (`das.research.metrics`);
+TopDown's noisy measurements also give the raw noisy and the unconstrained WLS estimates of the
+same draw. The reconstruction attack (`das.attack.audit`) runs on the same blocks of the first
+`attack_seeds` releases of each mechanism, and once on exact tables as the unprotected reference.
+
+    OUT/compare.json                  what was compared, blocks attacked, status
+    OUT/releases/<mechanism>/seed<k>/ each release (a `das run` directory)
+    OUT/parts/<mechanism>/seed<k>.*   scores, timings and attack results per release; a rerun
+                                      with the same settings skips every part already written
+    OUT/stats|metrics|bias|runs|attack.parquet, comparison.parquet/.md, report/
+Everything is scored against the confidential input: research output, not a release.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from das.research.estimators import wls_unsupported
+from das.research.metrics import combine, markdown_table, metrics
+from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, bias_table, score, scored_queries
+from das.research.resources import run_measured
+
+TOPDOWN = "topdown"
+EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
+LEVELS = ("block", "tract", "county")
+BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
+
+
+def _registry() -> dict:
+    try:
+        from das.mechanisms import MECHANISMS
+    except ImportError:
+        return {}
+    return MECHANISMS
+
+
+def mechanism_names() -> tuple[str, ...]:
+    """TopDown and every mechanism of `das.mechanisms.MECHANISMS` that can run here."""
+    return (TOPDOWN, *(name for name, m in _registry().items() if name != TOPDOWN and m.available()))
+
+
+def unavailable_mechanisms() -> dict[str, str]:
+    """Registered mechanisms that cannot run here, with the pip extra each needs."""
+    return {name: str(m.extra) for name, m in _registry().items() if not m.available()}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What `das compare` runs: a spec, mechanisms, seeds 0..seeds-1, a budget and attack settings."""
+
+    spec: str
+    mechanisms: tuple[str, ...] = (TOPDOWN,)
+    seeds: int = 20
+    rho: str | None = None  # an exact fraction as text; None: the spec's own budget
+    attack_blocks: int = 10
+    attack_seeds: int | None = None  # attack the releases of seeds 0..attack_seeds-1; None: all
+    attack_runs: int = 20
+    attack_relaxed: int = 300
+    attack_steps: int = 300
+    attack_tables: str | None = None  # attack workload spec; None: the schema's own
+    queries: tuple[str, ...] = DEFAULT_QUERIES
+
+    def check(self) -> None:
+        known, missing = mechanism_names(), unavailable_mechanisms()
+        needs = [f"{m} (pip install 'das[{missing[m]}]')" for m in self.mechanisms if m in missing]
+        if needs:
+            raise StudyError(f"mechanism(s) {', '.join(needs)} cannot run without their optional extra")
+        unknown = [m for m in self.mechanisms if m not in known]
+        if unknown or not self.mechanisms:
+            raise StudyError(f"unknown mechanism(s) {unknown}; available: {', '.join(known)}")
+        if self.seeds < 1:
+            raise StudyError(f"--seeds must be at least 1, not {self.seeds}")
+        if self.attack_blocks < 0 or (self.attack_seeds is not None and self.attack_seeds < 0):
+            raise StudyError("--attack-blocks and --attack-seeds must be nonnegative")
+        if min(self.attack_runs, self.attack_relaxed, self.attack_steps) < 1:
+            raise StudyError("--attack-runs, --attack-relaxed and --attack-steps must be at least 1")
+        if self.rho is not None and Fraction(self.rho) <= 0:
+            raise StudyError(f"--rho must be positive, not {self.rho}")
+
+    @property
+    def attacked_seeds(self) -> int:
+        return self.seeds if self.attack_seeds is None else min(self.attack_seeds, self.seeds)
+
+    def settings(self) -> dict:
+        """The settings every part depends on: a rerun must keep them (mechanisms and seeds may grow)."""
+        keep = ("spec", "rho", "attack_blocks", "attack_runs", "attack_relaxed", "attack_steps", "attack_tables",
+                "queries")
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k in keep}
+
+
+# ---------------------------------------------------------------------------------------------
+# Releases
+
+
+def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
+    """A copy of a run spec with the persons budget set to `rho` and input paths made absolute."""
+    from das.runspec import load_run_spec
+
+    original = load_run_spec(spec_path)
+    text = original.text
+    text = re.sub(r"(?m)^(\s*persons\s*=\s*)\"[^\"]*\"", lambda m: f'{m.group(1)}"{original.persons_path}"', text, count=1)
+    text = re.sub(r"(?m)^(\s*units\s*=\s*)\"[^\"]*\"", lambda m: f'{m.group(1)}"{original.units_path}"', text, count=1)
+    section = re.search(r"(?ms)^\[persons\]\s*$(.*?)(?=^\[|\Z)", text)
+    if section is None:
+        raise StudyError(f"{spec_path}: no [persons] section to set rho in")
+    body = re.sub(r"(?m)^\s*rho\s*=.*$\n?", "", section.group(1))
+    text = text[:section.start(1)] + f'\nrho = "{Fraction(rho)}"' + body + text[section.end(1):]
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(text)
+    derived = load_run_spec(out_path)
+    same = (derived.persons.rho == Fraction(rho) and derived.persons_path == original.persons_path
+            and derived.units_path == original.units_path and derived.levels == original.levels)
+    if not same:
+        raise StudyError(f"{spec_path}: could not derive a spec with rho {rho} (check {out_path})")
+    return out_path
+
+
+# The body of each measured child process: it imports only what the release needs, so the
+# memory measured is the release's (not this module's pandas, scipy and matplotlib).
+_TOPDOWN_CHILD = ("import json, sys; from das.run import run; a = json.loads(sys.argv[1]); "
+                  "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
+                  "progress=False, log=lambda *x, **k: None); sys.exit(0 if r.valid else 'the release failed validation')")
+_MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
+                    "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
+                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True)")
+
+
+def release_command(spec: str, mechanism: str, out_dir: Path, seed: int, rho: str | None, workers: int) -> list[str]:
+    """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
+    args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
+                       "workers": workers})
+    return [sys.executable, "-c", _TOPDOWN_CHILD if mechanism == TOPDOWN else _MECHANISM_CHILD, args]
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring and attacking one release
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
+
+
+def score_release(ctx, run_dir: Path, mechanism: str, queries, seed: int) -> pd.DataFrame:
+    """Error statistics of a release's MDF (and, for TopDown, of its NMF's noisy and WLS estimates)."""
+    from das.io.microdata import block_histograms, read_records
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    records = read_records(run_dir / "mdf_persons.parquet", ctx.schema, ctx.geography.blocks)
+    released = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
+    estimators = [TOPDOWN]
+    nmf_dir = None
+    if mechanism == TOPDOWN:
+        nmf_dir = run_dir / "nmf"
+        estimators.append("noisy")
+        by_level = {e["level"]: e["queries"] for e in manifest["privacy"][RELEASE]["by_level"]}
+        measured = {lv: [q["query"] for q in by_level.get(lv, [])] for lv in ctx.geography.levels}
+        if wls_unsupported(ctx.schema, measured) is None:
+            estimators.append("wls")
+    rho = str((manifest.get("privacy", {}).get(RELEASE) or {}).get("rho", "unknown"))
+    stats, _ = score(ctx, nmf_dir, released, tuple(estimators), queries, (), {"rho": rho, "replicate": seed})
+    stats["estimator"] = stats["estimator"].replace({TOPDOWN: mechanism})
+    return stats
+
+
+def attack_release(published, truth, blocks: list[str], options, tables) -> pd.DataFrame:
+    """Per attacked block and method: expected hits among the top u (u = distinct true records) and top 10."""
+    from das.attack.audit import attack_geounit
+
+    rows = []
+    for geocode in blocks:
+        r = attack_geounit(geocode, published, truth, options, tables)
+        u = max(1, r.distinct_true)
+        for method, hits in r.hits.items():
+            rows.append({"geocode": geocode, "method": method, "published_total": r.published_total,
+                         "true_total": r.true_total, "u": u, "hits_at_u": float(np.sum(hits[:u])),
+                         "hits_at_10": float(np.sum(hits[:10])), "seconds": r.seconds})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# The study
+
+
+def _part(out_dir: Path, mechanism: str, seed: int, kind: str) -> Path:
+    return out_dir / "parts" / mechanism / f"seed{seed:04d}.{kind}"
+
+
+def _open(comparison: Comparison, out_dir: Path, overwrite: bool) -> dict:
+    """compare.json of out_dir (new, or the earlier one when its settings match)."""
+    meta_path = out_dir / "compare.json"
+    if out_dir.exists() and any(out_dir.iterdir()):
+        old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        if overwrite:
+            shutil.rmtree(out_dir)
+        elif old.get("settings") != comparison.settings():
+            raise StudyError(f"{out_dir} is not empty and holds another comparison ({meta_path.name} "
+                             f"{'differs' if old else 'is missing'}); choose another directory or pass --overwrite")
+        else:
+            return old
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {}
+
+
+def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite: bool = False, log=print) -> dict:
+    """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
+    from das.attack.audit import AuditOptions, auto_geounits
+    from das.attack.data import read_persons
+    from das.attack.rap import RapConfig
+    from das.attack.workload import load_attack_tables
+    from das.research.evaluate import truth_context
+    from das.run import code_version
+    from das.runspec import load_run_spec
+
+    comparison.check()
+    out_dir = Path(out_dir)
+    earlier = _open(comparison, out_dir, overwrite)
+    spec = load_run_spec(comparison.spec)
+    ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
+    queries = scored_queries(ctx.schema, comparison.queries)
+    topdown_spec = str(comparison.spec)
+    if comparison.rho is not None:
+        topdown_spec = str(spec_with_rho(comparison.spec, comparison.rho, out_dir / "topdown_spec.toml"))
+    truth = read_persons(spec.persons_path, ctx.schema)
+    blocks = earlier.get("attack_blocks")
+    if blocks is None:
+        blocks = auto_geounits(truth, "block", comparison.attack_blocks, np.random.default_rng(0)) \
+            if comparison.attack_blocks else []
+    tables = load_attack_tables(comparison.attack_tables or ctx.schema.name)
+    rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
+    meta = {
+        "settings": comparison.settings(), "mechanisms": sorted(set(earlier.get("mechanisms", [])) | set(comparison.mechanisms)),
+        "seeds": max(earlier.get("seeds", 0), comparison.seeds), "attack_blocks": blocks,
+        "spec_name": spec.name, "schema": ctx.schema.name, "levels": list(ctx.geography.levels),
+        "n_blocks": ctx.geography.n_blocks, "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+        "das_version": code_version(), "randomness": "seeded (seeds 0..N-1): NOT private", "notice": CONFIDENTIAL,
+        "status": "running",
+    }
+    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    t0 = time.perf_counter()
+    failures = []
+    tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
+    for i, (mechanism, seed) in enumerate(tasks, 1):
+        run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
+        done = _part(out_dir, mechanism, seed, "json")
+        attack_path = _part(out_dir, mechanism, seed, "attack.parquet")
+        want_attack = bool(blocks) and seed < comparison.attacked_seeds
+        if done.exists() and (attack_path.exists() or not want_attack):
+            continue
+        done.parent.mkdir(parents=True, exist_ok=True)
+        if not done.exists():
+            spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
+            measured = run_measured(release_command(spec_for, mechanism, run_dir, seed, comparison.rho, workers))
+            if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
+                failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
+                                 "stderr": measured.stderr})
+                log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
+                    f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
+                continue
+            stats = score_release(ctx, run_dir, mechanism, queries, seed)
+            _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
+            done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
+                                        "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
+            log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: release {measured.seconds:.1f} s, "
+                f"peak {measured.peak_tree_mb:.0f} MB (process tree)")
+        if want_attack and not attack_path.exists():
+            from das.attack.data import read_release
+
+            options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=seed, workers=workers, ip_top=0)
+            frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options, tables)
+            _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
+            log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: attack on {len(blocks)} blocks, "
+                f"{frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
+    exact_path = _part(out_dir, EXACT, 0, "attack.parquet")
+    if blocks and not exact_path.exists():
+        exact_path.parent.mkdir(parents=True, exist_ok=True)
+        options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=0, workers=workers, ip_top=0)
+        _write_parquet(attack_release(truth, truth, blocks, options, tables).assign(mechanism=EXACT, seed=0), exact_path)
+        log(f"  exact tables: attack on {len(blocks)} blocks")
+    meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
+    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
+    meta.update(summarize(out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
+    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Summaries
+
+
+def _read_parts(out_dir: Path, pattern: str) -> pd.DataFrame:
+    frames = [pd.read_parquet(p) for p in sorted((out_dir / "parts").glob(pattern))]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def attack_rates(attack: pd.DataFrame) -> pd.DataFrame:
+    """Match-Rate pooled over attacked blocks and seeds: expected hits / candidates asked for."""
+    if attack.empty:
+        return pd.DataFrame(columns=["mechanism", "method", "seeds", "blocks", "rate_at_u", "rate_at_10"])
+    grouped = attack.groupby(["mechanism", "method"], sort=False)
+    table = grouped.agg(seeds=("seed", "nunique"), blocks=("geocode", "nunique"), hits_at_u=("hits_at_u", "sum"),
+                        u=("u", "sum"), hits_at_10=("hits_at_10", "sum"), n=("u", "size")).reset_index()
+    table["rate_at_u"] = table["hits_at_u"] / table["u"]
+    table["rate_at_10"] = table["hits_at_10"] / (10 * table["n"])
+    return table[["mechanism", "method", "seeds", "blocks", "rate_at_u", "rate_at_10"]]
+
+
+def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFrame, mechanisms) -> pd.DataFrame:
+    """One row per estimator: total-population MAE and mean signed error at block, tract, county;
+    block mean signed error by true size; release time and peak memory; attack Match-Rate@u."""
+    total = pooled[pooled["query"] == "total"]
+    estimators = list(dict.fromkeys([*mechanisms, *[e for e in ("wls", "noisy") if e in set(total["estimator"])]]))
+    if rates is not None and EXACT in set(rates["mechanism"]):
+        estimators.append(EXACT)
+    rows = []
+    for estimator in estimators:
+        row: dict = {"estimator": estimator}
+        mine = total[total["estimator"] == estimator]
+        for level in LEVELS:
+            cell = mine[(mine["level"] == level) & (mine["bin"] == "all")]
+            row[f"mae_{level}"] = float(cell["mae"].iloc[0]) if len(cell) else np.nan
+            row[f"bias_{level}"] = float(cell["mean_error"].iloc[0]) if len(cell) else np.nan
+        for b in BLOCK_BINS:
+            cell = mine[(mine["level"] == "block") & (mine["bin"] == b)]
+            row[f"bias_block_{b.replace('-', '_')}"] = float(cell["mean_error"].iloc[0]) if len(cell) else np.nan
+        mine_runs = runs[runs["mechanism"] == estimator] if len(runs) else runs
+        row["seeds"] = int(mine_runs["seed"].nunique()) if len(mine_runs) else int(mine["seeds"].max() if len(mine) else 0)
+        row["release_seconds"] = float(mine_runs["seconds"].median()) if len(mine_runs) else np.nan
+        row["release_cpu_seconds"] = float(mine_runs["cpu_seconds"].median()) if len(mine_runs) else np.nan
+        row["peak_tree_mb"] = float(mine_runs["peak_tree_mb"].median()) if len(mine_runs) else np.nan
+        attacked = rates[rates["mechanism"] == estimator] if len(rates) else rates
+        row["attack_seeds"] = int(attacked["seeds"].max()) if len(attacked) else 0
+        for method in ("rap_rank", "baseline_tract", "baseline_county"):
+            cell = attacked[attacked["method"] == method] if len(attacked) else attacked
+            row[f"{method}_at_u"] = float(cell["rate_at_u"].iloc[0]) if len(cell) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; "
+              "block bias also by true block size). `wls` and `noisy` are estimates from TopDown's own "
+              "noisy measurements of the same seeds (not releases: fractional, and `noisy` can be negative), "
+              "so they have no run time and are not attacked; `exact` is the attack on exact tables. "
+              "release s: median wall time of one release (child process, its workers included); peak MB: "
+              "median over seeds of a release's peak resident memory, summed over its whole process tree "
+              "(runs.parquet has each release's; a sum of resident sizes counts pages shared after a fork once per "
+              "process, so a single release can read high). Match-Rate@u: expected share "
+              "of the top u RAP-Rank candidates (u = distinct true records of the block) that are true "
+              "records, ties averaged, pooled over the attacked blocks and seeds; the baselines rank the rest "
+              "of the block's tract or county by frequency and do not depend on the release.")
+
+
+def summarize(out_dir: Path, comparison: Comparison) -> dict:
+    """Pool the parts into the Parquet tables, comparison.parquet/.md and the report."""
+    stats = _read_parts(out_dir, "*/*.stats.parquet")
+    runs = pd.DataFrame([json.loads(p.read_text()) for p in sorted((out_dir / "parts").glob("*/*.json"))])
+    attack = _read_parts(out_dir, "*/*.attack.parquet")
+    pooled = metrics(combine(stats, ["estimator", "level", "query", "bin"]))
+    pooled = pooled.merge(stats.groupby("estimator")["replicate"].nunique().rename("seeds").reset_index(), on="estimator")
+    bias = bias_table(stats)
+    rates = attack_rates(attack)
+    mechanisms = [m for m in mechanism_names() if m in set(runs["mechanism"])] if len(runs) else []
+    table = comparison_table(pooled, runs, rates, mechanisms)
+    for name, frame in (("stats", stats), ("metrics", pooled), ("bias", bias), ("runs", runs), ("attack", attack),
+                        ("attack_rates", rates), ("comparison", table)):
+        _write_parquet(frame, out_dir / f"{name}.parquet")
+    (out_dir / "comparison.md").write_text(render_table(table) + "\n")
+    from das.research.compare_report import build_compare_report
+
+    build_compare_report(out_dir)
+    return {"rows": len(table), "seeds_scored": int(stats["replicate"].nunique()),
+            "seeds_attacked": int(attack["seed"].nunique()) if len(attack) else 0}
+
+
+def render_table(table: pd.DataFrame) -> str:
+    """comparison.md: the table in Markdown with its note."""
+    shown = table.copy()
+    for column in shown.columns:
+        if column.endswith("_at_u"):
+            shown[column] = shown[column].map(lambda v: "-" if pd.isna(v) else f"{v:.3f}")
+    return f"> {CONFIDENTIAL}\n\n" + markdown_table(shown, floatfmt="{:.2f}") + f"\n\n{TABLE_NOTE}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def _cmd_compare(args) -> int:
+    mechanisms = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
+    comparison = Comparison(spec=args.spec, mechanisms=mechanisms, seeds=args.seeds, rho=args.rho,
+                            attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds,
+                            attack_runs=args.attack_runs, attack_relaxed=args.attack_relaxed,
+                            attack_steps=args.attack_steps, attack_tables=args.tables)
+    meta = run_comparison(comparison, args.out, workers=args.workers, overwrite=args.overwrite)
+    print((Path(args.out) / "comparison.md").read_text())
+    print(f"wrote {args.out}: comparison.parquet/.md, metrics, bias, runs, attack (Parquet), report/ "
+          f"({meta['wall_seconds_this_call']:.0f} s)")
+    for failure in meta["failures"]:
+        print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
+              file=sys.stderr)
+    return 1 if meta["failures"] else 0
+
+
+def add_parser(sub) -> None:
+    import os
+
+    c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
+                                       "error, bias, cost and attack match rates side by side")
+    c.add_argument("spec", help="run spec (its persons release is compared)")
+    c.add_argument("--mechanisms", default=TOPDOWN, help=f"comma list of {', '.join(mechanism_names())}")
+    c.add_argument("--seeds", type=int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
+    c.add_argument("--out", required=True)
+    c.add_argument("--rho", default=None, help="persons budget, an exact fraction (default: the spec's)")
+    c.add_argument("--attack-blocks", type=int, default=10, help="blocks attacked, across the size range (0: none)")
+    c.add_argument("--attack-seeds", type=int, default=None, help="attack the releases of the first N seeds (default all)")
+    c.add_argument("--attack-runs", type=int, default=20, help="RAP runs per block")
+    c.add_argument("--attack-relaxed", type=int, default=300, help="K relaxed records per RAP run")
+    c.add_argument("--attack-steps", type=int, default=300, help="Adam steps per RAP run")
+    c.add_argument("--tables", default=None, help="attack workload spec (default: the schema's)")
+    c.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of each release and attack")
+    c.add_argument("--overwrite", action="store_true", help="replace a directory holding another comparison")
+    c.set_defaults(func=_cmd_compare)
+

@@ -1,0 +1,120 @@
+"""`das compare`: mechanisms side by side on the same input; the process-tree memory probe."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from das.cli import main
+from das.research.compare import Comparison, attack_rates, mechanism_names, run_comparison, spec_with_rho
+from das.research.replicate import StudyError
+from das.research.resources import run_measured
+from das.runspec import load_run_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "specs/runs/tiny.toml")
+ATTACK = {"attack_blocks": 2, "attack_runs": 2, "attack_relaxed": 40, "attack_steps": 30}
+
+
+def test_tree_memory_counts_grandchildren():
+    """A child running two grandchildren of 100 MB each at once: the tree's peak holds both (any one
+    process, as ru_maxrss reports, holds about 100 MB)."""
+    grandchild = "b = bytearray(100 * 2**20); import time; time.sleep(1.0)"
+    child = ("import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', " + repr(grandchild) + "]) "
+             "for _ in range(2)]; [p.wait() for p in ps]")
+    measured = run_measured([sys.executable, "-c", child], interval=0.02)
+    assert measured.returncode == 0 and measured.seconds >= 1.0
+    assert measured.peak_tree_mb > 200
+
+
+def test_tree_memory_is_not_the_parents():
+    """A small child of a large parent: its peak is its own (ru_maxrss of an exec'ed child carries the
+    parent's high-water mark on Linux, so it is not used)."""
+    ballast = bytearray(400 * 2**20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touch every page: resident
+    measured = run_measured([sys.executable, "-c", "import time; time.sleep(0.3)"], interval=0.02)
+    assert 0 < measured.peak_tree_mb < 200
+    del ballast
+
+
+def test_failed_command_is_reported():
+    failed = run_measured([sys.executable, "-c", "import sys; sys.exit('no such thing')"])
+    assert failed.returncode == 1 and "no such thing" in failed.stderr
+
+
+def test_spec_with_rho_keeps_inputs_and_sets_budget(tmp_path):
+    derived = load_run_spec(spec_with_rho(TINY, "3/2", tmp_path / "spec.toml"))
+    original = load_run_spec(TINY)
+    assert str(derived.persons.rho) == "3/2" and original.persons.rho is None
+    assert derived.persons_path == original.persons_path and derived.levels == original.levels
+
+
+def test_attack_rates_pool_expected_hits_over_blocks_and_seeds():
+    attack = pd.DataFrame({"mechanism": "m", "method": "rap_rank", "seed": [0, 0, 1], "geocode": ["a", "b", "a"],
+                           "u": [4, 1, 4], "hits_at_u": [2.5, 1.0, 1.0], "hits_at_10": [3.0, 1.0, 2.0]})
+    rates = attack_rates(attack).iloc[0]
+    assert rates["rate_at_u"] == pytest.approx(4.5 / 9) and rates["rate_at_10"] == pytest.approx(6 / 30)
+    assert rates["seeds"] == 2 and rates["blocks"] == 2
+
+
+def test_unknown_mechanism_and_other_settings_are_refused(tmp_path, monkeypatch):
+    with pytest.raises(StudyError, match="unknown mechanism"):
+        run_comparison(Comparison(TINY, mechanisms=("nonesuch",), seeds=1), tmp_path / "a")
+    import das.mechanisms
+    from das.mechanisms import Mechanism
+
+    absent = Mechanism("absent", "needs a library not installed", "none", lambda _: None, extra="nothing",
+                       available=lambda: False)
+    monkeypatch.setitem(das.mechanisms.MECHANISMS, "absent", absent)
+    assert "absent" not in mechanism_names()
+    with pytest.raises(StudyError, match=r"absent \(pip install 'das\[nothing\]'\)"):
+        run_comparison(Comparison(TINY, mechanisms=("topdown", "absent"), seeds=1), tmp_path / "c")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "compare.json").write_text(json.dumps({"settings": {"spec": "other"}}))
+    with pytest.raises(StudyError, match="another comparison"):
+        run_comparison(Comparison(TINY, seeds=1), tmp_path / "b")
+
+
+@pytest.mark.slow
+def test_compare_two_mechanisms_two_seeds_then_rerun_skips(tmp_path):
+    mechanisms = ("topdown", "flat")
+    assert set(mechanisms) <= set(mechanism_names())
+    out = tmp_path / "cmp"
+    logs = []
+    comparison = Comparison(TINY, mechanisms=mechanisms, seeds=2, rho="2", **ATTACK)
+    run_comparison(comparison, out, workers=1, log=logs.append)
+    table = pd.read_parquet(out / "comparison.parquet")
+    expected = {"estimator", "seeds", "release_seconds", "peak_tree_mb", "attack_seeds", "rap_rank_at_u",
+                "baseline_tract_at_u", "baseline_county_at_u",
+                *(f"{kind}_{level}" for kind in ("mae", "bias") for level in ("block", "tract", "county"))}
+    assert expected <= set(table.columns)
+    rows = table.set_index("estimator")
+    assert set(mechanisms) | {"wls", "noisy", "exact"} == set(rows.index)
+    released = rows.loc[list(mechanisms)]
+    assert np.isfinite(released[sorted(expected - {"estimator"})].to_numpy(float)).all()
+    assert (released["seeds"] == 2).all() and (released["attack_seeds"] == 2).all()
+    rates = rows.filter(like="_at_u").to_numpy(float)
+    assert ((rates[np.isfinite(rates)] >= 0) & (rates[np.isfinite(rates)] <= 1)).all()
+    assert pd.read_parquet(out / "stats.parquet")["rho"].eq("2").all()  # the budget asked for, not the spec's
+    assert (out / "report" / "index.html").stat().st_size > 0 and (out / "comparison.md").exists()
+    # a rerun finds every part done: nothing is made, scored or attacked again, the table is the same
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "parts").rglob("*")}
+    logs.clear()
+    run_comparison(comparison, out, workers=1, log=logs.append)
+    assert logs == [] and stamps == {p: p.stat().st_mtime_ns for p in (out / "parts").rglob("*")}
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "comparison.parquet"), table)
+
+
+def test_cli_compare_one_seed(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    code = main(["compare", TINY, "--mechanisms", "topdown", "--seeds", "1", "--out", str(out), "--workers", "1",
+                 "--attack-blocks", "1", "--attack-runs", "1", "--attack-relaxed", "30", "--attack-steps", "20"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| topdown |" in printed and "| exact |" in printed
+    assert main(["compare", TINY, "--mechanisms", "nonesuch", "--seeds", "1", "--out", str(tmp_path / "x")]) == 2
