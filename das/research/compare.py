@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.research.compare_report import build_compare_report, render_table
 from das.research.estimators import wls_unsupported
-from das.research.metrics import combine, markdown_table, metrics
+from das.research.metrics import combine, metrics
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, bias_table, score, scored_queries
 from das.research.resources import run_measured
 
@@ -353,17 +354,6 @@ def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFra
     return pd.DataFrame(rows)
 
 
-TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; "
-              "block bias also by true block size). `wls` and `noisy` are estimates from TopDown's own "
-              "noisy measurements of the same seeds (not releases: fractional, and `noisy` can be negative), "
-              "so they have no run time and are not attacked; `exact` is the attack on exact tables. "
-              "release s: median wall time of one release (child process, its workers included); peak MB: "
-              "median over seeds of a release's peak resident memory, summed over its whole process tree "
-              "(runs.parquet has each release's; a sum of resident sizes counts pages shared after a fork once per "
-              "process, so a single release can read high). Match-Rate@u: expected share "
-              "of the top u RAP-Rank candidates (u = distinct true records of the block) that are true "
-              "records, ties averaged, pooled over the attacked blocks and seeds; the baselines rank the rest "
-              "of the block's tract or county by frequency and do not depend on the release.")
 
 
 def summarize(out_dir: Path, comparison: Comparison) -> dict:
@@ -381,20 +371,11 @@ def summarize(out_dir: Path, comparison: Comparison) -> dict:
                         ("attack_rates", rates), ("comparison", table)):
         _write_parquet(frame, out_dir / f"{name}.parquet")
     (out_dir / "comparison.md").write_text(render_table(table) + "\n")
-    from das.research.compare_report import build_compare_report
-
     build_compare_report(out_dir)
     return {"rows": len(table), "seeds_scored": int(stats["replicate"].nunique()),
             "seeds_attacked": int(attack["seed"].nunique()) if len(attack) else 0}
 
 
-def render_table(table: pd.DataFrame) -> str:
-    """comparison.md: the table in Markdown with its note."""
-    shown = table.copy()
-    for column in shown.columns:
-        if column.endswith("_at_u"):
-            shown[column] = shown[column].map(lambda v: "-" if pd.isna(v) else f"{v:.3f}")
-    return f"> {CONFIDENTIAL}\n\n" + markdown_table(shown, floatfmt="{:.2f}") + f"\n\n{TABLE_NOTE}"
 
 
 # ---------------------------------------------------------------------------------------------

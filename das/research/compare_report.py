@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.research.metrics import markdown_table
+from das.research.replicate import CONFIDENTIAL
 from das.research.report import _finish, _html_table, _img_html, _panels
 
 LEVELS = ("block", "tract", "county")
@@ -110,6 +112,27 @@ def plot_cost(table: pd.DataFrame, path: Path) -> bool:
     return _finish(fig, axes, "Cost of one release", path)
 
 
+TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; "
+              "block bias also by true block size). `wls` and `noisy` are estimates from TopDown's own "
+              "noisy measurements of the same seeds (not releases: fractional, and `noisy` can be negative), "
+              "so they have no run time and are not attacked; `exact` is the attack on exact tables. "
+              "release s: median wall time of one release (child process, its workers included); peak MB: "
+              "median over seeds of a release's peak resident memory, summed over its whole process tree "
+              "(runs.parquet has each release's; a sum of resident sizes counts pages shared after a fork once per "
+              "process, so a single release can read high). Match-Rate@u: expected share "
+              "of the top u RAP-Rank candidates (u = distinct true records of the block) that are true "
+              "records, ties averaged, pooled over the attacked blocks and seeds; the baselines rank the rest "
+              "of the block's tract or county by frequency and do not depend on the release.")
+
+def render_table(table: pd.DataFrame) -> str:
+    """comparison.md: the table in Markdown with its note."""
+    shown = table.copy()
+    for column in shown.columns:
+        if column.endswith("_at_u"):
+            shown[column] = shown[column].map(lambda v: "-" if pd.isna(v) else f"{v:.3f}")
+    return f"> {CONFIDENTIAL}\n\n" + markdown_table(shown, floatfmt="{:.2f}") + f"\n\n{TABLE_NOTE}"
+
+
 def build_compare_report(out_dir) -> Path:
     """report/index.html (self-contained) and report/report.md (+ PNGs) of a compare directory."""
     out_dir = Path(out_dir)
@@ -127,8 +150,6 @@ def build_compare_report(out_dir) -> Path:
             ("Cost", "cost.png", lambda p: plot_cost(table, p))):
         if made(report / name):
             figures.append((title, report / name))
-    from das.research.compare import TABLE_NOTE, render_table
-
     settings = meta["settings"]
     intro = [f"Input: run spec `{meta['spec_name']}` ({meta['n_blocks']:,} blocks; levels {' > '.join(meta['levels'])}), "
              f"schema `{meta['schema']}`; persons budget rho {settings['rho'] or 'of the spec'}.",
