@@ -265,13 +265,19 @@ def test_privbayes_independence_score_is_exact_and_zero_for_independent_pairs():
     assert independence_score(counts, domain, "hispanic", ("votingage",)) == Fraction(10)
 
 
+def hispanic_is_votingage(persons: int, races: int, seed: int) -> np.ndarray:
+    """Household persons in 4 blocks whose Hispanic origin equals their voting age (a known dependency)."""
+    rng = np.random.default_rng(seed)
+    truth = np.zeros((4, PL94.size), dtype=np.int64)
+    for _ in range(persons):
+        va = rng.integers(0, 2)
+        truth[rng.integers(0, 4), PL94.cell_index((0, va, va, rng.integers(0, races)))] += 1
+    return truth
+
+
 def test_privbayes_recovers_a_known_dependency_at_high_budget():
     geocodes = blocks(1, 4)
-    rng = np.random.default_rng(2)
-    truth = np.zeros((4, PL94.size), dtype=np.int64)
-    for _ in range(400):
-        va = rng.integers(0, 2)
-        truth[rng.integers(0, 4), PL94.cell_index((0, va, va, rng.integers(0, 2)))] += 1  # hispanic = votingage
+    truth = hispanic_is_votingage(400, races=2, seed=2)
     data = synthetic_input(truth, geocodes, rho=Fraction(1000), seed=1)
     result = MECHANISMS["privbayes"].run(data)
     (network,) = result.details["networks"].values()
@@ -313,11 +319,7 @@ def test_privsyn_combines_chosen_pairs_into_cliques_that_fit():
 
 def test_privsyn_fits_its_marginals_at_high_budget_and_charges_exactly():
     geocodes = blocks(1, 4)
-    rng = np.random.default_rng(3)
-    truth = np.zeros((4, PL94.size), dtype=np.int64)
-    for _ in range(600):
-        va = rng.integers(0, 2)
-        truth[rng.integers(0, 4), PL94.cell_index((0, va, va, rng.integers(0, 3)))] += 1  # hispanic = votingage
+    truth = hispanic_is_votingage(600, races=3, seed=3)
     levels = PL94.cell_levels(np.arange(PL94.size))
 
     def pair(h):  # votingage x hispanic

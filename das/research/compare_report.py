@@ -12,7 +12,7 @@ import pandas as pd
 
 from das.research.metrics import markdown_table
 from das.research.replicate import CONFIDENTIAL
-from das.research.report import _finish, _html_table, _img_html, _panels
+from das.research.report import _finish, _html_table, _img_html, _panels, page_style
 
 LEVELS = ("block", "tract", "county")
 PALETTE = ("#c0392b", "#2471a3", "#7f8c8d", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#f1c40f",
@@ -164,10 +164,7 @@ def build_compare_report(out_dir) -> Path:
     for title, path in figures:
         md += [f"## {title}", "", f"![{title}]({path.name})", ""]
     (report / "report.md").write_text("\n".join(md))
-    style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}"
-             "table.t{border-collapse:collapse;font-size:12px}table.t td,table.t th{padding:2px 6px;"
-             "border-bottom:1px solid #ddd;text-align:right}.notice{background:#fdecea;padding:.6em;"
-             "border-left:4px solid #c0392b}")
+    style = page_style(1300)
     body = [f"<h1>Mechanism comparison: {html.escape(meta['spec_name'])}</h1>",
             f"<p class='notice'>{html.escape(meta['notice'])}</p><h2>What was run</h2><ul>"]
     body += [f"<li>{html.escape(line)}</li>" for line in intro]

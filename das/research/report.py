@@ -19,6 +19,14 @@ COLORS = {"topdown": "#c0392b", "noisy": "#7f8c8d", "wls": "#2471a3"}
 LABELS = {"topdown": "TopDown (released)", "noisy": "raw noisy measurement", "wls": "unconstrained WLS"}
 
 
+def page_style(width: int) -> str:
+    """The CSS of a self-contained HTML report (research and compare): `width` px at most."""
+    return (f"body{{font-family:sans-serif;max-width:{width}px;margin:2em auto;padding:0 1em;color:#222}}"
+            "table.t{border-collapse:collapse;font-size:12px}table.t td,table.t th{padding:2px 6px;"
+            "border-bottom:1px solid #ddd;text-align:right}"
+            ".notice{background:#fdecea;padding:.6em;border-left:4px solid #c0392b}")
+
+
 def _plt():
     import matplotlib
 
@@ -269,10 +277,7 @@ def build_report(study_dir, out=None) -> Path:
            "## Signed error by true size", "", markdown_table(by_bin), ""]
     (out / "report.md").write_text("\n".join(md))
 
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
-             "table.t{border-collapse:collapse;font-size:12px}table.t td,table.t th{padding:2px 6px;"
-             "border-bottom:1px solid #ddd;text-align:right}"
-             ".notice{background:#fdecea;padding:.6em;border-left:4px solid #c0392b}")
+    style = page_style(1200)
     body = [f"<h1>Accuracy and bias report: {html.escape(meta['spec_name'])}</h1>",
             f"<p class='notice'>{html.escape(meta['notice'])}</p>", "<h2>What was run</h2><ul>"]
     body += [f"<li>{html.escape(line)}</li>" for line in intro] + ["</ul><h2>Findings</h2><ul>"]
