@@ -132,9 +132,6 @@ class RunDir:
         """The MDF of `kind` ("persons" or "units") in a layout (parquet, or the pipe-delimited text)."""
         return self.path / f"mdf_{kind}.{'parquet' if layout == 'parquet' else 'txt'}"
 
-    def exists(self) -> bool:
-        return self.manifest_path.is_file()
-
     def read(self) -> Manifest:
         """The manifest, or RunDirError naming the file and what is wrong with it."""
         if not self.path.is_dir():
