@@ -38,6 +38,12 @@ class DaskExecutor:
     def submit(self, fn: Callable, arg):
         return self.client.submit(fn, arg, pure=False)
 
+    def wait_first(self, futures: list) -> list:
+        """Those of `futures` that are done, waiting until at least one is."""
+        from dask.distributed import wait
+
+        return list(wait(futures, return_when="FIRST_COMPLETED").done)
+
     def close(self) -> None:
         self.client.close()
         if self.cluster is not None:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
 IN_FLIGHT_PER_SLOT = 4
@@ -80,6 +80,13 @@ def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None
 
         return DaskExecutor(scheduler=scheduler, workers=workers)
     raise ValueError(f"unknown engine {engine!r}: expected 'local' or 'dask'")
+
+
+def first_done(executor, futures: list) -> list:
+    """Those of `futures` (submitted to `executor`) that are done, waiting until at least one is."""
+    if hasattr(executor, "wait_first"):
+        return executor.wait_first(futures)
+    return list(wait(futures, return_when=FIRST_COMPLETED).done)
 
 
 def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None = None) -> Iterator:

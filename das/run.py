@@ -328,7 +328,8 @@ class _Job:
         manifest.engine = {"engine": self.options.engine, "workers": self.options.workers}
         manifest.timings_seconds = {**pipe.timings, "total": time.perf_counter() - self.t_start}
         manifest.levels_report = {name: [{"level": r.level, "parents": r.parents, "seconds": r.seconds,
-                                          "failsafe_events": len(r.failsafe_events), "l2_certificate": r.certificate}
+                                          "failsafe_events": len(r.failsafe_events), "l2_certificate": r.certificate,
+                                          "tasks": r.tasks}
                                          for r in reports]
                                   for name, reports in level_reports.items()}
         manifest.failsafe_events = events

@@ -16,7 +16,7 @@ import importlib
 import json
 from pathlib import Path
 
-TIMINGS = ("timings_seconds", "seconds", "resumed_at")
+TIMINGS = ("timings_seconds", "seconds", "resumed_at", "tasks")  # tasks: the batches' timings
 
 
 def _fix_version() -> None:

@@ -1,4 +1,4 @@
-"""TopDown engine: solve the nation, then level by level one problem per parent, in parallel.
+"""TopDown engine: solve the nation, then every parent of every level, in parallel, top-down.
 
 For each parent the engine gathers, from the NMF of the child level, the children's noisy
 answers restricted to the cells that are nonzero in the solved parent; from the invariants, the
@@ -6,11 +6,13 @@ children's structural zeros and bounds; and hands the problem to `solve_parent`.
 solutions become the parents of the next level. A level is cut into batches of whole parents;
 a batch is the unit of parallel work (`solve_batch`, on a local pool or Dask: das.executors) and
 of checkpointing (das.checkpoint), so neither the driver nor a worker holds a whole level's
-noisy answers.
+noisy answers. A batch starts as soon as the batches that solve its parents are done (no level
+barrier), the batch with the most blocks below it first: the critical path starts early.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ import scipy.sparse as sp
 from tqdm import tqdm
 
 from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
-from das.executors import IN_FLIGHT_PER_SLOT, local_executor, ordered_map
+from das.executors import IN_FLIGHT_PER_SLOT, first_done, local_executor
 from das.geography import Geography
 from das.io import nmf
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
@@ -58,6 +60,7 @@ class LevelReport:
     seconds: float
     failsafe_events: list = field(default_factory=list)
     certificate: dict = field(default_factory=dict)  # L2 duality gaps summed over the level's parents
+    tasks: dict = field(default_factory=dict)  # its batches: how many ran, the largest, CPU, when (s from start)
 
 
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
@@ -185,29 +188,129 @@ class _Release:
     options: EngineOptions
 
 
-def _batch_tasks(job: _Release, level: str, index, solved, batches, todo):
-    """One BatchTask per batch to do, built lazily (slices only): `solved` holds the parent level's solution."""
+def _batch_task(job: _Release, level: str, index: nmf.LevelIndex, parent_solved: sp.csr_matrix, parents: tuple,
+                indexes: dict) -> BatchTask:
+    """The BatchTask of parents p0..p1-1 of `level`'s parent level (slices only); `parent_solved` holds their rows."""
     schema, geography, invariants, options = job.schema, job.geography, job.invariants, job.options
+    p0, p1 = parents
     parent_level = geography.parent_level(level)
-    parents, children = geography.units(parent_level), geography.units(level)
-    indexes: dict = {}
     offsets = geography.child_ranges(parent_level)
-    for b in todo:
-        p0, p1 = batches[b], batches[b + 1]
-        lo, hi = int(offsets[p0]), int(offsets[p1])
-        b0, b1 = block_range(geography, level, lo, hi)
-        yield BatchTask(
-            schema=schema, parents=parents[p0:p1], children=children[lo:hi], offsets=offsets[p0:p1 + 1] - lo,
-            parent_solved=solved[p0:p1], nmf=index, lo=lo, hi=hi,
-            facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
-            total=population_total(schema, invariants, level, lo, hi),
-            solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
-            chains=single_child_chains(geography, job.nmf_dir, job.name, level, lo, hi, indexes),
-        )
+    lo, hi = int(offsets[p0]), int(offsets[p1])
+    b0, b1 = block_range(geography, level, lo, hi)
+    return BatchTask(
+        schema=schema, parents=geography.units(parent_level)[p0:p1], children=geography.units(level)[lo:hi],
+        offsets=offsets[p0:p1 + 1] - lo, parent_solved=parent_solved, nmf=index, lo=lo, hi=hi,
+        facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
+        total=population_total(schema, invariants, level, lo, hi),
+        solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
+        chains=single_child_chains(geography, job.nmf_dir, job.name, level, lo, hi, indexes),
+    )
+
+
+def timed_solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict, dict]:
+    """solve_batch, plus the task's size and the worker's wall and CPU seconds on it (for the critical path)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    solved, events, l2 = solve_batch(task)
+    return solved, events, l2, {"parents": len(task.parents), "children": task.hi - task.lo,
+                                "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 
 def _stack(parts: list[sp.csr_matrix], n_cols: int) -> sp.csr_matrix:
     return sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, n_cols), dtype=np.int64)
+
+
+def _overlapping(bounds: np.ndarray, lo: int, hi: int) -> range:
+    """Indices j of the consecutive ranges bounds[j]..bounds[j+1]-1 that meet lo..hi-1."""
+    return range(int(np.searchsorted(bounds, lo, side="right")) - 1, int(np.searchsorted(bounds, hi, side="left")))
+
+
+@dataclass
+class _Level:
+    """A level being solved: its batches (ranges of its parents), their results, and what each still waits for."""
+
+    name: str
+    parents: np.ndarray        # batch b solves parents parents[b]..parents[b+1]-1 of the parent level
+    units: np.ndarray          # ... and gives units units[b]..units[b+1]-1 of this level
+    key: str                   # the batching, for checkpoints
+    index: nmf.LevelIndex
+    waiting: np.ndarray        # per batch: batches of the parent level not yet solved that it needs
+    blocks: np.ndarray         # per batch: blocks under its units (its priority: largest subtree first)
+    results: dict = field(default_factory=dict)  # batch -> (solved, events, l2 certificate, task figures)
+    started: float | None = None
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.parents) - 1
+
+    def rows(self, lo: int, hi: int) -> sp.csr_matrix:
+        """Solved rows lo..hi-1 of this level, from the batches that hold them (all solved)."""
+        parts = [self.results[j][0][max(lo, self.units[j]) - self.units[j]:min(hi, self.units[j + 1]) - self.units[j]]
+                 for j in _overlapping(self.units, lo, hi)]
+        return parts[0] if len(parts) == 1 else sp.vstack(parts, format="csr")
+
+
+def _plan_levels(job: _Release, names: list[str], slots: int) -> list[_Level]:
+    """Batches of every level to solve, with each batch's dependencies on the batches of its parent level."""
+    geography, options = job.geography, job.options
+    plans: list[_Level] = []
+    for level in names:
+        parent_level = geography.parent_level(level)
+        n_parents, n_children = geography.n_units(parent_level), geography.n_units(level)
+        offsets = geography.child_ranges(parent_level)
+        # enough batches to keep every slot busy, none larger than batch_children
+        size = max(1, min(options.batch_children, -(-n_children // (IN_FLIGHT_PER_SLOT * slots))))
+        parents = parent_batches(offsets, size)
+        units = offsets[parents]
+        if plans:
+            above = plans[-1].units
+            waiting = (np.searchsorted(above, parents[1:], side="left")
+                       - np.searchsorted(above, parents[:-1], side="right") + 1)
+        else:
+            waiting = np.zeros(len(parents) - 1, dtype=np.int64)
+        blocks = np.diff(_blocks_under(geography, level, units))
+        index = nmf.level_index(nmf.level_path(job.nmf_dir, job.name, level), n_children)
+        plans.append(_Level(level, parents, units, f"{size}/{n_parents}/{n_children}", index, waiting, blocks))
+    return plans
+
+
+def _blocks_under(geography: Geography, level: str, units: np.ndarray) -> np.ndarray:
+    """Block index where each of `units` (unit boundaries of `level`, increasing) begins its blocks."""
+    current, bounds = level, units
+    while (finer := geography.child_level(current)) is not None:
+        bounds = geography.child_ranges(current)[bounds]
+        current = finer
+    return bounds
+
+
+class _Schedule:
+    """Which batches can run: a batch is ready once every batch of its parent level that it needs is solved;
+    ready batches run largest subtree first (the critical path), across levels (no level barrier)."""
+
+    def __init__(self, levels: list[_Level]):
+        self.levels = levels
+        self.ready: list[tuple] = []
+        for b in np.flatnonzero(levels[0].waiting == 0) if levels else ():
+            self._push(0, int(b))
+
+    def _push(self, i: int, b: int) -> None:
+        heapq.heappush(self.ready, (-int(self.levels[i].blocks[b]), i, b))
+
+    def pop(self) -> tuple[int, int] | None:
+        while self.ready:
+            _, i, b = heapq.heappop(self.ready)
+            if b not in self.levels[i].results:
+                return i, b
+        return None
+
+    def solved(self, i: int, b: int) -> None:
+        """Batch b of level i is solved: release the batches of the next level that waited only for it."""
+        if i + 1 >= len(self.levels):
+            return
+        level, below = self.levels[i], self.levels[i + 1]
+        for c in _overlapping(below.parents, int(level.units[b]), int(level.units[b + 1])):
+            below.waiting[c] -= 1
+            if below.waiting[c] == 0:
+                self._push(i + 1, c)
 
 
 def postprocess(
@@ -222,9 +325,11 @@ def postprocess(
 
     Each level is cut into batches of whole parents; a batch is one task (read its NMF rows,
     build and solve its parents' problems), so the driver never holds a level's noisy answers.
-    With `options.checkpoint_dir`, every solved level and batch is checkpointed, and a later call
-    resumes after the deepest complete level, reusing the batches already solved in the next
-    one (solving is deterministic: same result either way).
+    A batch starts as soon as the batches that solve its parents are done, largest subtree first,
+    whatever the level: no level waits for the whole level above it, and the largest parents
+    start early (the critical path). Every parent's solution is the same in any order.
+    With `options.checkpoint_dir`, every solved batch and level is checkpointed, and a later call
+    resumes after the deepest complete level, reusing the batches already solved below it.
     """
     checkpoints = Checkpoints(options.checkpoint_dir, release) if options.checkpoint_dir else None
     levels = geography.levels
@@ -233,9 +338,10 @@ def postprocess(
     solved = None
     for level in levels[: done + 1]:
         solved, events, meta = load_solved(checkpoints.level_path(level))
-        reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {})))
+        reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {}),
+                                   meta.get("tasks", {})))
+    clock = time.perf_counter()
     if done < 0:
-        t0 = time.perf_counter()
         root = levels[0]
         noisy = nmf.read_level(nmf.level_path(nmf_dir, release, root), geography.units(root))
         finer = read_single_children(single_child_chains(geography, nmf_dir, release, root, 0, 1))
@@ -245,53 +351,88 @@ def postprocess(
             rounding=options.rounding, passes=options.passes_for(root), descendants=finer,
         )
         solved = sp.csr_matrix(root_solution.counts.reshape(1, -1))
-        reports.append(LevelReport(root, 1, time.perf_counter() - t0, list(root_solution.events),
+        reports.append(LevelReport(root, 1, time.perf_counter() - clock, list(root_solution.events),
                                    merge_certificates([root_solution.certificate])))
         _checkpoint_level(checkpoints, release, reports[-1], solved)
         done = 0
+    if done == len(levels) - 1:
+        return solved, reports
 
     executor = options.executor or local_executor(options.workers)
     slots = getattr(executor, "slots", 1)
+    job = _Release(release, schema, geography, invariants, nmf_dir, options)
+    plans = _plan_levels(job, list(levels[done + 1:]), slots)
+    schedule = _Schedule(plans)
+    for i, plan in enumerate(plans):  # batches solved before an interruption count as solved now
+        if checkpoints:
+            for b, result in sorted(checkpoints.load_batches(plan.name, plan.n_batches, plan.key).items()):
+                plan.results[b] = (*result, {})
+                schedule.solved(i, b)
+    progress = tqdm(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
+                    desc=f"{release} post-processing", unit="batch", disable=None if options.progress else True,
+                    leave=False)
+    indexes: dict = {}
+    running: dict = {}  # future -> (level index, batch)
+    finished = 0  # levels complete (reported), in order
     try:
-        for parent_level, level in list(zip(levels, levels[1:]))[done:]:
-            t0 = time.perf_counter()
-            n_parents, n_children = geography.n_units(parent_level), geography.n_units(level)
-            index = nmf.level_index(nmf.level_path(nmf_dir, release, level), n_children)
-            # enough batches to keep every slot busy, none larger than batch_children
-            size = max(1, min(options.batch_children, -(-n_children // (IN_FLIGHT_PER_SLOT * slots))))
-            batches = parent_batches(geography.child_ranges(parent_level), size)
-            n_batches = len(batches) - 1
-            batch_key = f"{size}/{n_parents}/{n_children}"
-            results = checkpoints.load_batches(level, n_batches, batch_key) if checkpoints else {}
-            todo = [b for b in range(n_batches) if b not in results]
-            tasks = _batch_tasks(_Release(release, schema, geography, invariants, nmf_dir, options), level, index,
-                                 solved, batches, todo)
-            progress = tqdm(total=n_batches, initial=n_batches - len(todo), desc=f"{release} {level}", unit="batch",
-                            disable=None if options.progress else True, leave=False)
-            for b, (batch_solved, events, l2) in zip(todo, ordered_map(executor, solve_batch, tasks,
-                                                                        in_flight=2 * slots)):
-                results[b] = (batch_solved, events, l2)
+        while finished < len(plans):
+            while len(running) < 2 * slots and (ready := schedule.pop()) is not None:
+                i, b = ready
+                plan = plans[i]
+                p0, p1 = int(plan.parents[b]), int(plan.parents[b + 1])
+                parent_solved = solved[p0:p1] if i == 0 else plans[i - 1].rows(p0, p1)
+                task = _batch_task(job, plan.name, plan.index, parent_solved, (p0, p1), indexes)
+                plan.started = plan.started if plan.started is not None else time.perf_counter()
+                running[executor.submit(timed_solve_batch, task)] = (i, b)
+            if not running and len(plans[finished].results) < plans[finished].n_batches:
+                raise RuntimeError(f"{release}: no batch can run, yet levels remain unsolved (a scheduling bug)")
+            for future in first_done(executor, list(running)) if running else ():
+                i, b = running.pop(future)
+                plans[i].results[b] = future.result()
                 if checkpoints:
-                    save_solved(checkpoints.batch_path(level, b), batch_solved, events,
-                                {"batch": b, "batch_key": batch_key, "l2": l2})
-                    crash_point(f"solve:{release}:{level}")
+                    batch_solved, events, l2, figures = plans[i].results[b]
+                    save_solved(checkpoints.batch_path(plans[i].name, b), batch_solved, events,
+                                {"batch": b, "batch_key": plans[i].key, "l2": l2, "task": figures})
+                    crash_point(f"solve:{release}:{plans[i].name}")
+                schedule.solved(i, b)
                 progress.update()
-            progress.close()
-            solved = _stack([results[b][0] for b in range(n_batches)], schema.size)
-            events = [e for b in range(n_batches) for e in results[b][1]]
-            certificate = merge_certificates(results[b][2] for b in range(n_batches))
-            del results
-            reports.append(LevelReport(level, n_parents, time.perf_counter() - t0, events, certificate))
-            _checkpoint_level(checkpoints, release, reports[-1], solved)
+            while finished < len(plans) and len(plans[finished].results) == plans[finished].n_batches:
+                reports.append(_level_report(plans[finished], geography, clock))
+                if checkpoints:
+                    _checkpoint_level(checkpoints, release, reports[-1], _level_solution(plans[finished], schema))
+                if finished > 0:
+                    plans[finished - 1].results.clear()  # its rows went into the tasks of this level
+                finished += 1
     finally:
+        progress.close()
         if options.executor is None:
             executor.close()
-    return solved, reports
+    return _level_solution(plans[-1], schema), reports
+
+
+def _level_solution(plan: _Level, schema: Schema) -> sp.csr_matrix:
+    return _stack([plan.results[b][0] for b in range(plan.n_batches)], schema.size)
+
+
+def _level_report(plan: _Level, geography: Geography, clock: float) -> LevelReport:
+    """A complete level's report: its events and certificate in batch order, and its tasks' figures."""
+    results = [plan.results[b] for b in range(plan.n_batches)]
+    tasks = [r[3] for r in results if r[3]]
+    started = plan.started if plan.started is not None else time.perf_counter()
+    summary = {"batches": plan.n_batches, "run": len(tasks),
+               "largest_seconds": max((t["seconds"] for t in tasks), default=0.0),
+               "largest_children": max((t["children"] for t in tasks), default=0),
+               "cpu_seconds": sum(t["cpu_seconds"] for t in tasks),
+               "started_s": started - clock, "finished_s": time.perf_counter() - clock}
+    return LevelReport(plan.name, geography.n_units(geography.parent_level(plan.name)),
+                       time.perf_counter() - started, [e for r in results for e in r[1]],
+                       merge_certificates(r[2] for r in results), summary)
 
 
 def _checkpoint_level(checkpoints: Checkpoints | None, release: str, report: LevelReport, solved) -> None:
     if checkpoints is None:
         return
     checkpoints.save_level(report.level, solved, report.failsafe_events,
-                           {"parents": report.parents, "seconds": report.seconds, "l2": report.certificate})
+                           {"parents": report.parents, "seconds": report.seconds, "l2": report.certificate,
+                            "tasks": report.tasks})
     crash_point(f"level:{release}:{report.level}")
