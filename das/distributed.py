@@ -42,7 +42,8 @@ class DaskExecutor:
         """Those of `futures` that are done, waiting until at least one is."""
         from dask.distributed import wait
 
-        return list(wait(futures, return_when="FIRST_COMPLETED").done)
+        with self.client.as_current():  # wait looks for the current client; ours is not the default one
+            return list(wait(futures, return_when="FIRST_COMPLETED").done)
 
     def close(self) -> None:
         self.client.close()
