@@ -204,8 +204,9 @@ class Pipeline:
             solved[name], reports[name] = postprocess(name, r.schema, confidential.geography, invariants, nmf_dir,
                                                       options)
             self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
-            per_level = ", ".join(f"{lr.level} {lr.seconds:.1f}s" for lr in reports[name])
-            self.log(f"post-processed {name} ({seconds:.1f} s: {per_level})")
+            # levels overlap (a batch starts when its parents are solved): when each level was complete
+            done_at = ", ".join(f"{lr.level} {lr.tasks.get('finished_s', lr.seconds):.1f}" for lr in reports[name])
+            self.log(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
         return solved, reports
 
     def write_outputs(self, run_dir: RunDir, confidential: Confidential, solved: dict) -> list[Path]:
