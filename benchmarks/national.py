@@ -305,10 +305,11 @@ def national_steps(path: dict[str, dict], recorded: list[dict], blocks: float, n
         release, level = name.split()
         batches = [t for t in recorded if t.get("kind") == "batch" and t.get("release") == release
                    and t.get("level_digits") == LEVEL_DIGITS[level]]
-        parents = [p for t in batches for p in t.get("parent_solves", [])]
-        if not parents:  # the root: one parent whatever the size of the country
+        if not batches:  # the root: one parent whatever the size of the country
             steps.append(LevelWork(name, level_path["cpu_s"], level_path["longest_task_cpu_s"]))
             continue
+        # per parent when the batches say (recorded by `_timed`), else per batch (then reading is inside the fit)
+        parents = [p for t in batches for p in t.get("parent_solves", [])] or batches
         per_child, a, b = fit_cost([p["children"] for p in parents], [p["cpu_seconds"] for p in parents])
         reading = max(0.0, sum(t["cpu_seconds"] for t in batches) - sum(p["cpu_seconds"] for p in parents))
         reading_per_child = reading / max(1, sum(t["children"] for t in batches))
