@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
-from benchmarks.scale import _cpu, _driver_cpu_by_stage, _quiet, descendant_peaks
+from benchmarks.scale import _cpu, _driver_cpu_by_stage, _quiet, descendant_peaks, pollers_cpu
 
 STATES = 9
 WORKERS = 2
@@ -356,7 +356,7 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
         tmp = Path(tmp)
         counts = write_synthetic(tmp / "input", states)
         driver_base_mb = _status_kb("VmRSS") / 1024
-        self0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+        self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers_cpu(), _cpu(resource.RUSAGE_CHILDREN)
         stages: dict = {}
         workers_seen: dict = {}
         records: list[dict] = []
@@ -373,9 +373,8 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
             stop.set()
             poller.join()
         seconds = time.perf_counter() - t0
-        poll_cpu = workers_seen.pop("poll_cpu_s", 0.0)
         tree_peak = workers_seen.pop("workers_tree_mb", float("nan"))
-        driver_cpu = _cpu(resource.RUSAGE_SELF) - self0 - poll_cpu
+        driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         manifest = json.loads((tmp / "out" / "manifest.json").read_text())
     blocks, persons = float(counts["blocks"]), float(counts["persons"])

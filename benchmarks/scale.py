@@ -30,6 +30,23 @@ def _cpu(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+POLLERS = ("(poll)", "(descendant_peaks)")  # memory pollers' thread names: scripts/bench's tree poller, ours
+
+
+def pollers_cpu() -> float:
+    """CPU seconds of this process's memory-polling threads so far (/proc/self/task), to take out of the driver's:
+    they read /proc every 50-250 ms, a few per cent of a core that is no work of das."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.endswith(POLLERS) and thread.native_id:
+            try:
+                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
+
+
 def _reset_peak_rss() -> bool:
     """Linux: reset this process's peak RSS (VmHWM) so a stage's own peak can be read."""
     try:
@@ -81,7 +98,6 @@ def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) ->
             peaks[str(pid)] = max(peaks.get(str(pid), 0.0), table[pid][2])
         peaks["workers_tree_mb"] = max(peaks.get("workers_tree_mb", 0.0), sum(table[pid][1] for pid in tree))
         if stop.wait(every):
-            peaks["poll_cpu_s"] = time.thread_time()  # this thread's own CPU, to take out of the driver's
             return
 
 
@@ -104,12 +120,12 @@ def _driver_cpu_by_stage(figures: dict):
             figures[f"before_{name}_driver_peak_mb"] = max(figures.get(f"before_{name}_driver_peak_mb", 0.0), before)
             overall[0] = max(overall[0], before)
             peaks = _reset_peak_rss()
-            t0 = time.process_time()
+            t0 = time.process_time() - pollers_cpu()
             try:
                 return fn(*args, **kwargs)
             finally:
                 key = f"{name}_driver_cpu_s"
-                figures[key] = figures.get(key, 0.0) + time.process_time() - t0
+                figures[key] = figures.get(key, 0.0) + time.process_time() - pollers_cpu() - t0
                 if peaks:
                     peak = _peak_rss_mb()
                     figures[f"{name}_driver_peak_mb"] = max(figures.get(f"{name}_driver_peak_mb", 0.0), peak)
@@ -135,7 +151,7 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         counts = write_synthetic(tmp / "input", states)
-        self0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+        self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers_cpu(), _cpu(resource.RUSAGE_CHILDREN)
         stages: dict = {}
         children: dict = {}
         stop = threading.Event()
@@ -150,7 +166,7 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
             stop.set()
             poller.join()
         seconds = time.perf_counter() - t0
-        driver_cpu = _cpu(resource.RUSAGE_SELF) - self0 - children.pop("poll_cpu_s", 0.0)
+        driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         workers_tree_mb = children.pop("workers_tree_mb", float("nan"))
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         manifest = json.loads((tmp / "out" / "manifest.json").read_text())
