@@ -411,6 +411,10 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
     serial = {name: stages.get(f"{name}_driver_cpu_s", 0.0) * scale
               for name in ("read_confidential", "measure_all", "write_outputs", "validate_run")}
     serial["postprocess"] = max(0.0, stages.get("postprocess_driver_cpu_s", 0.0) - root_s) * scale
+    # the rest of the driver's CPU (spec and preflight, the inputs' keyed fingerprint, the outputs' digests,
+    # the manifest, starting the pool): mostly reading or hashing files, so it too scales with blocks
+    staged = sum(v for k, v in stages.items() if k.endswith("_driver_cpu_s"))
+    serial["other"] = max(0.0, driver_cpu - staged) * scale
     serial["root"] = root_s
     steps = national_steps({k: v for k, v in path.items() if not k.endswith(" nation")}, records, blocks, nation)
     projection = project(serial, steps, nation.cores)
