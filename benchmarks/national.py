@@ -394,6 +394,9 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
     for key, value in manifest["timings_seconds"].items():
         figures[f"{key}_s"] = value
 
+    if not any(t["kind"] == "batch" for t in records):  # the fits need them: say so rather than project from nothing
+        raise RuntimeError("no batch of parents was timed: das.topdown.engine no longer maps solve_batch through its "
+                           "ordered_map; recording_tasks must follow the engine")
     # this run's critical path: per level, the longest single task
     path = critical_path(reports, records)
     for name, p in path.items():
