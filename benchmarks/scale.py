@@ -1,8 +1,8 @@
 """Scale: `das run` on synthetic multi-state inputs (das.synth: VT/DE replicated under new state codes).
 
 At 1, 2 and 4 state copies: wall and CPU seconds per 1000 blocks and per million persons, peak
-memory of the driver and of the largest solver worker. The national projection in BENCHMARKS.md
-uses these figures (method in docs/scale.md).
+memory of the driver and of the largest solver worker. The national projection is scale.national's
+(benchmarks/national.py; method in docs/scale.md).
 """
 
 from __future__ import annotations
@@ -30,6 +30,23 @@ def _cpu(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+POLLERS = ("(poll)", "(descendant_peaks)")  # memory pollers' thread names: scripts/bench's tree poller, ours
+
+
+def pollers_cpu() -> float:
+    """CPU seconds of this process's memory-polling threads so far (/proc/self/task), to take out of the driver's:
+    they read /proc every 50-250 ms, a few per cent of a core that is no work of das."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.endswith(POLLERS) and thread.native_id:
+            try:
+                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
+
+
 def _reset_peak_rss() -> bool:
     """Linux: reset this process's peak RSS (VmHWM) so a stage's own peak can be read."""
     try:
@@ -46,23 +63,41 @@ def _peak_rss_mb() -> float:
     return float("nan")
 
 
-def _children_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) -> None:
-    """Poll VmHWM (the peak RSS of the process's own image, reset at exec) of this process's children.
+def _process_table() -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, VmRSS MB, VmHWM MB) of every process /proc lets us read."""
+    table = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            table[int(status.parent.name)] = (int(fields["PPid"]), int(fields.get("VmRSS", "0 kB").split()[0]) / 1024,
+                                              int(fields.get("VmHWM", "0 kB").split()[0]) / 1024)
+        except (OSError, KeyError, ValueError):
+            continue
+    return table
+
+
+def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) -> None:
+    """Poll every descendant of this process (pool workers, their own children, Dask's nanny and workers): each
+    one's VmHWM (peak RSS of its own image, reset at exec) under its pid, and the largest sum of their current RSS
+    under "workers_tree_mb".
 
     ru_maxrss of children cannot be used: Linux carries the pre-exec (forked) image's peak over
     exec, so every spawned worker would report at least the driver's size when it was started.
     """
-    me = str(os.getpid())
+    me = os.getpid()
     while True:
-        for status in Path("/proc").glob("[0-9]*/status"):
-            try:
-                fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-            except OSError:
-                continue
-            if fields.get("PPid", "").strip() == me and "VmHWM" in fields:
-                peaks[status.parent.name] = max(peaks.get(status.parent.name, 0.0), int(fields["VmHWM"].split()[0]) / 1024)
+        table = _process_table()
+        tree, frontier = set(), [me]
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, _, _) in table.items():
+                if ppid == parent and pid not in tree:
+                    tree.add(pid)
+                    frontier.append(pid)
+        for pid in tree:
+            peaks[str(pid)] = max(peaks.get(str(pid), 0.0), table[pid][2])
+        peaks["workers_tree_mb"] = max(peaks.get("workers_tree_mb", 0.0), sum(table[pid][1] for pid in tree))
         if stop.wait(every):
-            peaks["poll_cpu_s"] = time.thread_time()  # this thread's own CPU, to take out of the driver's
             return
 
 
@@ -74,22 +109,23 @@ def _driver_cpu_by_stage(figures: dict):
 
     # figure name -> (owner, attribute): the pipeline's stages and the run's validation
     stages = {"read_confidential": (Pipeline, "read_inputs"), "measure_all": (Pipeline, "measure"),
-              "postprocess": (Pipeline, "postprocess"), "validate_run": (das.run, "validate_run")}
+              "postprocess": (Pipeline, "postprocess"), "write_outputs": (Pipeline, "write_outputs"),
+              "validate_run": (das.run, "validate_run")}
     originals = {name: getattr(owner, attr) for name, (owner, attr) in stages.items()}
     overall = [0.0]
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
-            before = _peak_rss_mb()  # the work since the previous stage (before validate_run: MDF and tables)
+            before = _peak_rss_mb()  # the work since the previous stage
             figures[f"before_{name}_driver_peak_mb"] = max(figures.get(f"before_{name}_driver_peak_mb", 0.0), before)
             overall[0] = max(overall[0], before)
             peaks = _reset_peak_rss()
-            t0 = time.process_time()
+            t0 = time.process_time() - pollers_cpu()
             try:
                 return fn(*args, **kwargs)
             finally:
                 key = f"{name}_driver_cpu_s"
-                figures[key] = figures.get(key, 0.0) + time.process_time() - t0
+                figures[key] = figures.get(key, 0.0) + time.process_time() - pollers_cpu() - t0
                 if peaks:
                     peak = _peak_rss_mb()
                     figures[f"{name}_driver_peak_mb"] = max(figures.get(f"{name}_driver_peak_mb", 0.0), peak)
@@ -107,10 +143,6 @@ def _driver_cpu_by_stage(figures: dict):
         figures["run_driver_peak_mb"] = max(overall[0], _peak_rss_mb())
 
 
-NATIONAL_BLOCKS = 8.1e6  # 2020 tabulation blocks, order of magnitude of the national run
-NATIONAL_CORES = 64
-
-
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
     """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
     from das.run import run
@@ -119,11 +151,11 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         counts = write_synthetic(tmp / "input", states)
-        self0, children0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+        self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers_cpu(), _cpu(resource.RUSAGE_CHILDREN)
         stages: dict = {}
         children: dict = {}
         stop = threading.Event()
-        poller = threading.Thread(target=_children_peaks, args=(stop, children), daemon=True)
+        poller = threading.Thread(target=descendant_peaks, args=(stop, children), daemon=True)
         poller.start()
         t0 = time.perf_counter()
         try:
@@ -134,7 +166,8 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
             stop.set()
             poller.join()
         seconds = time.perf_counter() - t0
-        driver_cpu = _cpu(resource.RUSAGE_SELF) - self0 - children.pop("poll_cpu_s", 0.0)
+        driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
+        workers_tree_mb = children.pop("workers_tree_mb", float("nan"))
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         manifest = json.loads((tmp / "out" / "manifest.json").read_text())
         nmf_mb = sum(p.stat().st_size for p in (tmp / "out" / "nmf").rglob("*.parquet")) / 2**20
@@ -148,16 +181,13 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         "cpu_ms_per_block": (driver_cpu + worker_cpu) / blocks * 1000,
         "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # incl. writing the input
         "worker_peak_rss_mb": max(children.values(), default=float("nan")),  # the largest worker's own peak
+        "workers_tree_peak_mb": workers_tree_mb,  # every descendant together, at their largest
         "workers_seen": float(len(children)),
         "nmf_mb": nmf_mb,
         **stages,
     }
     # the driver's serial work outside validation (reading, truth, NMF assembly, batches, MDF and tables)
     figures["driver_cpu_without_validate_s"] = driver_cpu - stages.get("validate_run_driver_cpu_s", 0.0)
-    # national projection from these figures (docs/scale.md): serial driver part + workers' part over 64 cores
-    for tag, serial in (("", driver_cpu), ("_without_validation", figures["driver_cpu_without_validate_s"])):
-        per_block = serial / blocks + worker_cpu / blocks / NATIONAL_CORES
-        figures[f"projected_national_h{tag}"] = NATIONAL_BLOCKS * per_block / 3600
     for key, value in manifest["timings_seconds"].items():
         figures[f"{key}_s"] = value
     for r in manifest["levels_report"]["persons"]:
@@ -177,8 +207,7 @@ def run_4_states() -> dict:
     return run_states(4)
 
 
-_TARGET = ("worker peak memory flat across sizes; cost per block flat (no worse than linear); "
-           "projected_national_h (8.1M blocks, 64 cores) < 2")
+_TARGET = "worker peak memory flat across sizes; cost per block flat (no worse than linear)"
 BENCHES = [
     Bench("scale.states_1", f"das run on 1 state copy (VT, 18.7k blocks), {WORKERS} workers, seeded: cost per block "
           "and peak memory of the driver and of a solver worker", run_1_state, key="s_per_1000_blocks",

@@ -3,6 +3,9 @@
 Copy i of `states` takes Vermont (even i) or Delaware (odd i) from geography_fixtures/ and gives it
 the i-th state FIPS code of STATE_CODES; persons are renumbered. Written one copy (one row group)
 at a time, so memory follows one state. Never commit the output: write it under /tmp.
+Sizes: a VT copy has 18,660 blocks and 625,741 persons, a DE copy 17,931 and 897,934; 9 copies
+(benchmarks/national.py) give 165,024 blocks and 6.72 million persons (40.7 a block; the nation
+has about 41: 331 million in 8.1 million blocks).
 
 >>> [source for source, _ in plan(3)]
 ['vt', 'de', 'vt']

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from das.synth import write_synthetic
 
@@ -14,3 +15,16 @@ def test_synthetic_states_replicate_the_fixtures_under_new_codes(tmp_path):
     assert sorted(set(persons["TABBLKST"].to_pylist())) == ["01", "02"]
     assert np.array_equal(persons["EPNUM"].to_numpy(), np.arange(1, counts["persons"] + 1))
     assert (tmp_path / "spec.toml").read_text().count("synthetic_2") == 1
+
+
+@pytest.mark.slow  # about 10 s: writes 6.7 million persons
+def test_nine_copies_give_a_national_shaped_input_of_over_150k_unique_blocks(tmp_path):
+    counts = write_synthetic(tmp_path, 9)
+    assert counts["states"] == 9 and counts["blocks"] == 5 * 18_660 + 4 * 17_931 >= 150_000
+    units = pq.read_table(tmp_path / "units.parquet", columns=["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"])
+    states = units["TABBLKST"].to_numpy().astype(str)
+    assert len(set(states)) == 9
+    geocodes = np.char.add(np.char.add(states, units["TABBLKCOU"].to_numpy().astype(str)),
+                           np.char.add(units["TABTRACTCE"].to_numpy().astype(str),
+                                       units["TABBLK"].to_numpy().astype(str)))
+    assert len(np.unique(geocodes)) == counts["blocks"]
