@@ -7,10 +7,10 @@ workers run: each measurement chunk, each batch of parents and, inside a batch, 
 the critical path of this run (per level, the longest single task) and projects a national run
 (method: docs/scale.md, "The national projection"; the function is `project`).
 
-Until the engine reports per-task timings itself (`LevelReport.tasks`, dicts with at least
-`parents`, `children`, `seconds`, `cpu_seconds`), the benchmark wraps the executor map of the
-engine and of measurement (das.topdown.engine.ordered_map, das.measure.ordered_map) so that each
-task runs inside `_timed` on its worker; `critical_path` prefers the engine's own `tasks`.
+The engine reports each batch's figures itself (`LevelReport.tasks`: `parents`, `children`,
+`seconds`, `cpu_seconds`); the benchmark runs each batch through `_timed_batch` on its worker, which
+adds per parent the build + solve CPU and peak memory, and wraps measurement's executor map
+(das.measure.ordered_map) so that each chunk is timed too.
 """
 
 from __future__ import annotations
@@ -219,6 +219,14 @@ def _timed(job: tuple[Callable, object]):
     return result, record
 
 
+def _timed_batch(task):
+    """The engine's timed_solve_batch on a worker, its figures extended by `_timed`'s (per parent, memory)."""
+    import das.topdown.engine as engine
+
+    (solved, events, l2), record = _timed((engine.solve_batch, task))
+    return solved, events, l2, record
+
+
 @contextmanager
 def recording_tasks(records: list[dict], reports: dict):
     """Run every measurement chunk and batch of parents through `_timed` (records appended to `records`, tagged
@@ -228,7 +236,7 @@ def recording_tasks(records: list[dict], reports: dict):
     import das.topdown.engine
 
     release = [""]
-    originals = {"engine_map": das.topdown.engine.ordered_map, "measure_map": das.measure.ordered_map,
+    originals = {"timed_solve_batch": das.topdown.engine.timed_solve_batch, "measure_map": das.measure.ordered_map,
                  "postprocess": das.pipeline.postprocess, "measure_release": das.pipeline.measure_release}
 
     def timed_map(original):
@@ -243,19 +251,21 @@ def recording_tasks(records: list[dict], reports: dict):
         release[0] = name
         solved, level_reports = originals["postprocess"](name, *args, **kwargs)
         reports[name] = level_reports
+        records.extend({**t, "release": name} for r in level_reports for t in r.tasks)
         return solved, level_reports
 
     def measure_release(what, *args, **kwargs):
         release[0] = what.release
         return originals["measure_release"](what, *args, **kwargs)
 
-    das.topdown.engine.ordered_map = timed_map(originals["engine_map"])
+    das.topdown.engine.timed_solve_batch = _timed_batch  # pickled by name: the workers run _timed_batch
     das.measure.ordered_map = timed_map(originals["measure_map"])
     das.pipeline.postprocess, das.pipeline.measure_release = postprocess, measure_release
     try:
         yield
     finally:
-        das.topdown.engine.ordered_map, das.measure.ordered_map = originals["engine_map"], originals["measure_map"]
+        das.topdown.engine.timed_solve_batch = originals["timed_solve_batch"]
+        das.measure.ordered_map = originals["measure_map"]
         das.pipeline.postprocess, das.pipeline.measure_release = originals["postprocess"], originals["measure_release"]
 
 
@@ -395,8 +405,8 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
         figures[f"{key}_s"] = value
 
     if not any(t["kind"] == "batch" for t in records):  # the fits need them: say so rather than project from nothing
-        raise RuntimeError("no batch of parents was timed: das.topdown.engine no longer maps solve_batch through its "
-                           "ordered_map; recording_tasks must follow the engine")
+        raise RuntimeError("no batch of parents was timed: das.topdown.engine no longer submits timed_solve_batch; "
+                           "recording_tasks must follow the engine")
     # this run's critical path: per level, the longest single task
     path = critical_path(reports, records)
     for name, p in path.items():

@@ -205,7 +205,7 @@ class Pipeline:
                                                       options)
             self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
             # levels overlap (a batch starts when its parents are solved): when each level was complete
-            done_at = ", ".join(f"{lr.level} {lr.tasks.get('finished_s', lr.seconds):.1f}" for lr in reports[name])
+            done_at = ", ".join(f"{lr.level} {(lr.span or (0, lr.seconds))[1]:.1f}" for lr in reports[name])
             self.log(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
         return solved, reports
 

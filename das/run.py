@@ -22,6 +22,7 @@ from das.measure import Target
 from das.pipeline import NOT_PRIVATE, Confidential, Pipeline, RunError, code_version
 from das.rundir import Manifest, RunDir, RunDirError
 from das.runspec import RunSpec, load_run_spec
+from das.topdown.engine import task_summary
 from das.validate import validate_run
 
 __all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run", "run"]
@@ -329,7 +330,7 @@ class _Job:
         manifest.timings_seconds = {**pipe.timings, "total": time.perf_counter() - self.t_start}
         manifest.levels_report = {name: [{"level": r.level, "parents": r.parents, "seconds": r.seconds,
                                           "failsafe_events": len(r.failsafe_events), "l2_certificate": r.certificate,
-                                          "tasks": r.tasks}
+                                          "tasks": task_summary(r)}
                                          for r in reports]
                                   for name, reports in level_reports.items()}
         manifest.failsafe_events = events

@@ -60,7 +60,19 @@ class LevelReport:
     seconds: float
     failsafe_events: list = field(default_factory=list)
     certificate: dict = field(default_factory=dict)  # L2 duality gaps summed over the level's parents
-    tasks: dict = field(default_factory=dict)  # its batches: how many ran, the largest, CPU, when (s from start)
+    tasks: list = field(default_factory=list)  # per batch run here: parents, children, worker seconds and CPU
+    span: tuple = ()  # (started, complete): seconds from the start of the release's post-processing
+
+
+def task_summary(report: LevelReport) -> dict:
+    """A level's batches in a few figures (for the manifest): how many ran, the largest, their CPU, its span."""
+    tasks = report.tasks
+    summary = {"run": len(tasks), "largest_seconds": max((t["seconds"] for t in tasks), default=0.0),
+               "largest_children": max((t["children"] for t in tasks), default=0),
+               "cpu_seconds": sum(t["cpu_seconds"] for t in tasks)}
+    if report.span:
+        summary["started_s"], summary["complete_s"] = report.span
+    return summary
 
 
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
@@ -339,7 +351,7 @@ def postprocess(
     for level in levels[: done + 1]:
         solved, events, meta = load_solved(checkpoints.level_path(level))
         reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {}),
-                                   meta.get("tasks", {})))
+                                   meta.get("tasks", []), tuple(meta.get("span", ()))))
     clock = time.perf_counter()
     if done < 0:
         root = levels[0]
@@ -417,16 +429,11 @@ def _level_solution(plan: _Level, schema: Schema) -> sp.csr_matrix:
 def _level_report(plan: _Level, geography: Geography, clock: float) -> LevelReport:
     """A complete level's report: its events and certificate in batch order, and its tasks' figures."""
     results = [plan.results[b] for b in range(plan.n_batches)]
-    tasks = [r[3] for r in results if r[3]]
-    started = plan.started if plan.started is not None else time.perf_counter()
-    summary = {"batches": plan.n_batches, "run": len(tasks),
-               "largest_seconds": max((t["seconds"] for t in tasks), default=0.0),
-               "largest_children": max((t["children"] for t in tasks), default=0),
-               "cpu_seconds": sum(t["cpu_seconds"] for t in tasks),
-               "started_s": started - clock, "finished_s": time.perf_counter() - clock}
-    return LevelReport(plan.name, geography.n_units(geography.parent_level(plan.name)),
-                       time.perf_counter() - started, [e for r in results for e in r[1]],
-                       merge_certificates(r[2] for r in results), summary)
+    now = time.perf_counter()
+    started = plan.started if plan.started is not None else now
+    return LevelReport(plan.name, geography.n_units(geography.parent_level(plan.name)), now - started,
+                       [e for r in results for e in r[1]], merge_certificates(r[2] for r in results),
+                       [r[3] for r in results if r[3]], (started - clock, now - clock))
 
 
 def _checkpoint_level(checkpoints: Checkpoints | None, release: str, report: LevelReport, solved) -> None:
@@ -434,5 +441,5 @@ def _checkpoint_level(checkpoints: Checkpoints | None, release: str, report: Lev
         return
     checkpoints.save_level(report.level, solved, report.failsafe_events,
                            {"parents": report.parents, "seconds": report.seconds, "l2": report.certificate,
-                            "tasks": report.tasks})
+                            "tasks": report.tasks, "span": list(report.span)})
     crash_point(f"level:{release}:{report.level}")
