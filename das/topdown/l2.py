@@ -61,8 +61,9 @@ def partition_labels(a: sp.csr_matrix) -> np.ndarray | None:
     return labels
 
 
-def _union_of(labels: np.ndarray, base: Base) -> sp.coo_matrix | None:
-    """G (0/1, rows of a x rows of base) with a == G @ base when each row of the partition a is a union of base rows."""
+def _union_of(labels: np.ndarray, base: Base) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row of a, base row) of each base row inside the partition a, in order, when each row of a is a union of
+    base rows (a == G @ base with G 0/1 holding these pairs)."""
     covered = base.labels >= 0
     if (labels[~covered] >= 0).any():
         return None
@@ -71,23 +72,21 @@ def _union_of(labels: np.ndarray, base: Base) -> sp.coo_matrix | None:
     if (parent_of[base.labels[covered]] != labels[covered]).any():  # a base row split between rows of a
         return None
     inside = np.flatnonzero(parent_of >= 0)
-    return sp.coo_matrix((np.ones(len(inside)), (parent_of[inside], inside)), shape=(labels.max(initial=-1) + 1,
-                                                                                     len(base.holders)))
+    return parent_of[inside], inside
 
 
-def _rows_union_of(a: sp.csr_matrix, base: Base) -> sp.coo_matrix | None:
+def _rows_union_of(a: sp.csr_matrix, base: Base) -> tuple[np.ndarray, np.ndarray] | None:
     """As _union_of for any 0/1 rows (overlapping ones, e.g. a child's total and its hhgq bounds)."""
     rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
     lab = base.labels[a.indices]
     if (lab < 0).any():
         return None
     pairs = np.unique(rows * len(base.holders) + lab)
-    g = sp.coo_matrix((np.ones(len(pairs)), (pairs // len(base.holders), pairs % len(base.holders))),
-                      shape=(a.shape[0], len(base.holders)))
+    row, col = pairs // len(base.holders), pairs % len(base.holders)
     sizes = np.bincount(base.labels[base.labels >= 0], minlength=len(base.holders))
-    if not np.array_equal(np.bincount(g.row, weights=sizes[g.col], minlength=a.shape[0]), np.diff(a.indptr)):
+    if not np.array_equal(np.bincount(row, weights=sizes[col], minlength=a.shape[0]), np.diff(a.indptr)):
         return None  # some base row only partly inside a row of a
-    return g
+    return row, col
 
 
 def express(lifted: Lifted, a: sp.csr_matrix) -> sp.csr_matrix:
@@ -95,22 +94,32 @@ def express(lifted: Lifted, a: sp.csr_matrix) -> sp.csr_matrix:
     return _express(lifted, sp.csr_matrix(a, dtype=float))[0]
 
 
-def _express(lifted: Lifted, a: sp.csr_matrix) -> tuple[sp.csr_matrix, bool]:
+def _express(lifted: Lifted, a: sp.csr_matrix, labels: np.ndarray | None = None) -> tuple[sp.csr_matrix, bool]:
+    """`express`, and whether a was written over answer variables; `labels`: partition_labels(a), if known."""
     if (a.data == 1).all():
-        labels = partition_labels(a)
+        labels = partition_labels(a) if labels is None else labels
         for base in lifted.bases:
-            g = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
-            if g is not None:
-                return sp.csr_matrix((g.data, (g.row, base.holders[g.col])), shape=(a.shape[0], lifted.n_total)), True
+            pairs = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
+            if pairs is not None:
+                return _rows_over(pairs[0], base.holders[pairs[1]], a.shape[0], lifted.n_total), True
     return _pad(a, lifted.n_total), False
+
+
+def _rows_over(row: np.ndarray, column: np.ndarray, n_rows: int, n_columns: int) -> sp.csr_matrix:
+    """The 0/1 matrix with ones at distinct (row, column) pairs, built directly in canonical CSR order."""
+    order = np.argsort(row * n_columns + column, kind="stable")
+    return sp.csr_matrix((np.ones(len(row)), column[order], np.r_[0, np.cumsum(np.bincount(row, minlength=n_rows))]),
+                         shape=(n_rows, n_columns))
 
 
 def lift(terms, n_var: int) -> Lifted:
     """The nested formulation of the terms (rows over x, answers, 1/variance): finest queries first."""
     lifted = Lifted(n_var, [], np.zeros(n_var), np.zeros(n_var), 0.0, [])
     for a, y, w in sorted(terms, key=lambda t: -t[0].shape[0]):
-        a = sp.csr_matrix(a, dtype=float)
-        e, nested = _express(lifted, a)
+        if not (isinstance(a, sp.csr_matrix) and a.dtype == float):
+            a = sp.csr_matrix(a, dtype=float)
+        labels = partition_labels(a)
+        e, nested = _express(lifted, a, labels)
         single = ((np.diff(e.indptr) == 1).all() and (e.data == 1).all()
                   and np.bincount(e.indices, minlength=1).max(initial=0) <= 1)
         if single:  # the answers already are variables (x itself, or a query measured again)
@@ -125,7 +134,6 @@ def lift(terms, n_var: int) -> Lifted:
         np.add.at(lifted.weight, holders, w)
         np.add.at(lifted.linear, holders, -2.0 * w * y)
         lifted.constant += w * float(y @ y)
-        labels = partition_labels(a)
         if labels is not None and not (single and nested):  # not a measurement again of a partition already held
             lifted.bases.append(Base(labels, holders))
             lifted.bases.sort(key=lambda b: len(b.holders))
@@ -134,7 +142,6 @@ def lift(terms, n_var: int) -> Lifted:
 
 def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
     """Rows `answer_i - e_i v = 0` with answer i the new variable start + i (after every column of e)."""
-    e = sp.csr_matrix(e)
     rows = e.shape[0]
     indptr = e.indptr + np.arange(rows + 1)
     indices, data = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
@@ -148,8 +155,25 @@ def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
 
 def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
     """The same rows over n columns (new variables appended on the right)."""
-    m = sp.csr_matrix(m)
+    if not isinstance(m, sp.csr_matrix):
+        m = sp.csr_matrix(m)
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n)) if m.shape[1] < n else m
+
+
+def _stacked(blocks: list[sp.csr_matrix], n: int) -> sp.csr_matrix:
+    """sp.vstack of CSR blocks over at most n columns, widened to n: their arrays concatenated."""
+    offsets = np.cumsum([0] + [b.indptr[-1] for b in blocks[:-1]])
+    indptr = np.concatenate([[0]] + [b.indptr[1:] + o for b, o in zip(blocks, offsets)])
+    return sp.csr_matrix((np.concatenate([b.data for b in blocks]), np.concatenate([b.indices for b in blocks]), indptr),
+                         shape=(len(indptr) - 1, n))
+
+
+def _picked(m: sp.csr_matrix, rows: np.ndarray, sign: float = 1.0) -> sp.csr_matrix:
+    """sign * m[rows] for a boolean mask `rows`, without scipy's fancy indexing."""
+    counts = np.diff(m.indptr)
+    keep = np.repeat(rows, counts)
+    return sp.csr_matrix((sign * m.data[keep], m.indices[keep], np.r_[0, np.cumsum(counts[rows])]),
+                         shape=(int(rows.sum()), m.shape[1]))
 
 
 class BoundRows(NamedTuple):
@@ -207,22 +231,22 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
     width = n + n_slack
     # x >= 0 and the slacks >= 0; answer variables are defined from x (sums: nonneg by themselves)
     signed = np.r_[np.arange(n_var), np.arange(n, width)]
-    le_rows.append(sp.csr_matrix((-np.ones(len(signed)), (np.arange(len(signed)), signed)), shape=(len(signed), width)))
+    le_rows.append(sp.csr_matrix((-np.ones(len(signed)), signed, np.arange(len(signed) + 1)), shape=(len(signed), width)))
     le_rhs.append(np.zeros(len(signed)))
     b_matrix, lower, upper = bounds
     if b_matrix is not None:
         rows = express(lifted, b_matrix)
         lo, hi = lower > 0, np.isfinite(upper)
         if lo.any():
-            le_rows.append(-rows[lo])
+            le_rows.append(_picked(rows, lo, -1.0))
             le_rhs.append(-lower[lo] / scale)
         if hi.any():
-            le_rows.append(rows[hi])
+            le_rows.append(_picked(rows, hi))
             le_rhs.append(upper[hi] / scale)
     for matrix, target in fixed:  # held answers of earlier passes: equalities
         eq_rows.append(express(lifted, matrix))
         eq_rhs.append(target / scale)
-    a_matrix = sp.vstack([_pad(m, width) for m in eq_rows + le_rows], format="csr").tocsc()
+    a_matrix = _stacked(eq_rows + le_rows, width).tocsc()
     b_vector = np.concatenate(eq_rhs + le_rhs)
     n_eq = sum(m.shape[0] for m in eq_rows)
     weight = np.r_[lifted.weight, np.zeros(n_slack)]
@@ -231,7 +255,9 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
     # is then the sum of squared residuals itself, so its relative gap tolerance is relative to f
     shift = np.divide(-linear, 2.0 * weight * scale, out=np.zeros(width), where=weight > 0)
     b_vector = b_vector - a_matrix @ shift
-    p_matrix = sp.diags(2.0 * weight * scale**2, format="csc")
+    diagonal = 2.0 * weight * scale**2
+    held = np.flatnonzero(diagonal)  # as sp.diags(diagonal, format="csc"): no stored zeros
+    p_matrix = sp.csc_matrix((diagonal[held], held, np.r_[0, np.cumsum(diagonal != 0)]), shape=(width, width))
     cones = ([clarabel.ZeroConeT(n_eq)] if n_eq else []) + [clarabel.NonnegativeConeT(a_matrix.shape[0] - n_eq)]
     settings = clarabel.DefaultSettings()
     settings.verbose = False

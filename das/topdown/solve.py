@@ -57,15 +57,15 @@ def _variables(problem: ParentProblem) -> np.ndarray:
     return np.flatnonzero(problem.allowed.ravel())
 
 
-def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
-    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly.
+def _entries(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray):
+    """The entries of kron(pick(children), matrix)[:, columns]: (values, variables, count per row).
 
     Entries come out child-major, row-major and column-sorted (columns are sorted), i.e. already in CSR order.
     """
     position = np.full(len(children) and (int(children.max()) + 1) * n_cells, -1)
     position[columns[columns < len(position)]] = np.flatnonzero(columns < len(position))
-    matrix = sp.csr_matrix(matrix)
-    matrix.sort_indices()
+    if not matrix.has_sorted_indices:
+        matrix = matrix.sorted_indices()
     row_of = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
     where = position[children[:, None] * n_cells + matrix.indices[None, :]]  # (children, nnz)
     keep = where >= 0
@@ -73,15 +73,18 @@ def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, c
     counts = np.bincount((np.arange(len(children))[:, None] * matrix.shape[0] + row_of[None, :])[keep],
                          minlength=n_rows)
     values = np.broadcast_to(matrix.data.astype(float), where.shape)[keep]
-    return sp.csr_matrix((values, where[keep], np.r_[0, np.cumsum(counts)]), shape=(n_rows, len(columns)))
+    return values, where[keep], counts
 
 
-def _nonempty_rows(a: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
-    """The rows of `a` that have an entry (without fancy indexing), and which they are."""
-    counts = np.diff(a.indptr)
-    keep = counts > 0
-    kept = sp.csr_matrix((a.data, a.indices, np.r_[0, np.cumsum(counts[keep])]), shape=(int(keep.sum()), a.shape[1]))
-    return kept, keep
+def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
+    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly."""
+    values, where, counts = _entries(matrix, children, n_cells, columns)
+    return _csr(values, where, counts, len(columns))
+
+
+def _csr(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_columns: int) -> sp.csr_matrix:
+    """A CSR matrix from entries already in CSR order and the count of each row."""
+    return sp.csr_matrix((values, indices, np.r_[0, np.cumsum(counts)]), shape=(len(counts), n_columns))
 
 
 def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
@@ -91,12 +94,15 @@ def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> s
 
 def _parent_sum(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     """(n_cells x n_var): per-cell sums over children."""
-    return sp.csr_matrix((np.ones(len(columns)), (columns % problem.n_cells, np.arange(len(columns)))),
-                         shape=(problem.n_cells, len(columns)))
+    cell_of = columns % problem.n_cells
+    return _csr(np.ones(len(columns)), np.argsort(cell_of, kind="stable"),
+                np.bincount(cell_of, minlength=problem.n_cells), len(columns))
 
 
 def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
-    return _per_child(sp.csr_matrix(np.ones((1, problem.n_cells))), problem.n_children, columns)
+    """(n_children x n_var): each child's total (its variables are consecutive: columns are child-major)."""
+    return _csr(np.ones(len(columns)), np.arange(len(columns)),
+                np.bincount(columns // problem.n_cells, minlength=problem.n_children), len(columns))
 
 
 def _bound_rows(problem: ParentProblem, columns: np.ndarray) -> l2.BoundRows:
@@ -135,12 +141,17 @@ def _query_rows(problem: ParentProblem, q, columns: np.ndarray) -> sp.csr_matrix
 
 
 def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[sp.csr_matrix, np.ndarray, float]]:
-    """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts."""
+    """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts.
+
+    Rows without a variable (every cell of it a structural zero) are left out."""
     terms = []
     for q in queries:
-        a, keep = _nonempty_rows(_query_rows(problem, q, columns))
+        children = np.arange(problem.n_children) if q.rows is None else np.asarray(q.rows)
+        values, where, counts = _entries(q.matrix, children, problem.n_cells, columns)
+        keep = counts > 0
         if keep.any():
-            terms.append((a, q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
+            terms.append((_csr(values, where, counts[keep], len(columns)), q.noisy.ravel()[keep].astype(float),
+                          1.0 / float(q.variance)))
     return terms
 
 
