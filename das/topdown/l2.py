@@ -18,6 +18,8 @@ import clarabel
 import numpy as np
 import scipy.sparse as sp
 
+from das.topdown.problem import csr_rows
+
 DEFAULT_SETTINGS: dict = {}  # Clarabel's own defaults
 TIGHT_SETTINGS = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
                   "max_iter": 500}
@@ -108,8 +110,7 @@ def _express(lifted: Lifted, a: sp.csr_matrix, labels: np.ndarray | None = None)
 def _rows_over(row: np.ndarray, column: np.ndarray, n_rows: int, n_columns: int) -> sp.csr_matrix:
     """The 0/1 matrix with ones at distinct (row, column) pairs, built directly in canonical CSR order."""
     order = np.argsort(row * n_columns + column, kind="stable")
-    return sp.csr_matrix((np.ones(len(row)), column[order], np.r_[0, np.cumsum(np.bincount(row, minlength=n_rows))]),
-                         shape=(n_rows, n_columns))
+    return csr_rows(np.ones(len(row)), column[order], np.bincount(row, minlength=n_rows), n_columns)
 
 
 def lift(terms, n_var: int) -> Lifted:
@@ -143,14 +144,14 @@ def lift(terms, n_var: int) -> Lifted:
 def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
     """Rows `answer_i - e_i v = 0` with answer i the new variable start + i (after every column of e)."""
     rows = e.shape[0]
-    indptr = e.indptr + np.arange(rows + 1)
-    indices, data = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
-    last = indptr[1:] - 1
-    others = np.ones(indptr[-1], dtype=bool)
+    counts = np.diff(e.indptr) + 1
+    last = np.cumsum(counts) - 1
+    indices, data = np.empty(last[-1] + 1 if rows else 0, dtype=np.int32), np.empty(last[-1] + 1 if rows else 0)
+    others = np.ones(len(data), dtype=bool)
     others[last] = False
     indices[others], data[others] = e.indices, -e.data
     indices[last], data[last] = start + np.arange(rows), 1.0
-    return sp.csr_matrix((data, indices, indptr), shape=(rows, start + rows))
+    return csr_rows(data, indices, counts, start + rows)
 
 
 def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
@@ -162,18 +163,15 @@ def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
 
 def _stacked(blocks: list[sp.csr_matrix], n: int) -> sp.csr_matrix:
     """sp.vstack of CSR blocks over at most n columns, widened to n: their arrays concatenated."""
-    offsets = np.cumsum([0] + [b.indptr[-1] for b in blocks[:-1]])
-    indptr = np.concatenate([[0]] + [b.indptr[1:] + o for b, o in zip(blocks, offsets)])
-    return sp.csr_matrix((np.concatenate([b.data for b in blocks]), np.concatenate([b.indices for b in blocks]), indptr),
-                         shape=(len(indptr) - 1, n))
+    counts = np.concatenate([np.diff(b.indptr) for b in blocks])
+    return csr_rows(np.concatenate([b.data for b in blocks]), np.concatenate([b.indices for b in blocks]), counts, n)
 
 
 def _picked(m: sp.csr_matrix, rows: np.ndarray, sign: float = 1.0) -> sp.csr_matrix:
     """sign * m[rows] for a boolean mask `rows`, without scipy's fancy indexing."""
     counts = np.diff(m.indptr)
     keep = np.repeat(rows, counts)
-    return sp.csr_matrix((sign * m.data[keep], m.indices[keep], np.r_[0, np.cumsum(counts[rows])]),
-                         shape=(int(rows.sum()), m.shape[1]))
+    return csr_rows(sign * m.data[keep], m.indices[keep], counts[rows], m.shape[1])
 
 
 class BoundRows(NamedTuple):
@@ -231,7 +229,7 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
     width = n + n_slack
     # x >= 0 and the slacks >= 0; answer variables are defined from x (sums: nonneg by themselves)
     signed = np.r_[np.arange(n_var), np.arange(n, width)]
-    le_rows.append(sp.csr_matrix((-np.ones(len(signed)), signed, np.arange(len(signed) + 1)), shape=(len(signed), width)))
+    le_rows.append(csr_rows(-np.ones(len(signed)), signed, np.ones(len(signed), dtype=np.int32), width))
     le_rhs.append(np.zeros(len(signed)))
     b_matrix, lower, upper = bounds
     if b_matrix is not None:
@@ -257,7 +255,9 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
     b_vector = b_vector - a_matrix @ shift
     diagonal = 2.0 * weight * scale**2
     held = np.flatnonzero(diagonal)  # as sp.diags(diagonal, format="csc"): no stored zeros
-    p_matrix = sp.csc_matrix((diagonal[held], held, np.r_[0, np.cumsum(diagonal != 0)]), shape=(width, width))
+    starts = np.zeros(width + 1, dtype=np.int32)
+    np.cumsum(diagonal != 0, out=starts[1:])
+    p_matrix = sp.csc_matrix((diagonal[held], held.astype(np.int32), starts), shape=(width, width))
     cones = ([clarabel.ZeroConeT(n_eq)] if n_eq else []) + [clarabel.NonnegativeConeT(a_matrix.shape[0] - n_eq)]
     settings = clarabel.DefaultSettings()
     settings.verbose = False

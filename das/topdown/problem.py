@@ -97,7 +97,7 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
                    answers: list[Answers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
     """One parent's problem: variables are children x the parent's nonzero cells; `answers` from `measured`."""
     cells = np.flatnonzero(parent_counts)
-    position = np.full(schema.size, -1)
+    position = np.full(schema.size, -1, dtype=np.int32)
     position[cells] = np.arange(len(cells))
     n_children = len(children)
     allowed = np.ones((n_children, len(cells)), dtype=bool)
@@ -144,6 +144,16 @@ def matrix_rows(matrix: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
 
 
+def csr_rows(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_columns: int) -> sp.csr_matrix:
+    """The CSR matrix of entries already in CSR order (row-major, columns sorted) and the count of each row.
+
+    Built with int32 indices: scipy checks the contents of int64 ones on every construction, which for the
+    small matrices of a parent costs as much as all the arithmetic on them."""
+    indptr = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=indptr[1:])
+    return sp.csr_matrix((values, indices.astype(np.int32, copy=False), indptr), shape=(len(counts), n_columns))
+
+
 def restricted(matrix: sp.csr_matrix, position: np.ndarray, n_columns: int, rows: np.ndarray | None = None) -> sp.csr_matrix:
     """matrix[rows][:, cells] for a CSR matrix with sorted indices, `position[c]` the column of cell c (-1: dropped)
     and `rows` a boolean mask (None: all). The same matrix as scipy's fancy indexing, built directly: that
@@ -154,10 +164,7 @@ def restricted(matrix: sp.csr_matrix, position: np.ndarray, n_columns: int, rows
     if rows is not None:
         keep &= rows[row_of]
     counts = np.bincount(row_of[keep], minlength=matrix.shape[0])
-    if rows is not None:
-        counts = counts[rows]
-    return sp.csr_matrix((matrix.data[keep], column[keep], np.r_[0, np.cumsum(counts)]),
-                         shape=(len(counts), n_columns))
+    return csr_rows(matrix.data[keep], column[keep], counts if rows is None else counts[rows], n_columns)
 
 
 def root_problem(schema: Schema, answers: list[Answers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:

@@ -36,6 +36,7 @@ from das.topdown.problem import (
     FailsafeEvent,
     ParentProblem,
     ParentSolution,
+    csr_rows,
     measured,
     root_problem,
 )
@@ -57,13 +58,19 @@ def _variables(problem: ParentProblem) -> np.ndarray:
     return np.flatnonzero(problem.allowed.ravel())
 
 
-def _entries(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray):
-    """The entries of kron(pick(children), matrix)[:, columns]: (values, variables, count per row).
+def _positions(n_children: int, n_cells: int, columns: np.ndarray) -> np.ndarray:
+    """The variable of each child x cell (child-major), -1 where there is none (a structural zero)."""
+    position = np.full(n_children * n_cells, -1, dtype=np.int32)
+    position[columns] = np.arange(len(columns))
+    return position
+
+
+def _entries(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, position: np.ndarray):
+    """The entries of kron(pick(children), matrix) over the variables (`_positions`): (values, variables,
+    count per row).
 
     Entries come out child-major, row-major and column-sorted (columns are sorted), i.e. already in CSR order.
     """
-    position = np.full(len(children) and (int(children.max()) + 1) * n_cells, -1)
-    position[columns[columns < len(position)]] = np.flatnonzero(columns < len(position))
     if not matrix.has_sorted_indices:
         matrix = matrix.sorted_indices()
     row_of = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
@@ -76,32 +83,23 @@ def _entries(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns:
     return values, where[keep], counts
 
 
-def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
-    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly."""
-    values, where, counts = _entries(matrix, children, n_cells, columns)
-    return _csr(values, where, counts, len(columns))
-
-
-def _csr(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_columns: int) -> sp.csr_matrix:
-    """A CSR matrix from entries already in CSR order and the count of each row."""
-    return sp.csr_matrix((values, indices, np.r_[0, np.cumsum(counts)]), shape=(len(counts), n_columns))
-
-
 def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
     """kron(I_children, matrix) restricted to the variable columns."""
-    return _over_variables(matrix, np.arange(n_children), matrix.shape[1], columns)
+    position = _positions(n_children, matrix.shape[1], columns)
+    values, where, counts = _entries(matrix, np.arange(n_children), matrix.shape[1], position)
+    return csr_rows(values, where, counts, len(columns))
 
 
 def _parent_sum(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     """(n_cells x n_var): per-cell sums over children."""
     cell_of = columns % problem.n_cells
-    return _csr(np.ones(len(columns)), np.argsort(cell_of, kind="stable"),
+    return csr_rows(np.ones(len(columns)), np.argsort(cell_of, kind="stable"),
                 np.bincount(cell_of, minlength=problem.n_cells), len(columns))
 
 
 def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     """(n_children x n_var): each child's total (its variables are consecutive: columns are child-major)."""
-    return _csr(np.ones(len(columns)), np.arange(len(columns)),
+    return csr_rows(np.ones(len(columns)), np.arange(len(columns)),
                 np.bincount(columns // problem.n_cells, minlength=problem.n_children), len(columns))
 
 
@@ -137,7 +135,9 @@ def _query_rows(problem: ParentProblem, q, columns: np.ndarray) -> sp.csr_matrix
     """The query's answer rows over the problem's variables: every child's, or only `q.rows`' children."""
     if q.rows is None:
         return _per_child(q.matrix, problem.n_children, columns)
-    return _over_variables(q.matrix, np.asarray(q.rows), problem.n_cells, columns)
+    values, where, counts = _entries(q.matrix, np.asarray(q.rows), problem.n_cells,
+                                     _positions(problem.n_children, problem.n_cells, columns))
+    return csr_rows(values, where, counts, len(columns))
 
 
 def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[sp.csr_matrix, np.ndarray, float]]:
@@ -145,23 +145,29 @@ def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[s
 
     Rows without a variable (every cell of it a structural zero) are left out."""
     terms = []
+    position = _positions(problem.n_children, problem.n_cells, columns)
+    every_child = np.arange(problem.n_children)
     for q in queries:
-        children = np.arange(problem.n_children) if q.rows is None else np.asarray(q.rows)
-        values, where, counts = _entries(q.matrix, children, problem.n_cells, columns)
+        children = every_child if q.rows is None else np.asarray(q.rows)
+        values, where, counts = _entries(q.matrix, children, problem.n_cells, position)
         keep = counts > 0
         if keep.any():
-            terms.append((_csr(values, where, counts[keep], len(columns)), q.noisy.ravel()[keep].astype(float),
+            terms.append((csr_rows(values, where, counts[keep], len(columns)), q.noisy.ravel()[keep].astype(float),
                           1.0 / float(q.variance)))
     return terms
 
 
 def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
-    """sum_q ||A_q x - y_q||^2 / var_q in original units (persons^2 / variance), and its gradient."""
+    """sum_q ||A_q x - y_q||^2 / var_q in original units (persons^2 / variance), and its gradient.
+
+    A_q' r is summed entry by entry in row order (np.bincount), as scipy's A_q.T @ r does, without building
+    the transpose."""
     value, grad = 0.0, np.zeros(len(x))
     for a, y, w in terms:
         r = a @ x - y
         value += w * float(r @ r)
-        grad += (2.0 * w) * (a.T @ r)
+        rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+        grad += (2.0 * w) * np.bincount(a.indices, weights=a.data * r[rows], minlength=len(x))
     return value, grad
 
 
