@@ -91,26 +91,35 @@ def _rows_union_of(a: sp.csr_matrix, base: Base) -> tuple[np.ndarray, np.ndarray
     return row, col
 
 
+class Entries(NamedTuple):
+    """Rows as the arrays of a CSR matrix: the count of entries in each row, their columns and values."""
+
+    counts: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+
+
 def express(lifted: Lifted, a: sp.csr_matrix) -> sp.csr_matrix:
     """Rows over all variables equal to a @ x at every feasible point, from the coarsest measured partition that refines a."""
-    return _express(lifted, sp.csr_matrix(a, dtype=float))[0]
+    rows = _express(lifted, sp.csr_matrix(a, dtype=float))[0]
+    return csr_rows(rows.data, rows.indices, rows.counts, lifted.n_total)
 
 
-def _express(lifted: Lifted, a: sp.csr_matrix, labels: np.ndarray | None = None) -> tuple[sp.csr_matrix, bool]:
-    """`express`, and whether a was written over answer variables; `labels`: partition_labels(a), if known."""
+def _express(lifted: Lifted, a: sp.csr_matrix, labels: np.ndarray | None = None) -> tuple[Entries, bool]:
+    """`express` as entries, and whether a was written over answer variables; `labels`: partition_labels(a), if known."""
     if (a.data == 1).all():
         labels = partition_labels(a) if labels is None else labels
         for base in lifted.bases:
             pairs = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
             if pairs is not None:
-                return _rows_over(pairs[0], base.holders[pairs[1]], a.shape[0], lifted.n_total), True
-    return _pad(a, lifted.n_total), False
+                return _ones_at(pairs[0], base.holders[pairs[1]], a.shape[0], lifted.n_total), True
+    return Entries(np.diff(a.indptr), a.indices, a.data), False
 
 
-def _rows_over(row: np.ndarray, column: np.ndarray, n_rows: int, n_columns: int) -> sp.csr_matrix:
-    """The 0/1 matrix with ones at distinct (row, column) pairs, built directly in canonical CSR order."""
+def _ones_at(row: np.ndarray, column: np.ndarray, n_rows: int, n_columns: int) -> Entries:
+    """The 0/1 rows with ones at distinct (row, column) pairs, in canonical CSR order."""
     order = np.argsort(row * n_columns + column, kind="stable")
-    return csr_rows(np.ones(len(row)), column[order], np.bincount(row, minlength=n_rows), n_columns)
+    return Entries(np.bincount(row, minlength=n_rows), column[order], np.ones(len(row)))
 
 
 def lift(terms, n_var: int) -> Lifted:
@@ -121,16 +130,16 @@ def lift(terms, n_var: int) -> Lifted:
             a = sp.csr_matrix(a, dtype=float)
         labels = partition_labels(a)
         e, nested = _express(lifted, a, labels)
-        single = ((np.diff(e.indptr) == 1).all() and (e.data == 1).all()
+        single = ((e.counts == 1).all() and (e.data == 1).all()
                   and np.bincount(e.indices, minlength=1).max(initial=0) <= 1)
         if single:  # the answers already are variables (x itself, or a query measured again)
-            holders = e.indices.copy()
+            holders = np.array(e.indices, dtype=np.int64)
         else:
             start = lifted.n_total
             grow = a.shape[0]
             holders = np.arange(start, start + grow)
-            lifted.weight = np.r_[lifted.weight, np.zeros(grow)]
-            lifted.linear = np.r_[lifted.linear, np.zeros(grow)]
+            lifted.weight = np.concatenate([lifted.weight, np.zeros(grow)])
+            lifted.linear = np.concatenate([lifted.linear, np.zeros(grow)])
             lifted.definitions.append(_defined(e, start))
         np.add.at(lifted.weight, holders, w)
         np.add.at(lifted.linear, holders, -2.0 * w * y)
@@ -141,12 +150,12 @@ def lift(terms, n_var: int) -> Lifted:
     return lifted
 
 
-def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
+def _defined(e: Entries, start: int) -> sp.csr_matrix:
     """Rows `answer_i - e_i v = 0` with answer i the new variable start + i (after every column of e)."""
-    rows = e.shape[0]
-    counts = np.diff(e.indptr) + 1
+    rows = len(e.counts)
+    counts = e.counts + 1
     last = np.cumsum(counts) - 1
-    indices, data = np.empty(last[-1] + 1 if rows else 0, dtype=np.int32), np.empty(last[-1] + 1 if rows else 0)
+    indices, data = np.empty(int(counts.sum()), dtype=np.int32), np.empty(int(counts.sum()))
     others = np.ones(len(data), dtype=bool)
     others[last] = False
     indices[others], data[others] = e.indices, -e.data
