@@ -7,6 +7,7 @@ to files or to the rest of the run.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -103,13 +104,13 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
     allowed = np.ones((n_children, len(cells)), dtype=bool)
     rows, lower, upper = [], [], []
     for b in bounds:
-        q = restricted(schema.query(b.query).matrix, position, len(cells))
         zeros = b.structural_zeros()
         if zeros.any():
+            q, _ = _on_cells(schema, b.query, cells, position, np.ones(zeros.shape[1], dtype=bool))
             allowed &= ~(zeros.astype(np.int64) @ q > 0)
         binding = b.binding()
         if binding.any():
-            rows.append(restricted(schema.query(b.query).matrix, position, len(cells), binding))
+            rows.append(_on_cells(schema, b.query, cells, position, binding)[0])
             lower.append(b.lower[:, binding])
             upper.append(b.upper[:, binding])
     constraints = None
@@ -123,11 +124,9 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
     for name, noisy, variance, rows in answers:
         if rows is not None and not len(rows):
             continue
-        matrix = schema.query(name).matrix
-        keep = np.bincount(matrix_rows(matrix)[position[matrix.indices] >= 0], minlength=matrix.shape[0]) > 0
+        matrix, keep = _on_cells(schema, name, cells, position)
         queries.append(QueryAnswers(
-            name=name, matrix=restricted(matrix, position, len(cells), keep), noisy=noisy[:, keep].astype(np.float64),
-            variance=float(variance), rows=rows,
+            name=name, matrix=matrix, noisy=noisy[:, keep].astype(np.float64), variance=float(variance), rows=rows,
         ))
     own = {name for name, _, _, rows in answers if rows is None}
     passes = tuple(tuple(q for q in names if q in own) for names in passes)
@@ -142,6 +141,38 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
 def matrix_rows(matrix: sp.csr_matrix) -> np.ndarray:
     """The row of each stored entry of a CSR matrix."""
     return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+
+
+def _on_cells(schema: Schema, name: str, cells: np.ndarray, position: np.ndarray,
+              rows: np.ndarray | None = None) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Query `name` over `cells` (`position[c]`: the column of cell c, -1 if not one), its rows `rows` (a boolean
+    mask; None: the rows that have one of the cells), and that mask. A marginal is built from its cells' rows."""
+    matrix = schema.query(name).matrix
+    labels = _cell_rows(schema, name)
+    if labels is None:
+        if rows is None:
+            rows = np.bincount(matrix_rows(matrix)[position[matrix.indices] >= 0], minlength=matrix.shape[0]) > 0
+        return restricted(matrix, position, len(cells), rows), rows
+    row = labels[cells]
+    counts = np.bincount(row, minlength=matrix.shape[0])
+    if rows is None:
+        rows = counts > 0
+    order = np.argsort(row, kind="stable")  # row-major, and each row's cells in order
+    order = order[rows[row[order]]]
+    return csr_rows(np.ones(len(order), dtype=matrix.dtype), order, counts[rows], len(cells)), rows
+
+
+@functools.lru_cache(maxsize=256)
+def _cell_rows(schema: Schema, name: str) -> np.ndarray | None:
+    """The answer row of every cell if query `name` is a marginal (each cell in exactly one row, weight 1), else None."""
+    matrix = schema.query(name).matrix
+    if matrix.nnz != matrix.shape[1] or not (matrix.data == 1).all():
+        return None
+    if np.bincount(matrix.indices, minlength=matrix.shape[1]).min(initial=1) != 1:
+        return None
+    labels = np.empty(matrix.shape[1], dtype=np.int64)
+    labels[matrix.indices] = matrix_rows(matrix)
+    return labels
 
 
 def csr_rows(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_columns: int) -> sp.csr_matrix:
