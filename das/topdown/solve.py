@@ -71,8 +71,8 @@ def _entries(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, position
 
     Entries come out child-major, row-major and column-sorted (columns are sorted), i.e. already in CSR order.
     """
-    if not matrix.has_sorted_indices:
-        matrix = matrix.sorted_indices()
+    if not (isinstance(matrix, sp.csr_matrix) and matrix.has_sorted_indices):
+        matrix = sp.csr_matrix(matrix).sorted_indices()
     row_of = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
     where = position[children[:, None] * n_cells + matrix.indices[None, :]]  # (children, nnz)
     keep = where >= 0
