@@ -178,11 +178,12 @@ def _cell_rows(schema: Schema, name: str) -> np.ndarray | None:
 def csr_rows(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_columns: int) -> sp.csr_matrix:
     """The CSR matrix of entries already in CSR order (row-major, columns sorted) and the count of each row.
 
-    Built with int32 indices: scipy checks the contents of int64 ones on every construction, which for the
-    small matrices of a parent costs as much as all the arithmetic on them."""
-    indptr = np.zeros(len(counts) + 1, dtype=np.int32)
+    Built with int32 indices where they fit: scipy checks the contents of int64 ones on every construction,
+    which for the small matrices of a parent costs as much as all the arithmetic on them."""
+    dtype = np.int32 if max(len(values), n_columns) < np.iinfo(np.int32).max else np.int64
+    indptr = np.zeros(len(counts) + 1, dtype=dtype)
     np.cumsum(counts, out=indptr[1:])
-    return sp.csr_matrix((values, indices.astype(np.int32, copy=False), indptr), shape=(len(counts), n_columns))
+    return sp.csr_matrix((values, indices.astype(dtype, copy=False), indptr), shape=(len(counts), n_columns))
 
 
 def restricted(matrix: sp.csr_matrix, position: np.ndarray, n_columns: int, rows: np.ndarray | None = None) -> sp.csr_matrix:
