@@ -180,7 +180,7 @@ def csr_rows(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_colu
 
     Built with int32 indices where they fit: scipy checks the contents of int64 ones on every construction,
     which for the small matrices of a parent costs as much as all the arithmetic on them."""
-    dtype = np.int32 if max(len(values), n_columns) < np.iinfo(np.int32).max else np.int64
+    dtype = np.int32 if max(len(values), n_columns) < 2**31 - 1 else np.int64
     indptr = np.zeros(len(counts) + 1, dtype=dtype)
     np.cumsum(counts, out=indptr[1:])
     return sp.csr_matrix((values, indices.astype(dtype, copy=False), indptr), shape=(len(counts), n_columns))
