@@ -110,6 +110,8 @@ def _express(lifted: Lifted, a: sp.csr_matrix, labels: np.ndarray | None = None)
     if (a.data == 1).all():
         labels = partition_labels(a) if labels is None else labels
         for base in lifted.bases:
+            if labels is not None and len(base.holders) < a.shape[0]:
+                continue  # a partition's every row holds a base row of its own: too few base rows
             pairs = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
             if pairs is not None:
                 return _ones_at(pairs[0], base.holders[pairs[1]], a.shape[0], lifted.n_total), True
@@ -141,8 +143,8 @@ def lift(terms, n_var: int) -> Lifted:
             lifted.weight = np.concatenate([lifted.weight, np.zeros(grow)])
             lifted.linear = np.concatenate([lifted.linear, np.zeros(grow)])
             lifted.definitions.append(_defined(e, start))
-        np.add.at(lifted.weight, holders, w)
-        np.add.at(lifted.linear, holders, -2.0 * w * y)
+        lifted.weight[holders] += w  # holders are distinct: one addition each, as np.add.at
+        lifted.linear[holders] += -2.0 * w * y
         lifted.constant += w * float(y @ y)
         if labels is not None and not (single and nested):  # not a measurement again of a partition already held
             lifted.bases.append(Base(labels, holders))
