@@ -147,8 +147,7 @@ def _on_cells(schema: Schema, name: str, cells: np.ndarray, position: np.ndarray
               rows: np.ndarray | None = None) -> tuple[sp.csr_matrix, np.ndarray]:
     """Query `name` over `cells` (`position[c]`: the column of cell c, -1 if not one), its rows `rows` (a boolean
     mask; None: the rows that have one of the cells), and that mask. A marginal is built from its cells' rows."""
-    matrix = schema.query(name).matrix
-    labels = _cell_rows(schema, name)
+    matrix, labels = _marginal(schema, name)
     if labels is None:
         if rows is None:
             rows = np.bincount(matrix_rows(matrix)[position[matrix.indices] >= 0], minlength=matrix.shape[0]) > 0
@@ -163,16 +162,16 @@ def _on_cells(schema: Schema, name: str, cells: np.ndarray, position: np.ndarray
 
 
 @functools.lru_cache(maxsize=256)
-def _cell_rows(schema: Schema, name: str) -> np.ndarray | None:
-    """The answer row of every cell if query `name` is a marginal (each cell in exactly one row, weight 1), else None."""
+def _marginal(schema: Schema, name: str) -> tuple[sp.csr_matrix, np.ndarray | None]:
+    """Query `name`'s matrix and, if it is a marginal (each cell in exactly one row, weight 1), every cell's row."""
     matrix = schema.query(name).matrix
     if matrix.nnz != matrix.shape[1] or not (matrix.data == 1).all():
-        return None
+        return matrix, None
     if np.bincount(matrix.indices, minlength=matrix.shape[1]).min(initial=1) != 1:
-        return None
+        return matrix, None
     labels = np.empty(matrix.shape[1], dtype=np.int64)
     labels[matrix.indices] = matrix_rows(matrix)
-    return labels
+    return matrix, labels
 
 
 def csr_rows(values: np.ndarray, indices: np.ndarray, counts: np.ndarray, n_columns: int) -> sp.csr_matrix:
