@@ -18,6 +18,8 @@ import clarabel
 import numpy as np
 import scipy.sparse as sp
 
+from das.topdown.problem import csr_rows
+
 DEFAULT_SETTINGS: dict = {}  # Clarabel's own defaults
 TIGHT_SETTINGS = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
                   "max_iter": 500}
@@ -61,8 +63,9 @@ def partition_labels(a: sp.csr_matrix) -> np.ndarray | None:
     return labels
 
 
-def _union_of(labels: np.ndarray, base: Base) -> sp.coo_matrix | None:
-    """G (0/1, rows of a x rows of base) with a == G @ base when each row of the partition a is a union of base rows."""
+def _union_of(labels: np.ndarray, base: Base) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row of a, base row) of each base row inside the partition a, in order, when each row of a is a union of
+    base rows (a == G @ base with G 0/1 holding these pairs)."""
     covered = base.labels >= 0
     if (labels[~covered] >= 0).any():
         return None
@@ -71,85 +74,115 @@ def _union_of(labels: np.ndarray, base: Base) -> sp.coo_matrix | None:
     if (parent_of[base.labels[covered]] != labels[covered]).any():  # a base row split between rows of a
         return None
     inside = np.flatnonzero(parent_of >= 0)
-    return sp.coo_matrix((np.ones(len(inside)), (parent_of[inside], inside)), shape=(labels.max(initial=-1) + 1,
-                                                                                     len(base.holders)))
+    return parent_of[inside], inside
 
 
-def _rows_union_of(a: sp.csr_matrix, base: Base) -> sp.coo_matrix | None:
+def _rows_union_of(a: sp.csr_matrix, base: Base) -> tuple[np.ndarray, np.ndarray] | None:
     """As _union_of for any 0/1 rows (overlapping ones, e.g. a child's total and its hhgq bounds)."""
     rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
     lab = base.labels[a.indices]
     if (lab < 0).any():
         return None
     pairs = np.unique(rows * len(base.holders) + lab)
-    g = sp.coo_matrix((np.ones(len(pairs)), (pairs // len(base.holders), pairs % len(base.holders))),
-                      shape=(a.shape[0], len(base.holders)))
+    row, col = pairs // len(base.holders), pairs % len(base.holders)
     sizes = np.bincount(base.labels[base.labels >= 0], minlength=len(base.holders))
-    if not np.array_equal(np.bincount(g.row, weights=sizes[g.col], minlength=a.shape[0]), np.diff(a.indptr)):
+    if not np.array_equal(np.bincount(row, weights=sizes[col], minlength=a.shape[0]), np.diff(a.indptr)):
         return None  # some base row only partly inside a row of a
-    return g
+    return row, col
+
+
+class Entries(NamedTuple):
+    """Rows as the arrays of a CSR matrix: the count of entries in each row, their columns and values."""
+
+    counts: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
 
 
 def express(lifted: Lifted, a: sp.csr_matrix) -> sp.csr_matrix:
     """Rows over all variables equal to a @ x at every feasible point, from the coarsest measured partition that refines a."""
-    return _express(lifted, sp.csr_matrix(a, dtype=float))[0]
+    rows = _express(lifted, sp.csr_matrix(a, dtype=float))[0]
+    return csr_rows(rows.data, rows.indices, rows.counts, lifted.n_total)
 
 
-def _express(lifted: Lifted, a: sp.csr_matrix) -> tuple[sp.csr_matrix, bool]:
+def _express(lifted: Lifted, a: sp.csr_matrix, labels: np.ndarray | None = None) -> tuple[Entries, bool]:
+    """`express` as entries, and whether a was written over answer variables; `labels`: partition_labels(a), if known."""
     if (a.data == 1).all():
-        labels = partition_labels(a)
+        labels = partition_labels(a) if labels is None else labels
         for base in lifted.bases:
-            g = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
-            if g is not None:
-                return sp.csr_matrix((g.data, (g.row, base.holders[g.col])), shape=(a.shape[0], lifted.n_total)), True
-    return _pad(a, lifted.n_total), False
+            if labels is not None and len(base.holders) < a.shape[0]:
+                continue  # a partition's every row holds a base row of its own: too few base rows
+            pairs = _union_of(labels, base) if labels is not None else _rows_union_of(a, base)
+            if pairs is not None:
+                return _ones_at(pairs[0], base.holders[pairs[1]], a.shape[0], lifted.n_total), True
+    return Entries(np.diff(a.indptr), a.indices, a.data), False
+
+
+def _ones_at(row: np.ndarray, column: np.ndarray, n_rows: int, n_columns: int) -> Entries:
+    """The 0/1 rows with ones at distinct (row, column) pairs, in canonical CSR order."""
+    order = np.argsort(row * n_columns + column, kind="stable")
+    return Entries(np.bincount(row, minlength=n_rows), column[order], np.ones(len(row)))
 
 
 def lift(terms, n_var: int) -> Lifted:
     """The nested formulation of the terms (rows over x, answers, 1/variance): finest queries first."""
     lifted = Lifted(n_var, [], np.zeros(n_var), np.zeros(n_var), 0.0, [])
     for a, y, w in sorted(terms, key=lambda t: -t[0].shape[0]):
-        a = sp.csr_matrix(a, dtype=float)
-        e, nested = _express(lifted, a)
-        single = ((np.diff(e.indptr) == 1).all() and (e.data == 1).all()
+        if not (isinstance(a, sp.csr_matrix) and a.dtype == float):
+            a = sp.csr_matrix(a, dtype=float)
+        labels = partition_labels(a)
+        e, nested = _express(lifted, a, labels)
+        single = ((e.counts == 1).all() and (e.data == 1).all()
                   and np.bincount(e.indices, minlength=1).max(initial=0) <= 1)
         if single:  # the answers already are variables (x itself, or a query measured again)
-            holders = e.indices.copy()
+            holders = np.array(e.indices, dtype=np.int64)
         else:
             start = lifted.n_total
             grow = a.shape[0]
             holders = np.arange(start, start + grow)
-            lifted.weight = np.r_[lifted.weight, np.zeros(grow)]
-            lifted.linear = np.r_[lifted.linear, np.zeros(grow)]
+            lifted.weight = np.concatenate([lifted.weight, np.zeros(grow)])
+            lifted.linear = np.concatenate([lifted.linear, np.zeros(grow)])
             lifted.definitions.append(_defined(e, start))
-        np.add.at(lifted.weight, holders, w)
-        np.add.at(lifted.linear, holders, -2.0 * w * y)
+        lifted.weight[holders] += w  # holders are distinct: one addition each, as np.add.at
+        lifted.linear[holders] += -2.0 * w * y
         lifted.constant += w * float(y @ y)
-        labels = partition_labels(a)
         if labels is not None and not (single and nested):  # not a measurement again of a partition already held
             lifted.bases.append(Base(labels, holders))
             lifted.bases.sort(key=lambda b: len(b.holders))
     return lifted
 
 
-def _defined(e: sp.csr_matrix, start: int) -> sp.csr_matrix:
+def _defined(e: Entries, start: int) -> sp.csr_matrix:
     """Rows `answer_i - e_i v = 0` with answer i the new variable start + i (after every column of e)."""
-    e = sp.csr_matrix(e)
-    rows = e.shape[0]
-    indptr = e.indptr + np.arange(rows + 1)
-    indices, data = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
-    last = indptr[1:] - 1
-    others = np.ones(indptr[-1], dtype=bool)
+    rows = len(e.counts)
+    counts = e.counts + 1
+    last = np.cumsum(counts) - 1
+    indices, data = np.empty(int(counts.sum()), dtype=np.int32), np.empty(int(counts.sum()))
+    others = np.ones(len(data), dtype=bool)
     others[last] = False
     indices[others], data[others] = e.indices, -e.data
     indices[last], data[last] = start + np.arange(rows), 1.0
-    return sp.csr_matrix((data, indices, indptr), shape=(rows, start + rows))
+    return csr_rows(data, indices, counts, start + rows)
 
 
 def _pad(m: sp.csr_matrix, n: int) -> sp.csr_matrix:
     """The same rows over n columns (new variables appended on the right)."""
-    m = sp.csr_matrix(m)
+    if not isinstance(m, sp.csr_matrix):
+        m = sp.csr_matrix(m)
     return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n)) if m.shape[1] < n else m
+
+
+def _stacked(blocks: list[sp.csr_matrix], n: int) -> sp.csr_matrix:
+    """sp.vstack of CSR blocks over at most n columns, widened to n: their arrays concatenated."""
+    counts = np.concatenate([np.diff(b.indptr) for b in blocks])
+    return csr_rows(np.concatenate([b.data for b in blocks]), np.concatenate([b.indices for b in blocks]), counts, n)
+
+
+def _picked(m: sp.csr_matrix, rows: np.ndarray, sign: float = 1.0) -> sp.csr_matrix:
+    """sign * m[rows] for a boolean mask `rows`, without scipy's fancy indexing."""
+    counts = np.diff(m.indptr)
+    keep = np.repeat(rows, counts)
+    return csr_rows(sign * m.data[keep], m.indices[keep], counts[rows], m.shape[1])
 
 
 class BoundRows(NamedTuple):
@@ -207,22 +240,22 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
     width = n + n_slack
     # x >= 0 and the slacks >= 0; answer variables are defined from x (sums: nonneg by themselves)
     signed = np.r_[np.arange(n_var), np.arange(n, width)]
-    le_rows.append(sp.csr_matrix((-np.ones(len(signed)), (np.arange(len(signed)), signed)), shape=(len(signed), width)))
+    le_rows.append(csr_rows(-np.ones(len(signed)), signed, np.ones(len(signed), dtype=np.int32), width))
     le_rhs.append(np.zeros(len(signed)))
     b_matrix, lower, upper = bounds
     if b_matrix is not None:
         rows = express(lifted, b_matrix)
         lo, hi = lower > 0, np.isfinite(upper)
         if lo.any():
-            le_rows.append(-rows[lo])
+            le_rows.append(_picked(rows, lo, -1.0))
             le_rhs.append(-lower[lo] / scale)
         if hi.any():
-            le_rows.append(rows[hi])
+            le_rows.append(_picked(rows, hi))
             le_rhs.append(upper[hi] / scale)
     for matrix, target in fixed:  # held answers of earlier passes: equalities
         eq_rows.append(express(lifted, matrix))
         eq_rhs.append(target / scale)
-    a_matrix = sp.vstack([_pad(m, width) for m in eq_rows + le_rows], format="csr").tocsc()
+    a_matrix = _stacked(eq_rows + le_rows, width).tocsc()
     b_vector = np.concatenate(eq_rhs + le_rhs)
     n_eq = sum(m.shape[0] for m in eq_rows)
     weight = np.r_[lifted.weight, np.zeros(n_slack)]
@@ -231,7 +264,11 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
     # is then the sum of squared residuals itself, so its relative gap tolerance is relative to f
     shift = np.divide(-linear, 2.0 * weight * scale, out=np.zeros(width), where=weight > 0)
     b_vector = b_vector - a_matrix @ shift
-    p_matrix = sp.diags(2.0 * weight * scale**2, format="csc")
+    diagonal = 2.0 * weight * scale**2
+    held = np.flatnonzero(diagonal)  # as sp.diags(diagonal, format="csc"): no stored zeros
+    starts = np.zeros(width + 1, dtype=np.int32)
+    np.cumsum(diagonal != 0, out=starts[1:])
+    p_matrix = sp.csc_matrix((diagonal[held], held.astype(np.int32), starts), shape=(width, width))
     cones = ([clarabel.ZeroConeT(n_eq)] if n_eq else []) + [clarabel.NonnegativeConeT(a_matrix.shape[0] - n_eq)]
     settings = clarabel.DefaultSettings()
     settings.verbose = False

@@ -36,6 +36,7 @@ from das.topdown.problem import (
     FailsafeEvent,
     ParentProblem,
     ParentSolution,
+    csr_rows,
     measured,
     root_problem,
 )
@@ -57,15 +58,21 @@ def _variables(problem: ParentProblem) -> np.ndarray:
     return np.flatnonzero(problem.allowed.ravel())
 
 
-def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, columns: np.ndarray) -> sp.csr_matrix:
-    """Rows (child, query row) for each listed child: kron(pick(children), matrix)[:, columns], built directly.
+def _positions(n_children: int, n_cells: int, columns: np.ndarray) -> np.ndarray:
+    """The variable of each child x cell (child-major), -1 where there is none (a structural zero)."""
+    position = np.full(n_children * n_cells, -1, dtype=np.int32)
+    position[columns] = np.arange(len(columns))
+    return position
+
+
+def _entries(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, position: np.ndarray):
+    """The entries of kron(pick(children), matrix) over the variables (`_positions`): (values, variables,
+    count per row).
 
     Entries come out child-major, row-major and column-sorted (columns are sorted), i.e. already in CSR order.
     """
-    position = np.full(len(children) and (int(children.max()) + 1) * n_cells, -1)
-    position[columns[columns < len(position)]] = np.flatnonzero(columns < len(position))
-    matrix = sp.csr_matrix(matrix)
-    matrix.sort_indices()
+    if not (isinstance(matrix, sp.csr_matrix) and matrix.has_sorted_indices):
+        matrix = sp.csr_matrix(matrix).sorted_indices()
     row_of = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
     where = position[children[:, None] * n_cells + matrix.indices[None, :]]  # (children, nnz)
     keep = where >= 0
@@ -73,30 +80,27 @@ def _over_variables(matrix: sp.csr_matrix, children: np.ndarray, n_cells: int, c
     counts = np.bincount((np.arange(len(children))[:, None] * matrix.shape[0] + row_of[None, :])[keep],
                          minlength=n_rows)
     values = np.broadcast_to(matrix.data.astype(float), where.shape)[keep]
-    return sp.csr_matrix((values, where[keep], np.r_[0, np.cumsum(counts)]), shape=(n_rows, len(columns)))
-
-
-def _nonempty_rows(a: sp.csr_matrix) -> tuple[sp.csr_matrix, np.ndarray]:
-    """The rows of `a` that have an entry (without fancy indexing), and which they are."""
-    counts = np.diff(a.indptr)
-    keep = counts > 0
-    kept = sp.csr_matrix((a.data, a.indices, np.r_[0, np.cumsum(counts[keep])]), shape=(int(keep.sum()), a.shape[1]))
-    return kept, keep
+    return values, where[keep], counts
 
 
 def _per_child(matrix: sp.csr_matrix, n_children: int, columns: np.ndarray) -> sp.csr_matrix:
     """kron(I_children, matrix) restricted to the variable columns."""
-    return _over_variables(matrix, np.arange(n_children), matrix.shape[1], columns)
+    position = _positions(n_children, matrix.shape[1], columns)
+    values, where, counts = _entries(matrix, np.arange(n_children), matrix.shape[1], position)
+    return csr_rows(values, where, counts, len(columns))
 
 
 def _parent_sum(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
     """(n_cells x n_var): per-cell sums over children."""
-    return sp.csr_matrix((np.ones(len(columns)), (columns % problem.n_cells, np.arange(len(columns)))),
-                         shape=(problem.n_cells, len(columns)))
+    cell_of = columns % problem.n_cells
+    return csr_rows(np.ones(len(columns)), np.argsort(cell_of, kind="stable"),
+                np.bincount(cell_of, minlength=problem.n_cells), len(columns))
 
 
 def _total_matrix(problem: ParentProblem, columns: np.ndarray) -> sp.csr_matrix:
-    return _per_child(sp.csr_matrix(np.ones((1, problem.n_cells))), problem.n_children, columns)
+    """(n_children x n_var): each child's total (its variables are consecutive: columns are child-major)."""
+    return csr_rows(np.ones(len(columns)), np.arange(len(columns)),
+                np.bincount(columns // problem.n_cells, minlength=problem.n_children), len(columns))
 
 
 def _bound_rows(problem: ParentProblem, columns: np.ndarray) -> l2.BoundRows:
@@ -131,26 +135,39 @@ def _query_rows(problem: ParentProblem, q, columns: np.ndarray) -> sp.csr_matrix
     """The query's answer rows over the problem's variables: every child's, or only `q.rows`' children."""
     if q.rows is None:
         return _per_child(q.matrix, problem.n_children, columns)
-    return _over_variables(q.matrix, np.asarray(q.rows), problem.n_cells, columns)
+    values, where, counts = _entries(q.matrix, np.asarray(q.rows), problem.n_cells,
+                                     _positions(problem.n_children, problem.n_cells, columns))
+    return csr_rows(values, where, counts, len(columns))
 
 
 def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[sp.csr_matrix, np.ndarray, float]]:
-    """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts."""
+    """(rows over the variables, noisy answers, weight 1/variance) of each query: the objective in counts.
+
+    Rows without a variable (every cell of it a structural zero) are left out."""
     terms = []
+    position = _positions(problem.n_children, problem.n_cells, columns)
+    every_child = np.arange(problem.n_children)
     for q in queries:
-        a, keep = _nonempty_rows(_query_rows(problem, q, columns))
+        children = every_child if q.rows is None else np.asarray(q.rows)
+        values, where, counts = _entries(q.matrix, children, problem.n_cells, position)
+        keep = counts > 0
         if keep.any():
-            terms.append((a, q.noisy.ravel()[keep].astype(float), 1.0 / float(q.variance)))
+            terms.append((csr_rows(values, where, counts[keep], len(columns)), q.noisy.ravel()[keep].astype(float),
+                          1.0 / float(q.variance)))
     return terms
 
 
 def objective(terms, x: np.ndarray) -> tuple[float, np.ndarray]:
-    """sum_q ||A_q x - y_q||^2 / var_q in original units (persons^2 / variance), and its gradient."""
+    """sum_q ||A_q x - y_q||^2 / var_q in original units (persons^2 / variance), and its gradient.
+
+    A_q' r is summed entry by entry in row order (np.bincount), as scipy's A_q.T @ r does, without building
+    the transpose."""
     value, grad = 0.0, np.zeros(len(x))
     for a, y, w in terms:
         r = a @ x - y
         value += w * float(r @ r)
-        grad += (2.0 * w) * (a.T @ r)
+        rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+        grad += (2.0 * w) * np.bincount(a.indices, weights=a.data * r[rows], minlength=len(x))
     return value, grad
 
 

@@ -1,0 +1,150 @@
+"""The per-parent matrices, built from their arrays for speed, equal scipy's own constructions of them
+(fancy indexing, kron, coo, vstack, diags, transpose): the same problems, the same QP, the same certificate."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from test_topdown_solver import make_problem
+
+from das.rules import Bounds
+from das.schema import load_schema
+from das.topdown import l2, solve
+from das.topdown.problem import ParentProblem, QueryAnswers, measured, parent_problem, restricted
+
+
+def same(a, b) -> bool:
+    """The same CSR matrix entry for entry, in the same order."""
+    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
+    return (a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            and np.array_equal(a.data, b.data) and a.dtype == b.dtype)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_restricted_is_fancy_indexing(seed):
+    rng = np.random.default_rng(seed)
+    m = sp.random(int(rng.integers(1, 30)), int(rng.integers(1, 60)), density=0.2, format="csr", random_state=seed)
+    cells = np.flatnonzero(rng.random(m.shape[1]) < 0.5)
+    position = np.full(m.shape[1], -1)
+    position[cells] = np.arange(len(cells))
+    rows = rng.random(m.shape[0]) < 0.6
+    assert same(restricted(m, position, len(cells)), m[:, cells])
+    assert same(restricted(m, position, len(cells), rows), m[rows][:, cells])
+
+
+def reference_parent_problem(schema, children, parent_counts, answers, bounds):
+    """The construction before it was built from arrays: scipy fancy indexing throughout."""
+    cells = np.flatnonzero(parent_counts)
+    allowed = np.ones((len(children), len(cells)), dtype=bool)
+    rows, lower, upper = [], [], []
+    for b in bounds:
+        q = schema.query(b.query).matrix[:, cells].tocsr()
+        zeros = b.structural_zeros()
+        if zeros.any():
+            allowed &= ~((sp.csr_matrix(zeros.astype(np.int64)) @ q).toarray() > 0)
+        binding = b.binding()
+        if binding.any():
+            rows.append(q[binding])
+            lower.append(b.lower[:, binding])
+            upper.append(b.upper[:, binding])
+    queries = []
+    for name, noisy, variance, child_rows in answers:
+        q = schema.query(name).matrix[:, cells].tocsr()
+        keep = q.getnnz(axis=1) > 0
+        queries.append((name, q[keep], noisy[:, keep].astype(np.float64), float(variance), child_rows))
+    matrix = sp.vstack(rows).tocsr() if rows else None
+    return cells, allowed, queries, matrix, lower, upper
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_parent_problem_equals_the_fancy_indexing_construction(seed):
+    schema = load_schema("pl94_persons")
+    rng = np.random.default_rng(seed)
+    n_children = int(rng.integers(1, 12))
+    parent_counts = rng.poisson(3, schema.size) * (rng.random(schema.size) < 0.02 + 0.1 * seed)
+    names = ["total", "hhgq", "votingage x hispanic", "detailed"]
+    noisy = {n: (rng.normal(0, 5, (n_children, schema.query(n).matrix.shape[0])), 3) for n in names}
+    finer = [("detailed", rng.normal(0, 5, (1, schema.size)), 2, np.array([0]))]
+    hhgq = schema.query("hhgq").matrix.shape[0]
+    upper = np.where(rng.random((n_children, hhgq)) < 0.3, 0.0, np.inf)
+    upper[:, 0] = np.where(rng.random(n_children) < 0.5, 40.0, upper[:, 0])
+    lower = np.where(upper > 0, rng.integers(0, 3, (n_children, hhgq)), 0).astype(np.int64)
+    total = rng.integers(0, 50, (n_children, 1))
+    bounds = [Bounds("hhgq", lower, upper), Bounds("total", total, total.astype(float))]
+    answers = measured(noisy, finer)
+    children = np.array([f"c{i}" for i in range(n_children)])
+    got = parent_problem(schema, "p", children, parent_counts, answers, bounds)
+    cells, allowed, queries, matrix, lows, highs = reference_parent_problem(schema, children, parent_counts, answers,
+                                                                            bounds)
+    assert np.array_equal(got.cells, cells) and np.array_equal(got.allowed, allowed)
+    assert len(got.queries) == len(queries)
+    for q, (name, m, y, variance, child_rows) in zip(got.queries, queries):
+        assert q.name == name and same(q.matrix, m) and np.array_equal(q.noisy, y) and q.variance == variance
+        assert (q.rows is None) == (child_rows is None)
+    assert same(got.constraints.matrix, matrix)
+    assert np.array_equal(got.constraints.lower, np.hstack(lows))
+    assert np.array_equal(got.constraints.upper, np.hstack(highs))
+
+
+def random_problem(seed) -> ParentProblem:
+    problem, _ = make_problem(n_children=2 + seed, n_cells=10 + 7 * seed, seed=seed, zeros=0.3, noise=2.0)
+    rows = np.array([0, problem.n_children - 1])  # a descendant's answers for two children
+    extra = QueryAnswers("again", problem.queries[1].matrix, np.ones((2, problem.queries[1].matrix.shape[0])), 5.0,
+                         rows)
+    return ParentProblem(problem.parent, problem.children, problem.cells, problem.parent_counts, problem.allowed,
+                         problem.queries + (extra,), problem.constraints)
+
+
+def kron_rows(matrix, children, n_children, columns):
+    """kron(pick(children), matrix)[:, columns], as scipy builds it."""
+    pick = sp.csr_matrix((np.ones(len(children)), (np.arange(len(children)), children)),
+                         shape=(len(children), n_children))
+    return sp.kron(pick, sp.csr_matrix(matrix, dtype=float), format="csr")[:, columns].tocsr()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_matrices_over_the_variables_equal_scipy_kron_and_coo(seed):
+    problem = random_problem(seed)
+    columns = solve._variables(problem)
+    n, k = problem.n_cells, problem.n_children
+    parent_sum = sp.csr_matrix((np.ones(len(columns)), (columns % n, np.arange(len(columns)))), shape=(n, len(columns)))
+    assert same(solve._parent_sum(problem, columns), parent_sum)
+    assert same(solve._total_matrix(problem, columns), kron_rows(np.ones((1, n)), np.arange(k), k, columns))
+    assert same(solve._bound_rows(problem, columns).matrix,
+                kron_rows(problem.constraints.matrix, np.arange(k), k, columns))
+    x = np.random.default_rng(seed).random(len(columns))
+    terms = solve._terms(problem, columns, problem.queries)
+    assert len(terms) == len(problem.queries)
+    for q, (a, y, w) in zip(problem.queries, terms):
+        children = np.arange(k) if q.rows is None else q.rows
+        full = kron_rows(q.matrix, children, k, columns)
+        keep = full.getnnz(axis=1) > 0
+        assert same(a, full[keep]) and same(solve._query_rows(problem, q, columns), full)
+        assert np.array_equal(y, q.noisy.ravel()[keep]) and w == 1.0 / q.variance
+    value, grad = solve.objective(terms, x)
+    reference = sum((2.0 * w) * (a.T @ (a @ x - y)) for a, y, w in terms)
+    assert np.array_equal(grad, np.zeros(len(x)) + reference)  # bit for bit: the same order of sums
+    assert value == sum(w * float((a @ x - y) @ (a @ x - y)) for a, y, w in terms)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_qp_pieces_equal_vstack_fancy_rows_and_diags(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    blocks = [sp.random(int(rng.integers(0, 6)), int(rng.integers(1, 20)), density=0.3, format="csr",
+                        random_state=seed + i) for i in range(4)]
+    width = max(b.shape[1] for b in blocks) + 3
+    assert same(l2._stacked(blocks, width), sp.vstack([l2._pad(b, width) for b in blocks], format="csr"))
+    m = blocks[-1]
+    rows = rng.random(m.shape[0]) < 0.5
+    assert same(l2._picked(m, rows, -1.0), -m[rows]) and same(l2._picked(m, rows), m[rows])
+    captured = {}
+
+    def capture(p, q, a, b, cones, settings):
+        captured["p"] = p
+        raise StopIteration
+
+    monkeypatch.setattr(l2.clarabel, "DefaultSolver", capture)
+    a = sp.csr_matrix(np.eye(12)[rng.random(12) < 0.6])  # some variables in no term: zero weight
+    terms = [(a, rng.random(a.shape[0]), 1.0)]
+    with pytest.raises(StopIteration):
+        l2.solve(l2.Pass(terms), 12, 1.0)
+    assert same(captured["p"].tocsr(), sp.diags(2.0 * l2.lift(terms, 12).weight, format="csc").tocsr())
