@@ -89,14 +89,18 @@ def _geocode(frame: pd.DataFrame) -> pd.Series:
         codes, uniques = pd.factorize(frame[c], use_na_sentinel=False)
         if len(columns) and key.max(initial=0) >= (1 << 62) // max(1, len(uniques)):  # too many combinations
             parts = [frame[c].astype(str) for c in GEO]
-            return (parts[0] + parts[1] + parts[2] + parts[3]).astype("category")
+            return pd.Series((parts[0] + parts[1] + parts[2] + parts[3]).to_numpy(dtype=str), index=frame.index,
+                             dtype="category")
         key = key * len(uniques) + codes
-        columns.append(pd.Series(uniques).astype(str).to_numpy(dtype=object))
+        texts = pd.Series(uniques).astype(str)
+        columns.append((texts.fillna("").to_numpy(dtype=object), texts.isna().to_numpy()))
     combinations, row_combination = np.unique(key, return_inverse=True)
     names = np.full(len(combinations), "", dtype=object)
-    for values in reversed(columns):
+    missing = np.zeros(len(combinations), dtype=bool)
+    for values, absent in reversed(columns):
         combinations, digit = np.divmod(combinations, len(values))
-        names = values[digit] + names
+        names, missing = values[digit] + names, missing | absent[digit]
+    names[missing] = "nan"  # a missing part makes the joined geocode missing: "nan" as a string, as per row
     categories, combination_category = np.unique(names.astype(str), return_inverse=True)  # joins may coincide
     return pd.Series(pd.Categorical.from_codes(combination_category[row_combination], categories=categories),
                      index=frame.index)
