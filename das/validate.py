@@ -163,18 +163,20 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
         keep &= levels[factor].to_numpy() == level
     frames = []
     names = column_names(schema, spec)
+    keys = []  # each record's cell of each query (the same at every geographic level)
+    for qname in spec.queries:
+        q = schema.query(qname)
+        key = (np.ravel_multi_index([levels[f].to_numpy()[keep] for f in q.factors], q.shape) if q.factors
+               else np.zeros(int(keep.sum()), dtype=np.int64))
+        keys.append((q.size, key))
     for geo_level in geo_levels:
         unit, geocodes = prefixes[geo_level]
-        present = np.unique(unit[keep])
+        unit = unit[keep]
+        present = np.flatnonzero(np.bincount(unit, minlength=len(geocodes)))
         columns = []
-        for qname in spec.queries:
-            q = schema.query(qname)
-            if not q.factors:
-                key = np.zeros(len(records), dtype=np.int64)
-            else:
-                key = np.ravel_multi_index([levels[f].to_numpy() for f in q.factors], q.shape)
-            counts = np.bincount(unit[keep] * q.size + key[keep], minlength=len(geocodes) * q.size)
-            columns.append(counts.reshape(len(geocodes), q.size)[present])
+        for size, key in keys:
+            counts = np.bincount(unit * size + key, minlength=len(geocodes) * size)
+            columns.append(counts.reshape(len(geocodes), size)[present])
         table = pd.DataFrame(np.hstack(columns) if columns else np.zeros((len(present), 0), np.int64), columns=names)
         table.insert(0, "geocode", geocodes[present])
         frames.append(table.assign(level=geo_level))
@@ -574,13 +576,13 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             continue
         merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
         problems = []
-        for col in cols:
-            a = merged[col].fillna(0).to_numpy()
-            b = merged[col + "__recount"].fillna(0).to_numpy()
-            bad = np.flatnonzero(a != b)
-            for i in bad[:3]:
-                problems.append(f"{merged['level'].iloc[i]} {merged['geocode'].iloc[i]!r} column {col!r}: "
-                                f"table {a[i]:g}, MDF recount {b[i]:g}")
+        table_values = merged[cols].fillna(0).to_numpy()
+        recount_values = merged[[c + "__recount" for c in cols]].fillna(0).to_numpy()
+        differs = table_values != recount_values
+        for j in np.flatnonzero(differs.any(axis=0)):
+            for i in np.flatnonzero(differs[:, j])[:3]:
+                problems.append(f"{merged['level'].iloc[i]} {merged['geocode'].iloc[i]!r} column {cols[j]!r}: "
+                                f"table {table_values[i, j]:g}, MDF recount {recount_values[i, j]:g}")
         report.check(f"table {spec.name} equals the MDF recount", _first(problems))
         problems = []
         for parent, child in zip(geo_levels, geo_levels[1:]):
