@@ -6,7 +6,7 @@ of one query (at most ROW_GROUP_ROWS rows unless one geounit has more), with a g
 of just those geounits, so a range read decodes little beyond its range; within a query, rows run
 geounit-major then cell. Columns: level, geocode, query (dictionary strings), cell (int32), noisy
 (int64), variance_num / variance_den (int64, the exact rational variance sigma^2). Row-group
-statistics are written for query (readers find each query's row groups from them) and geocode.
+statistics are written for query only (readers find each query's row groups from them).
 A file is written under a temporary name and renamed when complete, so a present file is a whole
 level. While a level is being measured, each (query, chunk) is committed on its own to
 `<level>.parquet.parts/` (the noisy answers in the narrowest integer type that holds them exactly,
@@ -36,7 +36,7 @@ NMF_SCHEMA = pa.schema([
 ])
 INT64_MAX = 2**63 - 1
 ROW_GROUP_ROWS = 1 << 17  # rows per row group: what a range read decodes beyond its range, per query and end
-STATISTICS = ["query", "geocode"]  # the others' statistics cost a third of the writing and nothing reads them
+STATISTICS = ["query"]  # readers find a query's row groups by them; the rest cost a third of the writing, unread
 
 
 def level_path(nmf_dir: Path, release: str, level: str) -> Path:
