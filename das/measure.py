@@ -74,9 +74,14 @@ class Target:
 
 def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.ndarray:
     """(n_units x n_query_cells) int64 answers of a query for each row of `histograms`."""
-    if query == "detailed":
+    return _answers(histograms, None if query == "detailed" else schema.query(query).matrix)
+
+
+def _answers(histograms: sp.csr_matrix, matrix: sp.csr_matrix | None) -> np.ndarray:
+    """`true_answers` from the query's matrix (None: the detailed query, the histograms themselves)."""
+    if matrix is None:
         return histograms.toarray().astype(np.int64)
-    return (histograms @ schema.query(query).matrix.T).toarray().astype(np.int64)
+    return (histograms @ matrix.T).toarray().astype(np.int64)
 
 
 def noisy_answers(truth: np.ndarray, variance: Fraction, rng) -> np.ndarray:
@@ -89,9 +94,10 @@ def noisy_answers(truth: np.ndarray, variance: Fraction, rng) -> np.ndarray:
 
 
 def _measure_chunk(task) -> Path:
-    """Truth + exact discrete-Gaussian noise from the chunk's own stream, committed to its part file."""
-    truth, variance, stream, path = task
-    nmf.write_part(path, noisy_answers(truth, variance, stream))
+    """Truth (from the chunk's sparse histograms: a fraction of the dense answers' size to send to a
+    worker) + exact discrete-Gaussian noise from the chunk's own stream, committed to its part file."""
+    histograms, matrix, variance, stream, path = task
+    nmf.write_part(path, noisy_answers(_answers(histograms, matrix), variance, stream))
     return path
 
 
@@ -181,10 +187,12 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
 
     def tasks():
         for qi, m, number, start, stop in todo:
-            truth = true_answers(level_histograms[start:stop], schema, m.query)
-            yield truth, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}"), _part_path(parts, qi, number)
+            matrix = None if m.query == "detailed" else schema.query(m.query).matrix
+            yield (level_histograms[start:stop], matrix, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}"),
+                   _part_path(parts, qi, number))
 
-    # a chunk's truth leaves this process only inside its task; the worker returns the committed path.
+    # a chunk's histograms (and so its truth) leave this process only inside its task; the worker returns
+    # the committed path.
     # The level file is assembled, in plan order, from each part as soon as it is committed (read back
     # from disk: what is written is what was committed), while the workers draw the next chunks.
     committed = iter(ordered_map(executor, _measure_chunk, tasks(), in_flight=getattr(executor, "slots", 1) + 1)
