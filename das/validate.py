@@ -28,6 +28,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -499,11 +502,33 @@ def check_charges(manifest: Manifest, report: Report) -> None:
     report.check("certificate: charges sum exactly to rho", _first(problems))
 
 
+@contextmanager
+def _alongside(report: Report, check: Callable[[Report], None]) -> Iterator[None]:
+    """Run `check` in a thread while the block runs; its checks and violations take their place in
+    `report` where the block began, and its error (if any) is raised first, as run in order."""
+    checks_at, violations_at, own = len(report.checks), len(report.violations), Report()
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(check, own)
+        try:
+            yield
+        except BaseException:
+            done.result()  # the check that comes first in order fails first
+            raise
+        done.result()
+    report.checks[checks_at:checks_at] = own.checks
+    report.violations[violations_at:violations_at] = own.violations
+
+
 def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True) -> Report:
     """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
     files) add the comparison with the confidential inputs. Raises ValidationError when a file is
-    missing or unreadable."""
-    run_dir = Path(run_dir)
+    missing or unreadable. The NMF check (a pass over every noisy answer) runs in a thread beside
+    the MDF checks; the report lists every check in the same order either way."""
+    with ExitStack() as alongside:
+        return _validate(Path(run_dir), inputs, use_operator, alongside)
+
+
+def _validate(run_dir: Path, inputs: tuple[Path, Path] | None, use_operator: bool, alongside: ExitStack) -> Report:
     report = Report()
     manifest = load_manifest(run_dir)
     if not manifest.complete:
@@ -533,7 +558,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         universe = pd.Series(_present(mdf_units["geocode"]), dtype=str)
         check_unit_records(mdf_units, units_schema, report)
         if "nmf_matches_certificate" in holds:
-            check_nmf(run_dir, manifest, universe, report)
+            alongside.enter_context(_alongside(report, lambda own: check_nmf(run_dir, manifest, universe, own)))
 
         # 1. MDF codes and geography
         outside = np.setdiff1d(_present(mdf["geocode"]), universe.to_numpy(dtype=str)).tolist()

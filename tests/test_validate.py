@@ -94,3 +94,39 @@ def test_recount_table_equals_a_group_by_count_of_the_records(persons):
                 expected.append(counts.to_numpy())
             assert mine.index.tolist() == sorted(unit.unique())
             assert np.array_equal(mine.to_numpy(), np.hstack(expected))
+
+
+def test_the_nmf_check_beside_the_mdf_checks_keeps_its_place_and_fails_first(tmp_path):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import quiet
+
+    from das.run import run
+    from das.validate import ValidationError, validate_run
+
+    out = tmp_path / "tiny"
+    run("tiny", out, seed=3, workers=1, progress=False, log=quiet)
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    tract = broken / "nmf" / "persons" / "tract.parquet"
+    table = pq.read_table(tract)
+    cell = table["cell"].to_numpy().copy()
+    cell[-1] = cell[-2]  # in the widest query's last geounit
+    pq.write_table(table.set_column(3, "cell", pa.array(cell)), tract)
+    p1 = broken / "tables" / "P1.parquet"
+    written = pq.read_table(p1)
+    pq.write_table(written.set_column(2, written.column_names[2], pa.array(written.column(2).to_numpy() + 1)), p1)
+    report = validate_run(broken)
+    names = [c.split(" ", 1)[1].strip() for c in report.checks]
+    nmf_at = names.index("NMF: exactly the certified measurements")
+    assert names[nmf_at - 1].startswith("MDF units: valid codes") and names[nmf_at + 1].startswith("MDF persons: in")
+    assert report.checks[nmf_at].startswith("FAIL")
+    first_nmf = next(i for i, v in enumerate(report.violations) if v.startswith("NMF"))
+    first_table = next(i for i, v in enumerate(report.violations) if v.startswith("table P1"))
+    assert first_nmf < first_table
+    tract.unlink()
+    p1.write_bytes(b"not parquet")  # a later check's error: the NMF one comes first, as in order
+    with pytest.raises(ValidationError, match="tract.parquet is missing"):
+        validate_run(broken)
