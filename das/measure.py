@@ -29,8 +29,8 @@ from das.privacy.strategy import Strategy
 from das.schema import Schema
 
 CHUNK_CELLS = 1 << 23  # answers per chunk (~64 MB of int64 true answers at most)
-# geounits per chunk: a chunk's geocodes are the dictionary of every NMF row group written from it,
-# so this bounds what a range read decodes (levels with fewer units, e.g. any state fixture's blocks, are unaffected)
+# geounits per chunk (levels with fewer units, e.g. any state fixture's blocks, are one chunk per query).
+# The chunks name the random streams: changing either constant changes every seeded release.
 CHUNK_UNITS = 1 << 16
 
 
@@ -74,9 +74,14 @@ class Target:
 
 def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.ndarray:
     """(n_units x n_query_cells) int64 answers of a query for each row of `histograms`."""
-    if query == "detailed":
+    return _answers(histograms, None if query == "detailed" else schema.query(query).matrix)
+
+
+def _answers(histograms: sp.csr_matrix, matrix: sp.csr_matrix | None) -> np.ndarray:
+    """`true_answers` from the query's matrix (None: the detailed query, the histograms themselves)."""
+    if matrix is None:
         return histograms.toarray().astype(np.int64)
-    return (histograms @ schema.query(query).matrix.T).toarray().astype(np.int64)
+    return (histograms @ matrix.T).toarray().astype(np.int64)
 
 
 def noisy_answers(truth: np.ndarray, variance: Fraction, rng) -> np.ndarray:
@@ -89,9 +94,10 @@ def noisy_answers(truth: np.ndarray, variance: Fraction, rng) -> np.ndarray:
 
 
 def _measure_chunk(task) -> Path:
-    """Truth + exact discrete-Gaussian noise from the chunk's own stream, committed to its part file."""
-    truth, variance, stream, path = task
-    nmf.write_part(path, noisy_answers(truth, variance, stream))
+    """Truth (from the chunk's sparse histograms: a fraction of the dense answers' size to send to a
+    worker) + exact discrete-Gaussian noise from the chunk's own stream, committed to its part file."""
+    histograms, matrix, variance, stream, path = task
+    nmf.write_part(path, noisy_answers(_answers(histograms, matrix), variance, stream))
     return path
 
 
@@ -181,29 +187,35 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
 
     def tasks():
         for qi, m, number, start, stop in todo:
-            truth = true_answers(level_histograms[start:stop], schema, m.query)
-            yield truth, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}"), _part_path(parts, qi, number)
+            matrix = None if m.query == "detailed" else schema.query(m.query).matrix
+            yield (level_histograms[start:stop], matrix, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}"),
+                   _part_path(parts, qi, number))
 
-    # a chunk's truth leaves this process only inside its task; the worker returns the committed path
-    committed = (ordered_map(executor, _measure_chunk, tasks(), in_flight=getattr(executor, "slots", 1) + 1)
-                 if executor else map(_measure_chunk, tasks()))
-    for _ in committed:
-        crash_point(f"measure:{release}:{level}")
-    if report is not None:
-        report.update({"reused_chunks": reused, "drawn_chunks": len(todo), "torn_chunks_discarded": torn})
+    # a chunk's histograms (and so its truth) leave this process only inside its task; the worker returns
+    # the committed path.
+    # The level file is assembled, in plan order, from each part as soon as it is committed (read back
+    # from disk: what is written is what was committed), while the workers draw the next chunks.
+    committed = iter(ordered_map(executor, _measure_chunk, tasks(), in_flight=getattr(executor, "slots", 1) + 1)
+                     if executor else map(_measure_chunk, tasks()))
+    drawn = {(qi, number) for qi, _, number, _, _ in todo}
     writer = nmf.LevelWriter(out_path, target.metadata)
     try:
         for qi, (m, chunk) in enumerate(zip(measurements, chunks)):
             for number, start in enumerate(range(0, n_units, chunk)):
+                if (qi, number) in drawn:
+                    next(committed)
+                    crash_point(f"measure:{release}:{level}")
                 noisy = nmf.read_part(_part_path(parts, qi, number))
                 stop = min(n_units, start + chunk)
                 if noisy.shape != (stop - start, schema.query(m.query).size):
                     raise ValueError(f"{_part_path(parts, qi, number)}: holds {noisy.shape} answers, expected "
                                      f"{(stop - start, schema.query(m.query).size)}")
-                writer.write(nmf.measurement_batch(level, geocodes[start:stop], m.query, noisy, m.variance))
+                writer.write_measurement(level, geocodes[start:stop], m.query, noisy, m.variance)
     except BaseException:
         writer.abort()
         raise
+    if report is not None:
+        report.update({"reused_chunks": reused, "drawn_chunks": len(todo), "torn_chunks_discarded": torn})
     path = writer.close()
     shutil.rmtree(parts, ignore_errors=True)
     return path

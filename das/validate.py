@@ -28,6 +28,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -80,21 +83,59 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 def _geocode(frame: pd.DataFrame) -> pd.Series:
-    parts = [frame[c].astype(str) for c in GEO]
-    return (parts[0] + parts[1] + parts[2] + parts[3]) if len(frame) else pd.Series([], dtype=str)
+    """Each record's block geocode (the first four geography columns joined), as a categorical whose
+    categories are the distinct geocodes, sorted: the columns' distinct values are joined, not every row's."""
+    if not len(frame):
+        return pd.Series([], dtype=str)
+    key, columns = np.zeros(len(frame), dtype=np.int64), []
+    for c in GEO:
+        codes, uniques = pd.factorize(frame[c], use_na_sentinel=False)
+        if len(columns) and key.max(initial=0) >= (1 << 62) // max(1, len(uniques)):  # too many combinations
+            parts = [frame[c].astype(str) for c in GEO]
+            return pd.Series((parts[0] + parts[1] + parts[2] + parts[3]).to_numpy(dtype=str), index=frame.index,
+                             dtype="category")
+        key = key * len(uniques) + codes
+        texts = pd.Series(uniques).astype(str)
+        columns.append((texts.fillna("").to_numpy(dtype=object), texts.isna().to_numpy()))
+    combinations, row_combination = np.unique(key, return_inverse=True)
+    names = np.full(len(combinations), "", dtype=object)
+    missing = np.zeros(len(combinations), dtype=bool)
+    for values, absent in reversed(columns):
+        combinations, digit = np.divmod(combinations, len(values))
+        names, missing = values[digit] + names, missing | absent[digit]
+    names[missing] = "nan"  # a missing part makes the joined geocode missing: "nan" as a string, as per row
+    categories, combination_category = np.unique(names.astype(str), return_inverse=True)  # joins may coincide
+    return pd.Series(pd.Categorical.from_codes(combination_category[row_combination], categories=categories),
+                     index=frame.index)
+
+
+def _present(geocode: pd.Series) -> np.ndarray:
+    """The distinct geocodes of a `_geocode` column, sorted."""
+    if isinstance(geocode.dtype, pd.CategoricalDtype):
+        return np.asarray(geocode.cat.categories, dtype=str)[np.unique(geocode.cat.codes.to_numpy())]
+    return np.unique(geocode.to_numpy(dtype=str))
+
+
+def _blocks_in(universe: np.ndarray, geocode: pd.Series) -> np.ndarray:
+    """np.searchsorted(universe, geocode) of every record, searching only the distinct geocodes."""
+    if isinstance(geocode.dtype, pd.CategoricalDtype):
+        where = np.searchsorted(universe, np.asarray(geocode.cat.categories, dtype=str))
+        return where[geocode.cat.codes.to_numpy()]
+    return np.searchsorted(universe, geocode.to_numpy(dtype=str))
 
 
 def _levels(frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:
-    """Decode input/MDF code columns to attribute levels (and recode levels), by lookup."""
+    """Decode input/MDF code columns to attribute levels (and recode levels), by lookup of each distinct value."""
     out = {}
     for a in schema.attributes:
         col = frame[a.column]
         lookup = {str(code): i for i, code in enumerate(a.codes)}
-        levels = col.astype(str).map(lookup)
-        if levels.isna().any():
-            bad = col[levels.isna()].iloc[0]
+        codes, uniques = pd.factorize(col, use_na_sentinel=False)
+        levels = pd.Series(uniques).astype(str).map(lookup).to_numpy(dtype=float)[codes]
+        if np.isnan(levels).any():
+            bad = col.iloc[int(np.flatnonzero(np.isnan(levels))[0])]
             raise ValueError(f"column {a.column} holds {bad!r}, not a code of {a.name}")
-        out[a.name] = levels.astype(np.int64).to_numpy()
+        out[a.name] = levels.astype(np.int64)
     for r in schema.recodes:
         out[r.name] = np.asarray(r.mapping)[out[r.attribute]]
     return pd.DataFrame(out)
@@ -125,18 +166,20 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
         keep &= levels[factor].to_numpy() == level
     frames = []
     names = column_names(schema, spec)
+    keys = []  # each record's cell of each query (the same at every geographic level)
+    for qname in spec.queries:
+        q = schema.query(qname)
+        key = (np.ravel_multi_index([levels[f].to_numpy()[keep] for f in q.factors], q.shape) if q.factors
+               else np.zeros(int(keep.sum()), dtype=np.int64))
+        keys.append((q.size, key))
     for geo_level in geo_levels:
         unit, geocodes = prefixes[geo_level]
-        present = np.unique(unit[keep])
+        unit = unit[keep]
+        present = np.flatnonzero(np.bincount(unit, minlength=len(geocodes)))
         columns = []
-        for qname in spec.queries:
-            q = schema.query(qname)
-            if not q.factors:
-                key = np.zeros(len(records), dtype=np.int64)
-            else:
-                key = np.ravel_multi_index([levels[f].to_numpy() for f in q.factors], q.shape)
-            counts = np.bincount(unit[keep] * q.size + key[keep], minlength=len(geocodes) * q.size)
-            columns.append(counts.reshape(len(geocodes), q.size)[present])
+        for size, key in keys:
+            counts = np.bincount(unit * size + key, minlength=len(geocodes) * size)
+            columns.append(counts.reshape(len(geocodes), size)[present])
         table = pd.DataFrame(np.hstack(columns) if columns else np.zeros((len(present), 0), np.int64), columns=names)
         table.insert(0, "geocode", geocodes[present])
         frames.append(table.assign(level=geo_level))
@@ -272,6 +315,17 @@ def _dictionary(column) -> tuple[np.ndarray, np.ndarray]:
             np.asarray(column.dictionary.to_pylist(), dtype=str))
 
 
+def _in_order(cells: np.ndarray, unit_codes: np.ndarray, unit_position: np.ndarray, start: int, size: int) -> bool:
+    """Rows start..start+len-1 of a query are (geounit i // size, cell i % size): `cells` the cell of each
+    row, `unit_position[unit_codes]` its geounit's position. Whole geounits are checked as a block."""
+    if start % size == 0 and len(cells) % size == 0:
+        cells, unit_codes = cells.reshape(-1, size), unit_codes.reshape(-1, size)
+        return bool((cells == np.arange(size)).all() and (unit_codes == unit_codes[:, :1]).all()
+                    and (unit_position[unit_codes[:, 0]] == np.arange(start // size, start // size + len(cells))).all())
+    position = start + np.arange(len(cells))
+    return bool((cells == position % size).all() and (unit_position[unit_codes] == position // size).all())
+
+
 def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geounits: np.ndarray) -> list[str]:
     """One NMF level file against its certificate entry, streamed batch by batch (bounded memory).
 
@@ -301,20 +355,20 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
             unit_position = np.where(geounits[found] == unit_names, found, -1) if len(geounits) else found - 1
             cells_all = batch.column("cell").to_numpy()
             num_all, den_all = batch.column("variance_num").to_numpy(), batch.column("variance_den").to_numpy()
-            for code in np.unique(query_codes):
+            single = len(query_codes) and query_codes.min() == query_codes.max()  # a row group holds one query
+            for code in query_codes[:1] if single else np.flatnonzero(np.bincount(query_codes)):
                 query = str(query_names[code])
-                rows = np.flatnonzero(query_codes == code)
+                rows = slice(None) if single else np.flatnonzero(query_codes == code)
+                n_rows = len(query_codes) if single else len(rows)
                 if query not in queries:
                     problems.append(f"{name}: query {query!r} is not in the certificate")
                     continue
                 size, start = sizes[query], seen.get(query, 0)
-                seen[query] = start + len(rows)
+                seen[query] = start + n_rows
                 if seen[query] > len(geounits) * size:
                     problems.append(f"{name} {query}: more rows than {len(geounits)} geounits x {size} cells")
                     continue
-                position = start + np.arange(len(rows))
-                if (cells_all[rows] != position % size).any() or \
-                        (unit_position[unit_codes[rows]] != position // size).any():
+                if not _in_order(cells_all[rows], unit_codes[rows], unit_position, start, size):
                     problems.append(f"{name} {query}: rows are not each (geocode, cell) of the level once, in order")
                 if (num_all[rows] != variances[query][0]).any() or (den_all[rows] != variances[query][1]).any():
                     problems.append(f"{name} {query}: a variance differs from the certified {queries[query]['sigma2']}")
@@ -347,7 +401,7 @@ def block_facts(mdf: pd.DataFrame, levels: pd.DataFrame, persons_schema: Schema,
                 universe: np.ndarray) -> rules.Invariants:
     """The published facts per block of the universe, counted from the two MDFs: housing units,
     GQ facilities by type, and the persons release's household persons (its `hhgq` cell 0)."""
-    block = np.searchsorted(universe, mdf_units["geocode"].to_numpy(dtype=str))
+    block = _blocks_in(universe, mdf_units["geocode"])
     rtype = mdf_units["RTYPE"].astype(np.int64).to_numpy()
     gq = mdf_units["GQTYPE_PL"].astype(np.int64).to_numpy()
     n = len(universe)
@@ -357,7 +411,7 @@ def block_facts(mdf: pd.DataFrame, levels: pd.DataFrame, persons_schema: Schema,
     household = None
     if "hhgq" in [r.name for r in persons_schema.recodes] + list(persons_schema.names):
         in_household = levels["hhgq"].to_numpy() == 0
-        household = np.bincount(np.searchsorted(universe, mdf["geocode"].to_numpy(dtype=str))[in_household],
+        household = np.bincount(_blocks_in(universe, mdf["geocode"])[in_household],
                                 minlength=n)
     return rules.Invariants(housing, facilities, {}, household)
 
@@ -373,7 +427,7 @@ def check_rules(release: str, records: pd.DataFrame, levels: pd.DataFrame, schem
     except ValueError as e:
         report.check(f"rules of schema {schema.name} ({release})", [str(e)])
         return
-    block = np.searchsorted(universe, records["geocode"].to_numpy(dtype=str))
+    block = _blocks_in(universe, records["geocode"])
     for bounds in families:
         query = schema.query(bounds.query)
         cell = (np.ravel_multi_index([levels[f].to_numpy() for f in query.factors], query.shape) if query.factors
@@ -394,7 +448,14 @@ def check_rules(release: str, records: pd.DataFrame, levels: pd.DataFrame, schem
 
 def _facilities(units: pd.DataFrame) -> pd.DataFrame:
     gq = units[units["RTYPE"].astype(int) == GQ_FACILITY]
-    return gq.assign(GQTYPE_PL=gq["GQTYPE_PL"].astype(int)).groupby(["geocode", "GQTYPE_PL"]).size().unstack(fill_value=0)
+    counts = gq.assign(GQTYPE_PL=gq["GQTYPE_PL"].astype(int)).groupby(["geocode", "GQTYPE_PL"], observed=True).size()
+    return _by_geocode(counts.unstack(fill_value=0))
+
+
+def _by_geocode(counts):
+    """Counts grouped by a `_geocode` column (its index categorical), indexed by the geocode strings."""
+    counts.index = counts.index.astype(str)
+    return counts
 
 
 def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
@@ -441,11 +502,33 @@ def check_charges(manifest: Manifest, report: Report) -> None:
     report.check("certificate: charges sum exactly to rho", _first(problems))
 
 
+@contextmanager
+def _alongside(report: Report, check: Callable[[Report], None]) -> Iterator[None]:
+    """Run `check` in a thread while the block runs; its checks and violations take their place in
+    `report` where the block began, and its error (if any) is raised first, as run in order."""
+    checks_at, violations_at, own = len(report.checks), len(report.violations), Report()
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(check, own)
+        try:
+            yield
+        except BaseException:
+            done.result()  # the check that comes first in order fails first
+            raise
+        done.result()
+    report.checks[checks_at:checks_at] = own.checks
+    report.violations[violations_at:violations_at] = own.violations
+
+
 def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True) -> Report:
     """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
     files) add the comparison with the confidential inputs. Raises ValidationError when a file is
-    missing or unreadable."""
-    run_dir = Path(run_dir)
+    missing or unreadable. The NMF check (a pass over every noisy answer) runs in a thread beside
+    the MDF checks; the report lists every check in the same order either way."""
+    with ExitStack() as alongside:
+        return _validate(Path(run_dir), inputs, use_operator, alongside)
+
+
+def _validate(run_dir: Path, inputs: tuple[Path, Path] | None, use_operator: bool, alongside: ExitStack) -> Report:
     report = Report()
     manifest = load_manifest(run_dir)
     if not manifest.complete:
@@ -472,13 +555,13 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             raise ValidationError(f"{run_dir}: an MDF file has no column {missing[0]}")
         frame["geocode"] = _geocode(frame)
     if with_units:
-        universe = pd.Series(sorted(set(mdf_units["geocode"])), dtype=str)
+        universe = pd.Series(_present(mdf_units["geocode"]), dtype=str)
         check_unit_records(mdf_units, units_schema, report)
         if "nmf_matches_certificate" in holds:
-            check_nmf(run_dir, manifest, universe, report)
+            alongside.enter_context(_alongside(report, lambda own: check_nmf(run_dir, manifest, universe, own)))
 
         # 1. MDF codes and geography
-        outside = sorted(set(mdf["geocode"]) - set(universe))
+        outside = np.setdiff1d(_present(mdf["geocode"]), universe.to_numpy(dtype=str)).tolist()
         report.check("MDF persons: in blocks of the release universe",
                      [f"{len(outside)} MDF blocks have no housing unit or facility in the units MDF, e.g. {outside[0]}"]
                      if outside else [])
@@ -518,13 +601,13 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             continue
         merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
         problems = []
-        for col in cols:
-            a = merged[col].fillna(0).to_numpy()
-            b = merged[col + "__recount"].fillna(0).to_numpy()
-            bad = np.flatnonzero(a != b)
-            for i in bad[:3]:
-                problems.append(f"{merged['level'].iloc[i]} {merged['geocode'].iloc[i]!r} column {col!r}: "
-                                f"table {a[i]:g}, MDF recount {b[i]:g}")
+        table_values = merged[cols].fillna(0).to_numpy()
+        recount_values = merged[[c + "__recount" for c in cols]].fillna(0).to_numpy()
+        differs = table_values != recount_values
+        for j in np.flatnonzero(differs.any(axis=0)):
+            for i in np.flatnonzero(differs[:, j])[:3]:
+                problems.append(f"{merged['level'].iloc[i]} {merged['geocode'].iloc[i]!r} column {cols[j]!r}: "
+                                f"table {table_values[i, j]:g}, MDF recount {recount_values[i, j]:g}")
         report.check(f"table {spec.name} equals the MDF recount", _first(problems))
         problems = []
         for parent, child in zip(geo_levels, geo_levels[1:]):
@@ -586,8 +669,9 @@ def check_against_inputs(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels,
         for g in truth.index[truth != out]:
             problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the input")
     report.check("total population invariant against the inputs (nation, state)", problems)
-    hu_in = units_in[units_in["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
-    hu_out = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode").size()
+    hu_in = _by_geocode(units_in[units_in["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode", observed=True).size())
+    hu_out = _by_geocode(mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode",
+                                                                                         observed=True).size())
     hu_in, hu_out = hu_in.align(hu_out, fill_value=0)
     report.check("housing units per block invariant", _first([
         f"block {g}: {hu_out[g]} housing units, input has {hu_in[g]}" for g in hu_in.index[hu_in != hu_out]]))

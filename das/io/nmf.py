@@ -1,13 +1,16 @@
 """Noisy measurement file (NMF): every noisy answer with its level, geocode, query, cell and
 exact variance, as Parquet, so others can re-run or replace the post-processing.
 
-Layout: `nmf/<release>/<level>.parquet`, one file per level, row groups per (query, chunk of
-geounits); within a query, rows run geounit-major then cell. Columns: level, geocode, query
-(dictionary strings), cell (int32), noisy (int64), variance_num / variance_den (int64, the
-exact rational variance sigma^2). A file is written under a temporary name and renamed when
-complete, so a present file is a whole level. While a level is being measured, each (query,
-chunk) is committed on its own to `<level>.parquet.parts/` (the noisy int64 array, zstd; see
-das/measure.py) and the level file is assembled from those parts.
+Layout: `nmf/<release>/<level>.parquet`, one file per level; each row group holds whole geounits
+of one query (at most ROW_GROUP_ROWS rows unless one geounit has more), with a geocode dictionary
+of just those geounits, so a range read decodes little beyond its range; within a query, rows run
+geounit-major then cell. Columns: level, geocode, query (dictionary strings), cell (int32), noisy
+(int64), variance_num / variance_den (int64, the exact rational variance sigma^2). Row-group
+statistics are written for query only (readers find each query's row groups from them).
+A file is written under a temporary name and renamed when complete, so a present file is a whole
+level. While a level is being measured, each (query, chunk) is committed on its own to
+`<level>.parquet.parts/` (the noisy answers in the narrowest integer type that holds them exactly,
+zstd; see das/measure.py) and the level file is assembled from those parts.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ NMF_SCHEMA = pa.schema([
     ("variance_den", pa.int64()),
 ])
 INT64_MAX = 2**63 - 1
+ROW_GROUP_ROWS = 1 << 17  # rows per row group: what a range read decodes beyond its range, per query and end
+STATISTICS = ["query"]  # readers find a query's row groups by them; the rest cost a third of the writing, unread
 
 
 def level_path(nmf_dir: Path, release: str, level: str) -> Path:
@@ -56,7 +61,7 @@ def measurement_batch(
         pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(n_units, dtype=np.int32), n_cells)), dictionary),
         constant(query),
         pa.array(np.tile(np.arange(n_cells, dtype=np.int32), n_units)),
-        pa.array(noisy.reshape(-1).astype(np.int64)),
+        pa.array(np.ascontiguousarray(noisy, dtype=np.int64).reshape(-1)),  # no copy of int64 rows
         pa.array(np.full(n, variance.numerator, dtype=np.int64)),
         pa.array(np.full(n, variance.denominator, dtype=np.int64)),
     ], schema=NMF_SCHEMA)
@@ -70,10 +75,19 @@ class LevelWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = atomic.partial(self.path)
         schema = NMF_SCHEMA.with_metadata(metadata) if metadata else NMF_SCHEMA
-        self.writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        self.writer = pq.ParquetWriter(self.tmp, schema, compression="zstd", write_statistics=STATISTICS)
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
+
+    def write_measurement(self, level: str, geocodes: np.ndarray, query: str, noisy: np.ndarray,
+                          variance: Fraction) -> None:
+        """Noisy answers (n_units x n_cells) of one query on the given geounits, in row groups of
+        whole geounits (at most ROW_GROUP_ROWS rows each, or one geounit), each with its own geocodes."""
+        units = max(1, ROW_GROUP_ROWS // max(1, noisy.shape[1]))
+        for start in range(0, max(1, len(geocodes)), units):
+            batch = measurement_batch(level, geocodes[start:start + units], query, noisy[start:start + units], variance)
+            self.writer.write_batch(batch, row_group_size=max(1, batch.num_rows))  # one row group
 
     def close(self) -> Path:
         self.writer.close()
@@ -86,22 +100,46 @@ class LevelWriter:
 
 
 PART_CODEC = "zstd"
+PART_TYPES = (np.int8, np.int16, np.int32)  # narrower types a part may be stored in (int64 otherwise)
+
+
+def _narrowest(values: np.ndarray) -> type:
+    if values.size:
+        low, high = int(values.min()), int(values.max())
+        for kind in PART_TYPES:
+            info = np.iinfo(kind)
+            if info.min <= low and high <= info.max:
+                return kind
+    return np.int64
 
 
 def write_part(path: Path, noisy: np.ndarray) -> None:
-    """Commit one chunk of noisy answers (n_units x n_cells int64): zstd-compressed, synced under
-    `.partial`, then renamed. The other NMF columns follow from the chunk's place in the plan."""
+    """Commit one chunk of noisy answers (n_units x n_cells int64): stored exactly in the narrowest
+    integer type that holds every answer, zstd-compressed, synced under `.partial`, then renamed.
+    The other NMF columns follow from the chunk's place in the plan.
+
+    Header: int64 (n_units, n_cells) for int64 data; for a narrower type, int64 (-itemsize,
+    n_units, n_cells) (a shape is never negative, so both read back).
+    """
     noisy = np.ascontiguousarray(noisy, dtype=np.int64)
-    header = np.asarray([*noisy.shape], dtype=np.int64).tobytes()
-    body = pa.Codec(PART_CODEC, compression_level=1).compress(noisy.tobytes(), asbytes=True)
+    kind = _narrowest(noisy)
+    stored = noisy if kind is np.int64 else noisy.astype(kind)
+    marker = [] if kind is np.int64 else [-np.dtype(kind).itemsize]
+    header = np.asarray([*marker, *noisy.shape], dtype=np.int64).tobytes()
+    body = pa.Codec(PART_CODEC, compression_level=1).compress(stored.tobytes(), asbytes=True)
     atomic.write_bytes(path, header + body, sync=True)
 
 
 def read_part(path: Path) -> np.ndarray:
+    """The int64 (n_units x n_cells) noisy answers of a part written by `write_part`."""
     data = Path(path).read_bytes()
-    shape = tuple(int(x) for x in np.frombuffer(data[:16], dtype=np.int64))
-    raw = pa.Codec(PART_CODEC).decompress(data[16:], decompressed_size=8 * shape[0] * shape[1], asbytes=True)
-    return np.frombuffer(raw, dtype=np.int64).reshape(shape)
+    first = int(np.frombuffer(data[:8], dtype=np.int64)[0])
+    itemsize, at = (8, 0) if first >= 0 else (-first, 8)
+    kind = {8: np.int64, **{np.dtype(k).itemsize: k for k in PART_TYPES}}[itemsize]
+    shape = tuple(int(x) for x in np.frombuffer(data[at:at + 16], dtype=np.int64))
+    raw = pa.Codec(PART_CODEC).decompress(data[at + 16:], decompressed_size=itemsize * shape[0] * shape[1],
+                                          asbytes=True)
+    return np.frombuffer(raw, dtype=kind).reshape(shape).astype(np.int64)
 
 
 def _query_of_groups(parquet: pq.ParquetFile, path: Path) -> list[str]:
