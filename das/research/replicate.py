@@ -28,7 +28,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
-from scipy.stats import t as student_t
 
 from das import atomic
 from das.executors import limit_threads
@@ -239,6 +238,8 @@ def bias_table(stats: pd.DataFrame) -> pd.DataFrame:
         # t is undefined where replicates agree to rounding (an invariant): se ~ 0
         table["t"] = np.where(table["se"] > 1e-9 * (1 + table["mean_error"].abs()), table["mean_error"] / table["se"], np.nan)
     # two-sided p-value of "no bias" (Student t, replicates - 1 degrees of freedom)
+    from scipy.stats import t as student_t  # here: scipy.stats costs every `das` command (and worker) 0.5 s to import
+
     table["p"] = 2 * student_t.sf(np.abs(table["t"]), np.maximum(table["replicates"] - 1, 1))
     return table
 
