@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import resource
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
-from benchmarks.scale import _cpu, _driver_cpu_by_stage, _quiet, descendant_peaks, pollers_cpu
+from benchmarks.scale import _cpu, _driver_cpu_by_stage, _quiet, pollers_cpu, watching_descendants
 
 STATES = 9
 WORKERS = 2
@@ -371,17 +370,10 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
         workers_seen: dict = {}
         records: list[dict] = []
         reports: dict = {}
-        stop = threading.Event()
-        poller = threading.Thread(target=descendant_peaks, args=(stop, workers_seen), daemon=True)
-        poller.start()
         t0 = time.perf_counter()
-        try:
-            with _driver_cpu_by_stage(stages), recording_tasks(records, reports):
-                result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False,
-                             log=_quiet)
-        finally:
-            stop.set()
-            poller.join()
+        with watching_descendants(workers_seen), _driver_cpu_by_stage(stages), recording_tasks(records, reports):
+            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False,
+                         log=_quiet)
         seconds = time.perf_counter() - t0
         tree_peak = workers_seen.pop("workers_tree_mb", float("nan"))
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0

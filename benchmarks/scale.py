@@ -102,6 +102,19 @@ def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) ->
 
 
 @contextmanager
+def watching_descendants(peaks: dict):
+    """`descendant_peaks` polling into `peaks` while the block runs (a thread, stopped and joined after)."""
+    stop = threading.Event()
+    poller = threading.Thread(target=descendant_peaks, args=(stop, peaks), daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        poller.join()
+
+
+@contextmanager
 def _driver_cpu_by_stage(figures: dict):
     """Driver CPU seconds (process_time) and, on Linux, peak RSS of each stage of das.run, into figures."""
     import das.run
@@ -154,17 +167,10 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers_cpu(), _cpu(resource.RUSAGE_CHILDREN)
         stages: dict = {}
         children: dict = {}
-        stop = threading.Event()
-        poller = threading.Thread(target=descendant_peaks, args=(stop, children), daemon=True)
-        poller.start()
         t0 = time.perf_counter()
-        try:
-            with _driver_cpu_by_stage(stages):
-                result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
-                             log=_quiet, engine=engine)
-        finally:
-            stop.set()
-            poller.join()
+        with watching_descendants(children), _driver_cpu_by_stage(stages):
+            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
+                         log=_quiet, engine=engine)
         seconds = time.perf_counter() - t0
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         workers_tree_mb = children.pop("workers_tree_mb", float("nan"))
