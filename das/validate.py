@@ -76,10 +76,11 @@ class Report:
         return not self.violations
 
 
-def _read(path: Path) -> pd.DataFrame:
+def _read(path: Path, columns: list[str]) -> pd.DataFrame:
+    """The named columns of a confidential input file (CSV as text, or Parquet)."""
     if path.suffix == ".csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
-    return pd.read_parquet(path)
+        return pd.read_csv(path, dtype=str, keep_default_na=False, usecols=columns)
+    return pd.read_parquet(path, columns=columns)
 
 
 def _geocode(frame: pd.DataFrame) -> pd.Series:
@@ -655,7 +656,9 @@ def _validate(run_dir: Path, inputs: tuple[Path, Path] | None, use_operator: boo
 def check_against_inputs(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels, inputs: tuple[Path, Path],
                          report: Report) -> None:
     """Population (nation, state), housing units and GQ facilities per block equal the inputs'."""
-    persons_in, units_in = _read(Path(inputs[0])), _read(Path(inputs[1]))
+    # only what the comparison needs: the geography, and a unit's record type and GQ type
+    persons_in = _read(Path(inputs[0]), list(GEO))
+    units_in = _read(Path(inputs[1]), [*GEO, "RTYPE", "GQTYPE_PL"])
     persons_in["geocode"] = _geocode(persons_in)
     units_in["geocode"] = _geocode(units_in)
     problems = []

@@ -130,3 +130,29 @@ def test_the_nmf_check_beside_the_mdf_checks_keeps_its_place_and_fails_first(tmp
     p1.write_bytes(b"not parquet")  # a later check's error: the NMF one comes first, as in order
     with pytest.raises(ValidationError, match="tract.parquet is missing"):
         validate_run(broken)
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_the_comparison_with_the_inputs_names_what_differs_from_them(tmp_path, suffix):
+    """A release checked against inputs that are not its own: one person and one housing unit fewer in the
+    inputs make the population (nation, state) and housing-unit invariants fail, naming the unit's block."""
+    from conftest import TINY, quiet
+
+    from das.run import run
+    from das.validate import validate_run
+
+    result = run("tiny", tmp_path / "run", seed=2, workers=1, progress=False, log=quiet)
+    assert validate_run(result.out_dir).ok
+    read = (lambda path: pd.read_csv(path, dtype=str)) if suffix == "csv" else pd.read_parquet
+    persons, units = read(TINY / f"persons.{suffix}"), read(TINY / f"units.{suffix}")
+    dropped = units.index[units["RTYPE"].astype(int) == 2][0]
+    block = "".join(str(units.loc[dropped, c]) for c in GEO)
+    for frame, name in ((persons.iloc[1:], "persons"), (units.drop(dropped), "units")):
+        path = tmp_path / f"{name}.{suffix}"
+        frame.to_csv(path, index=False) if suffix == "csv" else frame.to_parquet(path, index=False)
+    report = validate_run(result.out_dir, inputs=(tmp_path / f"persons.{suffix}", tmp_path / f"units.{suffix}"))
+    assert not report.ok
+    population = [v for v in report.violations if v.startswith("total population invariant against the inputs")]
+    assert any("nation" in v for v in population) and any("state" in v for v in population)
+    assert any(v.startswith("housing units per block invariant") and block in v for v in report.violations)
+    assert not any(v.startswith("GQ facilities per block invariant") for v in report.violations)
