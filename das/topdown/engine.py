@@ -308,6 +308,7 @@ class _Schedule:
         heapq.heappush(self.ready, (-int(self.levels[i].blocks[b]), i, b))
 
     def pop(self) -> tuple[int, int] | None:
+        """The next batch to run, or None; a batch already solved (from a checkpoint) is skipped."""
         while self.ready:
             _, i, b = heapq.heappop(self.ready)
             if b not in self.levels[i].results:
