@@ -70,6 +70,16 @@ class Target:
     metadata: dict | None = None
     executor: object | None = None
     report: dict | None = None
+    state: str | None = None  # a state of a partitioned run: its own NMF files and random streams
+
+    def level_path(self, release: str, level: str) -> Path:
+        """The NMF file this target writes for a level (das.io.nmf: one per level, or per state)."""
+        return nmf.state_path(self.nmf_dir, release, level, self.state)
+
+    def stream(self, release: str, level: str, query: str, chunk: int) -> str:
+        """The name of a chunk's random stream (a state's chunks are named by the state too)."""
+        where = "" if self.state is None else f"s{self.state}/"
+        return f"{release}/{level}/{query}/{where}{chunk}"
 
 
 def true_answers(histograms: sp.csr_matrix, schema: Schema, query: str) -> np.ndarray:
@@ -168,7 +178,7 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
     elsewhere (das.executors); the streams are the same, so seeded results are too.
     """
     release, schema, measurements = what.release, what.schema, what.plan.get(level, [])
-    executor, report, out_path = target.executor, target.report, nmf.level_path(target.nmf_dir, release, level)
+    executor, report, out_path = target.executor, target.report, target.level_path(release, level)
     n_units = len(geocodes)
     parts = parts_dir(out_path)
     parts.mkdir(parents=True, exist_ok=True)
@@ -188,7 +198,7 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
     def tasks():
         for qi, m, number, start, stop in todo:
             matrix = None if m.query == "detailed" else schema.query(m.query).matrix
-            yield (level_histograms[start:stop], matrix, m.variance, rng.spawn(f"{release}/{level}/{m.query}/{number}"),
+            yield (level_histograms[start:stop], matrix, m.variance, rng.spawn(target.stream(release, level, m.query, number)),
                    _part_path(parts, qi, number))
 
     # a chunk's histograms (and so its truth) leave this process only inside its task; the worker returns
@@ -222,16 +232,16 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
 
 
 def measure_release(what: Measured, geography: Geography, block_histograms: sp.csr_matrix, rng, target: Target,
-                    accountant=None) -> dict[str, Path]:
-    """Measure every level of `plan` (level -> measurements), skipping levels already written.
+                    accountant=None, levels: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """Measure every level of `plan` (level -> measurements), or those in `levels`, skipping levels already written.
 
     Every measurement is charged to `accountant` (if given) before any noise is drawn, so a plan
     that would overspend, or measure a (level, query) twice, stops before the first draw.
     """
     charge(accountant, what.plan, geography.levels)
     written, report = {}, target.report
-    for level in geography.levels:
-        path = nmf.level_path(target.nmf_dir, what.release, level)
+    for level in levels or geography.levels:
+        path = target.level_path(what.release, level)
         if path.exists():  # a complete level from an earlier, interrupted run: never redraw
             shutil.rmtree(parts_dir(path), ignore_errors=True)  # left if killed just after the rename
             written[level] = path

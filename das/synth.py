@@ -67,23 +67,40 @@ def _restate(table: pa.Table, code: str, first_epnum: int | None) -> pa.Table:
     return table
 
 
-def write_synthetic(out_dir: Path, states: int, fixtures: Path = FIXTURES) -> dict:
-    """Write persons.parquet, units.parquet and spec.toml for `states` copies; returns counts."""
+def write_synthetic(out_dir: Path, states: int, fixtures: Path = FIXTURES, partitioned: bool = False) -> dict:
+    """Write persons.parquet, units.parquet and spec.toml for `states` copies; returns counts.
+    partitioned: the inputs as directories persons/ and units/ of one file per state (`<code>.parquet`),
+    the input of a partitioned run (das/partitioned.py)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    counts = {"states": states, "persons": 0, "unit_rows": 0}
+    counts = {"states": states, "persons": 0, "unit_rows": 0, "blocks": 0}
     for name in ("persons", "units"):
         schema = pq.read_schema(fixtures / SOURCES[0] / f"{name}.parquet")
+        if partitioned:
+            (out_dir / name).mkdir(exist_ok=True)
+            for source, code in plan(states):
+                table = _copy(fixtures, source, name, code, counts, schema)
+                with atomic.replacing(out_dir / name / f"{code}.parquet") as tmp:
+                    pq.write_table(table, tmp, compression="zstd")
+            continue
         with atomic.replacing(out_dir / f"{name}.parquet") as tmp, \
                 pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for source, code in plan(states):
-                table = pq.read_table(fixtures / source / f"{name}.parquet")
-                first = counts["persons"] + 1 if name == "persons" else None
-                table = _restate(table, code, first).cast(schema)
-                counts["persons" if name == "persons" else "unit_rows"] += table.num_rows
-                writer.write_table(table)
-    blocks = pq.read_table(out_dir / "units.parquet", columns=[name for name, _ in GEOCODE_COLUMNS])
-    geocodes = pc.binary_join_element_wise(*[c.cast(pa.string()) for c in blocks.columns], "")
-    counts["blocks"] = len(pc.unique(geocodes))
-    (out_dir / "spec.toml").write_text(SPEC.format(states=states))
+                writer.write_table(_copy(fixtures, source, name, code, counts, schema))
+    spec = SPEC.format(states=states)
+    if partitioned:
+        spec = spec.replace('"persons.parquet"', '"persons"').replace('"units.parquet"', '"units"')
+    (out_dir / "spec.toml").write_text(spec)
     return counts
+
+
+def _copy(fixtures: Path, source: str, name: str, code: str, counts: dict, schema: pa.Schema) -> pa.Table:
+    """One state copy of a fixture's persons or units, counted into `counts`."""
+    table = pq.read_table(fixtures / source / f"{name}.parquet")
+    first = counts["persons"] + 1 if name == "persons" else None
+    table = _restate(table, code, first).cast(schema)
+    counts["persons" if name == "persons" else "unit_rows"] += table.num_rows
+    if name == "units":
+        geocodes = pc.binary_join_element_wise(*[table[c].cast(pa.string()) for c, _ in GEOCODE_COLUMNS], "")
+        counts["blocks"] += len(pc.unique(geocodes))
+    return table

@@ -84,6 +84,9 @@ class InputError(Exception):
         more = f"\n  ... and {len(problems) - 20} more problems" if len(problems) > 20 else ""
         super().__init__(f"{len(problems)} problem(s) in the input:\n{listed}{more}")
 
+    def __reduce__(self):  # raised on a worker (a partitioned run reads each state there), re-raised whole here
+        return type(self), (self.problems,)
+
 
 @dataclass(frozen=True)
 class UnitInventory:

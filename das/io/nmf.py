@@ -44,8 +44,10 @@ def level_path(nmf_dir: Path, release: str, level: str) -> Path:
     return Path(nmf_dir) / release / f"{level}.parquet"
 
 
-def state_path(nmf_dir: Path, release: str, level: str, state: str) -> Path:
-    """One state's file of a level below the state, in a partitioned run's NMF."""
+def state_path(nmf_dir: Path, release: str, level: str, state: str | None) -> Path:
+    """One state's file of a level below the state, in a partitioned run's NMF (state None: the level's one file)."""
+    if state is None:
+        return level_path(nmf_dir, release, level)
     return Path(nmf_dir) / release / level / f"{state}.parquet"
 
 

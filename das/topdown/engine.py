@@ -46,6 +46,7 @@ class EngineOptions:
     executor: object | None = None  # das.executors (local pool, Dask); None: a local pool of `workers`
     checkpoint_dir: Path | None = None  # solved levels and batches, for resume; None: no checkpoints
     batch_children: int = BATCH_CHILDREN  # children read and checkpointed together
+    state: str | None = None  # a state of a partitioned run: read its own NMF files (das.io.nmf.state_path)
 
 
     def passes_for(self, level: str) -> tuple[tuple[str, ...], ...]:
@@ -97,7 +98,7 @@ class SingleChildReads:
 
 
 def single_child_chains(geography: Geography, nmf_dir: Path, release: str, level: str, lo: int, hi: int,
-                        levels_read: dict | None = None) -> list[SingleChildReads]:
+                        levels_read: dict | None = None, state: str | None = None) -> list[SingleChildReads]:
     """For the geounits lo..hi-1 of `level`: at each finer level, those whose chain of only children reaches it.
 
     A geounit with one child is that child measured twice; the child's measurements (and its only
@@ -114,7 +115,7 @@ def single_child_chains(geography: Geography, nmf_dir: Path, release: str, level
         if not len(units):
             break
         if levels_read is None or current not in levels_read:
-            index = nmf.level_index(nmf.level_path(nmf_dir, release, current), geography.n_units(current))
+            index = nmf.level_index(nmf.state_path(nmf_dir, release, current, state), geography.n_units(current))
             if levels_read is not None:
                 levels_read[current] = index
         else:
@@ -150,20 +151,22 @@ class BatchTask:
     nmf: nmf.LevelIndex          # the child level's NMF; the batch reads rows lo..hi-1 of it
     lo: int
     hi: int
-    facts: Invariants            # the published facts of the children's blocks
-    unit_of_block: np.ndarray    # child (0-based in the batch) of each of those blocks
+    facts: Invariants | None     # the published facts of the children's blocks
+    unit_of_block: np.ndarray | None  # child (0-based in the batch) of each of those blocks
     total: np.ndarray | None     # total-population invariant of the children, where it binds
     solver: str
     rounding: str
     passes: tuple
     chains: list = field(default_factory=list)  # SingleChildReads of the children's only descendants
+    bounds: list | None = None   # the children's Bounds, given (the states of a partitioned run) instead of facts
 
 
 def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
     """Read the batch's noisy answers, build each parent's problem and solve it: (children's histograms, events,
     L2 certificate)."""
     noisy = nmf.read_range(task.nmf, task.lo, task.hi, task.children)
-    bounds = unit_bounds(task.schema, task.facts, task.unit_of_block, task.hi - task.lo, task.total)
+    bounds = task.bounds if task.bounds is not None else unit_bounds(task.schema, task.facts, task.unit_of_block,
+                                                                      task.hi - task.lo, task.total)
     finer = read_single_children(task.chains)
     data, indices, indptr_counts, events, certificates = [], [], [], [], []
     for p in range(len(task.parents)):
@@ -215,7 +218,7 @@ def _batch_task(job: _Release, level: str, index: nmf.LevelIndex, parent_solved:
         facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
         total=population_total(schema, invariants, level, lo, hi),
         solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
-        chains=single_child_chains(geography, job.nmf_dir, job.name, level, lo, hi, indexes),
+        chains=single_child_chains(geography, job.nmf_dir, job.name, level, lo, hi, indexes, options.state),
     )
 
 
@@ -280,7 +283,7 @@ def _plan_levels(job: _Release, names: list[str], slots: int) -> list[_Level]:
         else:
             waiting = np.zeros(len(parents) - 1, dtype=np.int64)
         blocks = np.diff(_blocks_under(geography, level, units))
-        index = nmf.level_index(nmf.level_path(job.nmf_dir, job.name, level), n_children)
+        index = nmf.level_index(nmf.state_path(job.nmf_dir, job.name, level, options.state), n_children)
         plans.append(_Level(level, parents, units, f"{size}/{n_parents}/{n_children}", index, waiting, blocks))
     return plans
 
@@ -333,8 +336,12 @@ def postprocess(
     invariants: Invariants,
     nmf_dir: Path,
     options: EngineOptions,
+    start: tuple[str, sp.csr_matrix] | None = None,
 ) -> tuple[sp.csr_matrix, list[LevelReport]]:
     """Solve every level top-down from the NMF; return block histograms and per-level reports.
+
+    `start` = (level, its solved rows) gives that level and those above it (a state of a
+    partitioned run, whose nation and state the driver solved): solving begins below it.
 
     Each level is cut into batches of whole parents; a batch is one task (read its NMF rows,
     build and solve its parents' problems), so the driver never holds a level's noisy answers.
@@ -347,9 +354,10 @@ def postprocess(
     checkpoints = Checkpoints(options.checkpoint_dir, release) if options.checkpoint_dir else None
     levels = geography.levels
     reports: list[LevelReport] = []
-    done = checkpoints.last_complete(levels) if checkpoints else -1
-    solved = None
-    for level in levels[: done + 1]:
+    first = 0 if start is None else levels.index(start[0]) + 1  # the first level solved here
+    done = first - 1 + (checkpoints.last_complete(levels[first:]) + 1 if checkpoints else 0)
+    solved = None if start is None else start[1]
+    for level in levels[first: done + 1]:
         solved, events, meta = load_solved(checkpoints.level_path(level))
         reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {}),
                                    meta.get("tasks", []), tuple(meta.get("span", ()))))
