@@ -132,10 +132,11 @@ def plain(table: pa.Table) -> pa.Table:
 
 
 def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, layout: str = "parquet",
-                  metadata: dict | None = None, compression: str = "zstd") -> Path:
+                  metadata: dict | None = None, compression: str = "zstd", whole: bool = False) -> Path:
     """Write `tables` (all of `schema`) one after another as one file, holding one at a time; to a
     temporary name then renamed, so a partial file never looks complete. Parquet files carry
-    `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py)."""
+    `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py); with `whole`,
+    each table is one row group however long (otherwise pyarrow splits long ones)."""
     if layout not in ("parquet", "pipe"):
         raise ValueError(f"unknown MDF layout {layout!r}: expected 'parquet' or 'pipe'")
     path = Path(path)
@@ -144,7 +145,7 @@ def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, lay
             schema = schema.with_metadata({**(schema.metadata or {}), **(metadata or {})})
             with pq.ParquetWriter(tmp, schema, compression=compression) as writer:
                 for table in tables:
-                    writer.write_table(table)
+                    writer.write_table(table, row_group_size=max(table.num_rows, 1) if whole else None)
         else:
             plain_schema = plain(schema.empty_table()).schema
             options = pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none")

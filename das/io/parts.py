@@ -129,7 +129,7 @@ def _write_table_parts(out_dir: Path, geography: Geography, schemas: dict[str, S
         schema, histograms = by_schema[spec.schema]
         frames = [arrow_table(f) for f in level_frames(schema, spec, geography, histograms, plan.part_levels)]
         mdf_io.write_batches(frames, frames[0].schema, out_dir / f"{spec.name}.parquet", metadata=plan.metadata,
-                             compression=TABLE_COMPRESSION)
+                             compression=TABLE_COMPRESSION, whole=True)
         rows[spec.name] = tuple(f.num_rows for f in frames)
     return rows
 
@@ -180,12 +180,14 @@ def _numbered(parts: list[StateParts]) -> Iterator[pa.Table]:
 
 
 def _level_slices(parts: list[StateParts], name: str) -> Iterator[pa.Table]:
-    """A table's parts level by level, and within a level state by state: one row group at a time."""
+    """A table's parts level by level, and within a level state by state, read in batches of at
+    most ROW_GROUP_ROWS rows (a big state's block level is hundreds of MB of int64 cells)."""
     for level in range(len(parts[0].levels)):
         for part in parts:
             if name not in part.table_rows:
                 raise ValueError(f"state {part.state} has no part of table {name}")
-            yield pq.ParquetFile(part.table(name)).read_row_group(level)
+            for batch in pq.ParquetFile(part.table(name)).iter_batches(ROW_GROUP_ROWS, row_groups=[level]):
+                yield pa.Table.from_batches([batch])
 
 
 def _gathered(tables: Iterable[pa.Table], rows: int = ROW_GROUP_ROWS) -> Iterator[pa.Table]:
