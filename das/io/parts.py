@@ -38,7 +38,7 @@ from das.schema import Schema
 
 PARTS_FILE = "parts.json"
 TABLE_COMPRESSION = "snappy"  # what das.io.tables.write_tables writes (pyarrow's default)
-ROW_GROUP_ROWS = 1 << 16  # the assembled tables gather small slices (a state's one state row) up to this
+ROW_GROUP_ROWS = 1 << 14  # the assembled tables gather small slices (a state's one state row) up to this (P2: 10 MB)
 
 
 @dataclass(frozen=True)
