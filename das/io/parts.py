@@ -117,10 +117,15 @@ def write_state_parts(part_dir: Path, schemas: dict[str, Schema], blocks: np.nda
     return parts
 
 
+def _by_schema(schemas: dict[str, Schema], histograms: dict) -> dict[str, tuple[Schema, object]]:
+    """Histograms keyed by release as (schema, histogram) keyed by schema name, as tables name them."""
+    return {schemas[name].name: (schemas[name], h) for name, h in histograms.items()}
+
+
 def _write_table_parts(out_dir: Path, geography: Geography, schemas: dict[str, Schema],
                        solved: dict[str, sp.csr_matrix], plan: OutputPlan) -> dict[str, tuple[int, ...]]:
     """Each table whose schema has histograms, one row group per level below the nation; rows per level."""
-    by_schema = {schemas[name].name: (schemas[name], h) for name, h in solved.items()}
+    by_schema = _by_schema(schemas, solved)
     out_dir.mkdir(parents=True)
     rows = {}
     for spec in plan.tables:
@@ -154,7 +159,7 @@ def nation_rows(schema: Schema, spec: TableSpec, nation_histogram) -> pd.DataFra
 def nation_tables(schemas: dict[str, Schema], nation_histograms: dict[str, object],
                   tables: tuple[TableSpec, ...]) -> dict[str, pd.DataFrame]:
     """The nation rows of every table whose schema has a histogram (keyed by release, like `schemas`)."""
-    by_schema = {schemas[name].name: (schemas[name], h) for name, h in nation_histograms.items()}
+    by_schema = _by_schema(schemas, nation_histograms)
     return {spec.name: nation_rows(by_schema[spec.schema][0], spec, by_schema[spec.schema][1])
             for spec in tables if spec.schema in by_schema}
 
