@@ -198,11 +198,13 @@ def _level_slices(parts: list[StateParts], name: str) -> Iterator[pa.Table]:
 def _gathered(tables: Iterable[pa.Table], rows: int = ROW_GROUP_ROWS) -> Iterator[pa.Table]:
     """Consecutive small tables joined until `rows` rows, so tiny slices do not each make a row group."""
     held: list[pa.Table] = []
+    held_rows = 0
     for table in tables:
         held.append(table)
-        if sum(t.num_rows for t in held) >= rows:
+        held_rows += table.num_rows
+        if held_rows >= rows:
             yield pa.concat_tables(held)
-            held = []
+            held, held_rows = [], 0
     if held:
         yield pa.concat_tables(held)
 
@@ -247,7 +249,10 @@ def assemble(out: RunDir | Path, parts: list[StateParts], top_tables: dict, plan
     with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
         written = _assemble_tables(tmp, parts, top_tables, plan.metadata)
     outputs += [run_dir.tables_dir / p.name for p in written]
-    if any(p.pl94171 for p in parts):
+    if plan.pl94171:
+        missing = [p.state for p in parts if not p.pl94171]
+        if missing:
+            raise ValueError(f"states {missing} have no PL 94-171 files in their parts")
         with atomic.replacing(run_dir.pl94171_dir, directory=True) as tmp:
             written = _copy_pl94171(tmp, parts)
         outputs += [run_dir.pl94171_dir / p.name for p in written]
