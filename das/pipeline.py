@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 import das
@@ -213,17 +212,12 @@ class Pipeline:
         """MDFs, tables and (if the spec asks) the PL 94-171 files; each directory appears whole."""
         t0 = time.perf_counter()
         schemas, metadata, geography = self.schemas, self.metadata(), confidential.geography
-        outputs = [mdf_io.write_table(mdf_io.person_mdf(schemas["persons"], geography.blocks, solved["persons"]),
-                                      run_dir.mdf("persons"), metadata=metadata)]
-        outputs.append(mdf_io.write_table(
-            mdf_io.unit_mdf(schemas.get("units") or load_schema("h1_units"), geography.blocks, solved.get("units"),
-                            confidential.invariants.gq_facilities),
-            run_dir.mdf("units"), metadata=metadata))
+        outputs = [mdf_io.write_table(mdf_io.release_mdf(kind, schemas, geography.blocks, solved,
+                                                         confidential.invariants.gq_facilities),
+                                      run_dir.mdf(kind), metadata=metadata) for kind in mdf_io.KINDS]
         crash_point("outputs")
         if self.spec.mdf_layout == "pipe":
-            for kind in ("persons", "units"):
-                outputs.append(mdf_io.write_table(pq.read_table(run_dir.mdf(kind)), run_dir.mdf(kind, "pipe"),
-                                                  layout="pipe"))
+            outputs += [mdf_io.pipe_copy(run_dir.mdf(kind), run_dir.mdf(kind, "pipe")) for kind in mdf_io.KINDS]
         by_schema = {schemas[name].name: solved[name] for name in solved}
         with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
             written = write_tables(tmp, geography, by_schema, {s.name: s for s in schemas.values()}, self.tables,

@@ -7,6 +7,7 @@ Parquet (dictionary-encoded strings) or, optionally, in a pipe-delimited text la
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,9 @@ import scipy.sparse as sp
 
 from das import atomic
 from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS
-from das.schema import Schema
+from das.schema import Schema, load_schema
+
+KINDS = ("persons", "units")
 
 _STARTS = np.cumsum([0] + [width for _, width in GEOCODE_COLUMNS])
 # (column, start, stop) within the 15-digit block geocode; the block group is TABBLK's first digit
@@ -40,9 +43,9 @@ def expand(histograms: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
 def _code_array(codes: tuple, levels: np.ndarray) -> pa.Array:
     if isinstance(codes[0], str):
         return pa.DictionaryArray.from_arrays(pa.array(levels.astype(np.int32)), pa.array(list(codes)))
-    values = np.asarray(codes, dtype=np.int64)[levels]
-    small = np.int8 if values.size == 0 or (values.min() >= -128 and values.max() < 128) else np.int16
-    return pa.array(values.astype(small))
+    all_values = np.asarray(codes, dtype=np.int64)
+    small = np.int8 if all_values.min() >= -128 and all_values.max() < 128 else np.int16  # the codes', not the data's
+    return pa.array(all_values[levels].astype(small))
 
 
 def geography_arrays(blocks: np.ndarray, block_index: np.ndarray) -> dict[str, pa.Array]:
@@ -106,19 +109,57 @@ def unit_mdf(
     return gq_table
 
 
-def write_table(table: pa.Table, path: Path, layout: str = "parquet", metadata: dict | None = None) -> Path:
-    """Write to a temporary name and rename, so a partial file never looks complete; Parquet
-    files carry `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py)."""
+def release_mdf(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solved: dict[str, sp.csr_matrix],
+                gq_facilities: np.ndarray) -> pa.Table:
+    """The MDF of `kind` ("persons" or "units") from a run's solved block histograms (keyed by release);
+    without a units release the units MDF holds the GQ facilities alone."""
+    if kind == "persons":
+        return person_mdf(schemas["persons"], blocks, solved["persons"])
+    return unit_mdf(schemas.get("units") or load_schema("h1_units"), blocks, solved.get("units"), gq_facilities)
+
+
+def row_groups(path: Path) -> Iterator[pa.Table]:
+    """A Parquet file's row groups one at a time: memory holds one row group, not the file."""
+    parquet = pq.ParquetFile(path)
+    for i in range(parquet.num_row_groups):
+        yield parquet.read_row_group(i)
+
+
+def plain(table: pa.Table) -> pa.Table:
+    """Dictionary-encoded columns decoded to their values (the text layout writes values)."""
+    return pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+                     for n, c in zip(table.column_names, table.columns)})
+
+
+def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, layout: str = "parquet",
+                  metadata: dict | None = None, compression: str = "zstd", whole: bool = False) -> Path:
+    """Write `tables` (all of `schema`) one after another as one file, holding one at a time; to a
+    temporary name then renamed, so a partial file never looks complete. Parquet files carry
+    `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py); with `whole`,
+    each table is one row group however long (otherwise pyarrow splits long ones)."""
     if layout not in ("parquet", "pipe"):
         raise ValueError(f"unknown MDF layout {layout!r}: expected 'parquet' or 'pipe'")
     path = Path(path)
     with atomic.replacing(path) as tmp:
         if layout == "parquet":
-            if metadata:
-                table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-            pq.write_table(table, tmp, compression="zstd")
+            schema = schema.with_metadata({**(schema.metadata or {}), **(metadata or {})})
+            with pq.ParquetWriter(tmp, schema, compression=compression) as writer:
+                for table in tables:
+                    writer.write_table(table, row_group_size=max(table.num_rows, 1) if whole else None)
         else:
-            plain = pa.table({n: c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
-                              for n, c in zip(table.column_names, table.columns)})
-            pacsv.write_csv(plain, tmp, pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none"))
+            plain_schema = plain(schema.empty_table()).schema
+            options = pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none")
+            with pacsv.CSVWriter(tmp, plain_schema, write_options=options) as writer:
+                for table in tables:
+                    writer.write_table(plain(table))
     return path
+
+
+def pipe_copy(parquet_path: Path, path: Path) -> Path:
+    """The pipe-delimited layout of an MDF Parquet file, streamed row group by row group."""
+    return write_batches(row_groups(parquet_path), pq.read_schema(parquet_path), path, layout="pipe")
+
+
+def write_table(table: pa.Table, path: Path, layout: str = "parquet", metadata: dict | None = None) -> Path:
+    """One table as a file (`write_batches`): Parquet (zstd) or the pipe-delimited layout."""
+    return write_batches([table], table.schema, path, layout, metadata)

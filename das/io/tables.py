@@ -64,20 +64,42 @@ def table_matrix(schema: Schema, spec: TableSpec) -> sp.csr_matrix:
     return stacked
 
 
+def table_answers(schema: Schema, spec: TableSpec, histograms: sp.spmatrix) -> np.ndarray:
+    """(n_rows x n_columns) int64: the table's answers for each row of (n_rows x n_cells) histograms."""
+    return (histograms @ table_matrix(schema, spec).T.tocsc()).toarray().astype(np.int64)
+
+
+def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray, answers: np.ndarray) -> pd.DataFrame:
+    """The rows of one level: level, geocode, then a column per answer cell (`column_names`)."""
+    frame = pd.DataFrame(answers, columns=column_names(schema, spec))
+    frame.insert(0, "geocode", geocodes)
+    frame.insert(0, "level", level)
+    return frame
+
+
+def level_frames(
+    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix,
+    levels: tuple[str, ...] | None = None,
+) -> list[pd.DataFrame]:
+    """The table's rows level by level (`levels`, default all of `geography`'s), each sorted by geocode."""
+    block_answers = table_answers(schema, spec, block_histograms)
+    return [level_rows(schema, spec, level, geography.units(level), geography.aggregate(block_answers, level))
+            for level in levels or geography.levels]
+
+
 def compute_table(
     schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix
 ) -> pd.DataFrame:
-    """The table for every geounit at every level of `geography`."""
-    matrix = table_matrix(schema, spec).T.tocsc()
-    block_answers = (block_histograms @ matrix).toarray().astype(np.int64)
-    frames = []
-    for level in geography.levels:
-        answers = geography.aggregate(block_answers, level)
-        frame = pd.DataFrame(answers, columns=column_names(schema, spec))
-        frame.insert(0, "geocode", geography.units(level))
-        frame.insert(0, "level", level)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    """The table for every geounit at every level of `geography` (level-major, then by geocode)."""
+    return pd.concat(level_frames(schema, spec, geography, block_histograms), ignore_index=True)
+
+
+def arrow_table(frame: pd.DataFrame, metadata: dict | None = None) -> pa.Table:
+    """A table's rows as Arrow, carrying `metadata` in its key-value metadata, as every table file does."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    return table
 
 
 def write_tables(
@@ -97,9 +119,6 @@ def write_tables(
             continue
         frame = compute_table(schemas[spec.schema], spec, geography, histograms[spec.schema])
         path = out_dir / f"{spec.name}.parquet"
-        table = pa.Table.from_pandas(frame, preserve_index=False)
-        if metadata:
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-        pq.write_table(table, path)
+        pq.write_table(arrow_table(frame, metadata), path)
         written.append(path)
     return written

@@ -1,0 +1,203 @@
+"""Per-state parts and their assembly (das/io/parts.py): the assembled release equals what
+Pipeline.write_outputs writes from the whole country's histograms."""
+
+import pickle
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+from conftest import FIXTURES
+
+from das.geography import Geography
+from das.io import mdf as mdf_io
+from das.io import parts as parts_io
+from das.io import pl94171
+from das.io.microdata import read_inputs
+from das.io.tables import compute_table, load_tables, write_tables
+from das.rundir import RunDir
+from das.schema import load_schema
+
+SCHEMAS = {"persons": load_schema("pl94_persons"), "units": load_schema("h1_units")}
+STATES = ("al_perry", "tiny", "vt_grand_isle")  # Alabama 01, Rhode Island 44, Vermont 50: real blocks, 3 states
+LEVELS = ("nation", "state", "county", "tract", "block_group", "block")
+METADATA = {b"das_test": b"parts"}
+
+
+def _state(name):
+    """One fixture read as a state's solved release: (blocks, histograms by release, GQ facilities)."""
+    inputs = read_inputs(FIXTURES / name / "persons.parquet", FIXTURES / name / "units.parquet",
+                         SCHEMAS["persons"], SCHEMAS["units"])
+    return (inputs.inventory.blocks, {"persons": inputs.person_histograms, "units": inputs.unit_histograms},
+            inputs.inventory.gq_facilities)
+
+
+@pytest.fixture(scope="module")
+def states():
+    return [_state(name) for name in STATES]
+
+
+def _country(states):
+    """The states as one country: blocks, histograms, GQ facilities (states in FIPS order, so blocks stay sorted)."""
+    blocks = np.concatenate([b for b, _, _ in states])
+    solved = {kind: sp.vstack([h[kind] for _, h, _ in states]).tocsr() for kind in SCHEMAS}
+    return blocks, solved, np.vstack([g for _, _, g in states])
+
+
+def _write_directly(run_dir, states, plan):
+    """What Pipeline.write_outputs writes, from the whole country's histograms."""
+    blocks, solved, gq = _country(states)
+    geography = Geography.from_blocks(blocks, plan.levels)
+    for kind in mdf_io.KINDS:
+        mdf_io.write_table(mdf_io.release_mdf(kind, SCHEMAS, blocks, solved, gq), run_dir.mdf(kind),
+                           metadata=plan.metadata)
+        if plan.mdf_layout == "pipe":
+            mdf_io.pipe_copy(run_dir.mdf(kind), run_dir.mdf(kind, "pipe"))
+    write_tables(run_dir.tables_dir, geography, {s.name: solved[k] for k, s in SCHEMAS.items()},
+                 {s.name: s for s in SCHEMAS.values()}, plan.tables, metadata=plan.metadata)
+    pl94171.write_release(run_dir.pl94171_dir, geography, solved, SCHEMAS)
+
+
+def _assemble(run_dir, part_root, states, plan):
+    parts = [parts_io.write_state_parts(part_root / f"state{i}", SCHEMAS, blocks, solved, gq, plan)
+             for i, (blocks, solved, gq) in enumerate(states)]
+    nation = {kind: sp.csr_matrix(sum(np.asarray(h[kind].sum(axis=0)) for _, h, _ in states)) for kind in SCHEMAS}
+    return parts_io.assemble(run_dir, parts, parts_io.nation_tables(SCHEMAS, nation, plan.tables), plan)
+
+
+def _decoded(path):
+    """A Parquet file as one Arrow table of plain values (dictionaries differ by row group, values must not)."""
+    return mdf_io.plain(pq.read_table(path)).combine_chunks()
+
+
+@pytest.mark.parametrize("layout", ["parquet", "pipe"])
+def test_assembled_release_equals_the_whole_country_outputs(tmp_path, states, layout):
+    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS, pl94171=True, mdf_layout=layout)
+    direct, assembled = RunDir(tmp_path / "direct"), RunDir(tmp_path / "assembled")
+    direct.path.mkdir()
+    assembled.path.mkdir()
+    _write_directly(direct, states, plan)
+    outputs = _assemble(assembled, tmp_path / "parts", states, plan)
+
+    for kind in mdf_io.KINDS:  # same rows in the same order (units too: both are block-major)
+        assert _decoded(assembled.mdf(kind)).equals(_decoded(direct.mdf(kind))), kind
+        assert pq.read_schema(assembled.mdf(kind)).equals(pq.read_schema(direct.mdf(kind)), check_metadata=True)
+        if layout == "pipe":
+            assert assembled.mdf(kind, "pipe").read_bytes() == direct.mdf(kind, "pipe").read_bytes(), kind
+    assert _decoded(assembled.mdf("persons"))["EPNUM"].to_numpy().tolist() == list(
+        range(1, pq.read_metadata(assembled.mdf("persons")).num_rows + 1))
+    names = sorted(p.name for p in direct.tables_dir.iterdir())
+    assert sorted(p.name for p in assembled.tables_dir.iterdir()) == names
+    for name in names:
+        got, want = pq.read_table(assembled.tables_dir / name), pq.read_table(direct.tables_dir / name)
+        assert got.equals(want), name
+        assert got.schema.metadata == want.schema.metadata, name
+    pl_names = sorted(p.name for p in direct.pl94171_dir.iterdir())
+    assert sorted(p.name for p in assembled.pl94171_dir.iterdir()) == pl_names and len(pl_names) == 4 * len(STATES)
+    for name in pl_names:
+        assert (assembled.pl94171_dir / name).read_bytes() == (direct.pl94171_dir / name).read_bytes(), name
+    assert all(p.exists() for p in outputs) and not list(assembled.path.glob("*.partial"))
+
+
+def test_a_states_table_parts_hold_one_row_group_per_level_below_the_nation(tmp_path, states):
+    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    blocks, solved, gq = states[0]
+    parts = parts_io.write_state_parts(tmp_path / "01", SCHEMAS, blocks, solved, gq, plan)
+    geography = Geography.from_blocks(blocks, LEVELS)
+    assert parts.state == "01" and parts.levels == LEVELS[1:] and parts.pl94171 == ()
+    assert parts.rows == {"persons": int(solved["persons"].sum()), "units": pq.read_metadata(parts.mdf("units")).num_rows}
+    for name, rows in parts.table_rows.items():
+        file = pq.ParquetFile(parts.table(name))
+        assert file.num_row_groups == len(LEVELS) - 1
+        assert rows == tuple(geography.n_units(lv) for lv in LEVELS[1:])
+        assert [set(file.read_row_group(i)["level"].to_pylist()) for i in range(len(rows))] == [{lv} for lv in LEVELS[1:]]
+    assert pickle.loads(pickle.dumps(parts)) == parts
+    assert len(pickle.dumps(parts)) < 2000  # small enough to send to the driver
+
+
+def test_a_part_directory_is_complete_only_with_its_marker(tmp_path, states):
+    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS, pl94171=True)
+    blocks, solved, gq = states[1]
+    assert parts_io.read_state_parts(tmp_path / "44") is None
+    written = parts_io.write_state_parts(tmp_path / "44", SCHEMAS, blocks, solved, gq, plan)
+    assert parts_io.read_state_parts(tmp_path / "44") == written
+    assert written.pl94171 and all((tmp_path / "44" / "pl94171" / n).is_file() for n in written.pl94171)
+    (tmp_path / "44" / parts_io.PARTS_FILE).unlink()
+    assert parts_io.read_state_parts(tmp_path / "44") is None
+
+
+def test_a_state_part_refuses_blocks_of_two_states(tmp_path, states):
+    blocks, solved, gq = _country(states[:2])
+    with pytest.raises(ValueError, match="one state"):
+        parts_io.write_state_parts(tmp_path / "x", SCHEMAS, blocks, solved, gq,
+                                   parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS))
+    assert not (tmp_path / "x").exists()
+
+
+def test_assembly_refuses_parts_out_of_state_order(tmp_path, states):
+    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    parts = [parts_io.write_state_parts(tmp_path / str(i), SCHEMAS, *states[i], plan) for i in (0, 1)]
+    with pytest.raises(ValueError, match="state order"):
+        parts_io.assemble(tmp_path / "out", parts[::-1], {}, plan)
+
+
+def test_nation_rows_are_the_nation_level_of_compute_table(states):
+    blocks, solved, _ = _country(states)
+    geography = Geography.from_blocks(blocks, LEVELS)
+    for spec in load_tables("pl94"):
+        kind = next(k for k, s in SCHEMAS.items() if s.name == spec.schema)
+        whole = compute_table(SCHEMAS[kind], spec, geography, solved[kind])
+        nation = parts_io.nation_rows(SCHEMAS[kind], spec, np.asarray(solved[kind].sum(axis=0)).ravel())
+        pd.testing.assert_frame_equal(nation, whole[whole["level"] == "nation"].reset_index(drop=True))
+
+
+def _restated(state, code):
+    blocks, solved, gq = state
+    return np.array([code + b[2:] for b in blocks]), solved, gq
+
+
+def _assembly_peak(tmp_path, states, plan) -> int:
+    """Peak memory traced by tracemalloc (Python and numpy; Arrow's own pool is not traced) while
+    assembling already written parts."""
+    parts = [parts_io.write_state_parts(tmp_path / f"p{i}", SCHEMAS, *s, plan) for i, s in enumerate(states)]
+    nation = {k: sp.csr_matrix((1, s.size), dtype=np.int64) for k, s in SCHEMAS.items()}
+    top = parts_io.nation_tables(SCHEMAS, nation, plan.tables)
+    (tmp_path / "out").mkdir()
+    tracemalloc.start()
+    parts_io.assemble(tmp_path / "out", parts, top, plan)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def test_assembly_memory_does_not_follow_the_number_of_states(tmp_path, states):
+    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    copies = [_restated(states[0], f"{10 + i:02d}") for i in range(6)]  # Perry County as states 10..15
+    few, many = _assembly_peak(tmp_path / "few", copies[:2], plan), _assembly_peak(tmp_path / "many", copies, plan)
+    assert many < 1.5 * few, (few, many)
+
+
+def test_the_units_mdf_without_a_units_release_holds_the_facilities(tmp_path, states):
+    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    persons_only = {"persons": SCHEMAS["persons"]}
+    parts = [parts_io.write_state_parts(tmp_path / str(i), persons_only, blocks, {"persons": h["persons"]}, gq, plan)
+             for i, (blocks, h, gq) in enumerate(states)]
+    out = RunDir(tmp_path / "out")
+    out.path.mkdir()
+    nation = {"persons": sum(np.asarray(h["persons"].sum(axis=0)) for _, h, _ in states)}
+    parts_io.assemble(out, parts, parts_io.nation_tables(persons_only, nation, plan.tables), plan)
+    blocks, _, gq = _country(states)
+    want = mdf_io.plain(mdf_io.unit_mdf(SCHEMAS["units"], blocks, None, gq))
+    assert _decoded(out.mdf("units")).equals(want)
+    assert "H1.parquet" not in {p.name for p in out.tables_dir.iterdir()}
+
+
+def test_streamed_pipe_layout_equals_the_whole_table_written_at_once(tmp_path, states):
+    blocks, solved, _ = states[0]
+    table = mdf_io.person_mdf(SCHEMAS["persons"], blocks, solved["persons"])
+    pq.write_table(table, tmp_path / "p.parquet", row_group_size=1000)  # several row groups
+    whole = mdf_io.write_table(table, tmp_path / "whole.txt", layout="pipe")
+    streamed = mdf_io.pipe_copy(tmp_path / "p.parquet", tmp_path / "streamed.txt")
+    assert streamed.read_bytes() == whole.read_bytes()
