@@ -40,11 +40,12 @@ NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not
 RUN_INTERNAL_FILES = (
     "manifest.json", "manifest.json.partial", "*.partial",
     "nmf/*/*.parquet.parts/*", "checkpoints/*/*.npz", "checkpoints/*/*.parts/*",
+    "checkpoints/states/*",  # a partitioned run's per-state operator files (das/partitioned.py)
     "operator/operator.json", "operator/fingerprint.key",
 )
 # Outputs of a run that has not listed them yet (stopped before its manifest said `complete`)
 RUN_OUTPUT_FILES = ("mdf_persons.parquet", "mdf_units.parquet", "mdf_persons.txt", "mdf_units.txt",
-                    "tables/*.parquet", "nmf/*/*.parquet")
+                    "tables/*.parquet", "nmf/*/*.parquet", "pl94171/*.pl")
 RUN_FILES = RUN_INTERNAL_FILES + RUN_OUTPUT_FILES
 
 

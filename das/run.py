@@ -18,7 +18,10 @@ from pathlib import Path
 from das import bundle, preflight
 from das.checkpoint import file_sha256, is_disk_full
 from das.executors import make_executor
+from das.io.nmf import level_files as nmf_level_files
 from das.measure import Target
+from das.partitioned import Tops, measure_states, nmf_files, read_states, run_states
+from das.partitions import PartitionError, is_partitioned
 from das.pipeline import NOT_PRIVATE, Confidential, Pipeline, RunError, code_version
 from das.rundir import Manifest, RunDir, RunDirError
 from das.runspec import RunSpec, load_run_spec
@@ -87,14 +90,16 @@ def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
     }
 
 
-def published_invariants(confidential: Confidential) -> dict:
+def published_invariants(confidential: Confidential | Tops) -> dict:
     """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
+    if isinstance(confidential, Tops):
+        return confidential.published_invariants()
     geography = confidential.geography
     return {"total_population": {level: dict(zip(geography.units(level).tolist(), map(int, totals)))
                                  for level, totals in confidential.invariants.total_population.items()}}
 
 
-def start_run_dir(pipe: Pipeline, run_dir: RunDir, overwrite: bool, confidential: Confidential) -> Manifest:
+def start_run_dir(pipe: Pipeline, run_dir: RunDir, overwrite: bool, confidential: Confidential | Tops) -> Manifest:
     """A new run directory: the operator files (paths, keyed fingerprints, key), then the public
     manifest, which says what runs (spec, certificate, invariants) before any noise is drawn."""
     spec = pipe.spec
@@ -131,11 +136,17 @@ def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, a
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     check_out_dir(run_dir.path, overwrite, protected_paths(pipe.spec))
-    confidential = pipe.read_inputs(run_dir.path)  # nothing written yet
-    manifest = start_run_dir(pipe, run_dir, overwrite, confidential)
-    pipe.measure(confidential, Target(run_dir.nmf_dir))
+    if _partitioned(pipe.spec):
+        executor = make_executor("local", 1)
+        confidential = _read_states(pipe, run_dir, executor)  # nothing written yet
+        manifest = start_run_dir(pipe, run_dir, overwrite, confidential)
+        measure_states(pipe, run_dir, confidential, executor)
+    else:
+        confidential = pipe.read_inputs(run_dir.path)  # nothing written yet
+        manifest = start_run_dir(pipe, run_dir, overwrite, confidential)
+        pipe.measure(confidential, Target(run_dir.nmf_dir))
     manifest.status, manifest.timings_seconds = "measured", pipe.timings
-    manifest.nmf = _digests(run_dir, sorted(run_dir.nmf_dir.rglob("*.parquet")))
+    manifest.nmf = _digests(run_dir, nmf_files(run_dir))
     run_dir.write(manifest)
     return manifest.to_dict()
 
@@ -150,10 +161,15 @@ def _progress_found(run_dir: RunDir, pipe: Pipeline) -> dict:
     levels = pipe.spec.levels
     for name in pipe.releases:
         nmf_dir, ckpt = run_dir.nmf_dir / name, run_dir.checkpoints_dir / name
+        files = {lv: nmf_level_files(run_dir.nmf_dir, name, lv) for lv in levels}
+        chunks = {lv: sorted(nmf_dir.glob(f"{lv}.parquet.parts") if (nmf_dir / f"{lv}.parquet.parts").is_dir()
+                             else nmf_dir.glob(f"{lv}/*.parquet.parts")) for lv in levels}
         found[name] = {
-            "nmf_levels": [lv for lv in levels if (nmf_dir / f"{lv}.parquet").exists()],
-            "nmf_levels_in_chunks": {lv: len(list((nmf_dir / f"{lv}.parquet.parts").glob("*.nmfpart")))
-                                     for lv in levels if (nmf_dir / f"{lv}.parquet.parts").is_dir()},
+            # a level in one file, or (a partitioned run) the states whose file of the level is complete
+            "nmf_levels": [lv for lv in levels if files[lv] and files[lv][0][1] is None],
+            "nmf_states": {lv: [s for _, s in files[lv]] for lv in levels if files[lv] and files[lv][0][1] is not None},
+            "nmf_levels_in_chunks": {lv: sum(len(list(p.glob("*.nmfpart"))) for p in chunks[lv])
+                                     for lv in levels if chunks[lv]},
             "solved_levels": [lv for lv in levels if (ckpt / f"{lv}.npz").exists()],
             "solved_batches": {lv: len(list((ckpt / f"{lv}.parts").glob("b*.npz")))
                                for lv in levels if (ckpt / f"{lv}.parts").is_dir()},
@@ -250,16 +266,34 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     else:
         preflight.check_writable(run_dir.path)
         check_out_dir(run_dir.path, options.overwrite, protected_paths(spec))
-    confidential = pipe.read_inputs(run_dir.path)  # nothing written yet
+    partitioned = _partitioned(spec)
+    confidential = None if partitioned else pipe.read_inputs(run_dir.path)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
         executor = make_executor(options.engine, options.workers, options.scheduler)
     except (ValueError, RuntimeError) as e:
         raise RunError(str(e)) from None
     try:
+        if partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
+            confidential = _read_states(pipe, run_dir, executor)
         job = _Job(pipe, run_dir, options, executor, t_start)
         return job.start_or_resume(stored, confidential)
     finally:
         executor.close()
+
+
+def _partitioned(spec: RunSpec) -> bool:
+    """Inputs given as directories of one file per state: a partitioned run (das/partitioned.py)."""
+    try:
+        return is_partitioned(spec.persons_path, spec.units_path)
+    except PartitionError as e:
+        raise RunError(str(e)) from None
+
+
+def _read_states(pipe: Pipeline, run_dir: RunDir, executor) -> Tops:
+    try:
+        return read_states(pipe, run_dir, executor)
+    except PartitionError as e:
+        raise RunError(str(e)) from None
 
 
 @dataclass
@@ -275,7 +309,7 @@ class _Job:
     interruption: dict | None = None  # the record of this resumption, if it is one
     solved: dict = field(default_factory=dict)
 
-    def start_or_resume(self, stored: Stored | None, confidential: Confidential) -> RunResult:
+    def start_or_resume(self, stored: Stored | None, confidential: Confidential | Tops) -> RunResult:
         if stored:
             self.manifest = stored.manifest
             self.interruption = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -307,8 +341,12 @@ class _Job:
         except OSError:
             pass
 
-    def finish(self, confidential: Confidential) -> RunResult:
+    def finish(self, confidential: Confidential | Tops) -> RunResult:
         pipe, run_dir, manifest = self.pipe, self.run_dir, self.manifest
+        if isinstance(confidential, Tops):
+            nation, level_reports, outputs = run_states(pipe, run_dir, confidential, self.executor)
+            counts = {"persons": int(nation["persons"].sum()), "blocks": confidential.n_blocks}
+            return self.complete(level_reports, outputs, counts)
         measured: dict = {}
         pipe.measure(confidential, Target(run_dir.nmf_dir, executor=self.executor, report=measured))
         if self.interruption is not None:
@@ -320,7 +358,12 @@ class _Job:
                                       executor=self.executor, checkpoint_dir=run_dir.checkpoints_dir)
         solved, level_reports = pipe.postprocess(confidential, run_dir.nmf_dir, options)
         outputs = pipe.write_outputs(run_dir, confidential, solved)
+        counts = {"persons": int(solved["persons"].sum()), "blocks": confidential.geography.n_blocks}
+        return self.complete(level_reports, outputs, counts)
 
+    def complete(self, level_reports: dict, outputs: list[Path], counts: dict) -> RunResult:
+        """The manifest completed (reports, digests, counts), the checkpoints removed, the release validated."""
+        pipe, run_dir, manifest = self.pipe, self.run_dir, self.manifest
         events = [
             {"release": name, "level": r.level, **(asdict(e) if hasattr(e, "__dataclass_fields__") else dict(e))}
             for name, reports in level_reports.items() for r in reports for e in r.failsafe_events
@@ -335,8 +378,8 @@ class _Job:
                                   for name, reports in level_reports.items()}
         manifest.failsafe_events = events
         manifest.outputs = _digests(run_dir, outputs)
-        manifest.nmf = _digests(run_dir, sorted(run_dir.nmf_dir.rglob("*.parquet")))
-        manifest.counts = {"persons": int(solved["persons"].sum()), "blocks": confidential.geography.n_blocks}
+        manifest.nmf = _digests(run_dir, nmf_files(run_dir))
+        manifest.counts = counts
         manifest.error = None
         run_dir.write(manifest)
         _remove_checkpoints(run_dir)  # derived from the outputs now written

@@ -2,7 +2,8 @@
 exact variance, as Parquet, so others can re-run or replace the post-processing.
 
 Layout: `nmf/<release>/<level>.parquet`, one file per level (a partitioned run: the levels
-below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; `level_files`); each row group holds whole geounits
+below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; `level_files`);
+each row group holds whole geounits
 of one query (at most ROW_GROUP_ROWS rows unless one geounit has more), with a geocode dictionary
 of just those geounits, so a range read decodes little beyond its range; within a query, rows run
 geounit-major then cell. Columns: level, geocode, query (dictionary strings), cell (int32), noisy

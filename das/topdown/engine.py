@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -97,8 +98,8 @@ class SingleChildReads:
     rows: np.ndarray       # the child (0-based in the batch) each one is
 
 
-def single_child_chains(geography: Geography, nmf_dir: Path, release: str, level: str, lo: int, hi: int,
-                        levels_read: dict | None = None, state: str | None = None) -> list[SingleChildReads]:
+def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], level: str, lo: int, hi: int,
+                        levels_read: dict | None = None) -> list[SingleChildReads]:
     """For the geounits lo..hi-1 of `level`: at each finer level, those whose chain of only children reaches it.
 
     A geounit with one child is that child measured twice; the child's measurements (and its only
@@ -115,7 +116,7 @@ def single_child_chains(geography: Geography, nmf_dir: Path, release: str, level
         if not len(units):
             break
         if levels_read is None or current not in levels_read:
-            index = nmf.level_index(nmf.state_path(nmf_dir, release, current, state), geography.n_units(current))
+            index = nmf.level_index(nmf_file(current), geography.n_units(current))
             if levels_read is not None:
                 levels_read[current] = index
         else:
@@ -202,6 +203,10 @@ class _Release:
     nmf_dir: Path
     options: EngineOptions
 
+    def nmf_file(self, level: str) -> Path:
+        """The NMF file of a level this release reads (a state's own below the state, in a partitioned run)."""
+        return nmf.state_path(self.nmf_dir, self.name, level, self.options.state)
+
 
 def _batch_task(job: _Release, level: str, index: nmf.LevelIndex, parent_solved: sp.csr_matrix, parents: tuple,
                 indexes: dict) -> BatchTask:
@@ -218,7 +223,7 @@ def _batch_task(job: _Release, level: str, index: nmf.LevelIndex, parent_solved:
         facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
         total=population_total(schema, invariants, level, lo, hi),
         solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
-        chains=single_child_chains(geography, job.nmf_dir, job.name, level, lo, hi, indexes, options.state),
+        chains=single_child_chains(geography, job.nmf_file, level, lo, hi, indexes),
     )
 
 
@@ -283,7 +288,7 @@ def _plan_levels(job: _Release, names: list[str], slots: int) -> list[_Level]:
         else:
             waiting = np.zeros(len(parents) - 1, dtype=np.int64)
         blocks = np.diff(_blocks_under(geography, level, units))
-        index = nmf.level_index(nmf.state_path(job.nmf_dir, job.name, level, options.state), n_children)
+        index = nmf.level_index(job.nmf_file(level), n_children)
         plans.append(_Level(level, parents, units, f"{size}/{n_parents}/{n_children}", index, waiting, blocks))
     return plans
 
@@ -362,10 +367,11 @@ def postprocess(
         reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {}),
                                    meta.get("tasks", []), tuple(meta.get("span", ()))))
     clock = time.perf_counter()
+    job = _Release(release, schema, geography, invariants, nmf_dir, options)
     if done < 0:
         root = levels[0]
         noisy = nmf.read_level(nmf.level_path(nmf_dir, release, root), geography.units(root))
-        finer = read_single_children(single_child_chains(geography, nmf_dir, release, root, 0, 1))
+        finer = read_single_children(single_child_chains(geography, job.nmf_file, root, 0, 1))
         root_solution = solve_root(
             schema, {k: (v[0][0], v[1]) for k, v in noisy.items()},
             level_bounds(schema, invariants, geography, root, 0, 1), solver=options.solver,
@@ -381,7 +387,6 @@ def postprocess(
 
     executor = options.executor or local_executor(options.workers)
     slots = getattr(executor, "slots", 1)
-    job = _Release(release, schema, geography, invariants, nmf_dir, options)
     plans = _plan_levels(job, list(levels[done + 1:]), slots)
     schedule = _Schedule(plans)
     for i, plan in enumerate(plans):  # batches solved before an interruption count as solved now

@@ -1,0 +1,405 @@
+"""A partitioned run: the driver holds the nation and the states, the workers everything below.
+
+With inputs given as one file per state (das.partitions), a run goes
+
+    per state  A  read and check the inputs: the state's true histograms and bounds (in memory only)
+    driver        charge the whole plan; measure the nation and the states; solve them (persons)
+    per state  B  read again, measure county..block into the state's NMF files, solve persons below the state
+    driver        solve the units' nation and states (their bounds need the persons' household persons)
+    per state  C  solve units below the state, write the state's output parts
+    driver        assemble the release files from the parts, streaming (das.io.parts)
+
+so the driver's memory follows the number of states, and a worker's the largest state. No noise
+is drawn before every state's inputs have passed A. A state's chunks draw from streams named by
+the state; on resume every NMF file and committed chunk, solved level and batch, and state's
+parts is reused, never drawn or solved again. The operator files of each state (its facts, its
+solution, its parts) live under checkpoints/states/<state>/ and go with the checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from das import atomic, preflight
+from das.checkpoint import load_solved, save_solved
+from das.executors import ordered_map
+from das.geography import Geography
+from das.io import nmf
+from das.io import parts as state_parts
+from das.io.microdata import read_inputs
+from das.measure import Measured, Target, charge, measure_level, measure_release
+from das.partitions import PartitionError, StateInputs, state_inputs
+from das.pipeline import Pipeline, RunError
+from das.privacy.accounting import PrivacyAccountant
+from das.rules import Bounds, Invariants, household_persons, level_bounds
+from das.rundir import RunDir
+from das.schema import Schema
+from das.topdown.engine import BatchTask, EngineOptions, LevelReport, postprocess, timed_solve_batch
+from das.topdown.problem import FailsafeEvent
+from das.topdown.solve import merge_certificates, solve_root
+
+TOP = ("nation", "state")  # the levels the driver measures and solves
+
+
+@dataclass(frozen=True)
+class Work:
+    """What every state's task needs (no confidential data): levels, schemas, plans, randomness, where to write."""
+
+    levels: tuple[str, ...]
+    schemas: dict[str, Schema]
+    plans: dict[str, Measured]
+    rng: object
+    metadata: dict
+    run_dir: Path
+    engine: EngineOptions  # one worker: a state's subtree is solved in its task
+    outputs: state_parts.OutputPlan
+
+    @classmethod
+    def of(cls, pipe: Pipeline, run_dir: RunDir) -> Work:
+        metadata = pipe.metadata()
+        return cls(pipe.spec.levels, pipe.schemas, {n: r.measured for n, r in pipe.releases.items()}, pipe.rng,
+                   metadata, run_dir.path, pipe.engine_options(workers=1, progress=False),
+                   state_parts.OutputPlan(pipe.tables, metadata, pipe.spec.levels, pipe.spec.pl94171,
+                                          pipe.spec.mdf_layout))
+
+    @property
+    def nmf_dir(self) -> Path:
+        return RunDir(self.run_dir).nmf_dir
+
+    def state_dir(self, state: str) -> Path:
+        """The operator files of one state: its facts, solution, checkpoints and output parts."""
+        return RunDir(self.run_dir).checkpoints_dir / "states" / state
+
+    def below(self) -> tuple[str, ...]:
+        return self.levels[len(TOP):]
+
+
+@dataclass(frozen=True)
+class StateTop:
+    """A state as the driver sees it after A: size, true state histograms (in memory only), the persons' bounds."""
+
+    state: str
+    blocks: int
+    truth: dict[str, sp.csr_matrix]  # release -> (1 x cells), confidential: never written
+    bounds: list[Bounds]             # the persons' bounds of the state, total population invariant included
+
+    @property
+    def population(self) -> int:
+        return int(next(b for b in self.bounds if b.query == "total").lower[0, 0])
+
+
+@dataclass
+class Tops:
+    """The states of a partitioned run after A, in FIPS order: what the driver holds."""
+
+    inputs: list[StateInputs]
+    states: list[StateTop]
+
+    def published_invariants(self) -> dict:
+        totals = {s.state: s.population for s in self.states}
+        return {"total_population": {"nation": {"": sum(totals.values())}, "state": totals}}
+
+    @property
+    def n_blocks(self) -> int:
+        return sum(s.blocks for s in self.states)
+
+
+def check_levels(levels: tuple[str, ...]) -> None:
+    if tuple(levels[:len(TOP)]) != TOP or len(levels) <= len(TOP):
+        raise PartitionError(f"a partitioned run needs the levels to start {' > '.join(TOP)} (the driver solves "
+                             f"those, the states the rest); this spec has {' > '.join(levels)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# A: read and check each state's inputs (workers)
+
+
+def _read(work: Work, si: StateInputs):
+    inputs = read_inputs(si.persons, si.units, work.schemas["persons"], work.schemas.get("units"))
+    geography = Geography.from_blocks(inputs.inventory.blocks, work.levels)
+    found = geography.units("state").tolist()
+    if found != [si.state]:
+        raise PartitionError(f"{si.units}: holds blocks of state(s) {', '.join(found)}; the file is named for state "
+                             f"{si.state} and must hold only that state's blocks")
+    invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
+    return inputs, geography, invariants
+
+
+def read_state(task: tuple[Work, StateInputs]) -> StateTop:
+    """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
+    work, si = task
+    inputs, geography, invariants = _read(work, si)
+    preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()}, work.run_dir)
+    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+    truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}
+    return StateTop(si.state, geography.n_blocks, truth,
+                    level_bounds(work.schemas["persons"], invariants, geography, "state"))
+
+
+def read_states(pipe: Pipeline, run_dir: RunDir, executor) -> Tops:
+    """A for every state, largest input first; no noise is drawn until all have passed."""
+    t0 = time.perf_counter()
+    check_levels(pipe.spec.levels)
+    inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
+    work = Work.of(pipe, run_dir)
+    order = sorted(range(len(inputs)), key=lambda i: -inputs[i].persons.stat().st_size)
+    found = dict(zip(order, ordered_map(executor, read_state, [(work, inputs[i]) for i in order])))
+    tops = Tops(inputs, [found[i] for i in range(len(inputs))])
+    pipe.timings["read_inputs"] = time.perf_counter() - t0
+    pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
+             f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
+    return tops
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver's top: measure and solve the nation and the states
+
+
+def measure_top(pipe: Pipeline, tops: Tops, nmf_dir: Path) -> None:
+    """Charge each release's whole plan (before any draw), then measure its nation and states."""
+    codes = np.array([s.state for s in tops.states])
+    for name, r in pipe.releases.items():
+        accountant = PrivacyAccountant.for_allocation(r.allocation)
+        charge(accountant, r.plan, pipe.spec.levels)  # every level's, the states' below included
+        if accountant.spent != r.allocation.rho:
+            raise RunError(f"{name}: planned rho {accountant.spent} differs from the certified {r.allocation.rho}")
+        states = sp.vstack([s.truth[name] for s in tops.states], format="csr")
+        truth = {"nation": sp.csr_matrix(states.sum(axis=0)), "state": states}
+        for level, geocodes in (("nation", np.array([""])), ("state", codes)):
+            target = Target(nmf_dir, metadata=pipe.metadata())
+            if not target.level_path(name, level).exists():  # a level committed before an interruption is kept
+                measure_level(r.measured, level, truth[level], geocodes, pipe.rng, target)
+
+
+def _summed(families: list[list[Bounds]]) -> list[Bounds]:
+    """The nation's bounds: the states' summed (every bound is a sum over blocks)."""
+    return [Bounds(f[0].query, sum(b.lower for b in f), sum(b.upper for b in f), f[0].rule) for f in zip(*families)]
+
+
+def _stacked(families: list[list[Bounds]]) -> list[Bounds]:
+    return [Bounds(f[0].query, np.vstack([b.lower for b in f]), np.vstack([b.upper for b in f]), f[0].rule)
+            for f in zip(*families)]
+
+
+def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bounds]], nmf_dir: Path,
+              options: EngineOptions, checkpoint: Path) -> tuple[sp.csr_matrix, list[LevelReport]]:
+    """The nation (a root problem) and the states (one parent's children), from the top NMF files."""
+    if checkpoint.exists():
+        states, _, meta = load_solved(checkpoint)
+        return states, [_report(r) for r in meta["reports"]]
+    t0 = time.perf_counter()
+    noisy = nmf.read_level(nmf.level_path(nmf_dir, name, "nation"), np.array([""]))
+    root = solve_root(schema, {k: (v[0][0], v[1]) for k, v in noisy.items()}, _summed(bounds),
+                      solver=options.solver, rounding=options.rounding, passes=options.passes_for("nation"))
+    nation = sp.csr_matrix(root.counts.reshape(1, -1))
+    reports = [LevelReport("nation", 1, time.perf_counter() - t0, list(root.events),
+                           merge_certificates([root.certificate]))]
+    t1 = time.perf_counter()
+    index = nmf.level_index(nmf.level_path(nmf_dir, name, "state"), len(codes))
+    task = BatchTask(schema=schema, parents=np.array([""]), children=codes, offsets=np.array([0, len(codes)]),
+                     parent_solved=nation, nmf=index, lo=0, hi=len(codes), facts=None, unit_of_block=None,
+                     total=None, solver=options.solver, rounding=options.rounding,
+                     passes=options.passes_for("state"), bounds=_stacked(bounds))
+    states, events, l2, figures = timed_solve_batch(task)
+    reports.append(LevelReport("state", 1, time.perf_counter() - t1, events, l2, [figures]))
+    save_solved(checkpoint, states, [], {"reports": [_record(r) for r in reports]})
+    return states, reports
+
+
+def _record(report: LevelReport) -> dict:
+    return {**asdict(report), "failsafe_events": [asdict(e) for e in report.failsafe_events]}
+
+
+def _report(record: dict) -> LevelReport:
+    return LevelReport(**{**record, "failsafe_events": [FailsafeEvent(**e) for e in record["failsafe_events"]],
+                          "span": tuple(record.get("span", ()))})
+
+
+# ---------------------------------------------------------------------------------------------
+# B and C: each state below the top (workers)
+
+
+@dataclass(frozen=True)
+class StateSolved:
+    """B's result: the persons' reports below the state, and the units' bounds of the state (from its household persons)."""
+
+    state: str
+    reports: list[LevelReport]
+    units_bounds: list[Bounds] | None
+
+
+def _facts_path(work: Work, state: str) -> Path:
+    return work.state_dir(state) / "facts.npz"
+
+
+def _state_facts(work: Work, state: str) -> tuple[Geography, Invariants]:
+    with np.load(_facts_path(work, state)) as z:
+        geography = Geography.from_blocks(z["blocks"], work.levels)
+        return geography, Invariants(z["housing_units"], z["gq_facilities"], {})
+
+
+def _engine(work: Work, state: str) -> EngineOptions:
+    return replace(work.engine, checkpoint_dir=work.state_dir(state) / "solved", state=state)
+
+
+def _units_bounds(work: Work, geography: Geography, invariants: Invariants, persons: sp.csr_matrix):
+    if "units" not in work.plans:
+        return None
+    hhp = household_persons(work.schemas["persons"], persons)
+    return level_bounds(work.schemas["units"], replace(invariants, household_persons=hhp), geography, "state")
+
+
+def measure_state(task: tuple[Work, StateInputs]) -> tuple[Geography, Invariants]:
+    """Read a state again and measure its levels below the state into its own NMF files (committed chunks are reused)."""
+    work, si = task
+    inputs, geography, invariants = _read(work, si)
+    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+    for name, measured in work.plans.items():
+        measure_release(measured, geography, histograms[name], work.rng,
+                        Target(work.nmf_dir, metadata=work.metadata, state=si.state), levels=work.below())
+    return geography, invariants  # the true counts stay here
+
+
+def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> None:
+    """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
+    work = Work.of(pipe, run_dir)
+    measure_top(pipe, tops, run_dir.nmf_dir)
+    for _ in _in_order(executor, _measured, [(work, si) for si in tops.inputs], _largest_first(tops)):
+        pass
+
+
+def _measured(task: tuple[Work, StateInputs]) -> str:
+    measure_state(task)
+    return task[1].state
+
+
+def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix]) -> StateSolved:
+    """B: read the state again, measure its levels below the state, solve the persons below its solved row."""
+    work, si, row = task
+    solution = work.state_dir(si.state) / "persons.npz"
+    if solution.exists():  # solved before an interruption
+        persons, _, meta = load_solved(solution)
+        geography, invariants = _state_facts(work, si.state)
+        return StateSolved(si.state, [_report(r) for r in meta["reports"]],
+                           _units_bounds(work, geography, invariants, persons))
+    geography, invariants = measure_state((work, si))
+    persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, work.nmf_dir,
+                                   _engine(work, si.state), start=("state", row))
+    atomic_npz = _facts_path(work, si.state)
+    atomic_npz.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.replacing(atomic_npz) as tmp, open(tmp, "wb") as f:
+        np.savez(f, blocks=geography.blocks, housing_units=invariants.housing_units,
+                 gq_facilities=invariants.gq_facilities)
+    save_solved(solution, persons, [], {"reports": [_record(r) for r in reports]})
+    return StateSolved(si.state, reports, _units_bounds(work, geography, invariants, persons))
+
+
+@dataclass(frozen=True)
+class StateDone:
+    """C's result: the units' reports below the state and the state's output parts."""
+
+    state: str
+    reports: list[LevelReport]
+    parts: object  # das.io.parts.StateParts
+
+
+def finish_state(task: tuple[Work, str, sp.csr_matrix | None]) -> StateDone:
+    """C: the units below the state's solved row (if a units release), then the state's output parts."""
+    work, state, row = task
+    folder = work.state_dir(state)
+    reports_path = folder / "units_reports.json"
+    done = state_parts.read_state_parts(folder / "parts")
+    if done is not None:
+        records = json.loads(reports_path.read_text()) if reports_path.exists() else []
+        return StateDone(state, [_report(r) for r in records], done)
+    geography, invariants = _state_facts(work, state)
+    persons, _, _ = load_solved(folder / "persons.npz")
+    solved, reports = {"persons": persons}, []
+    if row is not None:
+        hhp = household_persons(work.schemas["persons"], persons)
+        solved["units"], reports = postprocess("units", work.schemas["units"], geography,
+                                               replace(invariants, household_persons=hhp), work.nmf_dir,
+                                               _engine(work, state), start=("state", row))
+    atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
+    written = state_parts.write_state_parts(folder / "parts", work.schemas, geography.blocks, solved,
+                                            invariants.gq_facilities, work.outputs)
+    return StateDone(state, reports, written)
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+def _largest_first(tops: Tops) -> list[int]:
+    return sorted(range(len(tops.states)), key=lambda i: -tops.states[i].blocks)
+
+
+def _in_order(executor, fn, tasks: list, order: list[int]) -> list:
+    """fn over tasks on the executor, submitted in `order` (largest first), results in the tasks' order."""
+    found = dict(zip(order, ordered_map(executor, fn, [tasks[i] for i in order])))
+    return [found[i] for i in range(len(tasks))]
+
+
+def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> list[LevelReport]:
+    """One report per level: the driver's top levels, then each level below summed over the states."""
+    merged = list(top)
+    by_level: dict[str, list[LevelReport]] = {}
+    for reports in states:
+        for r in reports:
+            by_level.setdefault(r.level, []).append(r)
+    for level, reports in by_level.items():
+        merged.append(LevelReport(level, sum(r.parents for r in reports), max(r.seconds for r in reports),
+                                  [e for r in reports for e in r.failsafe_events],
+                                  merge_certificates(r.certificate for r in reports),
+                                  [t for r in reports for t in r.tasks]))
+    return merged
+
+
+def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> tuple[dict, dict[str, list[LevelReport]], list[Path]]:
+    """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
+    Returns the nation's solved histograms (per release), the level reports and the output files."""
+    work, nmf_dir = Work.of(pipe, run_dir), run_dir.nmf_dir
+    ckpt = run_dir.checkpoints_dir / "top"
+    codes = np.array([s.state for s in tops.states])
+    order = _largest_first(tops)
+    options = pipe.engine_options()
+
+    t0 = time.perf_counter()
+    measure_top(pipe, tops, nmf_dir)
+    persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
+                                     nmf_dir, options, ckpt / "persons.npz")
+    solved_b = _in_order(executor, solve_state,
+                         [(work, si, persons[i]) for i, si in enumerate(tops.inputs)], order)
+    pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
+    pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
+             f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
+    reports = {"persons": merge_reports(top_persons, [s.reports for s in solved_b])}
+    nation = {"persons": sp.csr_matrix(persons.sum(axis=0))}
+
+    t0 = time.perf_counter()
+    units_rows = [None] * len(codes)
+    if "units" in pipe.releases:
+        units, top_units = solve_top("units", pipe.schemas["units"], codes, [s.units_bounds for s in solved_b],
+                                     nmf_dir, options, ckpt / "units.npz")
+        units_rows = [units[i] for i in range(len(codes))]
+        nation["units"] = sp.csr_matrix(units.sum(axis=0))
+    done = _in_order(executor, finish_state, [(work, s, units_rows[i]) for i, s in enumerate(codes)], order)
+    if "units" in pipe.releases:
+        reports["units"] = merge_reports(top_units, [d.reports for d in done])
+    pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    outputs = state_parts.assemble(run_dir, [d.parts for d in done],
+                                   state_parts.nation_tables(pipe.schemas, nation, pipe.tables), work.outputs)
+    pipe.timings["write_outputs"] = time.perf_counter() - t0
+    return nation, reports, outputs
+
+
+def nmf_files(run_dir: RunDir) -> list[Path]:
+    return sorted(p for p in run_dir.nmf_dir.rglob("*.parquet"))

@@ -1,0 +1,178 @@
+"""Partitioned runs (inputs as one file per state): the release is whole and valid, the same whatever the
+workers, resumable without a second draw, and bad partitions are refused before any noise."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT, quiet
+
+import das.measure
+from das.io.microdata import InputError
+from das.run import RunError, measure_only, resume_run, run
+from das.validate import validate_run
+
+FIXTURES = ROOT / "geography_fixtures"
+SEED = 7
+STATES = {"01": "al_perry", "50": "vt_grand_isle"}  # two real counties of two states (730 blocks)
+
+
+def two_states(tmp: Path) -> Path:
+    """A partitioned input: Perry County AL as state 01 and Grand Isle County VT as state 50, one file each."""
+    for name in ("persons", "units"):
+        (tmp / name).mkdir(parents=True, exist_ok=True)
+        for state, fixture in STATES.items():
+            shutil.copy(FIXTURES / fixture / f"{name}.parquet", tmp / name / f"{name}_{state}.parquet")
+    text = (ROOT / "specs/runs/al_perry.toml").read_text()
+    text = text.replace("../../geography_fixtures/al_perry/persons.parquet", "persons")
+    text = text.replace("../../geography_fixtures/al_perry/units.parquet", "units")
+    (tmp / "spec.toml").write_text(text.replace('name = "al_perry"', 'name = "two_states"') + "\n[output]\npl94171 = true\n")
+    return tmp / "spec.toml"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two_states")
+    spec = two_states(tmp / "inputs")
+    result = run(spec, tmp / "run", seed=SEED, workers=1, progress=False, log=quiet)
+    return spec, result
+
+
+def test_a_partitioned_release_is_whole_and_valid(reference):
+    spec, result = reference
+    assert result.valid, result.manifest["validation"]["violations"]
+    out, manifest = result.out_dir, result.manifest
+    inputs = {s: pq.read_metadata(FIXTURES / f / "persons.parquet").num_rows for s, f in STATES.items()}
+    assert manifest["invariants"]["total_population"] == {"nation": {"": sum(inputs.values())}, "state": inputs}
+    assert manifest["counts"]["persons"] == sum(inputs.values())
+    persons = pd.read_parquet(out / "mdf_persons.parquet")
+    assert persons.groupby("TABBLKST").size().to_dict() == inputs  # the state totals are invariants
+    assert sorted(persons["EPNUM"]) == list(range(1, len(persons) + 1))
+    # the nation and the states in one file per level; below them one file per state
+    for release in ("persons", "units"):
+        assert (out / f"nmf/{release}/nation.parquet").is_file() and (out / f"nmf/{release}/state.parquet").is_file()
+        for level in ("county", "tract", "block_group", "block"):
+            assert sorted(p.name for p in (out / f"nmf/{release}/{level}").iterdir()) == ["01.parquet", "50.parquet"]
+    assert sorted(p.name[:2] for p in (out / "pl94171").glob("*geo2020.pl")) == ["al", "vt"]
+    assert not (out / "checkpoints").exists()
+    levels = [r["level"] for r in manifest["levels_report"]["persons"]]
+    assert levels == ["nation", "state", "county", "tract", "block_group", "block"]
+    assert validate_run(out).ok  # the validator, again, on its own
+
+
+def test_the_release_does_not_depend_on_the_workers(reference, tmp_path):
+    spec, result = reference
+    again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False, log=quiet)
+    assert again.manifest["outputs"] == result.manifest["outputs"]
+    assert again.manifest["nmf"] == result.manifest["nmf"]
+
+
+def _streams(out: Path) -> tuple[set[str], set[str]]:
+    """(NMF files complete, streams of committed chunks of unfinished files), partitioned layout."""
+    files, streams = set(), set()
+    for path in (out / "nmf").rglob("*.parquet"):
+        files.add(str(path.relative_to(out / "nmf").with_suffix("")))
+    for parts in (out / "nmf").rglob("*.parquet.parts"):
+        if not (parts / "plan.json").exists():
+            continue
+        plan = json.loads((parts / "plan.json").read_text())
+        where = parts.relative_to(out / "nmf").as_posix().removesuffix(".parquet.parts").split("/")
+        release, level = where[0], where[1]
+        state = f"s{where[2]}/" if len(where) == 3 else ""
+        for part in parts.glob("*.nmfpart"):
+            q, c = part.stem.split("-")
+            streams.add(f"/{release}/{level}/{plan[int(q[1:])][0]}/{state}{int(c[1:])}")
+    return files, streams
+
+
+@pytest.mark.slow  # 3 cases of 10-20 s (a killed CLI run, then its resumption)
+@pytest.mark.parametrize("point", ["measure:units:block#1", "solve:persons:block#1", "level:units:tract"])
+def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkeypatch, point):
+    spec, result = reference
+    out = tmp_path / "run"
+    env = {**os.environ, "DAS_TEST_CRASH_AT": point, "DAS_BATCH_CHILDREN": "64"}
+    proc = subprocess.run([sys.executable, "-m", "das.cli", "run", str(spec), "--out", str(out), "--seed", str(SEED),
+                           "--workers", "2", "--no-progress"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, proc.stdout
+    assert json.loads((out / "manifest.json").read_text())["status"] != "complete"
+    assert not (out / "mdf_persons.parquet").exists()
+    files, streams = _streams(out)
+    drawn = []
+    original = das.measure.discrete_gaussian
+
+    def recording(variance, n, stream):
+        drawn.append(stream.key)
+        return original(variance, n, stream)
+
+    monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
+    resumed = resume_run(out, workers=1, progress=False, log=quiet)
+    assert resumed.valid
+    assert resumed.manifest["outputs"] == result.manifest["outputs"]
+    assert resumed.manifest["nmf"] == result.manifest["nmf"]
+    assert len(drawn) == len(set(drawn))
+    for key in drawn:
+        _, release, level, *rest = key.split("/")
+        state = rest[1][1:] if rest[1].startswith("s") else None
+        assert (f"{release}/{level}/{state}" if state else f"{release}/{level}") not in files, key
+        assert key not in streams, f"{key}: committed before the kill, drawn again"
+
+
+def _refused(spec: Path, out: Path, match: str, error=RunError) -> None:
+    with pytest.raises(error, match=match):
+        run(spec, out, seed=SEED, workers=1, progress=False, log=quiet)
+    assert not (out / "nmf").exists() and not (out / "manifest.json").exists()  # nothing drawn, nothing written
+
+
+def test_bad_partitions_are_refused_before_any_noise(tmp_path):
+    spec = two_states(tmp_path / "a")
+    (spec.parent / "units/units_50.parquet").rename(spec.parent / "units/units_02.parquet")
+    _refused(spec, tmp_path / "out_a", r"state 02 has a units file .* but no persons file")
+
+    spec = two_states(tmp_path / "b")  # a file named for state 01 holding Vermont
+    for name in ("persons", "units"):
+        (spec.parent / name / f"{name}_50.parquet").rename(spec.parent / name / f"{name}_01.parquet.tmp")
+        (spec.parent / name / f"{name}_01.parquet").unlink()
+        (spec.parent / name / f"{name}_01.parquet.tmp").rename(spec.parent / name / f"{name}_01.parquet")
+    _refused(spec, tmp_path / "out_b", r"units_01.parquet: holds blocks of state\(s\) 50; the file is named for state 01")
+
+    spec = two_states(tmp_path / "c")
+    shutil.rmtree(spec.parent / "units")
+    shutil.copy(FIXTURES / "al_perry/units.parquet", spec.parent / "units")
+    _refused(spec, tmp_path / "out_c", "one is a directory and the other is not")
+
+    spec = two_states(tmp_path / "d")
+    (spec.parent / "persons/notes.txt").write_text("x")
+    _refused(spec, tmp_path / "out_d", r"notes.txt: not a Parquet or CSV file")
+
+
+def test_an_input_error_in_one_state_names_its_file_and_row(tmp_path):
+    spec = two_states(tmp_path / "in")
+    path = spec.parent / "persons/persons_50.parquet"
+    table = pq.read_table(path)
+    codes = table["CENHISP"].to_numpy().copy()
+    codes[6] = 9  # row 7: not a code of CENHISP
+    pq.write_table(table.set_column(table.schema.get_field_index("CENHISP"), "CENHISP", pa.array(codes, pa.int8())), path)
+    with pytest.raises(InputError, match=r"persons_50.parquet row 7, column CENHISP: '9'"):
+        run(spec, tmp_path / "out", seed=SEED, workers=2, progress=False, log=quiet)
+    assert not (tmp_path / "out/nmf").exists()
+
+
+def test_das_measure_writes_the_partitioned_nmf(reference, tmp_path):
+    spec, result = reference
+    manifest = measure_only(spec, tmp_path / "m", seed=SEED, log=quiet)
+    assert manifest["status"] == "measured"
+    assert manifest["nmf"] == result.manifest["nmf"]  # the same draws as the whole run's
+
+
+def test_seeded_streams_are_named_by_state():
+    from das.measure import Target
+
+    assert Target(Path("x"), state="50").stream("persons", "block", "detailed", 3) == "persons/block/detailed/s50/3"
+    assert Target(Path("x")).stream("persons", "block", "detailed", 3) == "persons/block/detailed/3"
