@@ -87,19 +87,28 @@ def recording(records: list[dict], driver: dict):
         original = getattr(owner, attr)
 
         def wrapper(*args, **kwargs):
+            before = f"before_{key}_peak_mb"  # the driver's peak since the previous stage
+            driver[before] = max(driver.get(before, 0.0), _peak_rss_mb())
+            _reset_peak_rss()
             t0, c0 = time.perf_counter(), time.process_time() - pollers_cpu()
             try:
                 return original(*args, **kwargs)
             finally:
                 driver[f"{key}_s"] = driver.get(f"{key}_s", 0.0) + time.perf_counter() - t0
                 driver[f"{key}_cpu_s"] = driver.get(f"{key}_cpu_s", 0.0) + time.process_time() - pollers_cpu() - c0
+                driver[f"{key}_peak_mb"] = max(driver.get(f"{key}_peak_mb", 0.0), _peak_rss_mb())
+                driver["overall_peak_mb"] = max(driver.get("overall_peak_mb", 0.0), driver[f"{key}_peak_mb"],
+                                                driver[before])
+                _reset_peak_rss()
         setattr(owner, attr, wrapper)
         return original
 
     for name, fn in saved.items():
         setattr(module, f"_original_{name}", fn)
     module.ordered_map = timed_map
-    patched = [(module, "measure_top", timed(module, "measure_top", "top_measure")),
+    patched = [(das.run, "read_states", timed(das.run, "read_states", "read")),
+               (das.run, "run_states", timed(das.run, "run_states", "states")),
+               (module, "measure_top", timed(module, "measure_top", "top_measure")),
                (module, "solve_top", timed(module, "solve_top", "top_solve")),
                (das.io.parts, "assemble", timed(das.io.parts, "assemble", "assemble")),
                (das.run, "validate_run", timed(das.run, "validate_run", "validate"))]
@@ -132,7 +141,7 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
             result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False,
                          log=_quiet)
         seconds = time.perf_counter() - t0
-        driver_peak = _peak_rss_mb()
+        driver_peak = max(_peak_rss_mb(), driver.pop("overall_peak_mb", 0.0))
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         tree = seen.pop("workers_tree_mb", float("nan"))

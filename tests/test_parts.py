@@ -101,7 +101,11 @@ def test_assembled_release_equals_the_whole_country_outputs(tmp_path, states, la
     assert all(p.exists() for p in outputs) and not list(assembled.path.glob("*.partial"))
 
 
-def test_a_states_table_parts_hold_one_row_group_per_level_below_the_nation(tmp_path, states):
+@pytest.mark.parametrize("group_rows", [parts_io.ROW_GROUP_ROWS, 7])
+def test_a_states_table_parts_hold_each_level_in_its_own_row_groups(tmp_path, states, monkeypatch, group_rows):
+    """Each level below the nation starts a row group and fills groups of at most ROW_GROUP_ROWS rows
+    (forced small here, so the block level spans many): the driver reads a bounded slice at a time."""
+    monkeypatch.setattr(parts_io, "ROW_GROUP_ROWS", group_rows)
     plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
     blocks, solved, gq = states[0]
     parts = parts_io.write_state_parts(tmp_path / "01", SCHEMAS, blocks, solved, gq, plan)
@@ -110,9 +114,15 @@ def test_a_states_table_parts_hold_one_row_group_per_level_below_the_nation(tmp_
     assert parts.rows == {"persons": int(solved["persons"].sum()), "units": pq.read_metadata(parts.mdf("units")).num_rows}
     for name, rows in parts.table_rows.items():
         file = pq.ParquetFile(parts.table(name))
-        assert file.num_row_groups == len(LEVELS) - 1
         assert rows == tuple(geography.n_units(lv) for lv in LEVELS[1:])
-        assert [set(file.read_row_group(i)["level"].to_pylist()) for i in range(len(rows))] == [{lv} for lv in LEVELS[1:]]
+        for i, level in enumerate(LEVELS[1:]):
+            groups = parts.level_groups(name, i)
+            assert len(groups) == -(-rows[i] // group_rows)
+            read = [file.read_row_group(g) for g in groups]
+            assert all(t.num_rows <= group_rows for t in read)
+            assert sum(t.num_rows for t in read) == rows[i]
+            assert {v for t in read for v in t["level"].to_pylist()} == {level}
+        assert file.num_row_groups == sum(len(parts.level_groups(name, i)) for i in range(len(rows)))
     assert pickle.loads(pickle.dumps(parts)) == parts
     assert len(pickle.dumps(parts)) < 2000  # small enough to send to the driver
 

@@ -118,11 +118,14 @@ def release_mdf(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solve
     return unit_mdf(schemas.get("units") or load_schema("h1_units"), blocks, solved.get("units"), gq_facilities)
 
 
-def row_groups(path: Path) -> Iterator[pa.Table]:
-    """A Parquet file's row groups one at a time: memory holds one row group, not the file."""
-    parquet = pq.ParquetFile(path)
-    for i in range(parquet.num_row_groups):
-        yield parquet.read_row_group(i)
+STREAM_ROWS = 1 << 17  # records read and written at a time when an MDF is copied (a few MB, whatever the state)
+
+
+def row_groups(path: Path, rows: int = STREAM_ROWS) -> Iterator[pa.Table]:
+    """A Parquet file's records `rows` at a time: memory holds one such slice, not the file (nor a
+    whole row group: a state's part is one row group of up to a million records)."""
+    for batch in pq.ParquetFile(path).iter_batches(rows):
+        yield pa.Table.from_batches([batch])
 
 
 def plain(table: pa.Table) -> pa.Table:
@@ -136,7 +139,8 @@ def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, lay
     """Write `tables` (all of `schema`) one after another as one file, holding one at a time; to a
     temporary name then renamed, so a partial file never looks complete. Parquet files carry
     `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py); with `whole`,
-    each table is one row group however long (otherwise pyarrow splits long ones)."""
+    each table is one row group however long (otherwise row groups of at most STREAM_ROWS records, so
+    that a reader, or the assembly of a partitioned run, holds a few MB at a time)."""
     if layout not in ("parquet", "pipe"):
         raise ValueError(f"unknown MDF layout {layout!r}: expected 'parquet' or 'pipe'")
     path = Path(path)
@@ -145,7 +149,7 @@ def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, lay
             schema = schema.with_metadata({**(schema.metadata or {}), **(metadata or {})})
             with pq.ParquetWriter(tmp, schema, compression=compression) as writer:
                 for table in tables:
-                    writer.write_table(table, row_group_size=max(table.num_rows, 1) if whole else None)
+                    writer.write_table(table, row_group_size=max(table.num_rows, 1) if whole else STREAM_ROWS)
         else:
             plain_schema = plain(schema.empty_table()).schema
             options = pacsv.WriteOptions(delimiter="|", quoting_style="none", quoting_header="none")

@@ -67,7 +67,7 @@ class StateParts:
     state: str
     directory: Path
     rows: dict[str, int]  # MDF kind -> rows
-    levels: tuple[str, ...]  # row group i of every table part is levels[i]
+    levels: tuple[str, ...]  # the levels of every table part, in order (`level_groups` finds their row groups)
     table_rows: dict[str, tuple[int, ...]]  # table name -> rows per level
     pl94171: tuple[str, ...] = ()  # file names in pl94171/
 
@@ -76,6 +76,13 @@ class StateParts:
 
     def table(self, name: str) -> Path:
         return self.directory / "tables" / f"{name}.parquet"
+
+    def level_groups(self, name: str, level: int) -> list[int]:
+        """The row groups of table `name`'s part that hold levels[level]: each level starts a row group
+        and fills groups of ROW_GROUP_ROWS rows (one, empty, if the level has no rows)."""
+        groups = [max(1, -(-n // ROW_GROUP_ROWS)) for n in self.table_rows[name]]
+        first = sum(groups[:level])
+        return list(range(first, first + groups[level]))
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "directory": None}, indent=2)
@@ -124,7 +131,8 @@ def _by_schema(schemas: dict[str, Schema], histograms: dict) -> dict[str, tuple[
 
 def _write_table_parts(out_dir: Path, geography: Geography, schemas: dict[str, Schema],
                        solved: dict[str, sp.csr_matrix], plan: OutputPlan) -> dict[str, tuple[int, ...]]:
-    """Each table whose schema has histograms, one row group per level below the nation; rows per level."""
+    """Each table whose schema has histograms, level by level below the nation, each level in row groups of
+    at most ROW_GROUP_ROWS rows (so the driver reads a few MB at a time whatever the state); rows per level."""
     by_schema = _by_schema(schemas, solved)
     out_dir.mkdir(parents=True)
     rows = {}
@@ -133,7 +141,8 @@ def _write_table_parts(out_dir: Path, geography: Geography, schemas: dict[str, S
             continue
         schema, histograms = by_schema[spec.schema]
         frames = [arrow_table(f) for f in level_frames(schema, spec, geography, histograms, plan.part_levels)]
-        mdf_io.write_batches(frames, frames[0].schema, out_dir / f"{spec.name}.parquet", metadata=plan.metadata,
+        groups = (f.slice(i, ROW_GROUP_ROWS) for f in frames for i in range(0, max(f.num_rows, 1), ROW_GROUP_ROWS))
+        mdf_io.write_batches(groups, frames[0].schema, out_dir / f"{spec.name}.parquet", metadata=plan.metadata,
                              compression=TABLE_COMPRESSION, whole=True)
         rows[spec.name] = tuple(f.num_rows for f in frames)
     return rows
@@ -185,14 +194,15 @@ def _numbered(parts: list[StateParts]) -> Iterator[pa.Table]:
 
 
 def _level_slices(parts: list[StateParts], name: str) -> Iterator[pa.Table]:
-    """A table's parts level by level, and within a level state by state, read in batches of at
-    most ROW_GROUP_ROWS rows (a big state's block level is hundreds of MB of int64 cells)."""
+    """A table's parts level by level, and within a level state by state, a row group (at most
+    ROW_GROUP_ROWS rows) at a time: a big state's block level is hundreds of MB of int64 cells."""
     for level in range(len(parts[0].levels)):
         for part in parts:
             if name not in part.table_rows:
                 raise ValueError(f"state {part.state} has no part of table {name}")
-            for batch in pq.ParquetFile(part.table(name)).iter_batches(ROW_GROUP_ROWS, row_groups=[level]):
-                yield pa.Table.from_batches([batch])
+            parquet = pq.ParquetFile(part.table(name))
+            for group in part.level_groups(name, level):
+                yield parquet.read_row_group(group)
 
 
 def _gathered(tables: Iterable[pa.Table], rows: int = ROW_GROUP_ROWS) -> Iterator[pa.Table]:
