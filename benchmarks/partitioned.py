@@ -10,6 +10,8 @@ release, validation) are timed in the driver.
 
 from __future__ import annotations
 
+import functools
+import heapq
 import json
 import resource
 import tempfile
@@ -19,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks._harness import Bench
 from benchmarks.scale import _cpu, _peak_rss_mb, _quiet, _reset_peak_rss, pollers_cpu, watching_descendants
 
@@ -27,19 +31,29 @@ SEED = 2020
 STAGES = {"read_state": "A", "solve_state": "B", "finish_state": "C"}
 
 
+# 2020 census resident population by state and DC (millions, rounded): the sizes of a national run's state
+# tasks, whose cost and memory follow their persons (and blocks, about 41 persons a block nationally).
+STATE_POPULATION_2020 = {
+    "AL": 5.02, "AK": 0.73, "AZ": 7.15, "AR": 3.01, "CA": 39.54, "CO": 5.77, "CT": 3.61, "DE": 0.99, "DC": 0.69,
+    "FL": 21.54, "GA": 10.71, "HI": 1.46, "ID": 1.84, "IL": 12.81, "IN": 6.79, "IA": 3.19, "KS": 2.94, "KY": 4.51,
+    "LA": 4.66, "ME": 1.36, "MD": 6.18, "MA": 7.03, "MI": 10.08, "MN": 5.71, "MS": 2.96, "MO": 6.15, "MT": 1.08,
+    "NE": 1.96, "NV": 3.10, "NH": 1.38, "NJ": 9.29, "NM": 2.12, "NY": 20.20, "NC": 10.44, "ND": 0.78, "OH": 11.80,
+    "OK": 3.96, "OR": 4.24, "PA": 13.00, "RI": 1.10, "SC": 5.12, "SD": 0.89, "TN": 6.91, "TX": 29.15, "UT": 3.27,
+    "VT": 0.64, "VA": 8.63, "WA": 7.71, "WV": 1.79, "WI": 5.89, "WY": 0.58,
+}
+
+
 @dataclass(frozen=True)
 class Nation:
-    """A national run as assumed (docs/scale.md): 2020 sizes, the largest state's share, the machine of the target."""
+    """A national run as assumed (docs/scale.md): the states' 2020 persons, and the machine of the target."""
 
-    blocks: float = 8.1e6
-    persons: float = 331e6
-    states: int = 51
-    # the largest state's share of the nation's work: California has 11.9% of the 2020 persons, Texas about
-    # 8% of the blocks; a state task's cost follows blocks and persons, so the larger share stands for both
-    largest_share: float = 0.12
+    persons_m: dict = field(default_factory=lambda: dict(STATE_POPULATION_2020))
     cores: int = 64
-    memory_gb: float = 64.0  # per machine
-    machines: tuple = field(default=(1, 2, 4))  # ways to spread the 64 cores
+    memory_gb: float = 64.0  # one machine
+
+    @property
+    def persons(self) -> float:
+        return sum(self.persons_m.values()) * 1e6
 
 
 def _status_kb(name: str) -> float:
@@ -49,15 +63,14 @@ def _status_kb(name: str) -> float:
     return float("nan")
 
 
-def _timed_state(job: tuple[str, object]):
+def _timed_state(name: str, arg):
     """One state task on a worker, with its wall and CPU seconds and the worker's peak over the task (VmHWM reset)."""
     import das.partitioned
 
-    name, arg = job
     _reset_peak_rss()
     base = _status_kb("VmRSS") / 1024
     t0, c0 = time.perf_counter(), time.process_time()
-    result = getattr(das.partitioned, f"_original_{name}", getattr(das.partitioned, name))(arg)
+    result = getattr(das.partitioned, name)(arg)
     state = arg[1].state if hasattr(arg[1], "state") else arg[1]
     return result, {"stage": STAGES[name], "state": state, "seconds": time.perf_counter() - t0,
                     "cpu_seconds": time.process_time() - c0, "base_mb": base, "peak_mb": _peak_rss_mb()}
@@ -71,17 +84,14 @@ def recording(records: list[dict], driver: dict):
     import das.run
 
     module = das.partitioned
-    saved = {name: getattr(module, name) for name in STAGES}
-    saved_map = module.ordered_map
+    saved_in_order = module._in_order
 
-    def timed_map(executor, fn, items, in_flight=None):
-        name = fn.__name__.removeprefix("_original_")
-        if name not in STAGES:
-            yield from saved_map(executor, fn, items, in_flight)
-            return
-        for result, record in saved_map(executor, _timed_state, ((name, item) for item in items), in_flight):
-            records.append(record)
-            yield result
+    def timed_in_order(executor, fn, tasks, *args):
+        if fn.__name__ not in STAGES:
+            return saved_in_order(executor, fn, tasks, *args)
+        found = saved_in_order(executor, functools.partial(_timed_state, fn.__name__), tasks, *args)
+        records.extend(record for _, record in found)
+        return [result for result, _ in found]
 
     def timed(owner, attr: str, key: str) -> Callable:
         original = getattr(owner, attr)
@@ -103,9 +113,7 @@ def recording(records: list[dict], driver: dict):
         setattr(owner, attr, wrapper)
         return original
 
-    for name, fn in saved.items():
-        setattr(module, f"_original_{name}", fn)
-    module.ordered_map = timed_map
+    module._in_order = timed_in_order
     patched = [(das.run, "read_states", timed(das.run, "read_states", "read")),
                (das.run, "run_states", timed(das.run, "run_states", "states")),
                (module, "measure_top", timed(module, "measure_top", "top_measure")),
@@ -115,9 +123,7 @@ def recording(records: list[dict], driver: dict):
     try:
         yield
     finally:
-        module.ordered_map = saved_map
-        for name in saved:
-            delattr(module, f"_original_{name}")
+        module._in_order = saved_in_order
         for owner, attr, original in patched:
             setattr(owner, attr, original)
 
@@ -147,63 +153,105 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
         tree = seen.pop("workers_tree_mb", float("nan"))
         manifest = json.loads((tmp / "out" / "manifest.json").read_text())
     blocks, persons = float(counts["blocks"]), float(counts["persons"])
+    state_persons = _state_persons(states)
     figures = {"states": float(states), "blocks": blocks, "persons": persons, "valid": float(result.valid),
                "seconds": seconds, "s_per_1000_blocks": seconds / blocks * 1000,
                "driver_cpu_s": driver_cpu, "worker_cpu_s": worker_cpu,
                "cpu_ms_per_block": (driver_cpu + worker_cpu) / blocks * 1000,
                "driver_base_mb": base, "driver_peak_mb": driver_peak, "driver_growth_mb": driver_peak - base,
                "worker_peak_mb": max(seen.values(), default=float("nan")), "workers_tree_peak_mb": tree,
-               **driver}
-    for stage in sorted(set(STAGES.values())):
+               "worker_base_mb": float(np.median([r["base_mb"] for r in records])), **driver}
+    for stage in STAGES.values():
         tasks = [r for r in records if r["stage"] == stage]
         figures[f"state_{stage}_tasks"] = float(len(tasks))
         figures[f"state_{stage}_cpu_s"] = sum(r["cpu_seconds"] for r in tasks)
         figures[f"state_{stage}_largest_s"] = max((r["seconds"] for r in tasks), default=0.0)
         figures[f"state_{stage}_peak_mb"] = max((r["peak_mb"] for r in tasks), default=0.0)
         figures[f"state_{stage}_over_base_mb"] = max((r["peak_mb"] - r["base_mb"] for r in tasks), default=0.0)
+        figures[f"state_{stage}_mb_per_person"] = max(
+            (max(0.0, r["peak_mb"] - r["base_mb"]) / state_persons[r["state"]] for r in tasks), default=0.0)
     for key, value in manifest["timings_seconds"].items():
         figures[f"timing_{key}_s"] = value
-    figures.update(project(figures, Nation()))
-    return figures
+    figures.update(project({**figures, "state_persons": list(state_persons.values())}, Nation()))
+    return {k: v for k, v in figures.items() if isinstance(v, float)}
+
+
+def _state_persons(states: int) -> dict[str, float]:
+    """Persons of each state copy of das.synth (its fixture's rows)."""
+    import pyarrow.parquet as pq
+
+    from das.synth import FIXTURES, plan
+
+    return {code: float(pq.read_metadata(FIXTURES / source / "persons.parquet").num_rows)
+            for source, code in plan(states)}
+
+
+def makespan(seconds: list[float], memory_mb: list[float], slots: int, budget_mb: float) -> float:
+    """Wall seconds of tasks started as das.partitioned._in_order starts them: largest (first in the
+    lists' order of size) first, at most `slots` at once, and only while their memory fits `budget_mb`
+    (a task alone always starts).
+
+    >>> makespan([4.0, 3.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0], slots=2, budget_mb=10.0)
+    5.0
+    >>> makespan([4.0, 3.0, 2.0, 1.0], [6.0, 6.0, 1.0, 1.0], slots=2, budget_mb=10.0)
+    7.0
+    """
+    order = sorted(range(len(seconds)), key=lambda i: -seconds[i])
+    running: list[tuple[float, int]] = []
+    now, held = 0.0, 0.0
+    while order or running:
+        while order and len(running) < slots and (not running or held + memory_mb[order[0]] <= budget_mb):
+            i = order.pop(0)
+            heapq.heappush(running, (now + seconds[i], i))
+            held += memory_mb[i]
+        now, i = heapq.heappop(running)
+        held -= memory_mb[i]
+    return now
 
 
 def project(f: dict, nation: Nation) -> dict:
     """A national partitioned run from one run's figures (docs/scale.md, "The partitioned driver").
 
-    Time: the critical path is the largest state's three tasks one after another (A, then B, then C:
-    each is one task on one core) plus the driver's serial work (the top: its measurement and solves,
-    which grow with the number of states; the assembly and the digests, which grow with blocks;
-    validation's top part), or the whole state work over the cores if that is longer. Memory: the
-    driver as measured (it holds the nation and the states), a worker's peak over its baseline scaled
-    by its state's blocks, and a machine's sum when every worker holds a state at once.
+    Each state task (A, B, C, and the validation of each state) is sized by its state's 2020
+    persons: CPU seconds and memory over the worker's baseline per person as measured here (the
+    largest per person of this run's tasks). Each stage's tasks are scheduled as the driver does
+    (`makespan`: largest first, one per core, within the memory left on one 64 GB machine by the
+    driver and the workers' baselines); the stages follow one another, with the driver's serial
+    work between them: the top's measurement and solves (grown with the number of states), the
+    assembly (grown with persons) and the validation's top checks.
 
-    >>> f = {"blocks": 1e5, "states": 4.0, "state_A_cpu_s": 10.0, "state_B_cpu_s": 60.0, "state_C_cpu_s": 30.0,
-    ...      "top_measure_cpu_s": 1.0, "top_solve_cpu_s": 2.0, "assemble_cpu_s": 5.0, "validate_s": 8.0,
-    ...      "driver_peak_mb": 500.0, "worker_peak_mb": 900.0, "state_B_over_base_mb": 400.0,
-    ...      "state_C_over_base_mb": 300.0, "state_A_over_base_mb": 100.0}
-    >>> p = project(f, Nation(blocks=1e6, states=8, largest_share=0.25, cores=8))
-    >>> round(p["national_critical_path_s"]), round(p["national_h"] * 3600)
-    (250, 326)
+    >>> f = {"persons": 2e6, "states": 2.0, "state_persons": [1e6, 1e6], "worker_base_mb": 250.0,
+    ...      "driver_peak_mb": 400.0, "top_measure_cpu_s": 1.0, "top_solve_cpu_s": 1.0, "assemble_cpu_s": 4.0,
+    ...      "validate_top_s": 0.0, **{f"state_{s}_cpu_s": 10.0 for s in "ABCV"},
+    ...      **{f"state_{s}_mb_per_person": 1e-4 for s in "ABCV"}}
+    >>> p = project(f, Nation(persons_m={"X": 2.0, "Y": 1.0, "Z": 1.0}, cores=4))
+    >>> round(p["national_h"] * 3600, 1), p["national_fits"]
+    (51.0, 1.0)
     """
-    scale = nation.blocks / f["blocks"]
-    per_state = f["states"]
-    largest = nation.largest_share * nation.blocks / (f["blocks"] / per_state)  # the largest state, in copies
-    path = sum(f[f"state_{s}_cpu_s"] / per_state * largest for s in "ABC")
-    state_cpu = sum(f[f"state_{s}_cpu_s"] for s in "ABC") * scale
-    top = (f.get("top_measure_cpu_s", 0.0) + f.get("top_solve_cpu_s", 0.0)) / per_state * nation.states
-    assemble = f.get("assemble_cpu_s", 0.0) * scale
-    validate = f.get("validate_s", 0.0) / per_state * largest  # each state on its own worker, the largest last
-    serial = top + assemble + validate
-    seconds = serial + max(path, state_cpu / nation.cores)
-    worker_mb = max(f[f"state_{s}_over_base_mb"] for s in "ABC")
-    base_mb = f["worker_peak_mb"] - worker_mb
-    largest_worker_gb = (base_mb + worker_mb * largest) / 1024
-    all_states_gb = (nation.states * base_mb + worker_mb * scale * per_state) / 1024 + f["driver_peak_mb"] / 1024
-    return {"national_serial_s": serial, "national_top_s": top, "national_assemble_s": assemble,
-            "national_validate_s": validate, "national_critical_path_s": path,
-            "national_state_cpu_s": state_cpu, "national_h": seconds / 3600,
-            "national_driver_gb": f["driver_peak_mb"] / 1024, "national_largest_worker_gb": largest_worker_gb,
-            "national_all_states_at_once_gb": all_states_gb}
+    persons = [p * 1e6 for p in nation.persons_m.values()]
+    budget = nation.memory_gb * 1024 - f["driver_peak_mb"] - nation.cores * f["worker_base_mb"]
+    out: dict = {"national_task_budget_gb": budget / 1024}
+    wall = 0.0
+    for stage in "ABCV":
+        per_person = f[f"state_{stage}_cpu_s"] / f["persons"]
+        mb = [f[f"state_{stage}_mb_per_person"] * p for p in persons]
+        seconds = makespan([per_person * p for p in persons], mb, nation.cores, budget)
+        out[f"national_stage_{stage}_s"] = seconds
+        out[f"national_stage_{stage}_largest_s"] = per_person * max(persons)
+        out[f"national_stage_{stage}_largest_gb"] = max(mb) / 1024
+        wall += seconds
+    states = len(persons)
+    serial = {"top": (f["top_measure_cpu_s"] + f["top_solve_cpu_s"]) / f["states"] * states,
+              "assemble": f["assemble_cpu_s"] / f["persons"] * nation.persons,
+              "validate_top": f["validate_top_s"] / f["states"] * states}
+    for name, seconds in serial.items():
+        out[f"national_serial_{name}_s"] = seconds
+    wall += sum(serial.values())
+    largest_gb = max(out[f"national_stage_{s}_largest_gb"] for s in "ABCV")
+    out.update({"national_h": wall / 3600, "national_driver_gb": f["driver_peak_mb"] / 1024,
+                "national_largest_task_gb": largest_gb,
+                "national_fits": float(budget > 0 and largest_gb * 1024 <= budget)})
+    return out
 
 
 def run_1() -> dict:

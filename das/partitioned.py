@@ -24,11 +24,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import atomic, preflight
 from das.checkpoint import load_solved, save_solved
-from das.executors import ordered_map
+from das.executors import first_done
 from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
@@ -45,6 +46,12 @@ from das.topdown.problem import FailsafeEvent
 from das.topdown.solve import merge_certificates, solve_root
 
 TOP = ("nation", "state")  # the levels the driver measures and solves
+# What a state task holds over its worker's baseline, per person of its state, and that baseline:
+# measured on VT and DE copies (docs/scale.md: 190-300 MB over a worker's ~250 MB for 0.6-0.9
+# million persons). The driver starts a task only while its estimate fits the memory budget.
+TASK_MB_PER_PERSON = 0.5 / 1024
+WORKER_BASE_MB = 300.0
+DRIVER_MB = 500.0
 
 
 @dataclass(frozen=True)
@@ -59,14 +66,15 @@ class Work:
     run_dir: Path
     engine: EngineOptions  # one worker: a state's subtree is solved in its task
     outputs: state_parts.OutputPlan
+    memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
 
     @classmethod
-    def of(cls, pipe: Pipeline, run_dir: RunDir) -> Work:
+    def of(cls, pipe: Pipeline, run_dir: RunDir, memory_mb: float | None = None) -> Work:
         metadata = pipe.metadata()
         return cls(pipe.spec.levels, pipe.schemas, {n: r.measured for n, r in pipe.releases.items()}, pipe.rng,
                    metadata, run_dir.path, pipe.engine_options(workers=1, progress=False),
                    state_parts.OutputPlan(pipe.tables, metadata, pipe.spec.levels, pipe.spec.pl94171,
-                                          pipe.spec.mdf_layout))
+                                          pipe.spec.mdf_layout), memory_mb)
 
     @property
     def nmf_dir(self) -> Path:
@@ -109,6 +117,10 @@ class Tops:
     def n_blocks(self) -> int:
         return sum(s.blocks for s in self.states)
 
+    @property
+    def persons(self) -> list[int]:
+        return [s.population for s in self.states]
+
 
 def check_levels(levels: tuple[str, ...]) -> None:
     if tuple(levels[:len(TOP)]) != TOP or len(levels) <= len(TOP):
@@ -142,15 +154,14 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
                     level_bounds(work.schemas["persons"], invariants, geography, "state"))
 
 
-def read_states(pipe: Pipeline, run_dir: RunDir, executor) -> Tops:
-    """A for every state, largest input first; no noise is drawn until all have passed."""
+def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
+    """A for every state, largest first; no noise is drawn until all have passed."""
     t0 = time.perf_counter()
     check_levels(pipe.spec.levels)
     inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
-    work = Work.of(pipe, run_dir)
-    order = sorted(range(len(inputs)), key=lambda i: -inputs[i].persons.stat().st_size)
-    found = dict(zip(order, ordered_map(executor, read_state, [(work, inputs[i]) for i in order])))
-    tops = Tops(inputs, [found[i] for i in range(len(inputs))])
+    work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor))
+    persons = [input_records(si.persons) for si in inputs]
+    tops = Tops(inputs, _in_order(executor, read_state, [(work, si) for si in inputs], persons, work.memory_mb))
     pipe.timings["read_inputs"] = time.perf_counter() - t0
     pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
              f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
@@ -270,8 +281,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> Non
     """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
-    for _ in _in_order(executor, _measured, [(work, si) for si in tops.inputs], _largest_first(tops)):
-        pass
+    _in_order(executor, _measured, [(work, si) for si in tops.inputs], tops.persons, None)
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:
@@ -336,13 +346,48 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None]) -> StateDone:
 # The driver
 
 
-def _largest_first(tops: Tops) -> list[int]:
-    return sorted(range(len(tops.states)), key=lambda i: -tops.states[i].blocks)
+def task_budget_mb(memory_gb: float | None, executor) -> float | None:
+    """What the state tasks in flight may hold over their workers' baselines: the machine's budget less
+    the driver and one baseline per worker slot (None: no budget)."""
+    if memory_gb is None:
+        return None
+    budget = memory_gb * 1024 - DRIVER_MB - WORKER_BASE_MB * getattr(executor, "slots", 1)
+    if budget <= 0:
+        raise RunError(f"--memory-gb {memory_gb:g} leaves nothing for the state tasks: the driver and "
+                       f"{getattr(executor, 'slots', 1)} workers need about {(budget / 1024 + memory_gb):.1f} GB alone")
+    return budget
 
 
-def _in_order(executor, fn, tasks: list, order: list[int]) -> list:
-    """fn over tasks on the executor, submitted in `order` (largest first), results in the tasks' order."""
-    found = dict(zip(order, ordered_map(executor, fn, [tasks[i] for i in order])))
+def input_records(path: Path) -> int:
+    """Records of an input file, cheaply: a Parquet file's metadata, or a CSV file's size over its
+    first lines' (the memory estimate of a state's first task, before it is read)."""
+    if path.suffix.lower() == ".parquet":
+        return pq.read_metadata(path).num_rows
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    return int(path.stat().st_size / max(1.0, len(head) / max(1, head.count(b"\n"))))
+
+
+def _in_order(executor, fn, tasks: list, persons: list[int], budget_mb: float | None) -> list:
+    """fn over tasks on the executor, largest state (by persons) first, results in the tasks' order.
+
+    At most one task per worker slot is in flight (a state task is long), and with a budget only
+    while the estimates of the tasks in flight (TASK_MB_PER_PERSON each person) fit it; the largest
+    waiting task goes next (never passed over by smaller ones); a task alone always starts.
+    """
+    waiting = sorted(range(len(tasks)), key=lambda i: -persons[i])
+    estimate = [TASK_MB_PER_PERSON * p for p in persons]
+    found, running, held = {}, {}, 0.0
+    while waiting or running:
+        while waiting and len(running) < getattr(executor, "slots", 1) and (
+                not running or budget_mb is None or held + estimate[waiting[0]] <= budget_mb):
+            i = waiting.pop(0)
+            running[executor.submit(fn, tasks[i])] = i
+            held += estimate[i]
+        for future in first_done(executor, list(running)):
+            i = running.pop(future)
+            found[i] = future.result()
+            held -= estimate[i]
     return [found[i] for i in range(len(tasks))]
 
 
@@ -361,21 +406,21 @@ def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> li
     return merged
 
 
-def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> tuple[dict, dict[str, list[LevelReport]], list[Path]]:
+def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
+               memory_gb: float | None = None) -> tuple[dict, dict[str, list[LevelReport]], list[Path]]:
     """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
     Returns the nation's solved histograms (per release), the level reports and the output files."""
-    work, nmf_dir = Work.of(pipe, run_dir), run_dir.nmf_dir
+    work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor)), run_dir.nmf_dir
     ckpt = run_dir.checkpoints_dir / "top"
     codes = np.array([s.state for s in tops.states])
-    order = _largest_first(tops)
     options = pipe.engine_options()
 
     t0 = time.perf_counter()
     measure_top(pipe, tops, nmf_dir)
     persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
                                      nmf_dir, options, ckpt / "persons.npz")
-    solved_b = _in_order(executor, solve_state,
-                         [(work, si, persons[i]) for i, si in enumerate(tops.inputs)], order)
+    solved_b = _in_order(executor, solve_state, [(work, si, persons[i]) for i, si in enumerate(tops.inputs)],
+                         tops.persons, work.memory_mb)
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
     pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
@@ -389,7 +434,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> tuple[d
                                      nmf_dir, options, ckpt / "units.npz")
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
-    done = _in_order(executor, finish_state, [(work, s, units_rows[i]) for i, s in enumerate(codes)], order)
+    done = _in_order(executor, finish_state, [(work, s, units_rows[i]) for i, s in enumerate(codes)], tops.persons,
+                     work.memory_mb)
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0

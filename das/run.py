@@ -41,6 +41,7 @@ class RunOptions:
     progress: bool = True
     overwrite: bool = False
     allow_large_rho: bool = False
+    memory_gb: float | None = None  # a partitioned run's budget for its state tasks (None: no limit)
 
 
 @dataclass
@@ -274,7 +275,7 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
         raise RunError(str(e)) from None
     try:
         if partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
-            confidential = _read_states(pipe, run_dir, executor)
+            confidential = _read_states(pipe, run_dir, executor, options.memory_gb)
         job = _Job(pipe, run_dir, options, executor, t_start)
         return job.start_or_resume(stored, confidential)
     finally:
@@ -289,9 +290,9 @@ def _partitioned(spec: RunSpec) -> bool:
         raise RunError(str(e)) from None
 
 
-def _read_states(pipe: Pipeline, run_dir: RunDir, executor) -> Tops:
+def _read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
     try:
-        return read_states(pipe, run_dir, executor)
+        return read_states(pipe, run_dir, executor, memory_gb)
     except PartitionError as e:
         raise RunError(str(e)) from None
 
@@ -344,7 +345,8 @@ class _Job:
     def finish(self, confidential: Confidential | Tops) -> RunResult:
         pipe, run_dir, manifest = self.pipe, self.run_dir, self.manifest
         if isinstance(confidential, Tops):
-            nation, level_reports, outputs = run_states(pipe, run_dir, confidential, self.executor)
+            nation, level_reports, outputs = run_states(pipe, run_dir, confidential, self.executor,
+                                                        self.options.memory_gb)
             counts = {"persons": int(nation["persons"].sum()), "blocks": confidential.n_blocks}
             return self.complete(level_reports, outputs, counts)
         measured: dict = {}

@@ -176,3 +176,55 @@ def test_seeded_streams_are_named_by_state():
 
     assert Target(Path("x"), state="50").stream("persons", "block", "detailed", 3) == "persons/block/detailed/s50/3"
     assert Target(Path("x")).stream("persons", "block", "detailed", 3) == "persons/block/detailed/3"
+
+
+class _Slots:
+    """An executor of `slots` threads that records, at each start, the persons of the tasks in flight."""
+
+    def __init__(self, slots: int):
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.slots, self.pool, self.lock = slots, ThreadPoolExecutor(slots), threading.Lock()
+        self.held, self.seen, self.started = 0, [], []
+
+    def submit(self, fn, arg):
+        with self.lock:
+            self.held += arg
+            self.seen.append(self.held)
+            self.started.append(arg)
+        return self.pool.submit(self._run, fn, arg)
+
+    def _run(self, fn, arg):
+        try:
+            return fn(arg)
+        finally:
+            with self.lock:
+                self.held -= arg
+
+    def close(self):
+        self.pool.shutdown()
+
+
+def _slow_square(x):
+    import time
+
+    time.sleep(0.01 * (x % 7))
+    return x * x
+
+
+def test_state_tasks_start_largest_first_within_the_memory_budget():
+    from das.partitioned import TASK_MB_PER_PERSON, _in_order
+
+    persons = [3, 9, 1, 7, 5, 2, 8, 4, 6, 10]
+    executor = _Slots(3)
+    budget = TASK_MB_PER_PERSON * 15  # room for, say, 9 + 6 persons at once, never 10 + 9
+    results = _in_order(executor, _slow_square, persons, persons, budget)
+    executor.close()
+    assert results == [p * p for p in persons]  # in the tasks' order
+    assert executor.started == sorted(persons, reverse=True)  # largest first, never passed over
+    assert all(held <= 15 or held == started for held, started in zip(executor.seen, executor.started))
+    unlimited = _Slots(3)
+    _in_order(unlimited, _slow_square, persons, persons, None)
+    unlimited.close()
+    assert max(unlimited.seen) > 15  # without a budget the same tasks run together

@@ -14,13 +14,13 @@ def _cmd_run(args) -> int:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
                             progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                            allow_large_rho=args.allow_large_rho)
+                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb)
     else:
         if args.spec is None:
             raise RunError("das run needs a SPEC (or --resume RUN_DIR)")
         result = run(args.spec, args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
                      progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                     allow_large_rho=args.allow_large_rho)
+                     allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb)
     print(result.summary)
     print(f"wrote {result.out_dir}")
     return 0 if result.valid else 1
@@ -97,6 +97,10 @@ def add_parsers(sub) -> None:
                    help="where tasks run: a local process pool, or Dask (pip install 'das[dask]')")
     r.add_argument("--scheduler", metavar="ADDRESS", default=None,
                    help="Dask scheduler address (tcp://host:8786); default: a local cluster of --workers processes")
+    r.add_argument("--memory-gb", type=float, default=None,
+                   help="a partitioned run (inputs as one file per state) starts a state's task only while the "
+                        "tasks in flight are estimated to fit this much memory with the driver and workers "
+                        "(docs/scale.md); default: no limit")
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
