@@ -13,6 +13,9 @@ the release bundle alone (what is published) it proves that
   schema (das.rules gives the bounds from the facts counted in the MDFs), at every level.
 With the run's operator files (the confidential inputs), it also compares the invariants with
 the inputs: population, housing units and GQ facilities per block.
+It goes state by state: the driver checks what is whole-release (files, certificate, the nation
+and state rows, NMF levels stored as one file) and each state's rows are checked on their own
+(`validate_state`, in turn or on an executor), so memory follows the largest state.
 
 A release says what it holds in its manifest (`holds`, a list of the names in `HOLDS`); a
 manifest without it is a `das run` (TopDown) release, which holds everything but
@@ -1046,7 +1049,7 @@ def _reread_epnums(path: Path, state: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _states_in(path: Path) -> list[str]:
     """The states (TABBLKST) of an MDF file: from the row-group statistics where a row group holds one
-    state, else from reading that row group's TABBLKST."""
+    state, else from reading that row group's TABBLKST, batch by batch."""
     try:
         parquet = pq.ParquetFile(path)
         column = parquet.schema_arrow.get_field_index("TABBLKST")
@@ -1056,8 +1059,8 @@ def _states_in(path: Path) -> list[str]:
             if stats is not None and stats.has_min_max and stats.min == stats.max:
                 states.add(str(stats.min))
             else:
-                values = parquet.read_row_group(g, columns=["TABBLKST"]).column(0)
-                states.update(str(v) for v in pc.unique(values.cast(pa.string())).to_pylist())
+                for batch in parquet.iter_batches(batch_size=1 << 20, row_groups=[g], columns=["TABBLKST"]):
+                    states.update(str(v) for v in pc.unique(batch.column(0).cast(pa.string())).to_pylist())
     except Exception as e:
         raise _unreadable(path, e) from None
     return sorted(states)
