@@ -11,7 +11,8 @@ variance sigma^2). Row-group statistics are written for query only (readers find
 groups from them). A file is written under a temporary name and renamed when complete, so a
 present file is a whole level. While a level is being measured, each (query, chunk) is committed
 on its own to `<level>.parquet.parts/` (the noisy answers in the narrowest integer type that holds
-them exactly, zstd; see das/measure.py) and the level file is assembled from those parts. """
+them exactly, zstd; see das/measure.py) and the level file is assembled from those parts.
+"""
 
 from __future__ import annotations
 
