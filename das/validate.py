@@ -341,8 +341,11 @@ class Epnums:
 
     @classmethod
     def of(cls, epnum: np.ndarray, rows: np.ndarray) -> Epnums:
-        repeated = np.flatnonzero(pd.Series(epnum).duplicated().to_numpy())[:3]
-        distinct = np.unique(epnum)
+        if (np.diff(epnum) > 0).all():  # increasing, as written: distinct already (no sort, no hashing)
+            repeated, distinct = np.zeros(0, np.int64), epnum
+        else:
+            repeated = np.flatnonzero(pd.Series(epnum).duplicated().to_numpy())[:3]
+            distinct = np.unique(epnum)
         breaks = np.flatnonzero(np.diff(distinct) != 1)
         starts, ends = (distinct[np.r_[0, breaks + 1]], distinct[np.r_[breaks, len(distinct) - 1]]) if len(distinct) \
             else (distinct, distinct)
@@ -852,7 +855,7 @@ def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozens
     for spec, kind, path in _tables(run_dir, manifest, holds, persons_schema, units_schema):
         records, lv, schema = (mdf, levels, persons_schema) if kind == "persons" else (housing, unit_levels, units_schema)
         cols = column_names(schema, spec)
-        if not path.exists() or any(c not in _columns(path) for c in ["level", "geocode", *cols]):
+        if not path.exists() or not {"level", "geocode", *cols} <= set(_columns(path)):
             continue  # the driver says so
         written = _read_rows(path, [("geocode", ">=", state), ("geocode", "<", state + "\x7f")])
         written = written[written["level"].isin(below)].reset_index(drop=True)
@@ -1021,25 +1024,35 @@ def _state_groups(parquet: pq.ParquetFile, state: str | None) -> list[tuple[int,
 
 
 def read_state(path: Path, state: str, columns: list[str] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
-    """One state's records of an MDF file, with their `geocode`, and each one's row in the file (0-based):
-    only the row groups whose TABBLKST statistics may hold the state are read."""
+    """One state's records of an MDF file, with their `geocode`, and each one's row in the file (0-based).
+    A filtered read (row groups whose TABBLKST statistics exclude the state are skipped, the rest are
+    filtered batch by batch); the rows come from the TABBLKST column of the row groups read."""
     if not path.is_file():
         raise ValidationError(f"{path} is missing")
     try:
         parquet = pq.ParquetFile(path)
-        groups = _state_groups(parquet, state)
-        table = (parquet.read_row_groups([g for g, _ in groups], columns=columns) if groups
-                 else parquet.schema_arrow.empty_table().select(columns or parquet.schema_arrow.names))
+        rows = []
+        for g, first in _state_groups(parquet, state):
+            column = parquet.read_row_group(g, columns=["TABBLKST"]).column(0)
+            mine = [_equal(chunk, state) for chunk in column.chunks]
+            rows.append(first + np.flatnonzero(np.concatenate(mine) if mine else np.zeros(0, bool)))
+        table = pq.read_table(path, columns=columns, filters=[("TABBLKST", "==", state)])
     except Exception as e:
         raise _unreadable(path, e) from None
-    sizes = [parquet.metadata.row_group(g).num_rows for g, _ in groups]
-    rows = np.concatenate([np.arange(first, first + n) for (_, first), n in zip(groups, sizes)]) if groups \
-        else np.zeros(0, np.int64)
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    if len(rows) != table.num_rows:
+        raise ValidationError(f"{path}: {table.num_rows} records of state {state} read, {len(rows)} counted")
     frame = table.to_pandas()
-    mine = _in_state(frame, state)
-    frame, rows = frame[mine].reset_index(drop=True), rows[mine]
     frame["geocode"] = _geocode(frame)
     return frame, rows
+
+
+def _equal(chunk: pa.Array, value: str) -> np.ndarray:
+    """chunk == value as a numpy mask, comparing only the dictionary of a dictionary-encoded chunk."""
+    if pa.types.is_dictionary(chunk.type):
+        lookup = np.asarray(chunk.dictionary.cast(pa.string()).to_pylist(), dtype=object) == value
+        return np.r_[lookup, False][chunk.indices.fill_null(len(lookup)).to_numpy(zero_copy_only=False)]
+    return pc.fill_null(pc.equal(chunk.cast(pa.string()), value), False).to_numpy(zero_copy_only=False)
 
 
 def _reread_epnums(path: Path, state: str) -> tuple[np.ndarray, np.ndarray]:
