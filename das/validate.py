@@ -676,6 +676,7 @@ class StateChecks:
     nmf: dict = field(default_factory=dict)  # (release, level) -> problems of the state's own NMF file
     recount: dict = field(default_factory=dict)  # table name -> the state's row of the MDF recount (None: no records)
     tables: dict = field(default_factory=dict)  # table name -> (table_differences, hierarchy_differences) below the state
+    child_sums: dict = field(default_factory=dict)  # table name -> sum of its rows of the nation's children (no state level)
     stopped: bool = False  # a codes check failed: the checks after it did not run
 
 
@@ -760,24 +761,17 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         if not path.exists():
             report.check(f"table {spec.name} written", [f"{path} is missing"])
             continue
-        written = _read_rows(path, [("level", "in", top)])
         cols = column_names(persons_schema if spec.schema == persons_schema.name else units_schema, spec)
-        absent = [c for c in ["level", "geocode", *cols] if c not in written]
+        absent = [c for c in ["level", "geocode", *cols] if c not in _columns(path)]
         if absent:
             report.check(f"table {spec.name} equals the MDF recount", [f"{path.name} has no column {absent[0]!r}"])
             continue
-        rows = {s.state: s.recount[spec.name] for s in parts if s.recount.get(spec.name) is not None}
-        recount = pd.DataFrame(np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols)), columns=cols)
-        recount.insert(0, "geocode", list(rows))
-        recount = recount.assign(level="state")
-        if "nation" in top and rows:
-            recount = pd.concat([recount[cols].sum().to_frame().T.assign(geocode="", level="nation"), recount],
-                                ignore_index=True)
+        written = _read_rows(path, [("level", "in", top)])
         below = [s.tables.get(spec.name, ({}, {})) for s in parts]
         report.check(f"table {spec.name} equals the MDF recount", _first(difference_messages(
-            [table_differences(written, recount, cols), *(d for d, _ in below)], cols)))
+            [table_differences(written, _top_recount(parts, spec.name, cols, top), cols), *(d for d, _ in below)], cols)))
         report.check(f"table {spec.name} hierarchy sums", _first(hierarchy_messages(
-            [hierarchy_differences(written, cols, top), *(h for _, h in below)], manifest.levels)))
+            [_top_hierarchy(written, parts, spec.name, cols, manifest.levels), *(h for _, h in below)], manifest.levels)))
 
     if not with_units:  # the rest needs the units MDF: invariants, rules, the confidential inputs
         return report
@@ -816,6 +810,26 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     return report
 
 
+def _top_recount(parts: list[StateChecks], table: str, cols: list[str], top: list[str]) -> pd.DataFrame:
+    """A table's recount at the nation (the sum of the states') and, if the table has them, the states."""
+    rows = {s.state: s.recount[table] for s in parts if s.recount.get(table) is not None}
+    states = pd.DataFrame(np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols)), columns=cols)
+    states = states.assign(geocode=list(rows), level="state")
+    nation = states[cols].sum().to_frame().T.assign(geocode="", level="nation") if rows else states.iloc[:0]
+    return pd.concat([frame for level, frame in (("nation", nation), ("state", states)) if level in top],
+                     ignore_index=True)
+
+
+def _top_hierarchy(written: pd.DataFrame, parts: list[StateChecks], table: str, cols: list[str], geo_levels):
+    """`hierarchy_differences` of the nation and state rows; without a state level, the nation against
+    the sum of its children's rows that each state added up."""
+    if "state" in geo_levels or len(geo_levels) < 2:
+        return hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
+    sums = np.sum([s.child_sums[table] for s in parts if table in s.child_sums], axis=0) if parts else 0
+    nation = written.loc[written["level"] == "nation", cols].to_numpy()
+    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != sums).any() else []}
+
+
 def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozenset[str],
                    inputs: dict[str, tuple[Path, Path]] | tuple[Path, Path] | None = None) -> StateChecks:
     """The checks of one state's part of the release, reading only its rows of the MDF and the tables
@@ -850,7 +864,9 @@ def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozens
         out.stopped = True
         return out
 
-    below = [lv for lv in manifest.levels if LEVEL_DIGITS[lv] >= LEVEL_DIGITS["state"]]
+    # the state's levels (the state's own row, for the nation's recount, even when no table has a state level)
+    below = [lv for lv in manifest.levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    own_levels = ["state", *below] if "state" in manifest.levels else below
     prefixes: dict[str, dict] = {}  # shared by every table of the same records
     for spec, kind, path in _tables(run_dir, manifest, holds, persons_schema, units_schema):
         records, lv, schema = (mdf, levels, persons_schema) if kind == "persons" else (housing, unit_levels, units_schema)
@@ -858,15 +874,16 @@ def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozens
         if not path.exists() or not {"level", "geocode", *cols} <= set(_columns(path)):
             continue  # the driver says so
         written = _read_rows(path, [("geocode", ">=", state), ("geocode", "<", state + "\x7f")])
-        written = written[written["level"].isin(below)].reset_index(drop=True)
+        written = written[written["level"].isin(own_levels)].reset_index(drop=True)
         if kind not in prefixes:
-            prefixes[kind] = prefix_codes(records, below)
-        recount = recount_table(records, lv, schema, spec, below, prefixes[kind])
-        own = recount["level"] == "state"
+            prefixes[kind] = prefix_codes(records, ["state", *below])
+        recount = recount_table(records, lv, schema, spec, ["state", *below], prefixes[kind])
+        own = (recount["level"] == "state").to_numpy()
         out.recount[spec.name] = recount.loc[own, cols].to_numpy()[0].tolist() if own.any() else None
-        inner = written["level"] != "state"
-        out.tables[spec.name] = (table_differences(written[inner], recount[~own.to_numpy()], cols),
-                                 hierarchy_differences(written, cols, below))
+        hierarchy = hierarchy_differences(written, cols, own_levels)
+        if "state" not in manifest.levels and below:  # the nation's children are below the state: their sum here
+            out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
+        out.tables[spec.name] = (table_differences(written[written["level"] != "state"], recount[~own], cols), hierarchy)
     if not with_units:
         return out
 
