@@ -233,3 +233,19 @@ def test_inputs_given_one_file_per_state_are_compared_state_by_state(two_states,
 def _blocks(frame: pd.DataFrame) -> pd.Series:
     return frame["TABBLKST"].astype(str) + frame["TABBLKCOU"].astype(str) + frame["TABTRACTCE"].astype(str) \
         + frame["TABBLK"].astype(str)
+
+
+def test_a_release_without_a_state_level_checks_the_nation_against_its_children(one_state, tmp_path):
+    """Levels nation, county, ...: the nation's recount is still the states' sum, and its children (the
+    counties, summed per state) must add up to it."""
+    broken = _copy(one_state, tmp_path / "broken")
+    _write_manifest(broken, lambda m: m.update(levels=[lv for lv in m["levels"] if lv != "state"]))
+    for path in (broken / "tables").glob("*.parquet"):
+        table = pq.read_table(path)
+        pq.write_table(table.filter(pa.array(table.column("level").to_numpy(zero_copy_only=False) != "state")), path)
+    assert not [v for v in validate_run(broken).violations if v.startswith("table")]
+    nation = int(pd.read_parquet(broken / "tables" / "P3.parquet").query("level == 'nation'")["total"].iloc[0])
+    _set(broken / "tables" / "P3.parquet", "total", lambda v: np.where(np.arange(len(v)) == 0, v + 1, v))
+    assert [v for v in validate_run(broken).violations if v.startswith("table")] == [
+        f"table P3 equals the MDF recount: nation '' column 'total': table {nation + 1}, MDF recount {nation}",
+        "table P3 hierarchy sums: county rows of nation '' do not sum to it"]
