@@ -244,16 +244,6 @@ def load_manifest(run_dir: Path) -> Manifest:
         raise ValidationError(str(e)) from None
 
 
-def read_parquet(path: Path, columns=None) -> pd.DataFrame:
-    """A Parquet file of the release, or ValidationError naming it."""
-    if not path.is_file():
-        raise ValidationError(f"{path} is missing")
-    try:
-        return pd.read_parquet(path, columns=columns)
-    except Exception as e:  # pyarrow raises several types for a corrupt file
-        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
-
-
 def check_files(run_dir: Path, manifest: Manifest, report: Report, with_nmf: bool = True) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
     listed = {**(manifest.outputs or {}), **(manifest.nmf or {})}
@@ -288,7 +278,7 @@ def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
         try:
             meta = pq.read_schema(run_dir / name).metadata or {}
         except Exception as e:
-            raise ValidationError(f"{run_dir / name} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+            raise _unreadable(run_dir / name, e) from None
         mode = meta.get(b"das.privacy")
         if mode is None:
             problems.append(f"{name}: no das.privacy metadata")
@@ -452,7 +442,7 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     try:
         parquet = pq.ParquetFile(path)
     except Exception as e:
-        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+        raise _unreadable(path, e) from None
     queries = {q["query"]: q for q in level["queries"]}
     sizes = {q: schema.query(q).size for q in queries}
     variances = {q: tuple(int(x) for x in (v["sigma2"].split("/") if "/" in v["sigma2"] else (v["sigma2"], 1)))
@@ -528,7 +518,7 @@ def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path) -
                 for k in digits:
                     found[k].append(present.str.slice(0, k).unique().astype(str))
         except Exception as e:
-            raise ValidationError(f"{units_path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+            raise _unreadable(units_path, e) from None
     geounits = {k: np.unique(np.concatenate(parts)) if parts else np.zeros(0, str) for k, parts in found.items()}
     return {(release, level["level"]): _nmf_file_problems(run_dir / name, name, level,
                                                           load_schema(manifest.schema(release)),
