@@ -1,17 +1,18 @@
 """Noisy measurement file (NMF): every noisy answer with its level, geocode, query, cell and
 exact variance, as Parquet, so others can re-run or replace the post-processing.
 
-Layout: `nmf/<release>/<level>.parquet`, one file per level (a partitioned run: the levels below
-the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; `level_files`); each row
-group holds whole geounits of one query (at most ROW_GROUP_ROWS rows unless one geounit has more),
-with a geocode dictionary of just those geounits, so a range read decodes little beyond its range;
-within a query, rows run geounit-major then cell. Columns: level, geocode, query (dictionary
-strings), cell (int32), noisy (int64), variance_num / variance_den (int64, the exact rational
-variance sigma^2). Row-group statistics are written for query only (readers find each query's row
-groups from them). A file is written under a temporary name and renamed when complete, so a
-present file is a whole level. While a level is being measured, each (query, chunk) is committed
-on its own to `<level>.parquet.parts/` (the noisy answers in the narrowest integer type that holds
-them exactly, zstd; see das/measure.py) and the level file is assembled from those parts.
+Layout: `nmf/<release>/<level>.parquet`, one file per level (a partitioned run: the levels
+below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; `level_files`);
+each row group holds whole geounits
+of one query (at most ROW_GROUP_ROWS rows unless one geounit has more), with a geocode dictionary
+of just those geounits, so a range read decodes little beyond its range; within a query, rows run
+geounit-major then cell. Columns: level, geocode, query (dictionary strings), cell (int32), noisy
+(int64), variance_num / variance_den (int64, the exact rational variance sigma^2). Row-group
+statistics are written for query only (readers find each query's row groups from them).
+A file is written under a temporary name and renamed when complete, so a present file is a whole
+level. While a level is being measured, each (query, chunk) is committed on its own to
+`<level>.parquet.parts/` (the noisy answers in the narrowest integer type that holds them exactly,
+zstd; see das/measure.py) and the level file is assembled from those parts.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ def level_path(nmf_dir: Path, release: str, level: str) -> Path:
     return Path(nmf_dir) / release / f"{level}.parquet"
 
 
-def state_path(nmf_dir: Path, release: str, level: str, state: str) -> Path:
-    """One state's file of a level below the state, in a partitioned run's NMF."""
+def state_path(nmf_dir: Path, release: str, level: str, state: str | None) -> Path:
+    """One state's file of a level below the state, in a partitioned run's NMF (state None: the level's one file)."""
+    if state is None:
+        return level_path(nmf_dir, release, level)
     return Path(nmf_dir) / release / level / f"{state}.parquet"
 
 
