@@ -711,7 +711,12 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     with ThreadPoolExecutor(1) as alongside:  # the NMF levels stored whole: a pass over their every noisy answer
         whole = alongside.submit(whole_level_nmf, run_dir, manifest, plan, units_path) if with_nmf else None
         try:
-            parts = list(ordered_map(executor, task, states) if executor is not None else map(task, states))
+            if executor is None:
+                parts = list(map(task, states))
+            else:  # the largest states first (published population), so the last task to finish is a small one
+                order = sorted(states, key=lambda s: -int(published.get("state", {}).get(s, 0)))
+                done = dict(zip(order, ordered_map(executor, task, order)))
+                parts = [done[s] for s in states]
         except BaseException:
             if whole is not None:
                 whole.result()  # the check that comes first in order fails first
