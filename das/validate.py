@@ -13,6 +13,9 @@ the release bundle alone (what is published) it proves that
   schema (das.rules gives the bounds from the facts counted in the MDFs), at every level.
 With the run's operator files (the confidential inputs), it also compares the invariants with
 the inputs: population, housing units and GQ facilities per block.
+It goes state by state: the driver checks what is whole-release (files, certificate, the nation
+and state rows, NMF levels stored as one file) and each state's rows are checked on their own
+(`validate_state`, in turn or on an executor), so memory follows the largest state.
 
 A release says what it holds in its manifest (`holds`, a list of the names in `HOLDS`); a
 manifest without it is a `das run` (TopDown) release, which holds everything but
@@ -28,22 +31,25 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from das import rules
+from das import partitions, rules
 from das.bundle import RUN_FILES, BundleError, input_paths
 from das.checkpoint import file_sha256
+from das.executors import ordered_map
 from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
+from das.io import nmf
 from das.io.tables import column_names, load_tables
 from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema
@@ -56,6 +62,14 @@ HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf"
 TOPDOWN_HOLDS = tuple(h for h in HOLDS if h != "charges_sum_to_rho")
 SYNTHETIC_HOLDS = ("mdf_codes", "tables_match_mdf", "charges_sum_to_rho")
 GQ_TYPES = 7  # units MDF GQTYPE_PL 1..7 (check_unit_records holds every facility to it)
+# the checks whose problems come from every state (merged in state order)
+UNITS_CODES = "MDF units: valid codes, housing units vs facilities"
+PERSONS_CODES = "MDF persons: valid codes, derived columns, unique EPNUM"
+PERSONS_CODES_UNREADABLE = "MDF persons: valid codes"
+UNITS_LEVELS_UNREADABLE = "MDF units: valid codes of the units schema"
+NMF_CHECK = "NMF: exactly the certified measurements"
+HOUSING_CHECK = "housing units per block invariant"
+FACILITIES_CHECK = "GQ facilities per block invariant"
 
 
 class ValidationError(Exception):
@@ -76,11 +90,46 @@ class Report:
         return not self.violations
 
 
-def _read(path: Path, columns: list[str]) -> pd.DataFrame:
-    """The named columns of a confidential input file (CSV as text, or Parquet)."""
+@dataclass
+class Findings:
+    """Checks run on one part of a release (a state): each check's first MAX_LISTED problems and how
+    many there were, so that merged over the parts in order (`_merged`) they list what `_first` lists
+    of all the problems."""
+
+    problems: dict[str, tuple[list[str], int]] = field(default_factory=dict)
+
+    def check(self, name: str, problems: list[str]) -> None:
+        listed, count = self.problems.get(name, ([], 0))
+        self.problems[name] = ((listed + problems)[:MAX_LISTED], count + len(problems))
+
+
+def _merged(parts: list, name: str, before: list[str] = (), after: list[str] = ()) -> list[str]:
+    """`_first` of the problems of check `name`: `before`, then every part's (`.findings`) in order, then `after`."""
+    listed, count = list(before), len(before)
+    for part in parts:
+        more, n = part.findings.problems.get(name, ([], 0))
+        if len(listed) <= MAX_LISTED:
+            listed += more
+        count += n
+    if count <= len(listed):  # every part's problems are all listed
+        return _first(listed + list(after))
+    listed, count = (listed + list(after))[:MAX_LISTED + 1], count + len(after)
+    return listed[:MAX_LISTED] + [f"... and {count - MAX_LISTED} more"]
+
+
+def _read(path: Path, columns: list[str], state: str | None = None) -> pd.DataFrame:
+    """The named columns of a confidential input file (CSV as text, or Parquet), only the state's rows if given."""
     if path.suffix == ".csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False, usecols=columns)
-    return pd.read_parquet(path, columns=columns)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=columns)
+    else:
+        frame = pd.read_parquet(path, columns=columns, filters=[("TABBLKST", "==", state)] if state else None)
+    return frame[_in_state(frame, state)].reset_index(drop=True) if state else frame
+
+
+def _in_state(frame: pd.DataFrame, state: str) -> np.ndarray:
+    """Which records are of the state (their TABBLKST), comparing only the distinct values."""
+    codes, uniques = pd.factorize(frame["TABBLKST"], use_na_sentinel=False)
+    return (pd.Series(uniques, dtype=object).astype(str).to_numpy() == state)[codes] if len(codes) else codes == 0
 
 
 def _geocode(frame: pd.DataFrame) -> pd.Series:
@@ -195,16 +244,6 @@ def load_manifest(run_dir: Path) -> Manifest:
         raise ValidationError(str(e)) from None
 
 
-def read_parquet(path: Path, columns=None) -> pd.DataFrame:
-    """A Parquet file of the release, or ValidationError naming it."""
-    if not path.is_file():
-        raise ValidationError(f"{path} is missing")
-    try:
-        return pd.read_parquet(path, columns=columns)
-    except Exception as e:  # pyarrow raises several types for a corrupt file
-        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
-
-
 def check_files(run_dir: Path, manifest: Manifest, report: Report, with_nmf: bool = True) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
     listed = {**(manifest.outputs or {}), **(manifest.nmf or {})}
@@ -239,7 +278,7 @@ def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
         try:
             meta = pq.read_schema(run_dir / name).metadata or {}
         except Exception as e:
-            raise ValidationError(f"{run_dir / name} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+            raise _unreadable(run_dir / name, e) from None
         mode = meta.get(b"das.privacy")
         if mode is None:
             problems.append(f"{name}: no das.privacy metadata")
@@ -251,13 +290,16 @@ def check_metadata(run_dir: Path, manifest: Manifest, report: Report) -> None:
     report.check("privacy mode and spec digest in every Parquet file", _first(problems))
 
 
-def check_records(mdf: pd.DataFrame, schema: Schema, report: Report) -> pd.DataFrame | None:
-    """Valid codes, derived columns consistent with the schema, EPNUM 1..N unique; the levels, or None."""
+def check_records(mdf: pd.DataFrame, schema: Schema, report: Report | Findings,
+                  rows: np.ndarray | None = None) -> pd.DataFrame | None:
+    """Valid codes and derived columns consistent with the schema (EPNUM is `epnum_problems`'s); the
+    levels, or None. `rows`: each record's row in the MDF file (0-based), when `mdf` is part of it."""
     problems = []
+    rows = np.arange(len(mdf)) if rows is None else rows
     try:
         levels = _levels(mdf, schema)
     except (ValueError, KeyError) as e:
-        report.check("MDF persons: valid codes", [str(e)])
+        report.check(PERSONS_CODES_UNREADABLE, [str(e)])
         return None
     for column, attribute, mapping in schema.derived:
         if column not in mdf:
@@ -267,26 +309,88 @@ def check_records(mdf: pd.DataFrame, schema: Schema, report: Report) -> pd.DataF
         bad = np.flatnonzero(mdf[column].astype(np.int64).to_numpy() != expected)
         for i in bad[:3]:
             a = schema.attribute(attribute)
-            problems.append(f"row {i + 1}: {column} {mdf[column].iloc[i]} with {a.column} "
+            problems.append(f"row {rows[i] + 1}: {column} {mdf[column].iloc[i]} with {a.column} "
                             f"{mdf[a.column].iloc[i]} (expected {column} {expected[i]})")
         if len(bad) > 3:
             problems.append(f"... and {len(bad) - 3} more rows with {column} inconsistent")
-    if "EPNUM" not in mdf:
-        problems.append("column EPNUM is missing")
-    else:
-        epnum = mdf["EPNUM"].astype(np.int64).to_numpy()
-        repeated = pd.Series(epnum).duplicated().to_numpy()
-        for i in np.flatnonzero(repeated)[:3]:
-            problems.append(f"row {i + 1}: EPNUM {epnum[i]} appears on an earlier row too")
-        if not repeated.any() and len(epnum) and (epnum.min() != 1 or epnum.max() != len(epnum)):
-            problems.append(f"EPNUM runs {epnum.min()}..{epnum.max()}, expected 1..{len(epnum)}")
-    report.check("MDF persons: valid codes, derived columns, unique EPNUM", _first(problems))
+    report.check(PERSONS_CODES, problems)
     return levels
 
 
-def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report: Report) -> None:
-    """Housing units carry the units schema's derived codes and an HH_STATUS; GQ facilities a GQ type and HH_STATUS 0."""
+@dataclass
+class Epnums:
+    """A part's EPNUMs, summarized for the whole-file check: how many, the range, the first repeats
+    within the part as (row, EPNUM), and its distinct values as runs [starts[i], ends[i]]."""
+
+    count: int
+    low: int
+    high: int
+    repeats: list[tuple[int, int]]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, epnum: np.ndarray, rows: np.ndarray) -> Epnums:
+        if (np.diff(epnum) > 0).all():  # increasing, as written: distinct already (no sort, no hashing)
+            repeated, distinct = np.zeros(0, np.int64), epnum
+        else:
+            repeated = np.flatnonzero(pd.Series(epnum).duplicated().to_numpy())[:3]
+            distinct = np.unique(epnum)
+        breaks = np.flatnonzero(np.diff(distinct) != 1)
+        starts, ends = (distinct[np.r_[0, breaks + 1]], distinct[np.r_[breaks, len(distinct) - 1]]) if len(distinct) \
+            else (distinct, distinct)
+        return cls(len(epnum), int(distinct[0]) if len(distinct) else 0, int(distinct[-1]) if len(distinct) else 0,
+                   [(int(rows[i]), int(epnum[i])) for i in repeated], starts, ends)
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Which values lie in one of the disjoint runs [starts[i], ends[i]] (sorted)."""
+    run = np.searchsorted(starts, values, side="right") - 1
+    return (run >= 0) & (ends[np.maximum(run, 0)] >= values)
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs merged into disjoint sorted runs."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order]) if len(ends) else ends
+    new = np.r_[True, starts[1:] > ends[:-1] + 1] if len(starts) else np.zeros(0, bool)
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(starts) - 1] if len(starts) else np.zeros(0, np.int64)
+    return starts[new], ends[last]
+
+
+def epnum_problems(parts: list[tuple[Epnums, Callable[[], tuple[np.ndarray, np.ndarray]]]]) -> list[str]:
+    """EPNUM is 1..N without repeats over the whole MDF, from each part's summary (in file order); a
+    part whose EPNUMs meet an earlier part's is read again (`reread`: its EPNUMs and rows) to name
+    the rows that repeat one."""
+    repeats: list[tuple[int, int]] = []
+    starts, ends = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    count, low, high = 0, None, None
+    for summary, reread in parts:
+        if not summary.count:
+            continue
+        mine = summary.repeats
+        latest = np.searchsorted(starts, summary.ends, side="right") - 1  # the last earlier run starting before each end
+        if len(starts) and ((latest >= 0) & (ends[np.maximum(latest, 0)] >= summary.starts)).any():
+            epnum, rows = reread()
+            repeated = pd.Series(epnum).duplicated().to_numpy() | _covered(starts, ends, epnum)
+            mine = [(int(rows[i]), int(epnum[i])) for i in np.flatnonzero(repeated)[:3]]
+        repeats += mine
+        starts, ends = _union(np.r_[starts, summary.starts], np.r_[ends, summary.ends])
+        count += summary.count
+        low = summary.low if low is None else min(low, summary.low)
+        high = summary.high if high is None else max(high, summary.high)
+    problems = [f"row {row + 1}: EPNUM {e} appears on an earlier row too" for row, e in repeats[:3]]
+    if not repeats and count and (low != 1 or high != count):
+        problems.append(f"EPNUM runs {low}..{high}, expected 1..{count}")
+    return problems
+
+
+def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report: Report | Findings,
+                       rows: np.ndarray | None = None) -> None:
+    """Housing units carry the units schema's derived codes and an HH_STATUS; GQ facilities a GQ type and
+    HH_STATUS 0. `rows`: each record's row in the MDF file (0-based), when `units` is part of it."""
     problems = []
+    rows = np.arange(len(units)) if rows is None else rows
     for column in ("RTYPE", "GQTYPE_PL", "HH_STATUS"):
         if column not in units:
             report.check("MDF units: valid codes", [f"column {column} is missing"])
@@ -303,8 +407,8 @@ def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report:
                       f"HH_STATUS one of {list(attribute.codes)} for a housing unit", status))
     for bad, expected, values in rules:
         for i in np.flatnonzero(bad)[:3]:
-            problems.append(f"row {i + 1}: {values[i]} (expected {expected})")
-    report.check("MDF units: valid codes, housing units vs facilities", _first(problems))
+            problems.append(f"row {rows[i] + 1}: {values[i]} (expected {expected})")
+    report.check(UNITS_CODES, problems)
 
 
 def _dictionary(column) -> tuple[np.ndarray, np.ndarray]:
@@ -338,7 +442,7 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     try:
         parquet = pq.ParquetFile(path)
     except Exception as e:
-        raise ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+        raise _unreadable(path, e) from None
     queries = {q["query"]: q for q in level["queries"]}
     sizes = {q: schema.query(q).size for q in queries}
     variances = {q: tuple(int(x) for x in (v["sigma2"].split("/") if "/" in v["sigma2"] else (v["sigma2"], 1)))
@@ -383,19 +487,62 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
     return sorted(set(problems), key=problems.index)
 
 
-def check_nmf(run_dir: Path, manifest: Manifest, universe: pd.Series, report: Report) -> None:
-    """The NMF holds exactly the certified measurements, each (geocode, query, cell) once, at the certified variance."""
-    problems = []
+def nmf_plan(run_dir: Path, manifest: Manifest, states: list[str]) -> list[tuple[str, dict, str | None, list[str]]]:
+    """Each certified (release, level): its file name when the level is one file (None: one file per state),
+    and the problems of its layout (a state's file for a state not in the release). A level with neither
+    layout is a ValidationError."""
+    plan = []
     for release, cert in manifest.privacy.items():
-        schema = load_schema(manifest.schema(release))
         for level in cert["by_level"]:
             name = f"nmf/{release}/{level['level']}.parquet"
-            path = run_dir / name
+            files = nmf.level_files(run_dir / "nmf", release, level["level"])
+            if not files:
+                raise ValidationError(f"{run_dir / name} is missing (the certificate measures {release} at {level['level']})")
+            whole = files[0][1] is None
+            plan.append((release, level, name if whole else None,
+                         [] if whole else [f"{p.relative_to(run_dir).as_posix()}: state {s} is not a state of the release"
+                                           for p, s in files if s not in states]))
+    return plan
+
+
+def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path) -> dict[tuple[str, str], list[str]]:
+    """The problems of each NMF level stored as one file, its geounits those of the units MDF (read
+    batch by batch, only its geography)."""
+    whole = [(release, level, name) for release, level, name, _ in plan if name is not None]
+    digits = sorted({LEVEL_DIGITS[level["level"]] for _, level, _ in whole})
+    found: dict[int, list[np.ndarray]] = {k: [] for k in digits}
+    if whole:
+        try:
+            for batch in pq.ParquetFile(units_path).iter_batches(batch_size=1 << 20, columns=GEO):
+                present = pd.Series(_present(_geocode(batch.to_pandas())), dtype=str)
+                for k in digits:
+                    found[k].append(present.str.slice(0, k).unique().astype(str))
+        except Exception as e:
+            raise _unreadable(units_path, e) from None
+    geounits = {k: np.unique(np.concatenate(parts)) if parts else np.zeros(0, str) for k, parts in found.items()}
+    return {(release, level["level"]): _nmf_file_problems(run_dir / name, name, level,
+                                                          load_schema(manifest.schema(release)),
+                                                          geounits[LEVEL_DIGITS[level["level"]]])
+            for release, level, name in whole}
+
+
+def state_nmf(run_dir: Path, manifest: Manifest, state: str, universe: np.ndarray) -> dict[tuple[str, str], list[str]]:
+    """The problems of the state's own NMF files (the levels stored one file per state), against the
+    state's geounits of the level."""
+    problems = {}
+    blocks = pd.Series(universe, dtype=str)
+    for release, cert in manifest.privacy.items():
+        for level in cert["by_level"]:
+            files = nmf.level_files(run_dir / "nmf", release, level["level"])
+            if not files or files[0][1] is None:
+                continue  # a whole-level file (the driver's), or missing (the driver says so)
+            path = run_dir / "nmf" / release / level["level"] / f"{state}.parquet"
             if not path.is_file():
                 raise ValidationError(f"{path} is missing (the certificate measures {release} at {level['level']})")
-            geounits = np.unique(universe.str.slice(0, LEVEL_DIGITS[level["level"]]).to_numpy(dtype=str))
-            problems += _nmf_file_problems(path, name, level, schema, geounits)
-    report.check("NMF: exactly the certified measurements", _first(problems))
+            geounits = np.unique(blocks.str.slice(0, LEVEL_DIGITS[level["level"]]).to_numpy(dtype=str))
+            problems[(release, level["level"])] = _nmf_file_problems(
+                path, path.relative_to(run_dir).as_posix(), level, load_schema(manifest.schema(release)), geounits)
+    return problems
 
 
 def block_facts(mdf: pd.DataFrame, levels: pd.DataFrame, persons_schema: Schema, mdf_units: pd.DataFrame,
@@ -418,7 +565,7 @@ def block_facts(mdf: pd.DataFrame, levels: pd.DataFrame, persons_schema: Schema,
 
 
 def check_rules(release: str, records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, facts: rules.Invariants,
-                universe: np.ndarray, report: Report) -> None:
+                universe: np.ndarray, report: Report | Findings) -> None:
     """Every rule of the schema (das.rules gives the bounds per block) against the release's own
     recount per block. Every level's answers and bounds are sums of the blocks', so the blocks
     holding them is every level holding them."""
@@ -444,7 +591,7 @@ def check_rules(release: str, records: pd.DataFrame, levels: pd.DataFrame, schem
                 problems.append(f"block {universe[b]}: {shown} is {counts[b, c]}, {side} the {bounds.rule.kind} "
                                 f"rule's {allowed} ({rules.describe(schema, bounds.rule, int(c))})")
     kinds = ", ".join(dict.fromkeys(c.kind for c in schema.constraints))
-    report.check(f"rules of schema {schema.name} ({release}: {kinds})", _first(problems))
+    report.check(f"rules of schema {schema.name} ({release}: {kinds})", problems)
 
 
 def _facilities(units: pd.DataFrame) -> pd.DataFrame:
@@ -460,12 +607,14 @@ def _by_geocode(counts):
 
 
 def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
+    """The run's operator inputs (two files, or two directories of one file per state), if present."""
     try:
         paths = input_paths(run_dir)
     except BundleError:
         return None
     persons, units = Path(paths.get("persons", "")), Path(paths.get("units", ""))
-    return (persons, units) if persons.is_file() and units.is_file() else None
+    both = persons.is_file() and units.is_file() or persons.is_dir() and units.is_dir()
+    return (persons, units) if both else None
 
 
 def release_holds(manifest: Manifest, report: Report) -> set[str]:
@@ -503,33 +652,35 @@ def check_charges(manifest: Manifest, report: Report) -> None:
     report.check("certificate: charges sum exactly to rho", _first(problems))
 
 
-@contextmanager
-def _alongside(report: Report, check: Callable[[Report], None]) -> Iterator[None]:
-    """Run `check` in a thread while the block runs; its checks and violations take their place in
-    `report` where the block began, and its error (if any) is raised first, as run in order."""
-    checks_at, violations_at, own = len(report.checks), len(report.violations), Report()
-    with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(check, own)
-        try:
-            yield
-        except BaseException:
-            done.result()  # the check that comes first in order fails first
-            raise
-        done.result()
-    report.checks[checks_at:checks_at] = own.checks
-    report.violations[violations_at:violations_at] = own.violations
+@dataclass
+class StateChecks:
+    """What one state's checks send back to the driver: their findings, and the few figures that the
+    whole-release checks add up over the states (all small)."""
+
+    state: str
+    findings: Findings = field(default_factory=lambda: Findings())
+    persons: int = 0  # MDF persons records of the state
+    population: dict = field(default_factory=dict)  # (level, geocode) -> MDF persons, published geounits below the state
+    epnums: Epnums | None = None
+    outside: tuple[int, str] = (0, "")  # MDF persons blocks outside the release universe, and the first
+    nmf: dict = field(default_factory=dict)  # (release, level) -> problems of the state's own NMF file
+    recount: dict = field(default_factory=dict)  # table name -> the state's row of the MDF recount (None: no records)
+    tables: dict = field(default_factory=dict)  # table name -> (table_differences, hierarchy_differences) below the state
+    child_sums: dict = field(default_factory=dict)  # table name -> sum of its rows of the nation's children (no state level)
+    stopped: bool = False  # a codes check failed: the checks after it did not run
 
 
-def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True) -> Report:
+def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True,
+                 executor=None) -> Report:
     """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
     files) add the comparison with the confidential inputs. Raises ValidationError when a file is
-    missing or unreadable. The NMF check (a pass over every noisy answer) runs in a thread beside
-    the MDF checks; the report lists every check in the same order either way."""
-    with ExitStack() as alongside:
-        return _validate(Path(run_dir), inputs, use_operator, alongside)
+    missing or unreadable.
 
-
-def _validate(run_dir: Path, inputs: tuple[Path, Path] | None, use_operator: bool, alongside: ExitStack) -> Report:
+    The driver checks the whole release cheaply (files, certificate, the nation and state rows of the
+    tables, the NMF levels stored as one file, in a thread); everything else runs state by state
+    (`validate_state`), one after the other here or as tasks on `executor`, each reading only its
+    state's rows. The report lists every check once, in the same order either way."""
+    run_dir = Path(run_dir)
     report = Report()
     manifest = load_manifest(run_dir)
     if not manifest.complete:
@@ -540,149 +691,404 @@ def _validate(run_dir: Path, inputs: tuple[Path, Path] | None, use_operator: boo
     check_metadata(run_dir, manifest, report)
     if "charges_sum_to_rho" in holds:
         check_charges(manifest, report)
-    geo_levels = manifest.levels
-    try:
-        persons_schema = load_schema(manifest.schema("persons"))
-        units_schema = load_schema(manifest.schema("units")) if manifest.units else None
-    except Exception as e:
-        raise ValidationError(f"{run_dir / 'manifest.json'}: {e}") from None
-
-    mdf = read_parquet(run_dir / "mdf_persons.parquet")
+    persons_schema, units_schema = _schemas(run_dir, manifest)
     with_units = "units_mdf" in holds
-    mdf_units = read_parquet(run_dir / "mdf_units.parquet") if with_units else None
-    for frame in (mdf, mdf_units) if with_units else (mdf,):
-        missing = [c for c in GEO if c not in frame]
+    persons_path, units_path = run_dir / "mdf_persons.parquet", run_dir / "mdf_units.parquet"
+    columns = {path: _columns(path) for path in ((persons_path, units_path) if with_units else (persons_path,))}
+    for names in columns.values():
+        missing = [c for c in GEO if c not in names]
         if missing:
             raise ValidationError(f"{run_dir}: an MDF file has no column {missing[0]}")
-        frame["geocode"] = _geocode(frame)
+    published = manifest.invariants.get("total_population", {})
+    states = sorted(published.get("state", {})) or _states_in(persons_path)
+    with_nmf = with_units and "nmf_matches_certificate" in holds
+    plan = nmf_plan(run_dir, manifest, states) if with_nmf else []
+    inputs = inputs or (_operator_inputs(run_dir) if use_operator else None)
+    if "invariants" not in holds or not with_units:
+        inputs = None
+    by_state = _inputs_by_state(inputs) if inputs is not None else None
+    task = partial(validate_state, run_dir, manifest, holds=frozenset(holds), inputs=by_state)
+    with ThreadPoolExecutor(1) as alongside:  # the NMF levels stored whole: a pass over their every noisy answer
+        whole = alongside.submit(whole_level_nmf, run_dir, manifest, plan, units_path) if with_nmf else None
+        try:
+            if executor is None:
+                parts = list(map(task, states))
+            else:  # the largest states first (published population), so the last task to finish is a small one
+                order = sorted(states, key=lambda s: -int(published.get("state", {}).get(s, 0)))
+                done = dict(zip(order, ordered_map(executor, task, order)))
+                parts = [done[s] for s in states]
+        except BaseException:
+            if whole is not None:
+                whole.result()  # the check that comes first in order fails first
+            raise
+        whole_nmf = whole.result() if whole is not None else {}
+
     if with_units:
-        universe = pd.Series(_present(mdf_units["geocode"]), dtype=str)
-        check_unit_records(mdf_units, units_schema, report)
-        if "nmf_matches_certificate" in holds:
-            alongside.enter_context(_alongside(report, lambda own: check_nmf(run_dir, manifest, universe, own)))
-
-        # 1. MDF codes and geography
-        outside = np.setdiff1d(_present(mdf["geocode"]), universe.to_numpy(dtype=str)).tolist()
+        unlisted = [f"state {s!r}: units in the MDF, but the manifest publishes no total population for it"
+                    for s in sorted(set(_states_in(units_path)) - set(states))]
+        report.check(UNITS_CODES, _merged(parts, UNITS_CODES, before=unlisted))
+        if with_nmf:
+            problems: list[str] = []
+            for release, level, name, layout in plan:
+                key = (release, level["level"])
+                problems += whole_nmf[key] if name is not None else layout + [p for s in parts for p in s.nmf.get(key, [])]
+            report.check(NMF_CHECK, _first(problems))
+        outside = sum(s.outside[0] for s in parts)
+        example = next((s.outside[1] for s in parts if s.outside[0]), "")
         report.check("MDF persons: in blocks of the release universe",
-                     [f"{len(outside)} MDF blocks have no housing unit or facility in the units MDF, e.g. {outside[0]}"]
-                     if outside else [])
-    levels = check_records(mdf, persons_schema, report)
-    if levels is None:
+                     ([f"{outside} MDF blocks have no housing unit or facility in the units MDF, e.g. {example}"]
+                      if outside else [])
+                     + [f"state {s!r}: persons in the MDF, but no units and no published total population"
+                        for s in sorted(set(_states_in(persons_path)) - set(states))])
+    if any(PERSONS_CODES_UNREADABLE in s.findings.problems for s in parts):
+        report.check(PERSONS_CODES_UNREADABLE, _merged(parts, PERSONS_CODES_UNREADABLE))
+        return report
+    epnum = ["column EPNUM is missing"] if "EPNUM" not in columns[persons_path] else epnum_problems(
+        [(s.epnums, partial(_reread_epnums, persons_path, s.state)) for s in parts if s.epnums is not None])
+    report.check(PERSONS_CODES, _merged(parts, PERSONS_CODES, after=epnum))
+    if any(UNITS_LEVELS_UNREADABLE in s.findings.problems for s in parts):
+        report.check(UNITS_LEVELS_UNREADABLE, _merged(parts, UNITS_LEVELS_UNREADABLE))
         return report
 
-    # 2. tables recounted from the MDF equal the written tables; 3. hierarchy sums
-    tables = load_tables(manifest.tables) if "tables_match_mdf" in holds else ()
-    housing = mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True) if with_units else None
-    try:
-        unit_levels = _levels(housing, units_schema) if units_schema else None
-    except (ValueError, KeyError) as e:
-        report.check("MDF units: valid codes of the units schema", [str(e)])
-        return report
-    mdf = mdf.reset_index(drop=True)
-    prefixes = {"persons": prefix_codes(mdf, geo_levels)}  # shared by every table of the same records
-    for spec in tables:
-        path = run_dir / "tables" / f"{spec.name}.parquet"
-        if spec.schema == persons_schema.name:
-            records, lv, schema, kind = mdf, levels, persons_schema, "persons"
-        elif units_schema is not None and spec.schema == units_schema.name:
-            records, lv, schema, kind = housing, unit_levels, units_schema, "units"
-        else:
-            continue
+    # tables: the nation and state rows here (the nation's recount is the sum of the states'), the rest per state
+    top = [lv for lv in manifest.levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]]
+    for spec, _, path in _tables(run_dir, manifest, holds, persons_schema, units_schema):
         if not path.exists():
             report.check(f"table {spec.name} written", [f"{path} is missing"])
             continue
-        written = read_parquet(path)
-        if kind not in prefixes:
-            prefixes[kind] = prefix_codes(records, geo_levels)
-        recount = recount_table(records, lv, schema, spec, geo_levels, prefixes[kind])
-        cols = column_names(schema, spec)
-        absent = [c for c in ["level", "geocode", *cols] if c not in written]
+        cols = column_names(persons_schema if spec.schema == persons_schema.name else units_schema, spec)
+        absent = [c for c in ["level", "geocode", *cols] if c not in _columns(path)]
         if absent:
             report.check(f"table {spec.name} equals the MDF recount", [f"{path.name} has no column {absent[0]!r}"])
             continue
-        merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
-        problems = []
-        table_values = merged[cols].fillna(0).to_numpy()
-        recount_values = merged[[c + "__recount" for c in cols]].fillna(0).to_numpy()
-        differs = table_values != recount_values
-        for j in np.flatnonzero(differs.any(axis=0)):
-            for i in np.flatnonzero(differs[:, j])[:3]:
-                problems.append(f"{merged['level'].iloc[i]} {merged['geocode'].iloc[i]!r} column {cols[j]!r}: "
-                                f"table {table_values[i, j]:g}, MDF recount {recount_values[i, j]:g}")
-        report.check(f"table {spec.name} equals the MDF recount", _first(problems))
-        problems = []
-        for parent, child in zip(geo_levels, geo_levels[1:]):
-            p = written[written["level"] == parent].set_index("geocode")[cols]
-            c = written[written["level"] == child]
-            sums = c.groupby(c["geocode"].str.slice(0, LEVEL_DIGITS[parent]))[cols].sum()
-            sums = sums.reindex(p.index, fill_value=0)
-            diff = (sums.to_numpy() != p.to_numpy()).any(axis=1)
-            for g in p.index[diff][:3]:
-                problems.append(f"{child} rows of {parent} {g!r} do not sum to it")
-        report.check(f"table {spec.name} hierarchy sums", _first(problems))
+        written = _read_rows(path, [("level", "in", top)])
+        below = [s.tables.get(spec.name, ({}, {})) for s in parts]
+        report.check(f"table {spec.name} equals the MDF recount", _first(difference_messages(
+            [table_differences(written, _top_recount(parts, spec.name, cols, top), cols), *(d for d, _ in below)], cols)))
+        report.check(f"table {spec.name} hierarchy sums", _first(hierarchy_messages(
+            [_top_hierarchy(written, parts, spec.name, cols, manifest.levels), *(h for _, h in below)], manifest.levels)))
 
     if not with_units:  # the rest needs the units MDF: invariants, rules, the confidential inputs
         return report
 
-    # 4. invariants: published population; schema constraints against the units MDF
     problems = []
-    published = manifest.invariants.get("total_population", {})
     for geo_level, totals in published.items():
-        k = LEVEL_DIGITS[geo_level]
-        out = mdf["geocode"].str.slice(0, k).value_counts()
+        count = ({"": sum(s.persons for s in parts)} if geo_level == "nation" else
+                 {s.state: s.persons for s in parts} if geo_level == "state" else
+                 {g: n for s in parts for (lv, g), n in s.population.items() if lv == geo_level})
         for g, total in totals.items():
-            if int(out.get(g, 0)) != int(total):
-                problems.append(f"{geo_level} {g!r}: population {int(out.get(g, 0))} differs from the published "
+            if int(count.get(g, 0)) != int(total):
+                problems.append(f"{geo_level} {g!r}: population {int(count.get(g, 0))} differs from the published "
                                 f"invariant {total}")
     if not published:
         problems.append("the manifest publishes no total-population invariant")
     if "invariants" in holds:
         report.check("total population invariant (published)", problems)
     if "schema_constraints" in holds:
-        blocks = universe.to_numpy(dtype=str)
-        inside = ~mdf["geocode"].isin(outside).to_numpy()  # those outside are reported above
-        facts = block_facts(mdf[inside], levels[inside], persons_schema, mdf_units, blocks)
-        check_rules("persons", mdf[inside], levels[inside], persons_schema, facts, blocks, report)
-        if units_schema is not None:
-            check_rules("units", housing, unit_levels, units_schema, facts, blocks, report)
+        for name in dict.fromkeys(n for s in parts for n in s.findings.problems if n.startswith("rules of schema ")):
+            report.check(name, _merged(parts, name))
 
-    # 5. with the confidential inputs (operator only): the invariants against them
-    inputs = inputs or (_operator_inputs(run_dir) if use_operator else None)
-    if inputs is not None and "invariants" in holds:
-        check_against_inputs(mdf, mdf_units, geo_levels, inputs, report)
+    if inputs is not None:
+        truth = _input_population(inputs)
+        problems = []
+        for geo_level, out in (("nation", pd.Series({"": sum(s.persons for s in parts)})),
+                               ("state", pd.Series({s.state: s.persons for s in parts}, dtype=np.int64))):
+            if geo_level not in manifest.levels:
+                continue
+            expected = pd.Series({"": int(truth.sum())}) if geo_level == "nation" else truth
+            expected, out = expected.align(out, fill_value=0)
+            for g in sorted(expected.index[expected != out]):
+                problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the input")
+        report.check("total population invariant against the inputs (nation, state)", problems)
+        for name in (HOUSING_CHECK, FACILITIES_CHECK):
+            report.check(name, _merged(parts, name))
     return report
 
 
-def check_against_inputs(mdf: pd.DataFrame, mdf_units: pd.DataFrame, geo_levels, inputs: tuple[Path, Path],
-                         report: Report) -> None:
-    """Population (nation, state), housing units and GQ facilities per block equal the inputs'."""
-    # only what the comparison needs: the geography, and a unit's record type and GQ type
-    persons_in = _read(Path(inputs[0]), list(GEO))
-    units_in = _read(Path(inputs[1]), [*GEO, "RTYPE", "GQTYPE_PL"])
-    persons_in["geocode"] = _geocode(persons_in)
-    units_in["geocode"] = _geocode(units_in)
-    problems = []
-    for geo_level in ("nation", "state"):
-        if geo_level not in geo_levels:
-            continue
+def _top_recount(parts: list[StateChecks], table: str, cols: list[str], top: list[str]) -> pd.DataFrame:
+    """A table's recount at the nation (the sum of the states') and, if the table has them, the states."""
+    rows = {s.state: s.recount[table] for s in parts if s.recount.get(table) is not None}
+    states = pd.DataFrame(np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols)), columns=cols)
+    states = states.assign(geocode=list(rows), level="state")
+    nation = states[cols].sum().to_frame().T.assign(geocode="", level="nation") if rows else states.iloc[:0]
+    return pd.concat([frame for level, frame in (("nation", nation), ("state", states)) if level in top],
+                     ignore_index=True)
+
+
+def _top_hierarchy(written: pd.DataFrame, parts: list[StateChecks], table: str, cols: list[str], geo_levels):
+    """`hierarchy_differences` of the nation and state rows; without a state level, the nation against
+    the sum of its children's rows that each state added up."""
+    if "state" in geo_levels or len(geo_levels) < 2:
+        return hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
+    sums = np.sum([s.child_sums[table] for s in parts if table in s.child_sums], axis=0) if parts else 0
+    nation = written.loc[written["level"] == "nation", cols].to_numpy()
+    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != sums).any() else []}
+
+
+def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozenset[str],
+                   inputs: dict[str, tuple[Path, Path]] | tuple[Path, Path] | None = None) -> StateChecks:
+    """The checks of one state's part of the release, reading only its rows of the MDF and the tables
+    (levels from the state down), its own NMF files and its rows of the operator inputs (`inputs`: the
+    two files, or each state's own): memory follows the state."""
+    out = StateChecks(state)
+    found = out.findings
+    persons_schema, units_schema = _schemas(run_dir, manifest)
+    with_units = "units_mdf" in holds
+    if with_units:
+        units, unit_rows = read_state(run_dir / "mdf_units.parquet", state)
+        check_unit_records(units, units_schema, found, unit_rows)
+        universe = _present(units["geocode"])
+        if "nmf_matches_certificate" in holds:
+            out.nmf = state_nmf(run_dir, manifest, state, universe)
+    mdf, rows = read_state(run_dir / "mdf_persons.parquet", state)
+    out.persons = len(mdf)
+    if with_units:
+        outside = np.setdiff1d(_present(mdf["geocode"]), universe)
+        out.outside = (len(outside), str(outside[0]) if len(outside) else "")
+    levels = check_records(mdf, persons_schema, found, rows)
+    if levels is None:
+        out.stopped = True
+        return out
+    if "EPNUM" in mdf:
+        out.epnums = Epnums.of(mdf["EPNUM"].astype(np.int64).to_numpy(), rows)
+    housing = units[units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True) if with_units else None
+    try:
+        unit_levels = _levels(housing, units_schema) if units_schema else None
+    except (ValueError, KeyError) as e:
+        found.check(UNITS_LEVELS_UNREADABLE, [str(e)])
+        out.stopped = True
+        return out
+
+    # the state's levels (the state's own row, for the nation's recount, even when no table has a state level)
+    below = [lv for lv in manifest.levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    own_levels = ["state", *below] if "state" in manifest.levels else below
+    prefixes: dict[str, dict] = {}  # shared by every table of the same records
+    for spec, kind, path in _tables(run_dir, manifest, holds, persons_schema, units_schema):
+        records, lv, schema = (mdf, levels, persons_schema) if kind == "persons" else (housing, unit_levels, units_schema)
+        cols = column_names(schema, spec)
+        if not path.exists() or not {"level", "geocode", *cols} <= set(_columns(path)):
+            continue  # the driver says so
+        written = _read_rows(path, [("geocode", ">=", state), ("geocode", "<", state + "\x7f")])
+        written = written[written["level"].isin(own_levels)].reset_index(drop=True)
+        if kind not in prefixes:
+            prefixes[kind] = prefix_codes(records, ["state", *below])
+        recount = recount_table(records, lv, schema, spec, ["state", *below], prefixes[kind])
+        own = (recount["level"] == "state").to_numpy()
+        out.recount[spec.name] = recount.loc[own, cols].to_numpy()[0].tolist() if own.any() else None
+        hierarchy = hierarchy_differences(written, cols, own_levels)
+        if "state" not in manifest.levels and below:  # the nation's children are below the state: their sum here
+            out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
+        out.tables[spec.name] = (table_differences(written[written["level"] != "state"], recount[~own], cols), hierarchy)
+    if not with_units:
+        return out
+
+    for geo_level, totals in manifest.invariants.get("total_population", {}).items():
         k = LEVEL_DIGITS[geo_level]
-        truth = persons_in["geocode"].str.slice(0, k).value_counts()
-        out = mdf["geocode"].str.slice(0, k).value_counts()
-        truth, out = truth.align(out, fill_value=0)
-        for g in truth.index[truth != out]:
-            problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the input")
-    report.check("total population invariant against the inputs (nation, state)", problems)
+        if k > LEVEL_DIGITS["state"]:
+            counts = mdf["geocode"].str.slice(0, k).value_counts()
+            out.population.update({(geo_level, g): int(counts.get(g, 0)) for g in totals if g.startswith(state)})
+    if "schema_constraints" in holds:
+        inside = ~mdf["geocode"].isin(outside).to_numpy()  # those outside are reported above
+        facts = block_facts(mdf[inside], levels[inside], persons_schema, units, universe)
+        check_rules("persons", mdf[inside], levels[inside], persons_schema, facts, universe, found)
+        if units_schema is not None:
+            check_rules("units", housing, unit_levels, units_schema, facts, universe, found)
+    if inputs is not None:
+        own_inputs = inputs.get(state) if isinstance(inputs, dict) else inputs
+        columns = [*GEO, "RTYPE", "GQTYPE_PL"]
+        units_in = (_read(Path(own_inputs[1]), columns, state) if own_inputs is not None
+                    else pd.DataFrame({c: pd.Series([], dtype=str) for c in columns}))
+        units_in["geocode"] = _geocode(units_in)
+        check_against_inputs(units, units_in, found)
+    return out
+
+
+def check_against_inputs(mdf_units: pd.DataFrame, units_in: pd.DataFrame, report: Report | Findings) -> None:
+    """Housing units and GQ facilities per block equal the inputs' (both with their `geocode`)."""
     hu_in = _by_geocode(units_in[units_in["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode", observed=True).size())
     hu_out = _by_geocode(mdf_units[mdf_units["RTYPE"].astype(int) == HOUSING_UNIT].groupby("geocode",
                                                                                          observed=True).size())
     hu_in, hu_out = hu_in.align(hu_out, fill_value=0)
-    report.check("housing units per block invariant", _first([
-        f"block {g}: {hu_out[g]} housing units, input has {hu_in[g]}" for g in hu_in.index[hu_in != hu_out]]))
+    report.check(HOUSING_CHECK, [f"block {g}: {hu_out[g]} housing units, input has {hu_in[g]}"
+                                 for g in hu_in.index[hu_in != hu_out]])
     fac_in, fac_out = _facilities(units_in).stack(), _facilities(mdf_units).stack()
     fac_in, fac_out = fac_in.align(fac_out, fill_value=0)
-    report.check("GQ facilities per block invariant", _first([
-        f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}"
-        for g, t in fac_in.index[fac_in != fac_out]]))
+    report.check(FACILITIES_CHECK, [f"block {g} type {t}: {fac_out[(g, t)]} facilities, input has {fac_in[(g, t)]}"
+                                    for g, t in fac_in.index[fac_in != fac_out]])
+
+
+def _inputs_by_state(inputs: tuple[Path, Path]) -> dict[str, tuple[Path, Path]] | tuple[Path, Path]:
+    """Each state's own input files in a partitioned run (the inputs are directories), else the two files."""
+    persons, units = (Path(p) for p in inputs)
+    if not persons.is_dir():
+        return persons, units
+    try:
+        return {s.state: (s.persons, s.units) for s in partitions.state_inputs(persons, units)}
+    except partitions.PartitionError as e:
+        raise ValidationError(str(e)) from None
+
+
+def _input_population(inputs: tuple[Path, Path]) -> pd.Series:
+    """Persons per state in the inputs (their TABBLKST), reading only that column."""
+    by_state = _inputs_by_state(inputs)
+    files = [p for p, _ in by_state.values()] if isinstance(by_state, dict) else [by_state[0]]
+    counts = [_read(Path(p), ["TABBLKST"])["TABBLKST"].astype(str).value_counts() for p in files]
+    return pd.concat(counts).groupby(level=0).sum().astype(np.int64) if counts else pd.Series([], dtype=np.int64)
+
+
+def table_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[str]) -> dict[int, list[tuple]]:
+    """Where a table's rows differ from the recount (a geounit missing from either counts as zeros): per
+    column (its index in cols), the first 3 differing rows in (level, geocode) order as
+    (level, geocode, table value, recount value)."""
+    merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
+    table_values = merged[cols].fillna(0).to_numpy()
+    recount_values = merged[[c + "__recount" for c in cols]].fillna(0).to_numpy()
+    differs = table_values != recount_values
+    return {int(j): [(str(merged["level"].iloc[i]), str(merged["geocode"].iloc[i]), table_values[i, j],
+                      recount_values[i, j]) for i in np.flatnonzero(differs[:, j])[:3]]
+            for j in np.flatnonzero(differs.any(axis=0))}
+
+
+def difference_messages(parts: list[dict[int, list[tuple]]], cols: list[str]) -> list[str]:
+    """The `table_differences` of parts of a table, merged: per column, the first 3 rows of them all."""
+    problems = []
+    for j in sorted({j for part in parts for j in part}):
+        for level, geocode, table, recount in sorted(row for part in parts for row in part.get(j, []))[:3]:
+            problems.append(f"{level} {geocode!r} column {cols[j]!r}: table {table:g}, MDF recount {recount:g}")
+    return problems
+
+
+def hierarchy_differences(written: pd.DataFrame, cols: list[str], geo_levels) -> dict[tuple[str, str], list[str]]:
+    """Per (parent, child) of consecutive geo_levels: the first 3 parent geocodes whose child rows do
+    not sum to them."""
+    found = {}
+    for parent, child in zip(geo_levels, geo_levels[1:]):
+        p = written[written["level"] == parent].set_index("geocode")[cols]
+        c = written[written["level"] == child]
+        sums = c.groupby(c["geocode"].str.slice(0, LEVEL_DIGITS[parent]))[cols].sum()
+        sums = sums.reindex(p.index, fill_value=0)
+        diff = (sums.to_numpy() != p.to_numpy()).any(axis=1)
+        found[(parent, child)] = [str(g) for g in p.index[diff][:3]]
+    return found
+
+
+def hierarchy_messages(parts: list[dict[tuple[str, str], list[str]]], geo_levels) -> list[str]:
+    """The `hierarchy_differences` of parts of a table, merged: per (parent, child), the first 3 of them all."""
+    return [f"{child} rows of {parent} {g!r} do not sum to it" for parent, child in zip(geo_levels, geo_levels[1:])
+            for g in [g for part in parts for g in part.get((parent, child), [])][:3]]
+
+
+def _tables(run_dir: Path, manifest: Manifest, holds, persons_schema: Schema, units_schema: Schema | None):
+    """(spec, "persons" or "units", path) of every table of the release recounted from an MDF."""
+    if "tables_match_mdf" not in holds:
+        return
+    for spec in load_tables(manifest.tables):
+        if spec.schema == persons_schema.name:
+            kind = "persons"
+        elif units_schema is not None and spec.schema == units_schema.name:
+            kind = "units"
+        else:
+            continue
+        yield spec, kind, run_dir / "tables" / f"{spec.name}.parquet"
+
+
+def _schemas(run_dir: Path, manifest: Manifest) -> tuple[Schema, Schema | None]:
+    try:
+        return load_schema(manifest.schema("persons")), load_schema(manifest.schema("units")) if manifest.units else None
+    except Exception as e:
+        raise ValidationError(f"{run_dir / 'manifest.json'}: {e}") from None
+
+
+def _unreadable(path: Path, e: Exception) -> ValidationError:
+    return ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})")
+
+
+def _columns(path: Path) -> list[str]:
+    """The column names of a Parquet file of the release, or ValidationError naming it."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing")
+    try:
+        return pq.read_schema(path).names
+    except Exception as e:
+        raise _unreadable(path, e) from None
+
+
+def _read_rows(path: Path, filters) -> pd.DataFrame:
+    """The rows of a Parquet file of the release that pass `filters` (row groups outside them are skipped)."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing")
+    try:
+        return pq.read_table(path, filters=filters).to_pandas()
+    except Exception as e:
+        raise _unreadable(path, e) from None
+
+
+def _state_groups(parquet: pq.ParquetFile, state: str | None) -> list[tuple[int, int]]:
+    """(row group, its first row) of every row group that may hold the state's records (TABBLKST statistics)."""
+    meta, groups, first = parquet.metadata, [], 0
+    column = parquet.schema_arrow.get_field_index("TABBLKST")
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(column).statistics
+        if state is None or stats is None or not stats.has_min_max or str(stats.min) <= state <= str(stats.max):
+            groups.append((g, first))
+        first += meta.row_group(g).num_rows
+    return groups
+
+
+def read_state(path: Path, state: str, columns: list[str] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """One state's records of an MDF file, with their `geocode`, and each one's row in the file (0-based).
+    A filtered read (row groups whose TABBLKST statistics exclude the state are skipped, the rest are
+    filtered batch by batch); the rows come from the TABBLKST column of the row groups read."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing")
+    try:
+        parquet = pq.ParquetFile(path)
+        rows = []
+        for g, first in _state_groups(parquet, state):
+            column = parquet.read_row_group(g, columns=["TABBLKST"]).column(0)
+            mine = [_equal(chunk, state) for chunk in column.chunks]
+            rows.append(first + np.flatnonzero(np.concatenate(mine) if mine else np.zeros(0, bool)))
+        table = pq.read_table(path, columns=columns, filters=[("TABBLKST", "==", state)])
+    except Exception as e:
+        raise _unreadable(path, e) from None
+    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    if len(rows) != table.num_rows:
+        raise ValidationError(f"{path}: {table.num_rows} records of state {state} read, {len(rows)} counted")
+    frame = table.to_pandas()
+    frame["geocode"] = _geocode(frame)
+    return frame, rows
+
+
+def _equal(chunk: pa.Array, value: str) -> np.ndarray:
+    """chunk == value as a numpy mask, comparing only the dictionary of a dictionary-encoded chunk."""
+    if pa.types.is_dictionary(chunk.type):
+        lookup = np.asarray(chunk.dictionary.cast(pa.string()).to_pylist(), dtype=object) == value
+        return np.r_[lookup, False][chunk.indices.fill_null(len(lookup)).to_numpy(zero_copy_only=False)]
+    return pc.fill_null(pc.equal(chunk.cast(pa.string()), value), False).to_numpy(zero_copy_only=False)
+
+
+def _reread_epnums(path: Path, state: str) -> tuple[np.ndarray, np.ndarray]:
+    frame, rows = read_state(path, state, [*GEO, "EPNUM"])
+    return frame["EPNUM"].astype(np.int64).to_numpy(), rows
+
+
+def _states_in(path: Path) -> list[str]:
+    """The states (TABBLKST) of an MDF file: from the row-group statistics where a row group holds one
+    state, else from reading that row group's TABBLKST, batch by batch."""
+    try:
+        parquet = pq.ParquetFile(path)
+        column = parquet.schema_arrow.get_field_index("TABBLKST")
+        states: set[str] = set()
+        for g in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(g).column(column).statistics
+            if stats is not None and stats.has_min_max and stats.min == stats.max:
+                states.add(str(stats.min))
+            else:
+                for batch in parquet.iter_batches(batch_size=1 << 20, row_groups=[g], columns=["TABBLKST"]):
+                    states.update(str(v) for v in pc.unique(batch.column(0).cast(pa.string())).to_pylist())
+    except Exception as e:
+        raise _unreadable(path, e) from None
+    return sorted(states)
 
 
 def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None) -> int:
