@@ -99,3 +99,25 @@ def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None =
             yield pending.popleft().result()
     while pending:
         yield pending.popleft().result()
+
+
+def largest_first(executor, fn: Callable, tasks: list, sizes: list[float], limit: float | None = None) -> list:
+    """fn over tasks on the executor, the largest (by `sizes`) first, results in the tasks' order.
+
+    At most one task per slot is in flight (for long tasks: a state of a partitioned run), and with a
+    `limit` only while the sizes in flight sum to at most it (a memory budget in the sizes' unit); the
+    largest waiting task goes next, never passed over by smaller ones, and a task alone always starts.
+    """
+    waiting = sorted(range(len(tasks)), key=lambda i: -sizes[i])
+    found, running, held = {}, {}, 0.0
+    while waiting or running:
+        while waiting and len(running) < getattr(executor, "slots", 1) and (
+                not running or limit is None or held + sizes[waiting[0]] <= limit):
+            i = waiting.pop(0)
+            running[executor.submit(fn, tasks[i])] = i
+            held += sizes[i]
+        for future in first_done(executor, list(running)):
+            i = running.pop(future)
+            found[i] = future.result()
+            held -= sizes[i]
+    return [found[i] for i in range(len(tasks))]

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from das import atomic, preflight
 from das.checkpoint import load_solved, save_solved
-from das.executors import first_done
+from das.executors import largest_first
 from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
@@ -67,6 +67,11 @@ class Work:
     engine: EngineOptions  # one worker: a state's subtree is solved in its task
     outputs: state_parts.OutputPlan
     memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
+
+    @property
+    def persons_limit(self) -> float | None:
+        """The memory budget as persons in flight (TASK_MB_PER_PERSON each)."""
+        return None if self.memory_mb is None else self.memory_mb / TASK_MB_PER_PERSON
 
     @classmethod
     def of(cls, pipe: Pipeline, run_dir: RunDir, memory_mb: float | None = None) -> Work:
@@ -161,7 +166,7 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
     inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
     work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor))
     persons = [input_records(si.persons) for si in inputs]
-    tops = Tops(inputs, _in_order(executor, read_state, [(work, si) for si in inputs], persons, work.memory_mb))
+    tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], persons, work.persons_limit))
     pipe.timings["read_inputs"] = time.perf_counter() - t0
     pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
              f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
@@ -281,7 +286,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> Non
     """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
-    _in_order(executor, _measured, [(work, si) for si in tops.inputs], tops.persons, None)
+    largest_first(executor, _measured, [(work, si) for si in tops.inputs], tops.persons)
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:
@@ -368,29 +373,6 @@ def input_records(path: Path) -> int:
     return int(path.stat().st_size / max(1.0, len(head) / max(1, head.count(b"\n"))))
 
 
-def _in_order(executor, fn, tasks: list, persons: list[int], budget_mb: float | None) -> list:
-    """fn over tasks on the executor, largest state (by persons) first, results in the tasks' order.
-
-    At most one task per worker slot is in flight (a state task is long), and with a budget only
-    while the estimates of the tasks in flight (TASK_MB_PER_PERSON each person) fit it; the largest
-    waiting task goes next (never passed over by smaller ones); a task alone always starts.
-    """
-    waiting = sorted(range(len(tasks)), key=lambda i: -persons[i])
-    estimate = [TASK_MB_PER_PERSON * p for p in persons]
-    found, running, held = {}, {}, 0.0
-    while waiting or running:
-        while waiting and len(running) < getattr(executor, "slots", 1) and (
-                not running or budget_mb is None or held + estimate[waiting[0]] <= budget_mb):
-            i = waiting.pop(0)
-            running[executor.submit(fn, tasks[i])] = i
-            held += estimate[i]
-        for future in first_done(executor, list(running)):
-            i = running.pop(future)
-            found[i] = future.result()
-            held -= estimate[i]
-    return [found[i] for i in range(len(tasks))]
-
-
 def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> list[LevelReport]:
     """One report per level: the driver's top levels, then each level below summed over the states."""
     merged = list(top)
@@ -419,8 +401,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     measure_top(pipe, tops, nmf_dir)
     persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
                                      nmf_dir, options, ckpt / "persons.npz")
-    solved_b = _in_order(executor, solve_state, [(work, si, persons[i]) for i, si in enumerate(tops.inputs)],
-                         tops.persons, work.memory_mb)
+    solved_b = largest_first(executor, solve_state, [(work, si, persons[i]) for i, si in enumerate(tops.inputs)],
+                             tops.persons, work.persons_limit)
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
     pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
@@ -434,8 +416,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
                                      nmf_dir, options, ckpt / "units.npz")
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
-    done = _in_order(executor, finish_state, [(work, s, units_rows[i]) for i, s in enumerate(codes)], tops.persons,
-                     work.memory_mb)
+    done = largest_first(executor, finish_state, [(work, s, units_rows[i]) for i, s in enumerate(codes)],
+                         tops.persons, work.persons_limit)
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0

@@ -20,7 +20,7 @@ from das.checkpoint import file_sha256, is_disk_full
 from das.executors import make_executor
 from das.io.nmf import level_files as nmf_level_files
 from das.measure import Target
-from das.partitioned import Tops, measure_states, nmf_files, read_states, run_states
+from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, nmf_files, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
 from das.pipeline import NOT_PRIVATE, Confidential, Pipeline, RunError, code_version
 from das.rundir import Manifest, RunDir, RunDirError
@@ -274,6 +274,7 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     except (ValueError, RuntimeError) as e:
         raise RunError(str(e)) from None
     try:
+        task_budget_mb(options.memory_gb, executor)  # a budget the driver and workers alone exceed: refused now
         if partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
             confidential = _read_states(pipe, run_dir, executor, options.memory_gb)
         job = _Job(pipe, run_dir, options, executor, t_start)
@@ -333,6 +334,11 @@ class _Job:
                                f"space and continue with `das run --resume {self.run_dir.path}`") from e
             raise
 
+    def _persons_limit(self) -> float | None:
+        """--memory-gb as persons of the states in flight (das.partitioned's estimate per person)."""
+        budget = task_budget_mb(self.options.memory_gb, self.executor)
+        return None if budget is None else budget / TASK_MB_PER_PERSON
+
     def _mark_interrupted(self, error: BaseException) -> None:
         """Best effort (the disk may be full): say in the manifest that the run stopped and why."""
         try:
@@ -387,7 +393,7 @@ class _Job:
         _remove_checkpoints(run_dir)  # derived from the outputs now written
 
         t0 = time.perf_counter()
-        report = validate_run(run_dir.path)
+        report = validate_run(run_dir.path, executor=self.executor, persons_limit=self._persons_limit())
         manifest.timings_seconds["validate"] = time.perf_counter() - t0
         manifest.validation = {"valid": report.ok, "checks": report.checks, "violations": report.violations[:100]}
         run_dir.write(manifest)

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 from das import partitions, rules
 from das.bundle import RUN_FILES, BundleError, input_paths
 from das.checkpoint import file_sha256
-from das.executors import ordered_map
+from das.executors import largest_first
 from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
 from das.io import nmf
 from das.io.tables import column_names, load_tables
@@ -671,15 +671,17 @@ class StateChecks:
 
 
 def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_operator: bool = True,
-                 executor=None) -> Report:
+                 executor=None, persons_limit: float | None = None) -> Report:
     """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
     files) add the comparison with the confidential inputs. Raises ValidationError when a file is
     missing or unreadable.
 
     The driver checks the whole release cheaply (files, certificate, the nation and state rows of the
     tables, the NMF levels stored as one file, in a thread); everything else runs state by state
-    (`validate_state`), one after the other here or as tasks on `executor`, each reading only its
-    state's rows. The report lists every check once, in the same order either way."""
+    (`validate_state`), one after the other here or as tasks on `executor` (largest first; with
+    `persons_limit`, only while the states in flight hold at most that many persons: a memory
+    budget), each reading only its state's rows. The report lists every check once, in the same
+    order either way."""
     run_dir = Path(run_dir)
     report = Report()
     manifest = load_manifest(run_dir)
@@ -714,9 +716,8 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             if executor is None:
                 parts = list(map(task, states))
             else:  # the largest states first (published population), so the last task to finish is a small one
-                order = sorted(states, key=lambda s: -int(published.get("state", {}).get(s, 0)))
-                done = dict(zip(order, ordered_map(executor, task, order)))
-                parts = [done[s] for s in states]
+                sizes = [int(published.get("state", {}).get(s, 0)) for s in states]
+                parts = largest_first(executor, task, states, sizes, persons_limit)
         except BaseException:
             if whole is not None:
                 whole.result()  # the check that comes first in order fails first

@@ -214,17 +214,16 @@ def _slow_square(x):
 
 
 def test_state_tasks_start_largest_first_within_the_memory_budget():
-    from das.partitioned import TASK_MB_PER_PERSON, _in_order
+    from das.executors import largest_first
 
     persons = [3, 9, 1, 7, 5, 2, 8, 4, 6, 10]
     executor = _Slots(3)
-    budget = TASK_MB_PER_PERSON * 15  # room for, say, 9 + 6 persons at once, never 10 + 9
-    results = _in_order(executor, _slow_square, persons, persons, budget)
+    results = largest_first(executor, _slow_square, persons, persons, 15)  # room for 9 + 6 at once, never 10 + 9
     executor.close()
     assert results == [p * p for p in persons]  # in the tasks' order
     assert executor.started == sorted(persons, reverse=True)  # largest first, never passed over
     assert all(held <= 15 or held == started for held, started in zip(executor.seen, executor.started))
     unlimited = _Slots(3)
-    _in_order(unlimited, _slow_square, persons, persons, None)
+    largest_first(unlimited, _slow_square, persons, persons)
     unlimited.close()
     assert max(unlimited.seen) > 15  # without a budget the same tasks run together
