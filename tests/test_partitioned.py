@@ -104,6 +104,9 @@ def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkey
     assert json.loads((out / "manifest.json").read_text())["status"] != "complete"
     assert not (out / "mdf_persons.parquet").exists()
     files, streams = _streams(out)
+    assert {"persons/nation", "persons/state", "units/nation", "units/state"} <= files  # the top: drawn before the kill
+    if point.startswith("measure"):
+        assert streams, "a chunk of the units' blocks was committed before the kill"
     drawn = []
     original = das.measure.discrete_gaussian
 
