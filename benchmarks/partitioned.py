@@ -67,11 +67,14 @@ def _timed_task(stage: str, fn: Callable, arg):
     """One state task on a worker, with its wall and CPU seconds and the worker's peak over the task (VmHWM reset)."""
     _reset_peak_rss()
     base = _status_kb("VmRSS") / 1024
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, k0 = time.perf_counter(), time.process_time(), _cpu(resource.RUSAGE_CHILDREN)
     result = fn(arg)
     state = arg if isinstance(arg, str) else arg[1] if isinstance(arg[1], str) else arg[1].state
-    return result, {"stage": stage, "state": state, "seconds": time.perf_counter() - t0,
-                    "cpu_seconds": time.process_time() - c0, "base_mb": base, "peak_mb": _peak_rss_mb()}
+    width = arg[3] if isinstance(arg, tuple) and len(arg) > 3 else 1
+    return result, {"stage": stage, "state": state, "seconds": time.perf_counter() - t0, "width": width,
+                    # a wide state's own pool: its processes' CPU counts once they exit (the engine closes it)
+                    "cpu_seconds": time.process_time() - c0 + _cpu(resource.RUSAGE_CHILDREN) - k0,
+                    "base_mb": base, "peak_mb": _peak_rss_mb()}
 
 
 @contextmanager
@@ -173,6 +176,14 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
             (max(0.0, r["peak_mb"] - r["base_mb"]) / state_persons[r["state"]] for r in tasks), default=0.0)
     for key, value in manifest["timings_seconds"].items():
         figures[f"timing_{key}_s"] = value
+    # the engine's part of B and C (divisible among a wide state's processes), and its parallel efficiency
+    for release, stage in (("persons", "B"), ("units", "C")):
+        below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
+        figures[f"state_{stage}_engine_cpu_s"] = sum(t["cpu_seconds"] for t in below)
+        spans = [(t["started_s"], t["complete_s"]) for t in below if "started_s" in t]
+        if spans and stage == "B" and max(r["width"] for r in records if r["stage"] == "B") > 1 and states == 1:
+            span = max(b for _, b in spans) - min(a for a, _ in spans)
+            figures["engine_efficiency"] = figures["state_B_engine_cpu_s"] / (WORKERS * span)
     # the validation's driver part: its wall less the longest state's (its states run on the workers meanwhile)
     figures["validate_top_s"] = max(0.0, figures.get("validate_s", 0.0) - figures["state_V_largest_s"])
     figures.update(project({**figures, "state_persons": list(state_persons.values())}, Nation()))
@@ -189,67 +200,81 @@ def _state_persons(states: int) -> dict[str, float]:
             for source, code in plan(states)}
 
 
-def makespan(seconds: list[float], memory_mb: list[float], slots: int, budget_mb: float) -> float:
-    """Wall seconds of tasks started as das.partitioned._in_order starts them: largest (first in the
-    lists' order of size) first, at most `slots` at once, and only while their memory fits `budget_mb`
-    (a task alone always starts).
+def makespan(seconds: list[float], memory_mb: list[float], slots: int, budget_mb: float,
+             widths: list[int] | None = None) -> float:
+    """Wall seconds of tasks started as das.executors.largest_first starts them: the largest (longest)
+    first, task i on widths[i] slots, while their slots fit `slots` and their memory `budget_mb` (a
+    task alone always starts; the largest waiting one is never passed over).
 
     >>> makespan([4.0, 3.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0], slots=2, budget_mb=10.0)
     5.0
     >>> makespan([4.0, 3.0, 2.0, 1.0], [6.0, 6.0, 1.0, 1.0], slots=2, budget_mb=10.0)
     7.0
+    >>> makespan([4.0, 3.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0], slots=3, budget_mb=10.0, widths=[2, 1, 1, 1])
+    5.0
     """
+    widths = widths or [1] * len(seconds)
     order = sorted(range(len(seconds)), key=lambda i: -seconds[i])
     running: list[tuple[float, int]] = []
-    now, held = 0.0, 0.0
+    now, held, busy = 0.0, 0.0, 0
     while order or running:
-        while order and len(running) < slots and (not running or held + memory_mb[order[0]] <= budget_mb):
+        while order and (not running or busy + widths[order[0]] <= slots and held + memory_mb[order[0]] <= budget_mb):
             i = order.pop(0)
             heapq.heappush(running, (now + seconds[i], i))
-            held += memory_mb[i]
+            held, busy = held + memory_mb[i], busy + widths[i]
         now, i = heapq.heappop(running)
-        held -= memory_mb[i]
+        held, busy = held - memory_mb[i], busy - widths[i]
     return now
 
 
 def project(f: dict, nation: Nation) -> dict:
     """A national partitioned run from one run's figures (docs/scale.md, "The partitioned driver").
 
-    Each state task (A, B, C, and the validation of each state) is sized by its state's 2020
-    persons: CPU seconds and memory over the worker's baseline per person as measured here (the
-    largest per person of this run's tasks). Each stage's tasks are scheduled as the driver does
-    (`makespan`: largest first, one per core, within the memory left on one 64 GB machine by the
-    driver and the workers' baselines); the stages follow one another, with the driver's serial
-    work between them: the top's measurement and solves (grown with the number of states), the
-    assembly (grown with persons) and the validation's top checks.
+    Each state task (A: read; B: measure and solve persons; C: solve units and write; V: validate) is
+    sized by its state's 2020 persons, with this run's CPU seconds and memory over a worker's baseline
+    per person (memory: the largest per person of this run's tasks). B and C solve on the state's
+    width of slots (das.partitioned.widths: its share of the persons times the cores): their engine
+    CPU is divided by the width and the engine's parallel efficiency (`engine_efficiency`, measured
+    on a one-state run of width 2, else 0.8), the rest (reading, measuring, writing) is not; each
+    extra process costs a worker baseline of memory. Each stage is scheduled as the driver does
+    (`makespan`, within the memory one 64 GB machine leaves after the driver and the workers'
+    baselines); the stages follow one another, with the driver's serial work between them: the
+    top's measurement and solves (grown with the number of states), the assembly and the
+    validation's top checks (grown with persons).
 
-    >>> f = {"persons": 2e6, "states": 2.0, "state_persons": [1e6, 1e6], "worker_base_mb": 250.0,
-    ...      "driver_peak_mb": 400.0, "top_measure_cpu_s": 1.0, "top_solve_cpu_s": 1.0, "assemble_cpu_s": 4.0,
-    ...      "validate_top_s": 0.0, **{f"state_{s}_cpu_s": 10.0 for s in "ABCV"},
-    ...      **{f"state_{s}_mb_per_person": 1e-4 for s in "ABCV"}}
+    >>> f = {"persons": 2e6, "states": 2.0, "worker_base_mb": 250.0, "driver_peak_mb": 400.0,
+    ...      "top_measure_cpu_s": 1.0, "top_solve_cpu_s": 1.0, "assemble_cpu_s": 4.0, "validate_top_s": 0.0,
+    ...      **{f"state_{s}_cpu_s": 10.0 for s in "ABCV"}, **{f"state_{s}_mb_per_person": 1e-4 for s in "ABCV"},
+    ...      "state_B_engine_cpu_s": 8.0, "state_C_engine_cpu_s": 0.0, "engine_efficiency": 1.0}
     >>> p = project(f, Nation(persons_m={"X": 2.0, "Y": 1.0, "Z": 1.0}, cores=4))
-    >>> round(p["national_h"] * 3600, 1), p["national_fits"]
-    (51.0, 1.0)
+    >>> round(p["national_h"] * 3600, 1), p["national_fits"], round(p["national_stage_B_s"], 6)
+    (47.0, 1.0, 6.0)
     """
     persons = [p * 1e6 for p in nation.persons_m.values()]
+    total = sum(persons)
     budget = nation.memory_gb * 1024 - f["driver_peak_mb"] - nation.cores * f["worker_base_mb"]
-    out: dict = {"national_task_budget_gb": budget / 1024}
+    efficiency = f.get("engine_efficiency", 0.8)
+    out: dict = {"national_task_budget_gb": budget / 1024, "national_engine_efficiency": efficiency}
     wall = 0.0
     for stage in "ABCV":
-        per_person = f[f"state_{stage}_cpu_s"] / f["persons"]
-        mb = [f[f"state_{stage}_mb_per_person"] * p for p in persons]
-        seconds = makespan([per_person * p for p in persons], mb, nation.cores, budget)
-        out[f"national_stage_{stage}_s"] = seconds
-        out[f"national_stage_{stage}_largest_s"] = per_person * max(persons)
+        width = ([max(1, min(nation.cores, int(nation.cores * p / total))) for p in persons] if stage in "BC"
+                 else [1] * len(persons))
+        parallel = f.get(f"state_{stage}_engine_cpu_s", 0.0) / f["persons"]
+        serial = f[f"state_{stage}_cpu_s"] / f["persons"] - parallel
+        seconds = [serial * p + parallel * p / (w * (efficiency if w > 1 else 1.0)) for p, w in zip(persons, width)]
+        mb = [f[f"state_{stage}_mb_per_person"] * p + (w - 1) * f["worker_base_mb"] for p, w in zip(persons, width)]
+        out[f"national_stage_{stage}_s"] = makespan(seconds, mb, nation.cores, budget, width)
+        out[f"national_stage_{stage}_largest_s"] = max(seconds)
         out[f"national_stage_{stage}_largest_gb"] = max(mb) / 1024
-        wall += seconds
+        out[f"national_stage_{stage}_widest"] = float(max(width))
+        wall += out[f"national_stage_{stage}_s"]
     states = len(persons)
-    serial = {"top": (f["top_measure_cpu_s"] + f["top_solve_cpu_s"]) / f["states"] * states,
-              "assemble": f["assemble_cpu_s"] / f["persons"] * nation.persons,
-              "validate_top": f["validate_top_s"] / f["states"] * states}
-    for name, seconds in serial.items():
+    serial_s = {"top": (f["top_measure_cpu_s"] + f["top_solve_cpu_s"]) / f["states"] * states,
+                "assemble": f["assemble_cpu_s"] / f["persons"] * total,
+                "validate_top": f["validate_top_s"] / f["persons"] * total}
+    for name, seconds in serial_s.items():
         out[f"national_serial_{name}_s"] = seconds
-    wall += sum(serial.values())
+    wall += sum(serial_s.values())
     largest_gb = max(out[f"national_stage_{s}_largest_gb"] for s in "ABCV")
     out.update({"national_h": wall / 3600, "national_driver_gb": f["driver_peak_mb"] / 1024,
                 "national_largest_task_gb": largest_gb,

@@ -51,7 +51,10 @@ class InlineExecutor:
 
 
 class PoolExecutor:
-    """A spawn-started local process pool, one solver thread per process."""
+    """A spawn-started local process pool, one solver thread per process. Its workers may start pools of
+    their own (`nests`): a large state of a partitioned run solves on several slots."""
+
+    nests = True
 
     def __init__(self, workers: int):
         self.slots = workers
@@ -101,23 +104,27 @@ def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None =
         yield pending.popleft().result()
 
 
-def largest_first(executor, fn: Callable, tasks: list, sizes: list[float], limit: float | None = None) -> list:
+def largest_first(executor, fn: Callable, tasks: list, sizes: list[float], limit: float | None = None,
+                  widths: list[int] | None = None) -> list:
     """fn over tasks on the executor, the largest (by `sizes`) first, results in the tasks' order.
 
-    At most one task per slot is in flight (for long tasks: a state of a partitioned run), and with a
-    `limit` only while the sizes in flight sum to at most it (a memory budget in the sizes' unit); the
-    largest waiting task goes next, never passed over by smaller ones, and a task alone always starts.
+    Task i takes widths[i] slots (default 1: it may start a pool of its own that wide); tasks start
+    while the slots of those in flight fit the executor's, and with a `limit` only while their sizes
+    sum to at most it (a memory budget in the sizes' unit). The largest waiting task goes next, never
+    passed over by smaller ones, and a task alone always starts.
     """
+    slots = getattr(executor, "slots", 1)
+    widths = widths or [1] * len(tasks)
     waiting = sorted(range(len(tasks)), key=lambda i: -sizes[i])
-    found, running, held = {}, {}, 0.0
+    found, running, held, busy = {}, {}, 0.0, 0
     while waiting or running:
-        while waiting and len(running) < getattr(executor, "slots", 1) and (
-                not running or limit is None or held + sizes[waiting[0]] <= limit):
+        while waiting and (not running or busy + widths[waiting[0]] <= slots
+                           and (limit is None or held + sizes[waiting[0]] <= limit)):
             i = waiting.pop(0)
             running[executor.submit(fn, tasks[i])] = i
-            held += sizes[i]
+            held, busy = held + sizes[i], busy + widths[i]
         for future in first_done(executor, list(running)):
             i = running.pop(future)
             found[i] = future.result()
-            held -= sizes[i]
+            held, busy = held - sizes[i], busy - widths[i]
     return [found[i] for i in range(len(tasks))]

@@ -9,7 +9,9 @@ With inputs given as one file per state (das.partitions), a run goes
     per state  C  solve units below the state, write the state's output parts
     driver        assemble the release files from the parts, streaming (das.io.parts)
 
-so the driver's memory follows the number of states, and a worker's the largest state. No noise
+so the driver's memory follows the number of states, and a worker's the largest state; a large
+state solves on several slots (a pool of its own, `widths`), so few large states still use every
+core. No noise
 is drawn before every state's inputs have passed A. A state's chunks draw from streams named by
 the state; on resume every NMF file and committed chunk, solved level and batch, and state's
 parts is reused, never drawn or solved again. The operator files of each state (its facts, its
@@ -64,7 +66,7 @@ class Work:
     rng: object
     metadata: dict
     run_dir: Path
-    engine: EngineOptions  # one worker: a state's subtree is solved in its task
+    engine: EngineOptions  # a state's subtree is solved in its task (on a pool of its own if it is wide)
     outputs: state_parts.OutputPlan
     memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
 
@@ -260,8 +262,20 @@ def _state_facts(work: Work, state: str) -> tuple[Geography, Invariants]:
         return geography, Invariants(z["housing_units"], z["gq_facilities"], {})
 
 
-def _engine(work: Work, state: str) -> EngineOptions:
-    return replace(work.engine, checkpoint_dir=work.state_dir(state) / "solved", state=state)
+def _engine(work: Work, state: str, width: int = 1) -> EngineOptions:
+    """A state's engine: its own checkpoints and NMF files, and a pool of `width` processes (1: in its task)."""
+    return replace(work.engine, checkpoint_dir=work.state_dir(state) / "solved", state=state, workers=width)
+
+
+def widths(persons: list[int], executor) -> list[int]:
+    """Slots of each state's solving task: its share of the persons of the run times the executor's
+    slots (at least 1), so a large state solves on several slots; 1 each where workers cannot start
+    pools of their own (Dask)."""
+    slots = getattr(executor, "slots", 1)
+    if not getattr(executor, "nests", False) or slots < 2:
+        return [1] * len(persons)
+    total = max(1, sum(persons))
+    return [max(1, min(slots, int(slots * p / total))) for p in persons]
 
 
 def _units_bounds(work: Work, geography: Geography, invariants: Invariants, persons: sp.csr_matrix):
@@ -294,9 +308,10 @@ def _measured(task: tuple[Work, StateInputs]) -> str:
     return task[1].state
 
 
-def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix]) -> StateSolved:
-    """B: read the state again, measure its levels below the state, solve the persons below its solved row."""
-    work, si, row = task
+def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolved:
+    """B: read the state again, measure its levels below the state, solve the persons below its solved row
+    (on `width` processes)."""
+    work, si, row, width = task
     solution = work.state_dir(si.state) / "persons.npz"
     if solution.exists():  # solved before an interruption
         persons, _, meta = load_solved(solution)
@@ -305,7 +320,7 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix]) -> StateSolved:
                            _units_bounds(work, geography, invariants, persons))
     geography, invariants = measure_state((work, si))
     persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, work.nmf_dir,
-                                   _engine(work, si.state), start=("state", row))
+                                   _engine(work, si.state, width), start=("state", row))
     atomic_npz = _facts_path(work, si.state)
     atomic_npz.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing(atomic_npz) as tmp, open(tmp, "wb") as f:
@@ -324,9 +339,10 @@ class StateDone:
     parts: object  # das.io.parts.StateParts
 
 
-def finish_state(task: tuple[Work, str, sp.csr_matrix | None]) -> StateDone:
-    """C: the units below the state's solved row (if a units release), then the state's output parts."""
-    work, state, row = task
+def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone:
+    """C: the units below the state's solved row (if a units release, on `width` processes), then the
+    state's output parts."""
+    work, state, row, width = task
     folder = work.state_dir(state)
     reports_path = folder / "units_reports.json"
     done = state_parts.read_state_parts(folder / "parts")
@@ -340,7 +356,7 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None]) -> StateDone:
         hhp = household_persons(work.schemas["persons"], persons)
         solved["units"], reports = postprocess("units", work.schemas["units"], geography,
                                                replace(invariants, household_persons=hhp), work.nmf_dir,
-                                               _engine(work, state), start=("state", row))
+                                               _engine(work, state, width), start=("state", row))
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
     written = state_parts.write_state_parts(folder / "parts", work.schemas, geography.blocks, solved,
                                             invariants.gq_facilities, work.outputs)
@@ -373,6 +389,11 @@ def input_records(path: Path) -> int:
     return int(path.stat().st_size / max(1.0, len(head) / max(1, head.count(b"\n"))))
 
 
+def _task_sizes(persons: list[int], width: list[int]) -> list[float]:
+    """A task's memory in persons (the budget's unit): its state's, plus a worker baseline per extra process."""
+    return [p + (w - 1) * WORKER_BASE_MB / TASK_MB_PER_PERSON for p, w in zip(persons, width)]
+
+
 def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> list[LevelReport]:
     """One report per level: the driver's top levels, then each level below summed over the states."""
     merged = list(top)
@@ -381,10 +402,12 @@ def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> li
         for r in reports:
             by_level.setdefault(r.level, []).append(r)
     for level, reports in by_level.items():
+        spans = [r.span for r in reports if r.span]  # each from its own state's start: the longest
         merged.append(LevelReport(level, sum(r.parents for r in reports), max(r.seconds for r in reports),
                                   [e for r in reports for e in r.failsafe_events],
                                   merge_certificates(r.certificate for r in reports),
-                                  [t for r in reports for t in r.tasks]))
+                                  [t for r in reports for t in r.tasks],
+                                  (min(a for a, _ in spans), max(b for _, b in spans)) if spans else ()))
     return merged
 
 
@@ -401,8 +424,10 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     measure_top(pipe, tops, nmf_dir)
     persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
                                      nmf_dir, options, ckpt / "persons.npz")
-    solved_b = largest_first(executor, solve_state, [(work, si, persons[i]) for i, si in enumerate(tops.inputs)],
-                             tops.persons, work.persons_limit)
+    width = widths(tops.persons, executor)
+    solved_b = largest_first(executor, solve_state,
+                             [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
+                             _task_sizes(tops.persons, width), work.persons_limit, width)
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
     pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
@@ -416,8 +441,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
                                      nmf_dir, options, ckpt / "units.npz")
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
-    done = largest_first(executor, finish_state, [(work, s, units_rows[i]) for i, s in enumerate(codes)],
-                         tops.persons, work.persons_limit)
+    done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
+                         _task_sizes(tops.persons, width), work.persons_limit, width)
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0

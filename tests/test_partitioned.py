@@ -67,11 +67,31 @@ def test_a_partitioned_release_is_whole_and_valid(reference):
     assert validate_run(out).ok  # the validator, again, on its own
 
 
-def test_the_release_does_not_depend_on_the_workers(reference, tmp_path):
+@pytest.mark.parametrize("wide", [False, True])
+def test_the_release_does_not_depend_on_the_workers(reference, tmp_path, monkeypatch, wide):
+    """2 workers, each state on one slot, or (wide) each state solving on a pool of 2 of its own."""
+    import das.partitioned
+
+    if wide:
+        monkeypatch.setattr(das.partitioned, "widths", lambda persons, executor: [2] * len(persons))
     spec, result = reference
     again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False, log=quiet)
     assert again.manifest["outputs"] == result.manifest["outputs"]
     assert again.manifest["nmf"] == result.manifest["nmf"]
+
+
+def test_a_states_width_is_its_share_of_the_slots():
+    from das.executors import InlineExecutor, PoolExecutor
+    from das.partitioned import widths
+
+    class Pool:  # a PoolExecutor's attributes, without its processes
+        slots, nests = 8, PoolExecutor.nests
+
+    assert widths([60, 25, 10, 5], Pool()) == [4, 2, 1, 1]  # 8 x share, at least 1
+    assert widths([100], Pool()) == [8]  # one state: every slot
+    assert widths([60, 40], InlineExecutor()) == [1, 1]
+    Pool.nests = False  # Dask: workers cannot start pools
+    assert widths([60, 40], Pool()) == [1, 1]
 
 
 def _streams(out: Path) -> tuple[set[str], set[str]]:
