@@ -180,6 +180,11 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
     for release, stage in (("persons", "B"), ("units", "C")):
         below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
         figures[f"state_{stage}_engine_cpu_s"] = sum(t["cpu_seconds"] for t in below)
+    # B's measurement runs on a wide state's pool too: B's divisible part is all but its reading (A's work again)
+    figures["state_B_divisible_cpu_s"] = max(0.0, figures["state_B_cpu_s"] - figures["state_A_cpu_s"])
+    figures["state_C_divisible_cpu_s"] = figures["state_C_engine_cpu_s"]
+    for release, stage in (("persons", "B"),):
+        below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
         spans = [(t["started_s"], t["complete_s"]) for t in below if "started_s" in t]
         if spans and stage == "B" and max(r["width"] for r in records if r["stage"] == "B") > 1 and states == 1:
             span = max(b for _, b in spans) - min(a for a, _ in spans)
@@ -232,11 +237,12 @@ def project(f: dict, nation: Nation) -> dict:
 
     Each state task (A: read; B: measure and solve persons; C: solve units and write; V: validate) is
     sized by its state's 2020 persons, with this run's CPU seconds and memory over a worker's baseline
-    per person (memory: the largest per person of this run's tasks). B and C solve on the state's
-    width of slots (das.partitioned.widths: its share of the persons times the cores): their engine
-    CPU is divided by the width and the engine's parallel efficiency (`engine_efficiency`, measured
-    on a one-state run of width 2, else 0.8), the rest (reading, measuring, writing) is not; each
-    extra process costs a worker baseline of memory. Each stage is scheduled as the driver does
+    per person (memory: the largest per person of this run's tasks). B and C run on the state's
+    width of slots (das.partitioned.widths: its share of the persons times the cores): their
+    divisible CPU (B: measuring and solving, all but its reading; C: solving) is divided by the
+    width and the engine's parallel efficiency (`engine_efficiency`, measured on a one-state run of
+    width 2, else 0.8), the rest (reading, writing the parts) is not; each extra process costs a
+    worker baseline of memory. Each stage is scheduled as the driver does
     (`makespan`, within the memory one 64 GB machine leaves after the driver and the workers'
     baselines); the stages follow one another, with the driver's serial work between them: the
     top's measurement and solves (grown with the number of states), the assembly and the
@@ -245,7 +251,7 @@ def project(f: dict, nation: Nation) -> dict:
     >>> f = {"persons": 2e6, "states": 2.0, "worker_base_mb": 250.0, "driver_peak_mb": 400.0,
     ...      "top_measure_cpu_s": 1.0, "top_solve_cpu_s": 1.0, "assemble_cpu_s": 4.0, "validate_top_s": 0.0,
     ...      **{f"state_{s}_cpu_s": 10.0 for s in "ABCV"}, **{f"state_{s}_mb_per_person": 1e-4 for s in "ABCV"},
-    ...      "state_B_engine_cpu_s": 8.0, "state_C_engine_cpu_s": 0.0, "engine_efficiency": 1.0}
+    ...      "state_B_divisible_cpu_s": 8.0, "state_C_divisible_cpu_s": 0.0, "engine_efficiency": 1.0}
     >>> p = project(f, Nation(persons_m={"X": 2.0, "Y": 1.0, "Z": 1.0}, cores=4))
     >>> round(p["national_h"] * 3600, 1), p["national_fits"], round(p["national_stage_B_s"], 6)
     (47.0, 1.0, 6.0)
@@ -259,7 +265,7 @@ def project(f: dict, nation: Nation) -> dict:
     for stage in "ABCV":
         width = ([max(1, min(nation.cores, int(nation.cores * p / total))) for p in persons] if stage in "BC"
                  else [1] * len(persons))
-        parallel = f.get(f"state_{stage}_engine_cpu_s", 0.0) / f["persons"]
+        parallel = f.get(f"state_{stage}_divisible_cpu_s", 0.0) / f["persons"]
         serial = f[f"state_{stage}_cpu_s"] / f["persons"] - parallel
         seconds = [serial * p + parallel * p / (w * (efficiency if w > 1 else 1.0)) for p, w in zip(persons, width)]
         mb = [f[f"state_{stage}_mb_per_person"] * p + (w - 1) * f["worker_base_mb"] for p, w in zip(persons, width)]

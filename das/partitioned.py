@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from das import atomic, preflight
 from das.checkpoint import load_solved, save_solved
-from das.executors import largest_first
+from das.executors import largest_first, local_executor
 from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
@@ -285,14 +285,16 @@ def _units_bounds(work: Work, geography: Geography, invariants: Invariants, pers
     return level_bounds(work.schemas["units"], replace(invariants, household_persons=hhp), geography, "state")
 
 
-def measure_state(task: tuple[Work, StateInputs]) -> tuple[Geography, Invariants]:
-    """Read a state again and measure its levels below the state into its own NMF files (committed chunks are reused)."""
+def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geography, Invariants]:
+    """Read a state again and measure its levels below the state into its own NMF files (committed chunks are
+    reused), its chunks drawn on `executor` (a wide state's own pool) or in this process."""
     work, si = task
     inputs, geography, invariants = _read(work, si)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     for name, measured in work.plans.items():
         measure_release(measured, geography, histograms[name], work.rng,
-                        Target(work.nmf_dir, metadata=work.metadata, state=si.state), levels=work.below())
+                        Target(work.nmf_dir, metadata=work.metadata, executor=executor, state=si.state),
+                        levels=work.below())
     return geography, invariants  # the true counts stay here
 
 
@@ -318,9 +320,13 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
         geography, invariants = _state_facts(work, si.state)
         return StateSolved(si.state, [_report(r) for r in meta["reports"]],
                            _units_bounds(work, geography, invariants, persons))
-    geography, invariants = measure_state((work, si))
-    persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, work.nmf_dir,
-                                   _engine(work, si.state, width), start=("state", row))
+    pool = local_executor(width)  # a wide state measures and solves on a pool of its own
+    try:
+        geography, invariants = measure_state((work, si), pool if width > 1 else None)
+        persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, work.nmf_dir,
+                                       replace(_engine(work, si.state, width), executor=pool), start=("state", row))
+    finally:
+        pool.close()
     atomic_npz = _facts_path(work, si.state)
     atomic_npz.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing(atomic_npz) as tmp, open(tmp, "wb") as f:
