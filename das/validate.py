@@ -667,6 +667,8 @@ class StateChecks:
     recount: dict = field(default_factory=dict)  # table name -> the state's row of the MDF recount (None: no records)
     tables: dict = field(default_factory=dict)  # table name -> (table_differences, hierarchy_differences) below the state
     child_sums: dict = field(default_factory=dict)  # table name -> sum of its rows of the nation's children (no state level)
+    input_persons: dict = field(default_factory=dict)  # TABBLKST -> persons records of the state's inputs (its
+    # own file's, each under its TABBLKST; or its rows of the one persons file), when compared with them
     stopped: bool = False  # a codes check failed: the checks after it did not run
 
 
@@ -791,7 +793,8 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             report.check(name, _merged(parts, name))
 
     if inputs is not None:
-        truth = _input_population(inputs)
+        truth = pd.concat([pd.Series(s.input_persons, dtype=np.int64) for s in parts]
+                          + [_input_population(by_state, {s.state for s in parts})]).groupby(level=0).sum()
         problems = []
         for geo_level, out in (("nation", pd.Series({"": sum(s.persons for s in parts)})),
                                ("state", pd.Series({s.state: s.persons for s in parts}, dtype=np.int64))):
@@ -897,6 +900,9 @@ def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozens
             check_rules("units", housing, unit_levels, units_schema, facts, universe, found)
     if inputs is not None:
         own_inputs = inputs.get(state) if isinstance(inputs, dict) else inputs
+        if own_inputs is not None:  # its own file: every record, whichever state it names
+            persons_in = _read(Path(own_inputs[0]), ["TABBLKST"], None if isinstance(inputs, dict) else state)
+            out.input_persons = persons_in["TABBLKST"].astype(str).value_counts().to_dict()
         columns = [*GEO, "RTYPE", "GQTYPE_PL"]
         units_in = (_read(Path(own_inputs[1]), columns, state) if own_inputs is not None
                     else pd.DataFrame({c: pd.Series([], dtype=str) for c in columns}))
@@ -930,11 +936,19 @@ def _inputs_by_state(inputs: tuple[Path, Path]) -> dict[str, tuple[Path, Path]] 
         raise ValidationError(str(e)) from None
 
 
-def _input_population(inputs: tuple[Path, Path]) -> pd.Series:
-    """Persons per state in the inputs (their TABBLKST), reading only that column."""
-    by_state = _inputs_by_state(inputs)
-    files = [p for p, _ in by_state.values()] if isinstance(by_state, dict) else [by_state[0]]
-    counts = [_read(Path(p), ["TABBLKST"])["TABBLKST"].astype(str).value_counts() for p in files]
+def _input_population(by_state: dict[str, tuple[Path, Path]] | tuple[Path, Path], states: set[str]) -> pd.Series:
+    """Persons per state in the inputs (`_inputs_by_state`) of the states other than `states` (each
+    state counts its own, `validate_state`): the files of other states, or in one persons file its
+    records of other states (a Parquet file's states from its row-group statistics where they give one
+    state, see `_states_in`; a CSV file's TABBLKST column)."""
+    if isinstance(by_state, dict):
+        files = [(p, None) for s, (p, _) in sorted(by_state.items()) if s not in states]
+    else:
+        persons = Path(by_state[0])
+        others = (_read(persons, ["TABBLKST"])["TABBLKST"].astype(str).unique() if persons.suffix == ".csv"
+                  else _states_in(persons))
+        files = [(persons, s) for s in sorted(set(others) - states)]
+    counts = [_read(Path(p), ["TABBLKST"], s)["TABBLKST"].astype(str).value_counts() for p, s in files]
     return pd.concat(counts).groupby(level=0).sum().astype(np.int64) if counts else pd.Series([], dtype=np.int64)
 
 
