@@ -505,13 +505,17 @@ def nmf_plan(run_dir: Path, manifest: Manifest, states: list[str]) -> list[tuple
     return plan
 
 
-def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path) -> dict[tuple[str, str], list[str]]:
+def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path,
+                    states: list[str]) -> dict[tuple[str, str], list[str]]:
     """The problems of each NMF level stored as one file, its geounits those of the units MDF (read
-    batch by batch, only its geography)."""
+    batch by batch, only its geography); when no level below the state is stored whole (a partitioned
+    run), the nation's and the states' geounits are those of `states`, and the units MDF is not read."""
     whole = [(release, level, name) for release, level, name, _ in plan if name is not None]
     digits = sorted({LEVEL_DIGITS[level["level"]] for _, level, _ in whole})
     found: dict[int, list[np.ndarray]] = {k: [] for k in digits}
-    if whole:
+    if whole and max(digits) <= LEVEL_DIGITS["state"]:
+        found = {k: [np.unique(np.array([s[:k] for s in states], dtype=str))] for k in digits}
+    elif whole:
         try:
             for batch in pq.ParquetFile(units_path).iter_batches(batch_size=1 << 20, columns=GEO):
                 present = pd.Series(_present(_geocode(batch.to_pandas())), dtype=str)
@@ -713,7 +717,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     by_state = _inputs_by_state(inputs) if inputs is not None else None
     task = partial(validate_state, run_dir, manifest, holds=frozenset(holds), inputs=by_state)
     with ThreadPoolExecutor(1) as alongside:  # the NMF levels stored whole: a pass over their every noisy answer
-        whole = alongside.submit(whole_level_nmf, run_dir, manifest, plan, units_path) if with_nmf else None
+        whole = alongside.submit(whole_level_nmf, run_dir, manifest, plan, units_path, states) if with_nmf else None
         try:
             if executor is None:
                 parts = list(map(task, states))
