@@ -505,13 +505,17 @@ def nmf_plan(run_dir: Path, manifest: Manifest, states: list[str]) -> list[tuple
     return plan
 
 
-def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path) -> dict[tuple[str, str], list[str]]:
+def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path,
+                    states: list[str]) -> dict[tuple[str, str], list[str]]:
     """The problems of each NMF level stored as one file, its geounits those of the units MDF (read
-    batch by batch, only its geography)."""
+    batch by batch, only its geography); when no level below the state is stored whole (a partitioned
+    run), the nation's and the states' geounits are those of `states`, and the units MDF is not read."""
     whole = [(release, level, name) for release, level, name, _ in plan if name is not None]
     digits = sorted({LEVEL_DIGITS[level["level"]] for _, level, _ in whole})
     found: dict[int, list[np.ndarray]] = {k: [] for k in digits}
-    if whole:
+    if whole and max(digits) <= LEVEL_DIGITS["state"]:
+        found = {k: [np.unique(np.array([s[:k] for s in states], dtype=str))] for k in digits}
+    elif whole:
         try:
             for batch in pq.ParquetFile(units_path).iter_batches(batch_size=1 << 20, columns=GEO):
                 present = pd.Series(_present(_geocode(batch.to_pandas())), dtype=str)
@@ -667,6 +671,8 @@ class StateChecks:
     recount: dict = field(default_factory=dict)  # table name -> the state's row of the MDF recount (None: no records)
     tables: dict = field(default_factory=dict)  # table name -> (table_differences, hierarchy_differences) below the state
     child_sums: dict = field(default_factory=dict)  # table name -> sum of its rows of the nation's children (no state level)
+    input_persons: dict = field(default_factory=dict)  # TABBLKST -> persons records of the state's inputs (its
+    # own file's, each under its TABBLKST; or its rows of the one persons file), when compared with them
     stopped: bool = False  # a codes check failed: the checks after it did not run
 
 
@@ -711,7 +717,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
     by_state = _inputs_by_state(inputs) if inputs is not None else None
     task = partial(validate_state, run_dir, manifest, holds=frozenset(holds), inputs=by_state)
     with ThreadPoolExecutor(1) as alongside:  # the NMF levels stored whole: a pass over their every noisy answer
-        whole = alongside.submit(whole_level_nmf, run_dir, manifest, plan, units_path) if with_nmf else None
+        whole = alongside.submit(whole_level_nmf, run_dir, manifest, plan, units_path, states) if with_nmf else None
         try:
             if executor is None:
                 parts = list(map(task, states))
@@ -758,7 +764,8 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             report.check(f"table {spec.name} written", [f"{path} is missing"])
             continue
         cols = column_names(persons_schema if spec.schema == persons_schema.name else units_schema, spec)
-        absent = [c for c in ["level", "geocode", *cols] if c not in _columns(path)]
+        names = _columns(path)  # once: the footer grows with the table's row groups
+        absent = [c for c in ["level", "geocode", *cols] if c not in names]
         if absent:
             report.check(f"table {spec.name} equals the MDF recount", [f"{path.name} has no column {absent[0]!r}"])
             continue
@@ -790,7 +797,8 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
             report.check(name, _merged(parts, name))
 
     if inputs is not None:
-        truth = _input_population(inputs)
+        truth = pd.concat([pd.Series(s.input_persons, dtype=np.int64) for s in parts]
+                          + [_input_population(by_state, {s.state for s in parts})]).groupby(level=0).sum()
         problems = []
         for geo_level, out in (("nation", pd.Series({"": sum(s.persons for s in parts)})),
                                ("state", pd.Series({s.state: s.persons for s in parts}, dtype=np.int64))):
@@ -896,6 +904,9 @@ def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozens
             check_rules("units", housing, unit_levels, units_schema, facts, universe, found)
     if inputs is not None:
         own_inputs = inputs.get(state) if isinstance(inputs, dict) else inputs
+        if own_inputs is not None:  # its own file: every record, whichever state it names
+            persons_in = _read(Path(own_inputs[0]), ["TABBLKST"], None if isinstance(inputs, dict) else state)
+            out.input_persons = persons_in["TABBLKST"].astype(str).value_counts().to_dict()
         columns = [*GEO, "RTYPE", "GQTYPE_PL"]
         units_in = (_read(Path(own_inputs[1]), columns, state) if own_inputs is not None
                     else pd.DataFrame({c: pd.Series([], dtype=str) for c in columns}))
@@ -929,11 +940,19 @@ def _inputs_by_state(inputs: tuple[Path, Path]) -> dict[str, tuple[Path, Path]] 
         raise ValidationError(str(e)) from None
 
 
-def _input_population(inputs: tuple[Path, Path]) -> pd.Series:
-    """Persons per state in the inputs (their TABBLKST), reading only that column."""
-    by_state = _inputs_by_state(inputs)
-    files = [p for p, _ in by_state.values()] if isinstance(by_state, dict) else [by_state[0]]
-    counts = [_read(Path(p), ["TABBLKST"])["TABBLKST"].astype(str).value_counts() for p in files]
+def _input_population(by_state: dict[str, tuple[Path, Path]] | tuple[Path, Path], states: set[str]) -> pd.Series:
+    """Persons per state in the inputs (`_inputs_by_state`) of the states other than `states` (each
+    state counts its own, `validate_state`): the files of other states, or in one persons file its
+    records of other states (a Parquet file's states from its row-group statistics where they give one
+    state, see `_states_in`; a CSV file's TABBLKST column)."""
+    if isinstance(by_state, dict):
+        files = [(p, None) for s, (p, _) in sorted(by_state.items()) if s not in states]
+    else:
+        persons = Path(by_state[0])
+        others = (_read(persons, ["TABBLKST"])["TABBLKST"].astype(str).unique() if persons.suffix == ".csv"
+                  else _states_in(persons))
+        files = [(persons, s) for s in sorted(set(others) - states)]
+    counts = [_read(Path(p), ["TABBLKST"], s)["TABBLKST"].astype(str).value_counts() for p, s in files]
     return pd.concat(counts).groupby(level=0).sum().astype(np.int64) if counts else pd.Series([], dtype=np.int64)
 
 

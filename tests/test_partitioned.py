@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT, quiet
 
 import das.measure
+from das.checkpoint import file_sha256
 from das.io.microdata import InputError
 from das.run import RunError, measure_only, resume_run, run
 from das.validate import validate_run
@@ -250,3 +251,41 @@ def test_state_tasks_start_largest_first_within_the_memory_budget():
     largest_first(unlimited, _slow_square, persons, persons)
     unlimited.close()
     assert max(unlimited.seen) > 15  # without a budget the same tasks run together
+
+
+def test_the_validator_reads_no_mdf_geography_in_the_driver(reference, tmp_path, monkeypatch):
+    """In a partitioned release every MDF row group holds one state: the states of the MDFs come from
+    the row-group statistics (a state the manifest does not publish is still found) and the NMF levels
+    stored whole (nation, state) are checked against the states, neither reading the MDFs' geography."""
+    _, result = reference
+    out = shutil.copytree(result.out_dir, tmp_path / "run")
+    for name in ("mdf_persons.parquet", "mdf_units.parquet"):
+        meta = pq.read_metadata(out / name)
+        column = meta.schema.to_arrow_schema().get_field_index("TABBLKST")
+        assert all(meta.row_group(g).column(column).statistics.min == meta.row_group(g).column(column).statistics.max
+                   for g in range(meta.num_row_groups))
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def no_geography(self, *args, columns=None, **kwargs):
+        assert not columns or "TABBLKST" not in columns, "the driver read the MDF's geography"
+        return iter_batches(self, *args, columns=columns, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", no_geography)
+    assert validate_run(out).ok
+    state_nmf = out / "nmf" / "persons" / "state.parquet"
+    table = pq.read_table(state_nmf)
+    pq.write_table(table.filter(pa.array(table.column("geocode").to_pandas().astype(str) == "01")), state_nmf)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["invariants"]["total_population"]["state"]["50"]
+    manifest["nmf"]["nmf/persons/state.parquet"] = file_sha256(state_nmf)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    violations = validate_run(out).violations
+    assert "MDF units: valid codes, housing units vs facilities: state '50': units in the MDF, but the manifest " \
+           "publishes no total population for it" in violations
+    assert "MDF persons: in blocks of the release universe: state '50': persons in the MDF, but no units and no " \
+           "published total population" in violations
+    assert not [v for v in violations if v.startswith("NMF") and "nmf/persons/state.parquet" in v]
+    manifest["invariants"]["total_population"]["state"]["50"] = 1
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    assert [v for v in validate_run(out).violations if v.startswith("NMF") and "state.parquet" in v][0].startswith(
+        "NMF: exactly the certified measurements: nmf/persons/state.parquet")

@@ -249,3 +249,27 @@ def test_a_release_without_a_state_level_checks_the_nation_against_its_children(
     assert [v for v in validate_run(broken).violations if v.startswith("table")] == [
         f"table P3 equals the MDF recount: nation '' column 'total': table {nation + 1}, MDF recount {nation}",
         "table P3 hierarchy sums: county rows of nation '' do not sum to it"]
+
+
+def test_the_population_against_inputs_given_one_file_per_state_names_the_state(two_states, tmp_path):
+    """Each state counts its own persons file: one record fewer in state 45's names state 45 (and the
+    nation); the files of a state the run does not have are counted by the driver."""
+    persons, units = _two_state_inputs("persons"), _two_state_inputs("units")
+    for name, frame in (("persons", persons), ("units", units)):
+        (tmp_path / name).mkdir()
+        for s in STATES:
+            frame[frame["TABBLKST"] == s].to_parquet(tmp_path / name / f"{name}_{s}.parquet", index=False)
+    directories = (tmp_path / "persons", tmp_path / "units")
+    own = persons[persons["TABBLKST"] == "45"]
+    own.iloc[1:].to_parquet(tmp_path / "persons" / "persons_45.parquet", index=False)
+    name = "total population invariant against the inputs (nation, state)"
+    assert [v for v in validate_run(two_states, inputs=directories).violations if v.startswith(name)] == [
+        f"{name}: nation '': population {len(persons)} differs from the input",
+        f"{name}: state '45': population {len(own)} differs from the input"]
+    own.to_parquet(tmp_path / "persons" / "persons_45.parquet", index=False)
+    for name_, frame in (("persons", persons), ("units", units)):
+        frame[frame["TABBLKST"] == "44"].head(3).assign(TABBLKST="46").to_parquet(
+            tmp_path / name_ / f"{name_}_46.parquet", index=False)
+    found = [v for v in validate_run(two_states, inputs=directories).violations if v.startswith(name)]
+    assert found[0] == f"{name}: nation '': population {len(persons)} differs from the input"
+    assert [v.split(": population")[0] for v in found[1:]] == [f"{name}: state '46'"]  # 0 (0.0 after the align)
