@@ -56,10 +56,12 @@ class PoolExecutor:
 
     nests = True
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, fresh: bool = False):
+        """fresh: every task in a new process (a partitioned run's state tasks: each worker's memory is then
+        its one state's, not what earlier states left in the process's heap)."""
         self.slots = workers
         self.pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_worker_init,
-                                        initargs=(os.getpid(),))
+                                        initargs=(os.getpid(),), max_tasks_per_child=1 if fresh else None)
 
     def submit(self, fn: Callable, arg) -> Future:
         return self.pool.submit(fn, arg)
@@ -68,16 +70,17 @@ class PoolExecutor:
         self.pool.shutdown()
 
 
-def local_executor(workers: int):
-    return PoolExecutor(workers) if workers > 1 else InlineExecutor()
+def local_executor(workers: int, fresh: bool = False):
+    return PoolExecutor(workers, fresh) if workers > 1 else InlineExecutor()
 
 
-def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None = None):
-    """`local` (a process pool of `workers`, or in process for 1) or `dask` (a scheduler address or a local cluster)."""
+def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None = None, fresh: bool = False):
+    """`local` (a process pool of `workers`, or in process for 1; `fresh`: a new process per task) or `dask`
+    (a scheduler address or a local cluster)."""
     if engine == "local":
         if scheduler:
             raise ValueError("--scheduler needs --engine dask")
-        return local_executor(workers)
+        return local_executor(workers, fresh)
     if engine == "dask":
         from das.distributed import DaskExecutor
 

@@ -270,7 +270,8 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     partitioned = _partitioned(spec)
     confidential = None if partitioned else pipe.read_inputs(run_dir.path)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
-        executor = make_executor(options.engine, options.workers, options.scheduler)
+        # a partitioned run's tasks are whole states: each in a new process, so a worker holds one state's memory
+        executor = make_executor(options.engine, options.workers, options.scheduler, fresh=partitioned)
     except (ValueError, RuntimeError) as e:
         raise RunError(str(e)) from None
     try:
