@@ -49,9 +49,10 @@ from das.topdown.solve import merge_certificates, solve_root
 
 TOP = ("nation", "state")  # the levels the driver measures and solves
 # What a state task holds over its worker's baseline, per person of its state, and that baseline:
-# measured on VT and DE copies (docs/scale.md: 190-300 MB over a worker's ~250 MB for 0.6-0.9
-# million persons). The driver starts a task only while its estimate fits the memory budget.
-TASK_MB_PER_PERSON = 0.5 / 1024
+# measured on VT and DE copies (BENCHMARKS.md scale.partitioned_*: 0.28-0.74 KB a person over a new
+# worker's ~130 MB, the modules a task imports included). The driver starts a task only while its
+# estimate fits the memory budget.
+TASK_MB_PER_PERSON = 0.75 / 1024
 WORKER_BASE_MB = 300.0
 DRIVER_MB = 500.0
 
