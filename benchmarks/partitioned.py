@@ -242,10 +242,10 @@ def project(f: dict, nation: Nation) -> dict:
     divisible CPU (B: measuring and solving, all but its reading; C: solving) is divided by the
     width and the engine's parallel efficiency (`engine_efficiency`, measured on a one-state run of
     width 2, else 0.8), the rest (reading, writing the parts) is not; each extra process costs a
-    worker baseline of memory. Each stage is scheduled as the driver does
-    (`makespan`, within the memory one 64 GB machine leaves after the driver and the workers'
-    baselines); the stages follow one another, with the driver's serial work between them: the
-    top's measurement and solves (grown with the number of states), the assembly and the
+    worker baseline of memory. Each stage is scheduled as the driver does (`makespan`: by the
+    driver's own estimates, within the budget `--memory-gb 64` leaves after its allowance for
+    itself and the workers' baselines); the stages follow one another, with the driver's serial
+    work between them: the top's measurement and solves (grown with the number of states), the assembly and the
     validation's top checks (grown with persons).
 
     >>> f = {"persons": 2e6, "states": 2.0, "worker_base_mb": 250.0, "driver_peak_mb": 400.0,
@@ -256,9 +256,14 @@ def project(f: dict, nation: Nation) -> dict:
     >>> round(p["national_h"] * 3600, 1), p["national_fits"], round(p["national_stage_B_s"], 6)
     (47.0, 1.0, 6.0)
     """
+    from das.partitioned import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
+
     persons = [p * 1e6 for p in nation.persons_m.values()]
     total = sum(persons)
-    budget = nation.memory_gb * 1024 - f["driver_peak_mb"] - nation.cores * f["worker_base_mb"]
+    # the driver's own budget and estimates (`--memory-gb 64`): it admits a task by its estimate, which is
+    # at least what the tasks measured here hold, so the machine stays within the budget
+    budget = nation.memory_gb * 1024 - max(DRIVER_MB, f["driver_peak_mb"]) - nation.cores * max(WORKER_BASE_MB,
+                                                                                                  f["worker_base_mb"])
     efficiency = f.get("engine_efficiency", 0.8)
     out: dict = {"national_task_budget_gb": budget / 1024, "national_engine_efficiency": efficiency}
     wall = 0.0
@@ -269,7 +274,8 @@ def project(f: dict, nation: Nation) -> dict:
         serial = f[f"state_{stage}_cpu_s"] / f["persons"] - parallel
         seconds = [serial * p + parallel * p / (w * (efficiency if w > 1 else 1.0)) for p, w in zip(persons, width)]
         mb = [f[f"state_{stage}_mb_per_person"] * p + (w - 1) * f["worker_base_mb"] for p, w in zip(persons, width)]
-        out[f"national_stage_{stage}_s"] = makespan(seconds, mb, nation.cores, budget, width)
+        estimate = [max(TASK_MB_PER_PERSON * p + (w - 1) * WORKER_BASE_MB, m) for p, w, m in zip(persons, width, mb)]
+        out[f"national_stage_{stage}_s"] = makespan(seconds, estimate, nation.cores, budget, width)
         out[f"national_stage_{stage}_largest_s"] = max(seconds)
         out[f"national_stage_{stage}_largest_gb"] = max(mb) / 1024
         out[f"national_stage_{stage}_widest"] = float(max(width))
