@@ -24,6 +24,23 @@ def quiet(*args, **kwargs) -> None:
     """A log that says nothing (runs in tests print no progress)."""
 
 
+def resume_recording_draws(out: Path, monkeypatch):
+    """`das run --resume` of `out` in this process, recording the key of every random stream it draws from:
+    (the run's result, the keys). A resumed run must not draw a stream committed before it stopped."""
+    import das.measure
+    from das.run import resume_run
+
+    drawn = []
+    original = das.measure.discrete_gaussian
+
+    def recording(variance, n, stream):
+        drawn.append(stream.key)
+        return original(variance, n, stream)
+
+    monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
+    return resume_run(out, workers=1, progress=False, log=quiet), drawn
+
+
 @pytest.fixture(scope="session")
 def perry():
     """Perry County, AL (real 2010 blocks): (persons schema, geography, invariants, true block histograms)."""

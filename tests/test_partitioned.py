@@ -12,12 +12,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT, quiet, resume_recording_draws
 
-import das.measure
 from das.checkpoint import file_sha256
 from das.io.microdata import InputError
-from das.run import RunError, measure_only, resume_run, run
+from das.run import RunError, measure_only, run
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -128,15 +127,7 @@ def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkey
     assert {"persons/nation", "persons/state", "units/nation", "units/state"} <= files  # the top: drawn before the kill
     if point.startswith("measure"):
         assert streams, "a chunk of the units' blocks was committed before the kill"
-    drawn = []
-    original = das.measure.discrete_gaussian
-
-    def recording(variance, n, stream):
-        drawn.append(stream.key)
-        return original(variance, n, stream)
-
-    monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
-    resumed = resume_run(out, workers=1, progress=False, log=quiet)
+    resumed, drawn = resume_recording_draws(out, monkeypatch)
     assert resumed.valid
     assert resumed.manifest["outputs"] == result.manifest["outputs"]
     assert resumed.manifest["nmf"] == result.manifest["nmf"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT, quiet, resume_recording_draws
 
 import das.io.nmf
 import das.measure
@@ -86,15 +86,7 @@ def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
 
 
 def _resume_recording_draws(out: Path, monkeypatch) -> tuple[dict, list[str]]:
-    drawn = []
-    original = das.measure.discrete_gaussian
-
-    def recording(variance, n, stream):
-        drawn.append(stream.key)
-        return original(variance, n, stream)
-
-    monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
-    result = resume_run(out, workers=1, progress=False, log=quiet)
+    result, drawn = resume_recording_draws(out, monkeypatch)
     return result.manifest, drawn
 
 
