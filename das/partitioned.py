@@ -379,11 +379,12 @@ def task_budget_mb(memory_gb: float | None, executor) -> float | None:
     the driver and one baseline per worker slot (None: no budget)."""
     if memory_gb is None:
         return None
-    budget = memory_gb * 1024 - DRIVER_MB - WORKER_BASE_MB * getattr(executor, "slots", 1)
-    if budget <= 0:
-        raise RunError(f"--memory-gb {memory_gb:g} leaves nothing for the state tasks: the driver and "
-                       f"{getattr(executor, 'slots', 1)} workers need about {(budget / 1024 + memory_gb):.1f} GB alone")
-    return budget
+    slots = getattr(executor, "slots", 1)
+    alone = DRIVER_MB + WORKER_BASE_MB * slots
+    if memory_gb * 1024 <= alone:
+        raise RunError(f"--memory-gb {memory_gb:g} leaves nothing for the state tasks: the driver and {slots} "
+                       f"workers need about {alone / 1024:.1f} GB alone")
+    return memory_gb * 1024 - alone
 
 
 def input_records(path: Path) -> int:

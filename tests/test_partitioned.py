@@ -139,9 +139,9 @@ def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkey
         assert key not in streams, f"{key}: committed before the kill, drawn again"
 
 
-def _refused(spec: Path, out: Path, match: str, error=RunError) -> None:
+def _refused(spec: Path, out: Path, match: str, error=RunError, **settings) -> None:
     with pytest.raises(error, match=match):
-        run(spec, out, seed=SEED, workers=1, progress=False, log=quiet)
+        run(spec, out, seed=SEED, progress=False, log=quiet, **{"workers": 1, **settings})
     assert not (out / "nmf").exists() and not (out / "manifest.json").exists()  # nothing drawn, nothing written
 
 
@@ -165,6 +165,12 @@ def test_bad_partitions_are_refused_before_any_noise(tmp_path):
     spec = two_states(tmp_path / "d")
     (spec.parent / "persons/notes.txt").write_text("x")
     _refused(spec, tmp_path / "out_d", r"notes.txt: not a Parquet or CSV file")
+
+
+def test_a_memory_budget_the_driver_and_workers_alone_exceed_is_refused_before_anything(reference, tmp_path):
+    spec, _ = reference
+    _refused(spec, tmp_path / "out", r"--memory-gb 0.5 leaves nothing for the state tasks: the driver and 2 workers "
+                                     r"need about 1.1 GB alone", workers=2, memory_gb=0.5)
 
 
 def test_an_input_error_in_one_state_names_its_file_and_row(tmp_path):
