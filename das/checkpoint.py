@@ -58,7 +58,9 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _atomic_npz(path: Path, **arrays) -> None:
+def save_arrays(path: Path, **arrays) -> None:
+    """Named arrays as one .npz file, atomically and synced (a checkpoint, a state's facts)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing(path, sync=True) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
@@ -69,7 +71,7 @@ def save_solved(path: Path, solved: sp.csr_matrix, events: list, meta: dict | No
     solved = solved.tocsr()
     text = json.dumps({"events": [asdict(e) if hasattr(e, "__dataclass_fields__") else dict(e) for e in events],
                        "meta": meta or {}})
-    _atomic_npz(Path(path), data=solved.data, indices=solved.indices, indptr=solved.indptr,
+    save_arrays(path, data=solved.data, indices=solved.indices, indptr=solved.indptr,
                 shape=np.asarray(solved.shape, np.int64), info=np.frombuffer(text.encode(), np.uint8))
 
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import atomic, preflight
-from das.checkpoint import load_solved, save_solved
+from das.checkpoint import load_solved, save_arrays, save_solved
 from das.executors import largest_first, local_executor
 from das.geography import Geography
 from das.io import nmf
@@ -279,11 +279,15 @@ def widths(persons: list[int], executor) -> list[int]:
     return [max(1, min(slots, int(slots * p / total))) for p in persons]
 
 
+def _with_household_persons(work: Work, invariants: Invariants, persons: sp.csr_matrix) -> Invariants:
+    """A state's facts for its units: its persons release's household persons bound them."""
+    return replace(invariants, household_persons=household_persons(work.schemas["persons"], persons))
+
+
 def _units_bounds(work: Work, geography: Geography, invariants: Invariants, persons: sp.csr_matrix):
     if "units" not in work.plans:
         return None
-    hhp = household_persons(work.schemas["persons"], persons)
-    return level_bounds(work.schemas["units"], replace(invariants, household_persons=hhp), geography, "state")
+    return level_bounds(work.schemas["units"], _with_household_persons(work, invariants, persons), geography, "state")
 
 
 def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geography, Invariants]:
@@ -328,11 +332,8 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
                                        replace(_engine(work, si.state, width), executor=pool), start=("state", row))
     finally:
         pool.close()
-    atomic_npz = _facts_path(work, si.state)
-    atomic_npz.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.replacing(atomic_npz) as tmp, open(tmp, "wb") as f:
-        np.savez(f, blocks=geography.blocks, housing_units=invariants.housing_units,
-                 gq_facilities=invariants.gq_facilities)
+    save_arrays(_facts_path(work, si.state), blocks=geography.blocks, housing_units=invariants.housing_units,
+                gq_facilities=invariants.gq_facilities)
     save_solved(solution, persons, [], {"reports": [_record(r) for r in reports]})
     return StateSolved(si.state, reports, _units_bounds(work, geography, invariants, persons))
 
@@ -360,9 +361,8 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
     persons, _, _ = load_solved(folder / "persons.npz")
     solved, reports = {"persons": persons}, []
     if row is not None:
-        hhp = household_persons(work.schemas["persons"], persons)
         solved["units"], reports = postprocess("units", work.schemas["units"], geography,
-                                               replace(invariants, household_persons=hhp), work.nmf_dir,
+                                               _with_household_persons(work, invariants, persons), work.nmf_dir,
                                                _engine(work, state, width), start=("state", row))
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
     written = state_parts.write_state_parts(folder / "parts", work.schemas, geography.blocks, solved,
@@ -461,6 +461,3 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     pipe.timings["write_outputs"] = time.perf_counter() - t0
     return nation, reports, outputs
 
-
-def nmf_files(run_dir: RunDir) -> list[Path]:
-    return sorted(p for p in run_dir.nmf_dir.rglob("*.parquet"))

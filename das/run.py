@@ -20,7 +20,7 @@ from das.checkpoint import file_sha256, is_disk_full
 from das.executors import make_executor
 from das.io.nmf import level_files as nmf_level_files
 from das.measure import Target
-from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, nmf_files, read_states, run_states, task_budget_mb
+from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
 from das.pipeline import NOT_PRIVATE, Confidential, Pipeline, RunError, code_version
 from das.rundir import Manifest, RunDir, RunDirError
@@ -147,7 +147,7 @@ def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, a
         manifest = start_run_dir(pipe, run_dir, overwrite, confidential)
         pipe.measure(confidential, Target(run_dir.nmf_dir))
     manifest.status, manifest.timings_seconds = "measured", pipe.timings
-    manifest.nmf = _digests(run_dir, nmf_files(run_dir))
+    manifest.nmf = _digests(run_dir, run_dir.nmf_files())
     run_dir.write(manifest)
     return manifest.to_dict()
 
@@ -387,7 +387,7 @@ class _Job:
                                   for name, reports in level_reports.items()}
         manifest.failsafe_events = events
         manifest.outputs = _digests(run_dir, outputs)
-        manifest.nmf = _digests(run_dir, nmf_files(run_dir))
+        manifest.nmf = _digests(run_dir, run_dir.nmf_files())
         manifest.counts = counts
         manifest.error = None
         run_dir.write(manifest)

@@ -116,6 +116,10 @@ class RunDir:
     def nmf_dir(self) -> Path:
         return self.path / "nmf"
 
+    def nmf_files(self) -> list[Path]:
+        """Every NMF file, a level's one file or a state's (das.io.nmf.level_files), sorted."""
+        return sorted(self.nmf_dir.rglob("*.parquet"))
+
     @property
     def checkpoints_dir(self) -> Path:
         return self.path / "checkpoints"
