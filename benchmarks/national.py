@@ -1,7 +1,7 @@
 """Scale, national-shaped: `das run` on 9 synthetic states (165k blocks) and a national projection from it.
 
 `scale.national` runs `das run` (seeded, 2 workers) on 9 state copies of the VT/DE fixtures
-(das.synth: VT, DE, ..., VT: 165,024 blocks, 6.72 million persons) and times every task the
+(das.scale_inputs: VT, DE, ..., VT: 165,024 blocks, 6.72 million persons) and times every task the
 workers run: each measurement chunk, each batch of parents and, inside a batch, each parent
 (build + solve, CPU and the worker's peak memory over its own baseline). From those it reports
 the critical path of this run (per level, the longest single task) and projects a national run
@@ -358,7 +358,7 @@ def largest_task_memory(recorded: list[dict], nation: Nation) -> dict[str, float
 def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | None = None) -> dict:
     """One seeded `das run` of `states` state copies, with per-task timings; this run's figures and the projection."""
     from das.run import run
-    from das.synth import write_synthetic
+    from das.scale_inputs import write_synthetic
 
     nation = nation or Nation()
     with tempfile.TemporaryDirectory() as tmp:

@@ -197,9 +197,9 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
 
 
 def _written_elsewhere(out: Path, states: int) -> dict:
-    """das.synth's partitioned input, written by another process: this one (the driver) starts the run
+    """das.scale_inputs's partitioned input, written by another process: this one (the driver) starts the run
     with nothing of the input's writing left in its heap, so its peak is the run's."""
-    code = ("import json, sys; from das.synth import write_synthetic; "
+    code = ("import json, sys; from das.scale_inputs import write_synthetic; "
             "print(json.dumps(write_synthetic(sys.argv[1], int(sys.argv[2]), partitioned=True)))")
     done = subprocess.run([sys.executable, "-c", code, str(out), str(states)], capture_output=True, text=True,
                           check=True)
@@ -207,10 +207,10 @@ def _written_elsewhere(out: Path, states: int) -> dict:
 
 
 def _state_persons(states: int) -> dict[str, float]:
-    """Persons of each state copy of das.synth (its fixture's rows)."""
+    """Persons of each state copy of das.scale_inputs (its fixture's rows)."""
     import pyarrow.parquet as pq
 
-    from das.synth import FIXTURES, plan
+    from das.scale_inputs import FIXTURES, plan
 
     return {code: float(pq.read_metadata(FIXTURES / source / "persons.parquet").num_rows)
             for source, code in plan(states)}

@@ -1,4 +1,4 @@
-"""Empirical privacy audit (das/privacy/audit.py): lower bounds on epsilon beside the certificate.
+"""Empirical privacy audit (das/attack/privacy.py): lower bounds on epsilon beside the certificate.
 
 Audit setting (docs/privacy.md, "Empirical audit"): rho = 1, delta = 1/100, OS CSPRNG noise, a
 synthetic two-block neighbourhood (no input read). At such a budget the certified eps (4.34) is
@@ -16,8 +16,8 @@ LEVELS = ("nation", "state", "county", "tract", "block")
 
 
 def _setting(query: str):
+    from das.attack import privacy as A
     from das.measure import plan_for
-    from das.privacy import audit as A
     from das.privacy.strategy import strategy_from_dict
     from das.schema import load_schema
 
@@ -32,7 +32,7 @@ def _setting(query: str):
 def marginal_strategy() -> dict:
     """Every level measures `votingage x hispanic` (a recode changes it everywhere: the full budget);
     the real mechanism on 4 neighbour kinds, then two broken mechanisms on the recoded pair."""
-    from das.privacy import audit as A
+    from das.attack import privacy as A
     from das.privacy.randomness import SystemRandomSource
 
     geography, data, schema, plan = _setting("votingage x hispanic")
@@ -54,7 +54,7 @@ def marginal_strategy() -> dict:
 def pl94_tiny() -> dict:
     """`das audit-privacy tiny`: the PL94 five-level strategy's shares at the audit budget, and the
     same level shares on `detailed` alone, 20,000 trials per dataset."""
-    from das.privacy.audit import audit_spec
+    from das.attack.privacy import audit_spec
 
     t0 = time.perf_counter()
     report = audit_spec("tiny", trials=20_000)

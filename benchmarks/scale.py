@@ -1,4 +1,4 @@
-"""Scale: `das run` on synthetic multi-state inputs (das.synth: VT/DE replicated under new state codes).
+"""Scale: `das run` on synthetic multi-state inputs (das.scale_inputs: VT/DE replicated under new state codes).
 
 At 1, 2 and 4 state copies: wall and CPU seconds per 1000 blocks and per million persons, peak
 memory of the driver and of the largest solver worker. The national projection is scale.national's
@@ -159,7 +159,7 @@ def _driver_cpu_by_stage(figures: dict):
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
     """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
     from das.run import run
-    from das.synth import write_synthetic
+    from das.scale_inputs import write_synthetic
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -70,7 +70,7 @@ def _cmd_tables(args) -> int:
 
 
 def _cmd_audit_privacy(args) -> int:
-    from das.privacy.audit import audit_spec_main
+    from das.attack.privacy import audit_spec_main
 
     return audit_spec_main(args.spec, trials=args.trials, rho=args.rho, delta=args.delta, seed=args.seed,
                            json_out=args.json)

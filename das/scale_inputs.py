@@ -29,7 +29,7 @@ SOURCES = ("vt", "de")
 STATE_CODES = ("01", "02", "04", "05", "06", "08", "09", "11", "12", "13", "15", "16", "17", "18", "19", "20",
                "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32", "33", "34", "35", "36")
 
-SPEC = """# Synthetic multi-state input ({states} copies of the VT/DE fixtures), written by das.synth.
+SPEC = """# Synthetic multi-state input ({states} copies of the VT/DE fixtures), written by das.scale_inputs.
 name = "synthetic_{states}"
 description = "{states} state copies of the VT/DE fixtures under new state codes, PL94 persons + H1 units"
 levels = ["nation", "state", "county", "tract", "block"]

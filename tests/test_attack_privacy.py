@@ -1,4 +1,4 @@
-"""Empirical privacy audit (das/privacy/audit.py): the real measurement path on neighbouring
+"""Empirical privacy audit (das/attack/privacy.py): the real measurement path on neighbouring
 datasets stays within its certificate, and deliberately broken mechanisms are caught."""
 
 from fractions import Fraction
@@ -6,8 +6,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from das.attack import privacy as A
 from das.measure import measure_in_memory, plan_for
-from das.privacy import audit as A
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import strategy_from_dict
 from das.schema import load_schema
