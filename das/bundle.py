@@ -28,25 +28,18 @@ import secrets
 from pathlib import Path
 
 from das import atomic
+from das.io.outputs import release_patterns
 from das.rundir import RunDir
 
-OPERATOR_DIR = "operator"
-OPERATOR_FILE = "operator.json"
-KEY_FILE = "fingerprint.key"
 REDACTED = "<operator only>"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
-# Files a run writes besides its listed outputs (fnmatch patterns relative to the run directory;
-# `*` matches across '/'): the manifest, operator files, checkpoints, committed parts, temporaries.
-RUN_INTERNAL_FILES = (
-    "manifest.json", "manifest.json.partial", "*.partial",
-    "nmf/*/*.parquet.parts/*", "checkpoints/*/*.npz", "checkpoints/*/*.parts/*",
-    "checkpoints/states/*",  # a partitioned run's per-state operator files (das/partitioned.py)
-    "operator/operator.json", "operator/fingerprint.key",
-)
-# Outputs of a run that has not listed them yet (stopped before its manifest said `complete`)
-RUN_OUTPUT_FILES = ("mdf_persons.parquet", "mdf_units.parquet", "mdf_persons.txt", "mdf_units.txt",
-                    "tables/*.parquet", "nmf/*/*.parquet", "pl94171/*.pl")
-RUN_FILES = RUN_INTERNAL_FILES + RUN_OUTPUT_FILES
+
+
+def run_files(*, listed_outputs: bool = False) -> tuple[str, ...]:
+    """Files a run writes: besides its listed outputs (RunDir's) and, unless they are listed already,
+    its outputs (the registry's, das.io.outputs): fnmatch patterns relative to the run directory, `*`
+    matching across '/'."""
+    return RunDir.internal_patterns() + (() if listed_outputs else release_patterns())
 
 
 class BundleError(RuntimeError):
@@ -96,34 +89,29 @@ def public_spec_text(text: str) -> str:
     return "".join(out)
 
 
-def operator_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / OPERATOR_DIR
-
-
 def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
     """operator/operator.json (and the fingerprint key on first write, readable by the owner only)."""
-    folder = operator_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    where = RunDir(run_dir)
+    where.operator_dir.mkdir(parents=True, exist_ok=True)
     if key is not None:
-        path = folder / KEY_FILE
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(where.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(key)
-    atomic.write_text(folder / OPERATOR_FILE, json.dumps(record, indent=2, default=str))
+    atomic.write_text(where.operator_file, json.dumps(record, indent=2, default=str))
 
 
 def read_operator(run_dir: Path) -> tuple[dict, bytes]:
     """(operator.json, key) of a run directory; BundleError when they are missing or unreadable."""
-    folder = operator_dir(run_dir)
+    where = RunDir(run_dir)
     try:
-        record = json.loads((folder / OPERATOR_FILE).read_text())
-        key = (folder / KEY_FILE).read_bytes()
+        record = json.loads(where.operator_file.read_text())
+        key = where.key_file.read_bytes()
     except FileNotFoundError as e:
         raise BundleError(f"{run_dir}: the operator files are missing ({e.filename} not found)") from None
     except (OSError, ValueError) as e:
-        raise BundleError(f"{run_dir}: {folder / OPERATOR_FILE} is not readable JSON ({e})") from None
+        raise BundleError(f"{run_dir}: {where.operator_file} is not readable JSON ({e})") from None
     if not isinstance(record, dict):
-        raise BundleError(f"{run_dir}: {folder / OPERATOR_FILE} is not a JSON object")
+        raise BundleError(f"{run_dir}: {where.operator_file} is not a JSON object")
     return record, key
 
 
@@ -138,10 +126,9 @@ def input_paths(run_dir: Path) -> dict[str, str]:
 
 
 def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, version: str) -> dict[bytes, bytes]:
-    """Key-value metadata for every Parquet output: privacy mode, certificate, spec digest, code version."""
-    summary = {name: {"rho": c["rho"], "eps": c["eps"], "delta": c["delta"], "schema": c["schema"],
-                      "strategy": c["strategy"], "convention": "rho-zCDP, bounded neighbours"}
-               for name, c in certificates.items()}
+    """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate),
+    spec digest, code version."""
+    summary = {name: {**c.summary(), "convention": "rho-zCDP, bounded neighbours"} for name, c in certificates.items()}
     return {
         b"das.privacy": (b"private" if private else NOT_PRIVATE_MARK.encode()),
         b"das.certificate": json.dumps(summary, sort_keys=True).encode(),
@@ -177,7 +164,7 @@ def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
                           f"remove it yourself or choose another --out")
     manifest = json.loads(RunDir(out_dir).manifest_path.read_text())  # an older run's manifest may lack fields
     listed = {*(manifest.get("outputs") or {}), *(manifest.get("nmf") or {})}
-    patterns = RUN_INTERNAL_FILES + (() if manifest.get("status") == "complete" else RUN_OUTPUT_FILES)
+    patterns = run_files(listed_outputs=manifest.get("status") == "complete")
     files, foreign = [], []
     for path in sorted(out_dir.rglob("*")):
         if path.is_dir() and not path.is_symlink():

@@ -32,16 +32,18 @@ import scipy.sparse as sp
 from das import atomic, preflight
 from das.checkpoint import load_solved, save_arrays, save_solved
 from das.executors import largest_first, local_executor
+from das.frame import output_plan
 from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
 from das.io.microdata import read_inputs
+from das.io.outputs import NationRelease, OutputPlan, Part
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
 from das.pipeline import Pipeline, RunError
 from das.privacy.accounting import PrivacyAccountant
 from das.rules import Bounds, Invariants, household_persons, level_bounds
-from das.rundir import RunDir
+from das.rundir import PublishedInvariants, RunDir
 from das.schema import Schema
 from das.topdown.engine import BatchTask, EngineOptions, LevelReport, postprocess, timed_solve_batch
 from das.topdown.problem import FailsafeEvent
@@ -68,7 +70,7 @@ class Work:
     metadata: dict
     run_dir: Path
     engine: EngineOptions  # a state's subtree is solved in its task (on a pool of its own if it is wide)
-    outputs: state_parts.OutputPlan
+    outputs: OutputPlan
     memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
 
     @property
@@ -81,16 +83,16 @@ class Work:
         metadata = pipe.metadata()
         return cls(pipe.spec.levels, pipe.schemas, {n: r.measured for n, r in pipe.releases.items()}, pipe.rng,
                    metadata, run_dir.path, pipe.engine_options(workers=1, progress=False),
-                   state_parts.OutputPlan(pipe.tables, metadata, pipe.spec.levels, pipe.spec.pl94171,
-                                          pipe.spec.mdf_layout), memory_mb)
+                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb)
 
     @property
     def nmf_dir(self) -> Path:
-        return RunDir(self.run_dir).nmf_dir
+        return self.files.nmf_dir
 
-    def state_dir(self, state: str) -> Path:
-        """The operator files of one state: its facts, solution, checkpoints and output parts."""
-        return RunDir(self.run_dir).checkpoints_dir / "states" / state
+    @property
+    def files(self) -> RunDir:
+        """Where the run's files are: the NMF, and each state's facts, solutions, checkpoints and parts."""
+        return RunDir(self.run_dir)
 
     def below(self) -> tuple[str, ...]:
         return self.levels[len(TOP):]
@@ -117,9 +119,9 @@ class Tops:
     inputs: list[StateInputs]
     states: list[StateTop]
 
-    def published_invariants(self) -> dict:
+    def published_invariants(self) -> PublishedInvariants:
         totals = {s.state: s.population for s in self.states}
-        return {"total_population": {"nation": {"": sum(totals.values())}, "state": totals}}
+        return PublishedInvariants({"nation": {"": sum(totals.values())}, "state": totals})
 
     @property
     def n_blocks(self) -> int:
@@ -254,7 +256,7 @@ class StateSolved:
 
 
 def _facts_path(work: Work, state: str) -> Path:
-    return work.state_dir(state) / "facts.npz"
+    return work.files.state_facts(state)
 
 
 def _state_facts(work: Work, state: str) -> tuple[Geography, Invariants]:
@@ -265,7 +267,7 @@ def _state_facts(work: Work, state: str) -> tuple[Geography, Invariants]:
 
 def _engine(work: Work, state: str, width: int = 1) -> EngineOptions:
     """A state's engine: its own checkpoints and NMF files, and a pool of `width` processes (1: in its task)."""
-    return replace(work.engine, checkpoint_dir=work.state_dir(state) / "solved", state=state, workers=width)
+    return replace(work.engine, checkpoint_dir=work.files.state_checkpoints(state), state=state, workers=width)
 
 
 def widths(persons: list[int], executor) -> list[int]:
@@ -319,7 +321,7 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
     """B: read the state again, measure its levels below the state, solve the persons below its solved row
     (on `width` processes)."""
     work, si, row, width = task
-    solution = work.state_dir(si.state) / "persons.npz"
+    solution = work.files.solution("persons", si.state)
     if solution.exists():  # solved before an interruption
         persons, _, meta = load_solved(solution)
         geography, invariants = _state_facts(work, si.state)
@@ -344,29 +346,29 @@ class StateDone:
 
     state: str
     reports: list[LevelReport]
-    parts: object  # das.io.parts.StateParts
+    parts: Part
 
 
 def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone:
     """C: the units below the state's solved row (if a units release, on `width` processes), then the
     state's output parts."""
     work, state, row, width = task
-    folder = work.state_dir(state)
-    reports_path = folder / "units_reports.json"
-    done = state_parts.read_state_parts(folder / "parts")
+    reports_path = work.files.state_reports(state, "units")
+    done = state_parts.read_state_parts(work.files.state_parts(state).path)
     if done is not None:
         records = json.loads(reports_path.read_text()) if reports_path.exists() else []
         return StateDone(state, [_report(r) for r in records], done)
     geography, invariants = _state_facts(work, state)
-    persons, _, _ = load_solved(folder / "persons.npz")
+    persons, _, _ = load_solved(work.files.solution("persons", state))
     solved, reports = {"persons": persons}, []
     if row is not None:
         solved["units"], reports = postprocess("units", work.schemas["units"], geography,
                                                _with_household_persons(work, invariants, persons), work.nmf_dir,
                                                _engine(work, state, width), start=("state", row))
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
-    written = state_parts.write_state_parts(folder / "parts", work.schemas, geography.blocks, solved,
-                                            invariants.gq_facilities, work.outputs)
+    written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas,
+                                            geography.blocks, solved, gq_facilities=invariants.gq_facilities,
+                                            plan=work.outputs)
     return StateDone(state, reports, written)
 
 
@@ -420,18 +422,18 @@ def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> li
 
 
 def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
-               memory_gb: float | None = None) -> tuple[dict, dict[str, list[LevelReport]], list[Path]]:
+               memory_gb: float | None = None) -> tuple[dict, dict[str, list[LevelReport]], dict[str, list[Path]]]:
     """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
-    Returns the nation's solved histograms (per release), the level reports and the output files."""
+    Returns the nation's solved histograms (per release), the level reports and the files written
+    (by manifest field, das.io.parts.assemble)."""
     work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor)), run_dir.nmf_dir
-    ckpt = run_dir.checkpoints_dir / "top"
     codes = np.array([s.state for s in tops.states])
     options = pipe.engine_options()
 
     t0 = time.perf_counter()
     measure_top(pipe, tops, nmf_dir)
     persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
-                                     nmf_dir, options, ckpt / "persons.npz")
+                                     nmf_dir, options, run_dir.solution("persons"))
     width = widths(tops.persons, executor)
     solved_b = largest_first(executor, solve_state,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
@@ -446,7 +448,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     units_rows = [None] * len(codes)
     if "units" in pipe.releases:
         units, top_units = solve_top("units", pipe.schemas["units"], codes, [s.units_bounds for s in solved_b],
-                                     nmf_dir, options, ckpt / "units.npz")
+                                     nmf_dir, options, run_dir.solution("units"))
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
     done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
@@ -456,8 +458,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    outputs = state_parts.assemble(run_dir, [d.parts for d in done],
-                                   state_parts.nation_tables(pipe.schemas, nation, pipe.tables), work.outputs)
+    outputs = state_parts.assemble(run_dir, [d.parts for d in done], NationRelease(pipe.schemas, nation), work.outputs)
     pipe.timings["write_outputs"] = time.perf_counter() - t0
     return nation, reports, outputs
 

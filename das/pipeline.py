@@ -4,10 +4,10 @@
       -> read_inputs  (confidential microdata -> geography, invariants, true block histograms)
       -> measure      (noisy measurements into the NMF, charged to an exact accountant first)
       -> postprocess  (TopDown per release, persons first: the units are bounded by its households)
-      -> write_outputs (MDF, tables, PL 94-171 files: each appearing whole)
+      -> solved_release (what the writers of das.io.outputs take; das.frame writes them)
 
 `das run` and its resume (das.run), `das measure`, and research replicates (das.research) all
-run these stages; only das.run keeps a manifest around them.
+run these stages; the release frame (das.frame) keeps the run directory around them.
 """
 
 from __future__ import annotations
@@ -22,25 +22,21 @@ from pathlib import Path
 import scipy.sparse as sp
 
 import das
-from das import atomic, bundle, preflight
-from das.checkpoint import crash_point
+from das import bundle, preflight
 from das.geography import Geography
-from das.io import mdf as mdf_io
-from das.io import pl94171
 from das.io.microdata import read_inputs
-from das.io.tables import load_tables, write_tables
+from das.io.outputs import SolvedRelease
+from das.io.tables import load_tables
 from das.measure import Measured, Measurement, Target, measure_release, plan_for
 from das.privacy.accounting import Allocation, PrivacyAccountant, certificate
+from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.rules import Invariants, household_persons
-from das.rundir import RunDir
+from das.rundir import PublishedInvariants
 from das.runspec import Release, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
-
-NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseudo-random "
-               "generator. These outputs are NOT private and must not be released.")
 
 
 class RunError(RuntimeError):
@@ -70,7 +66,7 @@ class ReleasePlan:
     strategy: Strategy
     plan: dict[str, list[Measurement]]
     allocation: Allocation
-    certificate: dict
+    certificate: Certificate | None
 
     @property
     def measured(self) -> Measured:
@@ -79,11 +75,30 @@ class ReleasePlan:
 
 @dataclass(frozen=True)
 class Confidential:
-    """The inputs as read: geography, published invariants, true block histograms per release."""
+    """The inputs as read: geography, published invariants, true block histograms per release.
+    Like a partitioned run's das.partitioned.Tops, it says what is published exactly and its size."""
 
     geography: Geography
     invariants: Invariants
     histograms: dict[str, sp.csr_matrix]
+
+    def published_invariants(self) -> PublishedInvariants:
+        """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
+        units = self.geography.units
+        return PublishedInvariants({level: dict(zip(units(level).tolist(), map(int, totals)))
+                                    for level, totals in self.invariants.total_population.items()})
+
+    @property
+    def n_blocks(self) -> int:
+        return self.geography.n_blocks
+
+    def without_truth(self) -> Confidential:
+        """The same inputs with the true counts dropped (past the measurement they are not needed)."""
+        return Confidential(self.geography, self.invariants, {})
+
+    def solved_release(self, schemas: dict[str, Schema], solved: dict[str, sp.csr_matrix]) -> SolvedRelease:
+        """What the writers (das.io.outputs) take of a release solved from these inputs."""
+        return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities)
 
 
 @dataclass
@@ -109,14 +124,15 @@ class Pipeline:
             validate_strategy(strategy, schema, spec.levels)
             rho = release.rho if release.rho is not None else strategy.rho
             plan, allocation = plan_for(strategy, rho, spec.levels)
-            planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, {})
+            planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, None)
         preflight.check_spec(spec, {n: r.schema for n, r in planned.items()},
                              {n: r.strategy for n, r in planned.items()},
                              {n: r.allocation for n, r in planned.items()},
                              workers=workers, engine=engine, allow_large_rho=allow_large_rho)
         rng = make_random_source(spec.seed)
         for name, r in planned.items():
-            cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, r.schema.name, rng.private)
+            cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, schema_name=r.schema.name,
+                               randomness_private=rng.private)
             planned[name] = replace(r, certificate=cert)
         return cls(spec, planned, rng, load_tables(spec.tables), log)
 
@@ -125,14 +141,15 @@ class Pipeline:
         return {name: r.schema for name, r in self.releases.items()}
 
     @property
-    def certificates(self) -> dict[str, dict]:
+    def certificates(self) -> dict[str, Certificate]:
         return {name: r.certificate for name, r in self.releases.items()}
 
     def at_budget(self, name: str, rho: Fraction) -> ReleasePlan:
         """Release `name` planned at another total budget (research: the same strategy's shares)."""
         r = self.releases[name]
         plan, allocation = plan_for(r.strategy, rho, self.spec.levels)
-        cert = certificate(r.strategy, rho, self.spec.delta, self.spec.levels, r.schema.name, self.rng.private)
+        cert = certificate(r.strategy, rho, self.spec.delta, self.spec.levels, schema_name=r.schema.name,
+                           randomness_private=self.rng.private)
         return replace(r, plan=plan, allocation=allocation, certificate=cert)
 
     def public_spec(self) -> tuple[str, str]:
@@ -207,25 +224,3 @@ class Pipeline:
             done_at = ", ".join(f"{lr.level} {(lr.span or (0, lr.seconds))[1]:.1f}" for lr in reports[name])
             self.log(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
         return solved, reports
-
-    def write_outputs(self, run_dir: RunDir, confidential: Confidential, solved: dict) -> list[Path]:
-        """MDFs, tables and (if the spec asks) the PL 94-171 files; each directory appears whole."""
-        t0 = time.perf_counter()
-        schemas, metadata, geography = self.schemas, self.metadata(), confidential.geography
-        outputs = [mdf_io.write_table(mdf_io.release_mdf(kind, schemas, geography.blocks, solved,
-                                                         confidential.invariants.gq_facilities),
-                                      run_dir.mdf(kind), metadata=metadata) for kind in mdf_io.KINDS]
-        crash_point("outputs")
-        if self.spec.mdf_layout == "pipe":
-            outputs += [mdf_io.pipe_copy(run_dir.mdf(kind), run_dir.mdf(kind, "pipe")) for kind in mdf_io.KINDS]
-        by_schema = {schemas[name].name: solved[name] for name in solved}
-        with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
-            written = write_tables(tmp, geography, by_schema, {s.name: s for s in schemas.values()}, self.tables,
-                                   metadata=metadata)
-        outputs += [run_dir.tables_dir / p.name for p in written]
-        if self.spec.pl94171:
-            with atomic.replacing(run_dir.pl94171_dir, directory=True) as tmp:
-                written = pl94171.write_release(tmp, geography, solved, schemas)
-            outputs += [run_dir.pl94171_dir / p.name for p in written]
-        self.timings["write_outputs"] = time.perf_counter() - t0
-        return outputs

@@ -1,32 +1,53 @@
 """`das run SPEC`: a whole release, from confidential microdata to validated outputs.
 
-The stages are das.pipeline's; this module keeps the run directory around them: the output
-directory checks, the manifest (written before any noise is drawn, completed at the end), the
-operator files that let an interrupted run resume without drawing noise twice, and the
-independent validation of what was written.
+The stages are das.pipeline's, the run directory around them das.frame's (manifest before any
+noise, outputs from the registry, completion and validation); this module chooses the run's shape
+(one process reading the inputs whole, or the partitioned driver of das.partitioned), keeps the
+order of refusals before anything is drawn, and resumes an interrupted run without drawing noise twice.
 """
 
 from __future__ import annotations
 
-import platform
-import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
 from das import bundle, preflight
-from das.checkpoint import file_sha256, is_disk_full
+from das.checkpoint import Checkpoints, file_sha256, is_disk_full
 from das.executors import make_executor
-from das.io.nmf import level_files as nmf_level_files
-from das.measure import Target
+from das.frame import (
+    NOT_PRIVATE,
+    Completion,
+    FrameError,
+    Opening,
+    ReleaseFrame,
+    check_out_dir,
+    complete,
+    holds,
+    open_frame,
+    operator_fingerprint,
+    output_plan,
+    protected_paths,
+)
+from das.measure import Target, parts_dir
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
-from das.pipeline import NOT_PRIVATE, Confidential, Pipeline, RunError, code_version
-from das.rundir import Manifest, RunDir, RunDirError
+from das.pipeline import Confidential, Pipeline, RunError, code_version
+from das.privacy.certificate import delta_text, fraction_text
+from das.rundir import (
+    Counts,
+    EngineRecord,
+    FailsafeRecord,
+    Interruption,
+    LevelRecord,
+    Manifest,
+    ReleaseInfo,
+    RunDir,
+    RunDirError,
+)
 from das.runspec import RunSpec, load_run_spec
 from das.topdown.engine import task_summary
-from das.validate import validate_run
 
 __all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run", "run"]
 
@@ -44,116 +65,127 @@ class RunOptions:
     memory_gb: float | None = None  # a partitioned run's budget for its state tasks (None: no limit)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
     out_dir: Path
-    manifest: dict
+    manifest: Manifest
     valid: bool
     summary: str
 
 
-def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
-    """Refuse a non-empty output directory unless asked to overwrite a das run there; the files
-    --overwrite will delete (only files a das run writes, never `protected` ones: spec, inputs)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise RunError(f"output directory {out_dir} is a file, not a directory")
-    if not (out_dir.exists() and any(out_dir.iterdir())):
-        return []
-    if overwrite:
-        try:
-            return bundle.removable_run_files(out_dir, list(protected))
-        except bundle.BundleError as e:
-            raise RunError(str(e)) from None
-    owner, hint = "", ""
+def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
     try:
-        held = RunDir(out_dir).read()
-        owner = f" (it holds run {held.spec_name!r})"
-        if not held.complete:
-            owner = f" (it holds an unfinished run of {held.spec_name!r}, status {held.status!r})"
-            hint = f", continue it with `das run --resume {out_dir}`"
-    except RunDirError:
-        pass
-    raise RunError(f"output directory {out_dir} is not empty{owner}; choose another{hint} or pass --overwrite")
+        check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+    except FrameError as e:
+        raise RunError(str(e)) from None
 
 
-def protected_paths(spec: RunSpec) -> list[Path]:
-    """What --overwrite must never delete: the run's spec and inputs."""
-    return [spec.path, spec.persons_path, spec.units_path]
+def _opening(pipe: Pipeline, confidential: Confidential | Tops) -> Opening:
+    """What a TopDown release says of itself before any noise: schemas and strategies, certificates,
+    the invariants published exactly, and what it holds (das.frame.holds)."""
+    releases = {name: ReleaseInfo(r.spec.schema, r.spec.strategy) for name, r in pipe.releases.items()}
+    return Opening(releases, pipe.certificates, confidential.published_invariants(), holds(_plan(pipe), synthetic=False),
+                   private=pipe.rng.private, version=code_version())
 
 
-def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
-    """What must not change between a run and its resumption: spec, seed, inputs (keyed digests, operator only)."""
-    return {
-        "spec_sha256": bundle.spec_digest(spec.text),
-        "seed": spec.seed,
-        "inputs": {name: bundle.keyed_fingerprint(key, p)
-                   for name, p in (("persons", spec.persons_path), ("units", spec.units_path)) if p is not None},
-    }
+def _plan(pipe: Pipeline):
+    return output_plan(pipe.spec, pipe.tables, pipe.metadata())
 
 
-def published_invariants(confidential: Confidential | Tops) -> dict:
-    """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
-    if isinstance(confidential, Tops):
-        return confidential.published_invariants()
-    geography = confidential.geography
-    return {"total_population": {level: dict(zip(geography.units(level).tolist(), map(int, totals)))
-                                 for level, totals in confidential.invariants.total_population.items()}}
+def _open(pipe: Pipeline, run_dir: RunDir, confidential: Confidential | Tops, overwrite: bool) -> ReleaseFrame:
+    try:
+        return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
+                          log=pipe.log)
+    except FrameError as e:
+        raise RunError(str(e)) from None
 
 
-def start_run_dir(pipe: Pipeline, run_dir: RunDir, overwrite: bool, confidential: Confidential | Tops) -> Manifest:
-    """A new run directory: the operator files (paths, keyed fingerprints, key), then the public
-    manifest, which says what runs (spec, certificate, invariants) before any noise is drawn."""
-    spec = pipe.spec
-    key = bundle.new_key()
-    fingerprint = operator_fingerprint(spec, key)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
-    if files:
-        bundle.remove_run_files(run_dir.path, files)
-    run_dir.path.mkdir(parents=True, exist_ok=True)
-    bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
-                                         "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
-                                         "fingerprint": fingerprint}, key)
-    text, digest = pipe.public_spec()
-    manifest = Manifest(
-        das_version=code_version(), spec_name=spec.name, spec_text=text, spec_sha256=digest, status="running",
-        private=pipe.rng.private,
-        randomness="operating-system CSPRNG" if pipe.rng.private else f"seeded (seed {spec.seed})",
-        levels=list(spec.levels), tables=spec.tables,
-        persons={"schema": spec.persons.schema, "strategy": spec.persons.strategy},
-        units={"schema": spec.units.schema, "strategy": spec.units.strategy} if spec.units else None,
-        privacy=pipe.certificates, python=platform.python_version(), seed=spec.seed,
-        invariants=published_invariants(confidential),
-    )
-    if not pipe.rng.private:
-        manifest.warning = NOT_PRIVATE
-        pipe.log(f"WARNING: {NOT_PRIVATE}")
-    run_dir.write(manifest)
-    return manifest
+# ---------------------------------------------------------------------------------------------
+# The two shapes of a run: the inputs read whole, or one file per state (das.partitioned)
 
 
-def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, allow_large_rho: bool = False) -> dict:
+class _Whole:
+    """Inputs read whole in this process; measurement and post-processing on the executor."""
+
+    partitioned = False
+
+    def read(self, pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None) -> Confidential:
+        return pipe.read_inputs(run_dir.path)
+
+    def measure(self, pipe: Pipeline, run_dir: RunDir, confidential: Confidential, executor) -> dict:
+        measured: dict = {}
+        pipe.measure(confidential, Target(run_dir.nmf_dir, executor=executor, report=measured))
+        return measured
+
+    def release(self, job: _Job, confidential: Confidential) -> Completion:
+        pipe, frame = job.pipe, job.frame
+        measured = self.measure(pipe, frame.run_dir, confidential, job.executor)
+        if job.interruption is not None:
+            job.interruption = replace(job.interruption, measurement=measured)
+            job.record_interruption()
+        confidential = confidential.without_truth()  # the true counts are not needed past this point
+        options = pipe.engine_options(workers=job.options.workers, progress=job.options.progress,
+                                      executor=job.executor, checkpoint_dir=frame.run_dir.checkpoints_dir)
+        solved, level_reports = pipe.postprocess(confidential, frame.run_dir.nmf_dir, options)
+        t0 = time.perf_counter()
+        written = job.frame.write(confidential.solved_release(pipe.schemas, solved))
+        pipe.timings["write_outputs"] = time.perf_counter() - t0
+        return job.completion(written, level_reports, Counts(int(solved["persons"].sum()), confidential.n_blocks))
+
+
+class _Partitioned:
+    """Inputs as one file per state: each state read, measured, solved and written on the workers."""
+
+    partitioned = True
+
+    def read(self, pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None) -> Tops:
+        try:
+            return read_states(pipe, run_dir, executor, memory_gb)
+        except PartitionError as e:
+            raise RunError(str(e)) from None
+
+    def measure(self, pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> dict:
+        measure_states(pipe, run_dir, tops, executor)
+        return {}
+
+    def release(self, job: _Job, tops: Tops) -> Completion:
+        nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
+                                                    job.options.memory_gb)
+        return job.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
+
+
+def _shape(spec: RunSpec) -> _Whole | _Partitioned:
+    """Inputs given as directories of one file per state: a partitioned run (das/partitioned.py)."""
+    try:
+        return _Partitioned() if is_partitioned(spec.persons_path, spec.units_path) else _Whole()
+    except PartitionError as e:
+        raise RunError(str(e)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# das measure
+
+
+def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, allow_large_rho: bool = False) -> Manifest:
     """`das measure`: the NMF and a manifest, no post-processing."""
     pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
-    check_out_dir(run_dir.path, overwrite, protected_paths(pipe.spec))
-    if _partitioned(pipe.spec):
-        executor = make_executor("local", 1)
-        confidential = _read_states(pipe, run_dir, executor)  # nothing written yet
-        manifest = start_run_dir(pipe, run_dir, overwrite, confidential)
-        measure_states(pipe, run_dir, confidential, executor)
-    else:
-        confidential = pipe.read_inputs(run_dir.path)  # nothing written yet
-        manifest = start_run_dir(pipe, run_dir, overwrite, confidential)
-        pipe.measure(confidential, Target(run_dir.nmf_dir))
-    manifest.status, manifest.timings_seconds = "measured", pipe.timings
-    manifest.nmf = _digests(run_dir, run_dir.nmf_files())
-    run_dir.write(manifest)
-    return manifest.to_dict()
+    _out_dir(run_dir, overwrite, pipe.spec)
+    shape = _shape(pipe.spec)
+    executor = make_executor("local", 1)
+    try:
+        confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
+        frame = _open(pipe, run_dir, confidential, overwrite)
+        shape.measure(pipe, run_dir, confidential, executor)
+    finally:
+        executor.close()
+    nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
+    return frame.recorded(frame.manifest.but(status="measured", timings_seconds=dict(pipe.timings), nmf=nmf)).manifest
 
 
-def _digests(run_dir: RunDir, paths) -> dict[str, str]:
-    return {str(p.relative_to(run_dir.path)): file_sha256(p) for p in paths}
+# ---------------------------------------------------------------------------------------------
+# Resume
 
 
 def _progress_found(run_dir: RunDir, pipe: Pipeline) -> dict:
@@ -161,24 +193,32 @@ def _progress_found(run_dir: RunDir, pipe: Pipeline) -> dict:
     found: dict = {}
     levels = pipe.spec.levels
     for name in pipe.releases:
-        nmf_dir, ckpt = run_dir.nmf_dir / name, run_dir.checkpoints_dir / name
-        files = {lv: nmf_level_files(run_dir.nmf_dir, name, lv) for lv in levels}
-        chunks = {lv: sorted(nmf_dir.glob(f"{lv}.parquet.parts") if (nmf_dir / f"{lv}.parquet.parts").is_dir()
-                             else nmf_dir.glob(f"{lv}/*.parquet.parts")) for lv in levels}
+        ckpt = Checkpoints(run_dir.checkpoints_dir, name)
+        files = {lv: run_dir.nmf_level_files(name, lv) for lv in levels}
+        chunks = {lv: _chunk_dirs(run_dir, name, lv) for lv in levels}
         found[name] = {
             # a level in one file, or (a partitioned run) the states whose file of the level is complete
             "nmf_levels": [lv for lv in levels if files[lv] and files[lv][0][1] is None],
             "nmf_states": {lv: [s for _, s in files[lv]] for lv in levels if files[lv] and files[lv][0][1] is not None},
             "nmf_levels_in_chunks": {lv: sum(len(list(p.glob("*.nmfpart"))) for p in chunks[lv])
                                      for lv in levels if chunks[lv]},
-            "solved_levels": [lv for lv in levels if (ckpt / f"{lv}.npz").exists()],
-            "solved_batches": {lv: len(list((ckpt / f"{lv}.parts").glob("b*.npz")))
-                               for lv in levels if (ckpt / f"{lv}.parts").is_dir()},
+            "solved_levels": [lv for lv in levels if ckpt.level_path(lv).exists()],
+            "solved_batches": {lv: len(list(ckpt.parts_dir(lv).glob("b*.npz")))
+                               for lv in levels if ckpt.parts_dir(lv).is_dir()},
         }
     return found
 
 
-@dataclass
+def _chunk_dirs(run_dir: RunDir, release: str, level: str) -> list[Path]:
+    """The committed-chunk directories of a level being measured: its one file's, or its states' files'."""
+    whole = parts_dir(run_dir.nmf_level(release, level))
+    if whole.is_dir():
+        return [whole]
+    states = parts_dir(run_dir.nmf_level(release, level, "*"))
+    return sorted(states.parent.glob(states.name))
+
+
+@dataclass(frozen=True)
 class Stored:
     """A run directory to continue: its public manifest and its operator record and key."""
 
@@ -221,6 +261,16 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
                        + ". Resume with the same spec, seed and inputs, or start a new run in another directory")
 
 
+def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
+    """The same spec, seed and inputs (keyed fingerprints, read before any input is read)."""
+    current = {"spec_sha256": bundle.spec_digest(spec.text), "seed": spec.seed}
+    _check_fingerprint(run_dir.path, stored.operator["fingerprint"], current, "spec")
+    for name, path in (("persons", spec.persons_path), ("units", spec.units_path)):
+        if not Path(path).exists():  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
+            raise RunError(f"cannot resume {run_dir.path}: the {name} input {path} is not found")
+    _check_fingerprint(run_dir.path, stored.operator["fingerprint"], operator_fingerprint(spec, stored.key), "inputs")
+
+
 def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None,
                log=print, **settings) -> RunResult:
     """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
@@ -233,6 +283,10 @@ def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: i
         _check_fingerprint(Path(run_dir), stored.operator["fingerprint"],
                            {"spec_sha256": bundle.spec_digest(given.text), "seed": stored_seed}, "spec")
     return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, log=log, resume=True, **settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# das run
 
 
 def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, log=print, resume: bool = False,
@@ -251,89 +305,85 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     stored = _load_stored(run_dir) if resume else None
     if stored and stored.manifest.complete and stored.manifest.validation is not None:
         log(f"{run_dir.path} already holds a complete run; nothing to resume")
-        manifest = stored.manifest.to_dict()
-        return RunResult(run_dir.path, manifest, manifest["validation"]["valid"], render_summary(manifest))
+        manifest = stored.manifest
+        return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
     pipe = Pipeline.prepare(spec_path, seed, workers=options.workers, engine=options.engine,
                             allow_large_rho=options.allow_large_rho, log=log)
-    spec = pipe.spec
     if stored:
-        current = {"spec_sha256": bundle.spec_digest(spec.text), "seed": spec.seed}
-        _check_fingerprint(run_dir.path, stored.operator["fingerprint"], current, "spec")
-        for name, path in (("persons", spec.persons_path), ("units", spec.units_path)):
-            if not Path(path).exists():  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
-                raise RunError(f"cannot resume {run_dir.path}: the {name} input {path} is not found")
-        _check_fingerprint(run_dir.path, stored.operator["fingerprint"], operator_fingerprint(spec, stored.key),
-                           "inputs")
+        _check_resumable(run_dir, stored, pipe.spec)
     else:
         preflight.check_writable(run_dir.path)
-        check_out_dir(run_dir.path, options.overwrite, protected_paths(spec))
-    partitioned = _partitioned(spec)
-    confidential = None if partitioned else pipe.read_inputs(run_dir.path)  # nothing written yet
+        _out_dir(run_dir, options.overwrite, pipe.spec)
+    shape = _shape(pipe.spec)
+    confidential = None if shape.partitioned else shape.read(pipe, run_dir, None, None)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
         # a partitioned run's tasks are whole states: each in a new process, so a worker holds one state's memory
-        executor = make_executor(options.engine, options.workers, options.scheduler, fresh=partitioned)
+        executor = make_executor(options.engine, options.workers, options.scheduler, fresh=shape.partitioned)
     except (ValueError, RuntimeError) as e:
         raise RunError(str(e)) from None
     try:
         task_budget_mb(options.memory_gb, executor)  # a budget the driver and workers alone exceed: refused now
-        if partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
-            confidential = _read_states(pipe, run_dir, executor, options.memory_gb)
-        job = _Job(pipe, run_dir, options, executor, t_start)
-        return job.start_or_resume(stored, confidential)
+        if shape.partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
+            confidential = shape.read(pipe, run_dir, executor, options.memory_gb)
+        job = _Job(pipe, options, executor, t_start)
+        return job.start_or_resume(run_dir, stored, shape, confidential)
     finally:
         executor.close()
 
 
-def _partitioned(spec: RunSpec) -> bool:
-    """Inputs given as directories of one file per state: a partitioned run (das/partitioned.py)."""
-    try:
-        return is_partitioned(spec.persons_path, spec.units_path)
-    except PartitionError as e:
-        raise RunError(str(e)) from None
-
-
-def _read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
-    try:
-        return read_states(pipe, run_dir, executor, memory_gb)
-    except PartitionError as e:
-        raise RunError(str(e)) from None
-
-
 @dataclass
 class _Job:
-    """A run under way: its pipeline, directory, options and worker pool, and the manifest it keeps."""
+    """A run under way: its pipeline, options and worker pool, its frame, and this resumption's record."""
 
     pipe: Pipeline
-    run_dir: RunDir
     options: RunOptions
     executor: object
     t_start: float
-    manifest: Manifest | None = None
-    interruption: dict | None = None  # the record of this resumption, if it is one
-    solved: dict = field(default_factory=dict)
+    frame: ReleaseFrame | None = None
+    interruption: Interruption | None = None
 
-    def start_or_resume(self, stored: Stored | None, confidential: Confidential | Tops) -> RunResult:
+    def start_or_resume(self, run_dir: RunDir, stored: Stored | None, shape, confidential) -> RunResult:
         if stored:
-            self.manifest = stored.manifest
-            self.interruption = {"resumed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                 "previous_status": self.manifest.status,
-                                 "found": _progress_found(self.run_dir, self.pipe)}
-            self.manifest.interruptions = (self.manifest.interruptions or []) + [self.interruption]
-            self.pipe.log(f"resuming {self.run_dir.path} (was {self.manifest.status}): reusing the stored NMF and "
+            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), self.pipe.log)
+            self.interruption = Interruption(time.strftime("%Y-%m-%dT%H:%M:%S%z"), stored.manifest.status,
+                                             _progress_found(run_dir, self.pipe))
+            self.pipe.log(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
                           "checkpoints, no noise is drawn again for a committed measurement")
-            self.manifest.status = "running"
-            self.run_dir.write(self.manifest)
+            self.record_interruption(status="running")
         else:
-            self.manifest = start_run_dir(self.pipe, self.run_dir, self.options.overwrite, confidential)
+            self.frame = _open(self.pipe, run_dir, confidential, self.options.overwrite)
         try:
-            return self.finish(confidential)
+            completion = shape.release(self, confidential)
+            self.frame = complete(self.frame, completion, validate={"executor": self.executor,
+                                                                    "persons_limit": self._persons_limit()})
         except BaseException as e:
             self._mark_interrupted(e)
             if is_disk_full(e):
-                raise RunError(f"disk full while writing to {self.run_dir.path} ({e.strerror}: "
+                raise RunError(f"disk full while writing to {run_dir.path} ({e.strerror}: "
                                f"{e.filename or 'an output file'}); everything committed so far is kept: free some "
-                               f"space and continue with `das run --resume {self.run_dir.path}`") from e
+                               f"space and continue with `das run --resume {run_dir.path}`") from e
             raise
+        manifest = self.frame.manifest
+        return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
+
+    def record_interruption(self, **changes) -> None:
+        """This resumption's record in the manifest (appended once, then kept up to date)."""
+        earlier = self.frame.manifest.interruptions or ()
+        if changes:  # the first record of this resumption
+            earlier = (*earlier, self.interruption)
+        else:
+            earlier = (*earlier[:-1], self.interruption)
+        self.frame = self.frame.recorded(self.frame.manifest.but(interruptions=earlier, **changes))
+
+    def completion(self, written: dict, level_reports: dict, counts: Counts) -> Completion:
+        """The manifest's closing fields from what the release wrote and its post-processing reports."""
+        events = tuple(FailsafeRecord(name, r.level, e.parent, e.stage, e.relaxed, e.slack, e.detail)
+                       for name, reports in level_reports.items() for r in reports for e in r.failsafe_events)
+        levels = {name: tuple(LevelRecord(r.level, r.parents, r.seconds, len(r.failsafe_events), r.certificate,
+                                          task_summary(r)) for r in reports)
+                  for name, reports in level_reports.items()}
+        return Completion(written, counts, {**self.pipe.timings, "total": time.perf_counter() - self.t_start},
+                          levels, events, EngineRecord(self.options.engine, self.options.workers))
 
     def _persons_limit(self) -> float | None:
         """--memory-gb as persons of the states in flight (das.partitioned's estimate per person)."""
@@ -343,95 +393,36 @@ class _Job:
     def _mark_interrupted(self, error: BaseException) -> None:
         """Best effort (the disk may be full): say in the manifest that the run stopped and why."""
         try:
-            self.manifest.status = "interrupted"
-            self.manifest.error = f"{type(error).__name__}: {error}"[:500]
-            self.run_dir.write(self.manifest)
+            self.frame = self.frame.recorded(self.frame.manifest.but(
+                status="interrupted", error=f"{type(error).__name__}: {error}"[:500]))
         except OSError:
             pass
 
-    def finish(self, confidential: Confidential | Tops) -> RunResult:
-        pipe, run_dir, manifest = self.pipe, self.run_dir, self.manifest
-        if isinstance(confidential, Tops):
-            nation, level_reports, outputs = run_states(pipe, run_dir, confidential, self.executor,
-                                                        self.options.memory_gb)
-            counts = {"persons": int(nation["persons"].sum()), "blocks": confidential.n_blocks}
-            return self.complete(level_reports, outputs, counts)
-        measured: dict = {}
-        pipe.measure(confidential, Target(run_dir.nmf_dir, executor=self.executor, report=measured))
-        if self.interruption is not None:
-            self.interruption["measurement"] = measured
-            run_dir.write(manifest)
-        # the true counts are not needed past this point
-        confidential = Confidential(confidential.geography, confidential.invariants, {})
-        options = pipe.engine_options(workers=self.options.workers, progress=self.options.progress,
-                                      executor=self.executor, checkpoint_dir=run_dir.checkpoints_dir)
-        solved, level_reports = pipe.postprocess(confidential, run_dir.nmf_dir, options)
-        outputs = pipe.write_outputs(run_dir, confidential, solved)
-        counts = {"persons": int(solved["persons"].sum()), "blocks": confidential.geography.n_blocks}
-        return self.complete(level_reports, outputs, counts)
 
-    def complete(self, level_reports: dict, outputs: list[Path], counts: dict) -> RunResult:
-        """The manifest completed (reports, digests, counts), the checkpoints removed, the release validated."""
-        pipe, run_dir, manifest = self.pipe, self.run_dir, self.manifest
-        events = [
-            {"release": name, "level": r.level, **(asdict(e) if hasattr(e, "__dataclass_fields__") else dict(e))}
-            for name, reports in level_reports.items() for r in reports for e in r.failsafe_events
-        ]
-        manifest.status = "complete"
-        manifest.engine = {"engine": self.options.engine, "workers": self.options.workers}
-        manifest.timings_seconds = {**pipe.timings, "total": time.perf_counter() - self.t_start}
-        manifest.levels_report = {name: [{"level": r.level, "parents": r.parents, "seconds": r.seconds,
-                                          "failsafe_events": len(r.failsafe_events), "l2_certificate": r.certificate,
-                                          "tasks": task_summary(r)}
-                                         for r in reports]
-                                  for name, reports in level_reports.items()}
-        manifest.failsafe_events = events
-        manifest.outputs = _digests(run_dir, outputs)
-        manifest.nmf = _digests(run_dir, run_dir.nmf_files())
-        manifest.counts = counts
-        manifest.error = None
-        run_dir.write(manifest)
-        _remove_checkpoints(run_dir)  # derived from the outputs now written
-
-        t0 = time.perf_counter()
-        report = validate_run(run_dir.path, executor=self.executor, persons_limit=self._persons_limit())
-        manifest.timings_seconds["validate"] = time.perf_counter() - t0
-        manifest.validation = {"valid": report.ok, "checks": report.checks, "violations": report.violations[:100]}
-        run_dir.write(manifest)
-        data = manifest.to_dict()
-        return RunResult(run_dir.path, data, report.ok, render_summary(data))
-
-
-def _remove_checkpoints(run_dir: RunDir) -> None:
-    shutil.rmtree(run_dir.checkpoints_dir, ignore_errors=True)
-
-
-def render_summary(manifest: dict) -> str:
-    cert = manifest["privacy"]["persons"]
+def render_summary(manifest: Manifest) -> str:
+    cert = manifest.certificate("persons")
     lines = [
-        f"das run {manifest['spec_name']}: {manifest['counts']['persons']:,} persons in "
-        f"{manifest['counts']['blocks']:,} blocks, levels {' > '.join(manifest['levels'])}",
-        f"privacy (persons): rho = {cert['rho']} ({float(Fraction(cert['rho'])):.4f}), "
-        f"eps = {cert['eps']} at delta = {cert['delta']}; randomness: {manifest['randomness']}",
+        f"das run {manifest.spec_name}: {manifest.counts.persons:,} persons in "
+        f"{manifest.counts.blocks:,} blocks, levels {' > '.join(manifest.levels)}",
+        f"privacy (persons): rho = {fraction_text(cert.rho)} ({float(Fraction(cert.rho)):.4f}), "
+        f"eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}",
     ]
-    if "units" in manifest["privacy"]:
-        u = manifest["privacy"]["units"]
-        lines.append(f"privacy (units): rho = {u['rho']}, eps = {u['eps']} at delta = {u['delta']}")
-    t = manifest["timings_seconds"]
-    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in t.items()))
-    events = manifest["failsafe_events"]
+    if "units" in manifest.privacy:
+        u = manifest.privacy["units"]
+        lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
+    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (manifest.timings_seconds or {}).items()))
+    events = manifest.failsafe_events or ()
     lines.append(f"failsafe: {len(events)} event(s)" + (
-        " at " + ", ".join(sorted({f"{e['release']}/{e['level']}/{e.get('parent', '?')}" for e in events})[:10])
-        if events else ""))
-    certs = [r.get("l2_certificate", {}) for reports in manifest.get("levels_report", {}).values() for r in reports]
+        " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
+    certs = [r.l2_certificate for reports in (manifest.levels_report or {}).values() for r in reports]
     if certs:
         worst = max(c.get("max_rel_gap", 0.0) for c in certs)
         lines.append(f"least squares: {sum(c.get('problems', 0) for c in certs):,} problems, largest relative "
                      f"duality gap {worst:.1e}, {sum(c.get('retried', 0) for c in certs)} retried, "
                      f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance")
-    v = manifest.get("validation", {})
-    lines.append(f"validation: {'PASSED' if v.get('valid') else 'FAILED'} ({len(v.get('checks', []))} checks)")
-    lines.append("outputs: " + ", ".join(sorted(manifest["outputs"])) + ", nmf/, manifest.json")
-    if not manifest["private"]:
+    v = manifest.validation
+    lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
+    lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + ", nmf/, manifest.json")
+    if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)

@@ -45,12 +45,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das import partitions, rules
-from das.bundle import RUN_FILES, BundleError, input_paths
+from das.bundle import BundleError, input_paths, run_files
 from das.checkpoint import file_sha256
 from das.executors import largest_first
 from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
 from das.io import nmf
 from das.io.tables import column_names, load_tables
+from das.privacy.certificate import fraction_text
 from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema
 
@@ -260,7 +261,7 @@ def check_files(run_dir: Path, manifest: Manifest, report: Report, with_nmf: boo
         relative = path.relative_to(run_dir).as_posix()
         if path.is_file() and relative != "manifest.json" and not relative.startswith(("operator/", "checkpoints/")):
             if relative not in listed:
-                known = any(fnmatch.fnmatchcase(relative, p) for p in RUN_FILES)
+                known = any(fnmatch.fnmatchcase(relative, p) for p in run_files())
                 problems.append(f"{relative}: not listed in the manifest" + ("" if known else " (not a das output)"))
     if manifest.spec_sha256 and hashlib.sha256(manifest.spec_text.encode()).hexdigest() != manifest.spec_sha256:
         problems.append("spec_sha256 does not match the spec text in the manifest")
@@ -443,10 +444,9 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
         parquet = pq.ParquetFile(path)
     except Exception as e:
         raise _unreadable(path, e) from None
-    queries = {q["query"]: q for q in level["queries"]}
+    queries = {q.query: q for q in level.queries}
     sizes = {q: schema.query(q).size for q in queries}
-    variances = {q: tuple(int(x) for x in (v["sigma2"].split("/") if "/" in v["sigma2"] else (v["sigma2"], 1)))
-                 for q, v in queries.items()}
+    variances = {q: (v.sigma2.numerator, v.sigma2.denominator) for q, v in queries.items()}
     seen: dict[str, int] = {}
     problems: list[str] = []
     columns = ["query", "geocode", "cell", "variance_num", "variance_den"]
@@ -476,7 +476,8 @@ def _nmf_file_problems(path: Path, name: str, level: dict, schema: Schema, geoun
                 if not _in_order(cells_all[rows], unit_codes[rows], unit_position, start, size):
                     problems.append(f"{name} {query}: rows are not each (geocode, cell) of the level once, in order")
                 if (num_all[rows] != variances[query][0]).any() or (den_all[rows] != variances[query][1]).any():
-                    problems.append(f"{name} {query}: a variance differs from the certified {queries[query]['sigma2']}")
+                    certified = fraction_text(queries[query].sigma2)
+                    problems.append(f"{name} {query}: a variance differs from the certified {certified}")
     except Exception as e:  # a corrupt page or a missing column
         raise ValidationError(f"{path} is not a readable NMF file ({str(e).splitlines()[0][:200]})") from None
     for query in queries:
@@ -493,11 +494,11 @@ def nmf_plan(run_dir: Path, manifest: Manifest, states: list[str]) -> list[tuple
     layout is a ValidationError."""
     plan = []
     for release, cert in manifest.privacy.items():
-        for level in cert["by_level"]:
-            name = f"nmf/{release}/{level['level']}.parquet"
-            files = nmf.level_files(run_dir / "nmf", release, level["level"])
+        for level in cert.by_level:
+            name = f"nmf/{release}/{level.level}.parquet"
+            files = nmf.level_files(run_dir / "nmf", release, level.level)
             if not files:
-                raise ValidationError(f"{run_dir / name} is missing (the certificate measures {release} at {level['level']})")
+                raise ValidationError(f"{run_dir / name} is missing (the certificate measures {release} at {level.level})")
             whole = files[0][1] is None
             plan.append((release, level, name if whole else None,
                          [] if whole else [f"{p.relative_to(run_dir).as_posix()}: state {s} is not a state of the release"
@@ -511,7 +512,7 @@ def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path,
     batch by batch, only its geography); when no level below the state is stored whole (a partitioned
     run), the nation's and the states' geounits are those of `states`, and the units MDF is not read."""
     whole = [(release, level, name) for release, level, name, _ in plan if name is not None]
-    digits = sorted({LEVEL_DIGITS[level["level"]] for _, level, _ in whole})
+    digits = sorted({LEVEL_DIGITS[level.level] for _, level, _ in whole})
     found: dict[int, list[np.ndarray]] = {k: [] for k in digits}
     if whole and max(digits) <= LEVEL_DIGITS["state"]:
         found = {k: [np.unique(np.array([s[:k] for s in states], dtype=str))] for k in digits}
@@ -524,9 +525,9 @@ def whole_level_nmf(run_dir: Path, manifest: Manifest, plan, units_path: Path,
         except Exception as e:
             raise _unreadable(units_path, e) from None
     geounits = {k: np.unique(np.concatenate(parts)) if parts else np.zeros(0, str) for k, parts in found.items()}
-    return {(release, level["level"]): _nmf_file_problems(run_dir / name, name, level,
-                                                          load_schema(manifest.schema(release)),
-                                                          geounits[LEVEL_DIGITS[level["level"]]])
+    return {(release, level.level): _nmf_file_problems(run_dir / name, name, level,
+                                                        load_schema(manifest.schema(release)),
+                                                        geounits[LEVEL_DIGITS[level.level]])
             for release, level, name in whole}
 
 
@@ -536,15 +537,15 @@ def state_nmf(run_dir: Path, manifest: Manifest, state: str, universe: np.ndarra
     problems = {}
     blocks = pd.Series(universe, dtype=str)
     for release, cert in manifest.privacy.items():
-        for level in cert["by_level"]:
-            files = nmf.level_files(run_dir / "nmf", release, level["level"])
+        for level in cert.by_level:
+            files = nmf.level_files(run_dir / "nmf", release, level.level)
             if not files or files[0][1] is None:
                 continue  # a whole-level file (the driver's), or missing (the driver says so)
-            path = run_dir / "nmf" / release / level["level"] / f"{state}.parquet"
+            path = run_dir / "nmf" / release / level.level / f"{state}.parquet"
             if not path.is_file():
-                raise ValidationError(f"{path} is missing (the certificate measures {release} at {level['level']})")
-            geounits = np.unique(blocks.str.slice(0, LEVEL_DIGITS[level["level"]]).to_numpy(dtype=str))
-            problems[(release, level["level"])] = _nmf_file_problems(
+                raise ValidationError(f"{path} is missing (the certificate measures {release} at {level.level})")
+            geounits = np.unique(blocks.str.slice(0, LEVEL_DIGITS[level.level]).to_numpy(dtype=str))
+            problems[(release, level.level)] = _nmf_file_problems(
                 path, path.relative_to(run_dir).as_posix(), level, load_schema(manifest.schema(release)), geounits)
     return problems
 
@@ -624,6 +625,7 @@ def _operator_inputs(run_dir: Path) -> tuple[Path, Path] | None:
 def release_holds(manifest: Manifest, report: Report) -> set[str]:
     """What the release claims to hold: its manifest's `holds`, or everything TopDown holds."""
     holds = TOPDOWN_HOLDS if manifest.holds is None else manifest.holds
+    holds = sorted(holds, key=lambda h: HOLDS.index(h) if h in HOLDS else len(HOLDS))  # in the order they are checked
     unknown = [h for h in holds if h not in HOLDS]
     report.check(f"the release claims {', '.join(holds) or 'nothing'}; those are checked",
                  [f"claims {h!r}, which das validate does not know (known: {', '.join(HOLDS)})" for h in unknown])
@@ -635,14 +637,9 @@ def check_charges(manifest: Manifest, report: Report) -> None:
     within its budget; its delta parts sum exactly to its delta."""
     problems = []
     for release, cert in manifest.privacy.items():
-        try:
-            charges = [Fraction(c["rho"]) for c in cert.get("charges", [])]
-            rho, budget = Fraction(cert["rho"]), Fraction(cert.get("budget", cert["rho"]))
-            delta = Fraction(cert["delta"])
-            delta_parts = [Fraction(v) for v in cert.get("delta_parts", {}).values()]
-        except (KeyError, ValueError, TypeError, ZeroDivisionError) as e:
-            problems.append(f"{release}: the certificate is not readable as exact fractions ({e})")
-            continue
+        charges = [c.rho for c in cert.charges or ()]
+        rho, budget, delta = cert.rho, cert.budget if cert.budget is not None else cert.rho, cert.delta
+        delta_parts = list((cert.delta_parts or {}).values())
         if not charges:
             problems.append(f"{release}: the certificate lists no charges")
         if any(c <= 0 for c in charges):
@@ -707,7 +704,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         missing = [c for c in GEO if c not in names]
         if missing:
             raise ValidationError(f"{run_dir}: an MDF file has no column {missing[0]}")
-    published = manifest.invariants.get("total_population", {})
+    published = manifest.invariants.total_population or {}
     states = sorted(published.get("state", {})) or _states_in(persons_path)
     with_nmf = with_units and "nmf_matches_certificate" in holds
     plan = nmf_plan(run_dir, manifest, states) if with_nmf else []
@@ -737,7 +734,7 @@ def validate_run(run_dir: Path, inputs: tuple[Path, Path] | None = None, use_ope
         if with_nmf:
             problems: list[str] = []
             for release, level, name, layout in plan:
-                key = (release, level["level"])
+                key = (release, level.level)
                 problems += whole_nmf[key] if name is not None else layout + [p for s in parts for p in s.nmf.get(key, [])]
             report.check(NMF_CHECK, _first(problems))
         outside = sum(s.outside[0] for s in parts)
@@ -891,7 +888,7 @@ def validate_state(run_dir: Path, manifest: Manifest, state: str, holds: frozens
     if not with_units:
         return out
 
-    for geo_level, totals in manifest.invariants.get("total_population", {}).items():
+    for geo_level, totals in (manifest.invariants.total_population or {}).items():
         k = LEVEL_DIGITS[geo_level]
         if k > LEVEL_DIGITS["state"]:
             counts = mdf["geocode"].str.slice(0, k).value_counts()

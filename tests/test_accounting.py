@@ -18,6 +18,7 @@ from das.privacy.accounting import (
     eps_loose,
     render_certificate,
 )
+from das.privacy.certificate import Certificate, CertificateError
 from das.privacy.strategy import LevelShare, Strategy, load_strategy
 from das.schema import SpecError
 
@@ -188,36 +189,64 @@ def test_accountant_with_a_plan_accepts_exactly_the_plan():
 
 def test_certificate_contents_and_exactness():
     s = load_strategy("pl94_production_2020")
-    cert = certificate(s, s.rho, DELTA, s.level_names, "pl94_persons", randomness_private=True)
-    assert json.loads(json.dumps(cert)) == cert  # JSON-able as is
-    assert cert["rho"] == "293764/114921" and cert["eps"] == 17.1436 and cert["eps_loose_bound"] == 17.9002
-    assert cert["delta"] == "1e-10" and cert["private"] is True and "warning" not in cert
-    assert cert["convention"] == CONVENTION and "1/sigma^2" in CONVENTION and "sensitivity 2" in CONVENTION
-    assert sum(Fraction(lv["rho"]) for lv in cert["by_level"]) == PROD_RHO
-    assert sum(Fraction(q["rho"]) for lv in cert["by_level"] for q in lv["queries"]) == PROD_RHO
-    block = cert["by_level"][-1]
-    assert block["level"] == "block" and block["rho_share"] == "165/4099"
-    detailed = block["queries"][-1]
-    assert detailed["query"] == "detailed" and detailed["share"] == "3945/4097"
-    assert Fraction(detailed["sigma2"]) == 1 / (PROD_RHO * Fraction(165, 4099) * Fraction(3945, 4097))
-    assert math.isclose(detailed["sigma"] ** 2, detailed["sigma2_decimal"])
+    cert = certificate(s, s.rho, DELTA, s.level_names, schema_name="pl94_persons", randomness_private=True)
+    assert cert.rho == PROD_RHO and cert.eps == 17.1436 and cert.eps_loose_bound == 17.9002
+    assert cert.delta == Fraction(1, 10**10) and cert.private is True and cert.warning is None
+    assert cert.convention == CONVENTION and "1/sigma^2" in CONVENTION and "sensitivity 2" in CONVENTION
+    assert sum(lv.rho for lv in cert.by_level) == PROD_RHO
+    assert sum(q.rho for lv in cert.by_level for q in lv.queries) == PROD_RHO
+    block = cert.level("block")
+    assert block.rho_share == Fraction(165, 4099)
+    detailed = block.queries[-1]
+    assert detailed.query == "detailed" and detailed.share == Fraction(3945, 4097)
+    assert detailed.sigma2 == 1 / (PROD_RHO * Fraction(165, 4099) * Fraction(3945, 4097)) == 1 / detailed.rho
+    # the JSON form: exact values as text, decimals beside them for people
+    data = cert.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["rho"] == "293764/114921" and data["delta"] == "1e-10" and "warning" not in data
+    shown = data["by_level"][-1]["queries"][-1]
+    assert Fraction(shown["sigma2"]) == detailed.sigma2 and math.isclose(shown["sigma"] ** 2, shown["sigma2_decimal"])
+
+
+def test_certificate_round_trips_through_its_json_form_exactly():
+    s = load_strategy("pl94_production_2020")
+    cert = certificate(s, s.rho, DELTA, s.level_names, schema_name="pl94_persons", randomness_private=False)
+    again = Certificate.from_dict(json.loads(json.dumps(cert.to_dict())))
+    assert again == cert and again.to_dict() == cert.to_dict()
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("rho", 0.5, "rho: expected an exact value"), ("rho", "1/0", "rho: expected an exact value"),
+    ("private", "yes", "private: expected true or false"), ("by_level", {}, "by_level: expected a list"),
+    ("levels", None, "levels: expected a list"), ("eps", "17", "eps: expected a number"),
+])
+def test_a_certificate_with_a_bad_field_is_refused_naming_it(field, value, message):
+    s = load_strategy("pl94_five_level")
+    data = certificate(s, None, None, FIVE, schema_name="pl94_persons", randomness_private=True).to_dict()
+    data[field] = value
+    with pytest.raises(CertificateError, match=message):
+        Certificate.from_dict(data)
+    del data[field]
+    with pytest.raises(CertificateError, match=f"field '{field}' is missing"):
+        Certificate.from_dict(data)
 
 
 def test_seeded_certificate_says_not_private_and_renders():
     s = load_strategy("pl94_five_level")
-    cert = certificate(s, None, None, FIVE, "pl94_persons", randomness_private=False)
-    assert cert["rho"] == "293764/114921" and cert["private"] is False and "NOT private" in cert["warning"]
-    assert cert["randomness"].startswith("seeded")
+    cert = certificate(s, None, None, FIVE, schema_name="pl94_persons", randomness_private=False)
+    assert cert.rho == PROD_RHO and cert.private is False and "NOT private" in cert.warning
+    assert cert.randomness.startswith("seeded")
     text = render_certificate(cert)
     for needle in ("293764/114921", "17.1436", "17.9002", "WARNING", "NOT private", "votingage x hispanic x cenrace",
                    "block", "detailed"):
         assert needle in text
-    assert "WARNING" not in render_certificate(certificate(s, None, None, FIVE, "pl94_persons", True))
+    assert "WARNING" not in render_certificate(certificate(s, None, None, FIVE, schema_name="pl94_persons",
+                                                           randomness_private=True))
 
 
 def test_certificate_refuses_other_levels_or_schema():
     s = load_strategy("pl94_five_level")
     with pytest.raises(SpecError, match="not"):
-        certificate(s, None, None, FIVE[:-1], "pl94_persons", True)
+        certificate(s, None, None, FIVE[:-1], schema_name="pl94_persons", randomness_private=True)
     with pytest.raises(SpecError, match="is for schema"):
-        certificate(s, None, None, FIVE, "dhc_persons", True)
+        certificate(s, None, None, FIVE, schema_name="dhc_persons", randomness_private=True)

@@ -140,13 +140,13 @@ def test_a_one_child_chain_uses_the_childs_measurements(tmp_path, monkeypatch):
 
     # rho 1e6 keeps the lower levels' noise negligible: acknowledged, as the preflight asks
     result = run(spec, tmp_path / "with", seed=4, workers=1, progress=False, log=quiet, allow_large_rho=True)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
+    assert result.valid, result.manifest.validation.violations[:5]
     assert published_matches(tmp_path / "with") == {"state": True, "county": True, "tract": True}
     # the same run with the chains switched off is decided by the noisy parents: the test can fail
     monkeypatch.setattr(engine, "single_child_chains", lambda *args, **kwargs: [])
     without = run(spec, tmp_path / "without", seed=4, workers=1, progress=False, log=quiet, allow_large_rho=True)
     assert not any(published_matches(tmp_path / "without").values())
-    assert without.manifest["nmf"] == result.manifest["nmf"]  # the same measurements, only used differently
+    assert without.manifest.nmf == result.manifest.nmf  # the same measurements, only used differently
 
 
 def test_household_persons_bound_the_occupied_units_of_every_block():
@@ -162,8 +162,8 @@ def test_household_persons_bound_the_occupied_units_of_every_block():
 
 def test_persons_and_units_agree_at_every_level_of_a_real_county(tmp_path):
     result = run("al_perry", tmp_path / "perry", seed=9, workers=1, progress=False, log=quiet)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
-    assert any("household_persons" in c and c.startswith("ok") for c in result.manifest["validation"]["checks"])
+    assert result.valid, result.manifest.validation.violations[:5]
+    assert any("household_persons" in c and c.startswith("ok") for c in result.manifest.validation.checks)
     persons = pd.read_parquet(tmp_path / "perry" / "mdf_persons.parquet")
     units_path = tmp_path / "perry" / "mdf_units.parquet"
     units = pd.read_parquet(units_path)
@@ -172,8 +172,8 @@ def test_persons_and_units_agree_at_every_level_of_a_real_county(tmp_path):
                             + frame["TABTRACTCE"].astype(str) + frame["TABBLK"].astype(str))
     p1 = pd.read_parquet(tmp_path / "perry" / "tables" / "P1.parquet", columns=["level"])
     assert "block_group" in set(p1["level"])  # the 2020 spine: tables at block-group level
-    for report in result.manifest["levels_report"]["persons"]:
-        assert report["l2_certificate"]["uncertified"] == 0
+    for report in result.manifest.levels_report["persons"]:
+        assert report.l2_certificate["uncertified"] == 0
     # tampering: an occupied unit in a block without household persons is caught
     occupied = units.index[(units["RTYPE"] == 2) & (units["HH_STATUS"] == 2)]
     households = set(persons.loc[persons["GQTYPE_PL"] == 0, "geocode"])
@@ -239,5 +239,5 @@ def test_two_pass_root_with_held_answers_solves_on_a_real_county(tmp_path):
     spec = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/", "")
     (tmp_path / "spec.toml").write_text(spec.replace(".csv", ".parquet"))
     result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=1, progress=False, log=quiet)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
-    assert result.manifest["levels_report"]["persons"][0]["l2_certificate"]["uncertified"] == 0
+    assert result.valid, result.manifest.validation.violations[:5]
+    assert result.manifest.levels_report["persons"][0].l2_certificate["uncertified"] == 0

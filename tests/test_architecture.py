@@ -9,13 +9,15 @@ from conftest import ROOT
 LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from its own layer or above
     {"das", "das.schema", "das.geography", "das.rules", "das.atomic", "das.histogram", "das.specs",
      "das.attack", "das.io", "das.privacy", "das.research", "das.topdown"},  # the packages' (empty) __init__
-    {"das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler", "das.privacy.randomness",
+    {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",
+     "das.privacy.randomness",
      "das.privacy.exponential"},
     {"das.io.microdata", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171", "das.io.validation", "das.io.parts",
+     "das.io.outputs",
      "das.rundir", "das.partitions"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.checkpoint", "das.executors", "das.distributed"},
-    {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.run", "das.validate"},
+    {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.frame", "das.run", "das.validate"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",

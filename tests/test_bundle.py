@@ -32,7 +32,7 @@ def test_keyed_fingerprints_match_only_the_same_bytes_under_the_same_key(tmp_pat
 
 def test_the_key_is_readable_by_its_owner_only(tmp_path):
     bundle.write_operator(tmp_path, {"spec_path": "s.toml", "fingerprint": {}}, bundle.new_key())
-    mode = stat.S_IMODE(os.stat(tmp_path / "operator" / bundle.KEY_FILE).st_mode)
+    mode = stat.S_IMODE(os.stat(RunDir(tmp_path).key_file).st_mode)
     assert mode == 0o600
     record, key = bundle.read_operator(tmp_path)
     assert record["spec_path"] == "s.toml" and len(key) == 32

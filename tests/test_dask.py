@@ -39,10 +39,10 @@ def test_dask_local_cluster_matches_the_local_pool(tmp_path):
     dask = run(tmp_path / "spec.toml", tmp_path / "dask", seed=11, workers=2, progress=False, log=quiet,
                engine="dask")
     assert local.valid and dask.valid
-    assert dask.manifest["engine"] == {"engine": "dask", "workers": 2}
-    assert dask.manifest["nmf"] == local.manifest["nmf"]
-    assert dask.manifest["outputs"] == local.manifest["outputs"]
-    assert dask.manifest["failsafe_events"] == local.manifest["failsafe_events"]
+    assert dask.manifest.engine.to_dict() == {"engine": "dask", "workers": 2}
+    assert dask.manifest.nmf == local.manifest.nmf
+    assert dask.manifest.outputs == local.manifest.outputs
+    assert dask.manifest.failsafe_events == local.manifest.failsafe_events
 
 
 def test_base_install_does_not_import_dask():

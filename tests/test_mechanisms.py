@@ -242,7 +242,7 @@ def test_mwem_charges_its_whole_budget_exactly():
     data = synthetic_input(np.zeros((2, PL94.size), dtype=np.int64), blocks(1, 2), rho=Fraction(7, 5))
     run_mechanism("mwem", data)
     assert data.ledger.spent == Fraction(7, 5)
-    kinds = [e["noise"] for e in data.ledger.entries]
+    kinds = [e.noise for e in data.ledger.entries]
     assert kinds.count("exponential mechanism") == 12 and kinds.count("discrete Gaussian") == 13
 
 

@@ -47,11 +47,11 @@ def reference(tmp_path_factory):
 
 def test_a_partitioned_release_is_whole_and_valid(reference):
     spec, result = reference
-    assert result.valid, result.manifest["validation"]["violations"]
+    assert result.valid, result.manifest.validation.violations
     out, manifest = result.out_dir, result.manifest
     inputs = {s: pq.read_metadata(FIXTURES / f / "persons.parquet").num_rows for s, f in STATES.items()}
-    assert manifest["invariants"]["total_population"] == {"nation": {"": sum(inputs.values())}, "state": inputs}
-    assert manifest["counts"]["persons"] == sum(inputs.values())
+    assert manifest.invariants.total_population == {"nation": {"": sum(inputs.values())}, "state": inputs}
+    assert manifest.counts.persons == sum(inputs.values())
     persons = pd.read_parquet(out / "mdf_persons.parquet")
     assert persons.groupby("TABBLKST").size().to_dict() == inputs  # the state totals are invariants
     assert sorted(persons["EPNUM"]) == list(range(1, len(persons) + 1))
@@ -62,7 +62,7 @@ def test_a_partitioned_release_is_whole_and_valid(reference):
             assert sorted(p.name for p in (out / f"nmf/{release}/{level}").iterdir()) == ["01.parquet", "50.parquet"]
     assert sorted(p.name[:2] for p in (out / "pl94171").glob("*geo2020.pl")) == ["al", "vt"]
     assert not (out / "checkpoints").exists()
-    levels = [r["level"] for r in manifest["levels_report"]["persons"]]
+    levels = [r.level for r in manifest.levels_report["persons"]]
     assert levels == ["nation", "state", "county", "tract", "block_group", "block"]
     assert validate_run(out).ok  # the validator, again, on its own
 
@@ -76,8 +76,8 @@ def test_the_release_does_not_depend_on_the_workers(reference, tmp_path, monkeyp
         monkeypatch.setattr(das.partitioned, "widths", lambda persons, executor: [2] * len(persons))
     spec, result = reference
     again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False, log=quiet)
-    assert again.manifest["outputs"] == result.manifest["outputs"]
-    assert again.manifest["nmf"] == result.manifest["nmf"]
+    assert again.manifest.outputs == result.manifest.outputs
+    assert again.manifest.nmf == result.manifest.nmf
 
 
 def test_a_states_width_is_its_share_of_the_slots():
@@ -129,8 +129,8 @@ def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkey
         assert streams, "a chunk of the units' blocks was committed before the kill"
     resumed, drawn = resume_recording_draws(out, monkeypatch)
     assert resumed.valid
-    assert resumed.manifest["outputs"] == result.manifest["outputs"]
-    assert resumed.manifest["nmf"] == result.manifest["nmf"]
+    assert resumed.manifest.outputs == result.manifest.outputs
+    assert resumed.manifest.nmf == result.manifest.nmf
     assert len(drawn) == len(set(drawn))
     for key in drawn:
         _, release, level, *rest = key.split("/")
@@ -188,8 +188,8 @@ def test_an_input_error_in_one_state_names_its_file_and_row(tmp_path):
 def test_das_measure_writes_the_partitioned_nmf(reference, tmp_path):
     spec, result = reference
     manifest = measure_only(spec, tmp_path / "m", seed=SEED, log=quiet)
-    assert manifest["status"] == "measured"
-    assert manifest["nmf"] == result.manifest["nmf"]  # the same draws as the whole run's
+    assert manifest.status == "measured"
+    assert manifest.nmf == result.manifest.nmf  # the same draws as the whole run's
 
 
 def test_seeded_streams_are_named_by_state():

@@ -1,5 +1,6 @@
-"""Per-state parts and their assembly (das/io/parts.py): the assembled release equals what
-Pipeline.write_outputs writes from the whole country's histograms."""
+"""Per-state parts and their assembly (das/io/parts.py, each output of das/io/outputs.py): the assembled
+release equals what the outputs write from the whole country's histograms, and what a hand-written
+reference writes."""
 
 import pickle
 import tracemalloc
@@ -13,9 +14,10 @@ from conftest import FIXTURES
 
 from das.geography import Geography
 from das.io import mdf as mdf_io
+from das.io import outputs, pl94171
 from das.io import parts as parts_io
-from das.io import pl94171
 from das.io.microdata import read_inputs
+from das.io.outputs import NationRelease, OutputPlan, SolvedRelease
 from das.io.tables import compute_table, load_tables, write_tables
 from das.rundir import RunDir
 from das.schema import load_schema
@@ -47,7 +49,7 @@ def _country(states):
 
 
 def _write_directly(run_dir, states, plan):
-    """What Pipeline.write_outputs writes, from the whole country's histograms."""
+    """A hand-written reference of a whole release's files, from the whole country's histograms."""
     blocks, solved, gq = _country(states)
     geography = Geography.from_blocks(blocks, plan.levels)
     for kind in mdf_io.KINDS:
@@ -60,11 +62,24 @@ def _write_directly(run_dir, states, plan):
     pl94171.write_release(run_dir.pl94171_dir, geography, solved, SCHEMAS)
 
 
+def _parts(part_root, states, plan, schemas=SCHEMAS):
+    return [parts_io.write_state_parts(part_root / f"state{i}", schemas, blocks, {k: solved[k] for k in schemas},
+                                       gq_facilities=gq, plan=plan)
+            for i, (blocks, solved, gq) in enumerate(states)]
+
+
+def _nation(states, schemas=SCHEMAS) -> NationRelease:
+    return NationRelease(schemas, {kind: sp.csr_matrix(sum(np.asarray(h[kind].sum(axis=0)) for _, h, _ in states))
+                                   for kind in schemas})
+
+
 def _assemble(run_dir, part_root, states, plan):
-    parts = [parts_io.write_state_parts(part_root / f"state{i}", SCHEMAS, blocks, solved, gq, plan)
-             for i, (blocks, solved, gq) in enumerate(states)]
-    nation = {kind: sp.csr_matrix(sum(np.asarray(h[kind].sum(axis=0)) for _, h, _ in states)) for kind in SCHEMAS}
-    return parts_io.assemble(run_dir, parts, parts_io.nation_tables(SCHEMAS, nation, plan.tables), plan)
+    written = parts_io.assemble(run_dir, _parts(part_root, states, plan), _nation(states), plan)
+    return [p for files in written.values() for p in files]
+
+
+def _plan(**settings) -> OutputPlan:
+    return OutputPlan(load_tables("pl94"), METADATA, LEVELS, nmf=False, **settings)
 
 
 def _decoded(path):
@@ -74,12 +89,18 @@ def _decoded(path):
 
 @pytest.mark.parametrize("layout", ["parquet", "pipe"])
 def test_assembled_release_equals_the_whole_country_outputs(tmp_path, states, layout):
-    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS, pl94171=True, mdf_layout=layout)
-    direct, assembled = RunDir(tmp_path / "direct"), RunDir(tmp_path / "assembled")
-    direct.path.mkdir()
-    assembled.path.mkdir()
+    plan = _plan(pl94171=True, mdf_layout=layout)
+    direct, registry, assembled = (RunDir(tmp_path / name) for name in ("direct", "registry", "assembled"))
+    for d in (direct, registry, assembled):
+        d.path.mkdir()
     _write_directly(direct, states, plan)
-    outputs = _assemble(assembled, tmp_path / "parts", states, plan)
+    blocks, solved, gq = _country(states)
+    outputs.write_release(registry, SolvedRelease(Geography.from_blocks(blocks, LEVELS), SCHEMAS, solved, gq), plan)
+    written = _assemble(assembled, tmp_path / "parts", states, plan)
+    for name in ("mdf_persons.parquet", "mdf_units.parquet", "tables/P1.parquet", "tables/H1.parquet"):
+        assert (registry.path / name).read_bytes() == (direct.path / name).read_bytes(), name
+    assert sorted(registry.pl94171_dir.iterdir()) and all(
+        p.read_bytes() == (direct.pl94171_dir / p.name).read_bytes() for p in registry.pl94171_dir.iterdir())
 
     for kind in mdf_io.KINDS:  # same rows in the same order (units too: both are block-major)
         assert _decoded(assembled.mdf(kind)).equals(_decoded(direct.mdf(kind))), kind
@@ -98,59 +119,59 @@ def test_assembled_release_equals_the_whole_country_outputs(tmp_path, states, la
     assert sorted(p.name for p in assembled.pl94171_dir.iterdir()) == pl_names and len(pl_names) == 4 * len(STATES)
     for name in pl_names:
         assert (assembled.pl94171_dir / name).read_bytes() == (direct.pl94171_dir / name).read_bytes(), name
-    assert all(p.exists() for p in outputs) and not list(assembled.path.glob("*.partial"))
+    assert all(p.exists() for p in written) and not list(assembled.path.glob("*.partial"))
 
 
-@pytest.mark.parametrize("group_rows", [parts_io.ROW_GROUP_ROWS, 7])
+@pytest.mark.parametrize("group_rows", [outputs.ROW_GROUP_ROWS, 7])
 def test_a_states_table_parts_hold_each_level_in_its_own_row_groups(tmp_path, states, monkeypatch, group_rows):
     """Each level below the nation starts a row group and fills groups of at most ROW_GROUP_ROWS rows
     (forced small here, so the block level spans many): the driver reads a bounded slice at a time."""
-    monkeypatch.setattr(parts_io, "ROW_GROUP_ROWS", group_rows)
-    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", group_rows)
+    plan = _plan()
     blocks, solved, gq = states[0]
-    parts = parts_io.write_state_parts(tmp_path / "01", SCHEMAS, blocks, solved, gq, plan)
+    parts = parts_io.write_state_parts(tmp_path / "01", SCHEMAS, blocks, solved, gq_facilities=gq, plan=plan)
     geography = Geography.from_blocks(blocks, LEVELS)
-    assert parts.state == "01" and parts.levels == LEVELS[1:] and parts.pl94171 == ()
-    assert parts.rows == {"persons": int(solved["persons"].sum()), "units": pq.read_metadata(parts.mdf("units")).num_rows}
-    for name, rows in parts.table_rows.items():
-        file = pq.ParquetFile(parts.table(name))
-        assert rows == tuple(geography.n_units(lv) for lv in LEVELS[1:])
+    assert parts.state == "01" and parts.levels == LEVELS[1:] and "pl94171" not in parts.records
+    assert parts.records["mdf"]["rows"] == {"persons": int(solved["persons"].sum()),
+                                            "units": pq.read_metadata(parts.directory.mdf("units")).num_rows}
+    for name, rows in parts.records["tables"]["rows"].items():
+        file = pq.ParquetFile(parts.directory.table(name))
+        assert rows == [geography.n_units(lv) for lv in LEVELS[1:]]
         for i, level in enumerate(LEVELS[1:]):
-            groups = parts.level_groups(name, i)
+            groups = outputs.level_groups(rows, i)
             assert len(groups) == -(-rows[i] // group_rows)
             read = [file.read_row_group(g) for g in groups]
             assert all(t.num_rows <= group_rows for t in read)
             assert sum(t.num_rows for t in read) == rows[i]
             assert {v for t in read for v in t["level"].to_pylist()} == {level}
-        assert file.num_row_groups == sum(len(parts.level_groups(name, i)) for i in range(len(rows)))
+        assert file.num_row_groups == sum(len(outputs.level_groups(rows, i)) for i in range(len(rows)))
     assert pickle.loads(pickle.dumps(parts)) == parts
     assert len(pickle.dumps(parts)) < 2000  # small enough to send to the driver
 
 
 def test_a_part_directory_is_complete_only_with_its_marker(tmp_path, states):
-    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS, pl94171=True)
+    plan = _plan(pl94171=True)
     blocks, solved, gq = states[1]
     assert parts_io.read_state_parts(tmp_path / "44") is None
-    written = parts_io.write_state_parts(tmp_path / "44", SCHEMAS, blocks, solved, gq, plan)
+    written = parts_io.write_state_parts(tmp_path / "44", SCHEMAS, blocks, solved, gq_facilities=gq, plan=plan)
     assert parts_io.read_state_parts(tmp_path / "44") == written
-    assert written.pl94171 and all((tmp_path / "44" / "pl94171" / n).is_file() for n in written.pl94171)
-    (tmp_path / "44" / parts_io.PARTS_FILE).unlink()
+    files = written.records["pl94171"]["files"]
+    assert files and all((tmp_path / "44" / "pl94171" / n).is_file() for n in files)
+    RunDir(tmp_path / "44").parts_marker.unlink()
     assert parts_io.read_state_parts(tmp_path / "44") is None
 
 
 def test_a_state_part_refuses_blocks_of_two_states(tmp_path, states):
     blocks, solved, gq = _country(states[:2])
     with pytest.raises(ValueError, match="one state"):
-        parts_io.write_state_parts(tmp_path / "x", SCHEMAS, blocks, solved, gq,
-                                   parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS))
+        parts_io.write_state_parts(tmp_path / "x", SCHEMAS, blocks, solved, gq_facilities=gq, plan=_plan())
     assert not (tmp_path / "x").exists()
 
 
 def test_assembly_refuses_parts_out_of_state_order(tmp_path, states):
-    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
-    parts = [parts_io.write_state_parts(tmp_path / str(i), SCHEMAS, *states[i], plan) for i in (0, 1)]
+    parts = _parts(tmp_path, states[:2], _plan())
     with pytest.raises(ValueError, match="state order"):
-        parts_io.assemble(tmp_path / "out", parts[::-1], {}, plan)
+        parts_io.assemble(tmp_path / "out", parts[::-1], _nation(states[:2]), _plan())
 
 
 def test_nation_rows_are_the_nation_level_of_compute_table(states):
@@ -159,7 +180,7 @@ def test_nation_rows_are_the_nation_level_of_compute_table(states):
     for spec in load_tables("pl94"):
         kind = next(k for k, s in SCHEMAS.items() if s.name == spec.schema)
         whole = compute_table(SCHEMAS[kind], spec, geography, solved[kind])
-        nation = parts_io.nation_rows(SCHEMAS[kind], spec, np.asarray(solved[kind].sum(axis=0)).ravel())
+        nation = outputs.nation_rows(SCHEMAS[kind], spec, np.asarray(solved[kind].sum(axis=0)).ravel())
         pd.testing.assert_frame_equal(nation, whole[whole["level"] == "nation"].reset_index(drop=True))
 
 
@@ -171,9 +192,8 @@ def _restated(state, code):
 def _assembly_peak(tmp_path, states, plan) -> int:
     """Peak memory traced by tracemalloc (Python and numpy; Arrow's own pool is not traced) while
     assembling already written parts."""
-    parts = [parts_io.write_state_parts(tmp_path / f"p{i}", SCHEMAS, *s, plan) for i, s in enumerate(states)]
-    nation = {k: sp.csr_matrix((1, s.size), dtype=np.int64) for k, s in SCHEMAS.items()}
-    top = parts_io.nation_tables(SCHEMAS, nation, plan.tables)
+    parts = _parts(tmp_path, states, plan)
+    top = NationRelease(SCHEMAS, {k: sp.csr_matrix((1, s.size), dtype=np.int64) for k, s in SCHEMAS.items()})
     (tmp_path / "out").mkdir()
     tracemalloc.start()
     parts_io.assemble(tmp_path / "out", parts, top, plan)
@@ -183,21 +203,19 @@ def _assembly_peak(tmp_path, states, plan) -> int:
 
 
 def test_assembly_memory_does_not_follow_the_number_of_states(tmp_path, states):
-    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    plan = _plan()
     copies = [_restated(states[0], f"{10 + i:02d}") for i in range(6)]  # Perry County as states 10..15
     few, many = _assembly_peak(tmp_path / "few", copies[:2], plan), _assembly_peak(tmp_path / "many", copies, plan)
     assert many < 1.5 * few, (few, many)
 
 
 def test_the_units_mdf_without_a_units_release_holds_the_facilities(tmp_path, states):
-    plan = parts_io.OutputPlan(load_tables("pl94"), METADATA, LEVELS)
+    plan = _plan()
     persons_only = {"persons": SCHEMAS["persons"]}
-    parts = [parts_io.write_state_parts(tmp_path / str(i), persons_only, blocks, {"persons": h["persons"]}, gq, plan)
-             for i, (blocks, h, gq) in enumerate(states)]
+    parts = _parts(tmp_path, states, plan, persons_only)
     out = RunDir(tmp_path / "out")
     out.path.mkdir()
-    nation = {"persons": sum(np.asarray(h["persons"].sum(axis=0)) for _, h, _ in states)}
-    parts_io.assemble(out, parts, parts_io.nation_tables(persons_only, nation, plan.tables), plan)
+    parts_io.assemble(out, parts, _nation(states, persons_only), plan)
     blocks, _, gq = _country(states)
     want = mdf_io.plain(mdf_io.unit_mdf(SCHEMAS["units"], blocks, None, gq))
     assert _decoded(out.mdf("units")).equals(want)

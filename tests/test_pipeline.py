@@ -29,14 +29,14 @@ def test_releases_come_persons_first_with_their_certificates():
     pipe = Pipeline.prepare("tiny", 3, log=quiet)
     assert list(pipe.releases) == ["persons", "units"]
     persons = pipe.releases["persons"]
-    assert Fraction(persons.certificate["rho"]) == persons.allocation.rho == persons.strategy.rho
+    assert persons.certificate.rho == persons.allocation.rho == persons.strategy.rho
     assert not pipe.rng.private and b"NOT PRIVATE" in pipe.metadata()[b"das.privacy"]
 
 
 def test_another_budget_keeps_the_shares_and_certifies_the_new_total():
     pipe = Pipeline.prepare("tiny", 3, log=quiet)
     half = pipe.at_budget("persons", pipe.releases["persons"].allocation.rho / 2)
-    assert Fraction(half.certificate["rho"]) == pipe.releases["persons"].allocation.rho / 2
+    assert half.certificate.rho == pipe.releases["persons"].allocation.rho / 2
     for level, measurements in half.plan.items():
         for m, full in zip(measurements, pipe.releases["persons"].plan[level]):
             assert m.query == full.query and m.variance == 2 * full.variance
@@ -50,7 +50,7 @@ def test_the_stages_by_hand_give_das_runs_release(tiny_stages, tmp_path):
     assert result.valid
     mdf = pq.read_table(tmp_path / "run" / "mdf_persons.parquet")
     assert mdf.num_rows == int(solved["persons"].sum())
-    assert result.manifest["counts"]["persons"] == int(confidential.histograms["persons"].sum())
+    assert result.manifest.counts.persons == int(confidential.histograms["persons"].sum())
 
 
 def test_the_solution_holds_every_rule_at_every_level(tiny_stages):

@@ -104,7 +104,7 @@ def test_large_rho_runs_when_acknowledged(spec_dir):
 
     spec = _spec(spec_dir, STRATEGY_LINE, STRATEGY_LINE + '\nrho = "1000"')
     prep = Pipeline.prepare(spec, seed=1, allow_large_rho=True)
-    assert prep.certificates["persons"]["rho"] == "1000"
+    assert prep.certificates["persons"].rho == 1000
 
 
 @pytest.mark.parametrize("workers", ["0", "-3"])
@@ -170,8 +170,8 @@ def test_an_empty_persons_file_is_a_release_with_nobody(spec_dir):
     units = pd.read_csv(spec_dir / "units.csv", dtype=str)
     units[units["RTYPE"] == "2"].assign(HH_STATUS="2").to_csv(spec_dir / "units.csv", index=False)
     result = run(spec_dir / "spec.toml", spec_dir / "empty", seed=1, workers=1, progress=False, log=lambda *a: None)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
-    assert result.manifest["counts"]["persons"] == 0
+    assert result.valid, result.manifest.validation.violations[:5]
+    assert result.manifest.counts.persons == 0
     assert len(pd.read_parquet(spec_dir / "empty" / "mdf_persons.parquet")) == 0
 
 

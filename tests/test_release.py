@@ -34,7 +34,7 @@ def release(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("release")
     spec = _inputs(tmp / "inputs")
     result = run(spec, tmp / "run", seed=7, workers=1, progress=False, log=quiet)
-    assert result.valid, result.manifest["validation"]
+    assert result.valid, result.manifest.validation
     return result
 
 
@@ -71,7 +71,7 @@ def test_no_confidential_input_digest_or_path_in_any_publishable_file(release):
 
 
 def test_every_parquet_output_says_not_private_in_its_own_metadata(release):
-    manifest = release.manifest
+    manifest = release.manifest.to_dict()
     files = [p for p in release.out_dir.rglob("*.parquet") if "operator" not in p.parts]
     assert len(files) == len(manifest["outputs"]) + len(manifest["nmf"])
     for path in files:
@@ -129,7 +129,7 @@ def test_overwrite_replaces_a_das_run(release, tmp_path):
     copy = _copy(release, tmp_path)
     spec = release.out_dir.parent / "inputs" / "spec.toml"
     again = run(spec, copy, seed=8, overwrite=True, progress=False, log=quiet)
-    assert again.valid and again.manifest["seed"] == 8
+    assert again.valid and again.manifest.seed == 8
 
 
 def test_refusal_leaves_a_symlinked_file_alone(release, tmp_path, capsys):
@@ -174,7 +174,7 @@ def test_changed_mdf_with_tables_re_derived_is_caught_by_its_checksums(release, 
     units = pd.read_parquet(copy / "mdf_units.parquet")
     blocks = sorted(set(units["TABBLKST"].astype(str) + units["TABBLKCOU"].astype(str)
                          + units["TABTRACTCE"].astype(str) + units["TABBLK"].astype(str)))
-    geography = Geography.from_blocks(blocks, tuple(release.manifest["levels"]))
+    geography = Geography.from_blocks(blocks, tuple(release.manifest.levels))
     records = read_records(copy / "mdf_persons.parquet", schema, geography.blocks)
     histograms = block_histograms(records, geography.n_blocks, schema.size)
     for spec in load_tables("pl94"):

@@ -46,7 +46,7 @@ def county(tmp_path_factory):
     spec = _spec(tmp / "inputs", "al_perry")
     reference = run(spec, tmp / "reference", seed=SEED, workers=1, progress=False, log=quiet)
     assert reference.valid
-    return spec, reference.manifest
+    return spec, reference.manifest.to_dict()
 
 
 def _same_content(manifest: dict, reference: dict) -> None:
@@ -87,7 +87,7 @@ def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
 
 def _resume_recording_draws(out: Path, monkeypatch) -> tuple[dict, list[str]]:
     result, drawn = resume_recording_draws(out, monkeypatch)
-    return result.manifest, drawn
+    return result.manifest.to_dict(), drawn
 
 
 def _no_second_draw(levels: set[str], streams: set[str], drawn: list[str]) -> None:
@@ -202,7 +202,7 @@ def test_a_directory_is_never_continued_by_another_run(tiny, tmp_path):
 
 
 def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
-    reference = run(tiny, tmp_path / "reference", seed=SEED, progress=False, log=quiet).manifest
+    reference = run(tiny, tmp_path / "reference", seed=SEED, progress=False, log=quiet).manifest.to_dict()
     out = tmp_path / "run"
     original, calls = das.io.nmf.write_part, []
 
@@ -217,7 +217,7 @@ def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
         run(tiny, out, seed=SEED, progress=False, log=quiet)
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
     monkeypatch.setattr(das.io.nmf, "write_part", original)
-    manifest = resume_run(out, progress=False, log=quiet).manifest
+    manifest = resume_run(out, progress=False, log=quiet).manifest.to_dict()
     _same_content(manifest, reference)
     assert manifest["interruptions"][0]["previous_status"] == "interrupted"
 

@@ -80,8 +80,8 @@ def test_post_processing_holds_a_new_rule_and_the_validator_checks_it(crowding, 
     text = text.replace("../../geography_fixtures/tiny/", f"{TINY.resolve()}/")
     spec.write_text(text)
     result = run(spec, tmp_path / "out", seed=5, workers=1, progress=False, log=lambda *a: None)
-    assert result.valid, result.manifest["validation"]["violations"][:3]
-    assert any("crowding" in c and c.startswith("ok") for c in result.manifest["validation"]["checks"])
+    assert result.valid, result.manifest.validation.violations[:3]
+    assert any("crowding" in c and c.startswith("ok") for c in result.manifest.validation.checks)
     mdf = pd.read_parquet(tmp_path / "out" / "mdf_persons.parquet")
     units = pd.read_parquet(tmp_path / "out" / "mdf_units.parquet")
     geocode = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]

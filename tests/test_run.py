@@ -12,6 +12,7 @@ from conftest import ROOT, quiet
 
 from das.cli import main as das_main
 from das.run import RunError, run
+from das.rundir import RunDir
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -25,13 +26,21 @@ def tiny_run(tmp_path_factory):
 
 
 def test_tiny_run_is_valid_and_labelled_not_private(tiny_run):
-    assert tiny_run.valid, tiny_run.manifest["validation"]
+    assert tiny_run.valid, tiny_run.manifest.validation
     m = tiny_run.manifest
-    assert m["status"] == "complete" and m["private"] is False
-    assert "NOT private" in m["warning"] and "NOT private" in tiny_run.summary
+    assert m.status == "complete" and m.private is False
+    assert "NOT private" in m.warning and "NOT private" in tiny_run.summary
     for name in ("mdf_persons.parquet", "mdf_units.parquet", "tables/P1.parquet", "tables/H1.parquet"):
         assert (tiny_run.out_dir / name).exists()
     assert (tiny_run.out_dir / "nmf" / "persons" / "block.parquet").exists()
+
+
+def test_the_manifest_a_run_writes_reads_back_as_the_same_typed_value(tiny_run):
+    written = json.loads((tiny_run.out_dir / "manifest.json").read_text())
+    manifest = RunDir(tiny_run.out_dir).read()
+    assert manifest == tiny_run.manifest and manifest.to_dict() == written
+    assert manifest.extra == {} and manifest.certificate("persons").rho == Fraction(293764, 114921)
+    assert set(manifest.holds) >= {"mdf_codes", "units_mdf", "tables_match_mdf", "nmf_matches_certificate", "invariants"}
 
 
 def test_tiny_run_holds_invariants_against_the_input(tiny_run):
@@ -50,10 +59,10 @@ def test_tiny_run_holds_invariants_against_the_input(tiny_run):
 
 def test_seeded_replicates_are_bit_identical(tiny_run, tmp_path):
     again = run("tiny", tmp_path / "again", seed=7, workers=1, progress=False, log=quiet)
-    assert again.manifest["outputs"] == tiny_run.manifest["outputs"]
-    assert again.manifest["nmf"] == tiny_run.manifest["nmf"]
+    assert again.manifest.outputs == tiny_run.manifest.outputs
+    assert again.manifest.nmf == tiny_run.manifest.nmf
     other = run("tiny", tmp_path / "other", seed=8, workers=1, progress=False, log=quiet)
-    assert other.manifest["nmf"] != tiny_run.manifest["nmf"]
+    assert other.manifest.nmf != tiny_run.manifest.nmf
 
 
 def test_validator_catches_a_tampered_output(tiny_run, tmp_path):
@@ -137,9 +146,9 @@ def test_vermont_county_end_to_end(tmp_path):
     spec = (ROOT / "specs/runs/vt_demo.toml").read_text().replace("../../geography_fixtures/vt/", "")
     (tmp_path / "spec.toml").write_text(spec)
     result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=2, progress=False, log=quiet)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
+    assert result.valid, result.manifest.validation.violations[:5]
     truth = len(pd.read_parquet(tmp_path / "persons.parquet"))
-    assert result.manifest["counts"]["persons"] == truth
+    assert result.manifest.counts.persons == truth
 
 
 @pytest.mark.slow
@@ -147,8 +156,8 @@ def test_vermont_demo_end_to_end(tmp_path):
     from das.io import nmf
 
     result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False, log=quiet)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
-    assert result.manifest["counts"]["persons"] == 625_741
+    assert result.valid, result.manifest.validation.violations[:5]
+    assert result.manifest.counts.persons == 625_741
     p1 = pd.read_parquet(tmp_path / "vt" / "tables" / "P1.parquet", columns=["level", "total"])
     assert p1[p1["level"] == "state"]["total"].iloc[0] == 625_741
     assert (p1["total"] >= 0).all()
@@ -161,15 +170,15 @@ def test_vermont_demo_end_to_end(tmp_path):
                        minlength=8)
     _, variance = nmf.read_level(tmp_path / "vt" / "nmf" / "persons" / "state.parquet")["hhgq"]
     assert (np.abs(published - true) <= 2 * float(variance) ** 0.5).all(), (published, true)
-    assert all(r["l2_certificate"]["uncertified"] == 0 for r in result.manifest["levels_report"]["persons"])
-    assert any("household_persons" in c and c.startswith("ok") for c in result.manifest["validation"]["checks"])
+    assert all(r.l2_certificate["uncertified"] == 0 for r in result.manifest.levels_report["persons"])
+    assert any("household_persons" in c and c.startswith("ok") for c in result.manifest.validation.checks)
 
 
 @pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
     """Schema-generic: DHC persons (233,856 cells) on Grand Isle County, validated."""
     result = run("vt_grand_isle_dhc", tmp_path / "dhc", seed=3, workers=1, progress=False, log=quiet)
-    assert result.valid, result.manifest["validation"]["violations"][:5]
+    assert result.valid, result.manifest.validation.violations[:5]
     mdf = pd.read_parquet(tmp_path / "dhc" / "mdf_persons.parquet")
     assert {"QSEX", "QAGE", "GQTYPE_PL", "CENRACE"} <= set(mdf.columns)
     assert len(mdf) == len(pd.read_parquet(FIXTURES / "vt_grand_isle" / "persons.parquet"))
@@ -179,7 +188,7 @@ def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
 
 def test_process_pool_gives_the_same_release_as_one_process(tiny_run, tmp_path):
     pooled = run("tiny", tmp_path / "pooled", seed=7, workers=2, progress=False, log=quiet)
-    assert pooled.manifest["outputs"] == tiny_run.manifest["outputs"]
+    assert pooled.manifest.outputs == tiny_run.manifest.outputs
 
 
 @pytest.mark.slow

@@ -5,16 +5,23 @@ import json
 import pytest
 
 from das import atomic
-from das.rundir import Manifest, RunDir, RunDirError
+from das.privacy.accounting import certificate
+from das.privacy.strategy import load_strategy
+from das.rundir import Manifest, RunDir, RunDirError, ValidationRecord
 
-MINIMAL = {"spec_name": "tiny", "status": "running", "levels": ["nation", "block"],
-           "persons": {"schema": "pl94_persons", "strategy": "pl94_six_level"}, "privacy": {"persons": {"rho": "1"}}}
+FIVE = ("nation", "state", "county", "tract", "block")
+CERTIFICATE = certificate(load_strategy("pl94_five_level"), None, None, FIVE, schema_name="pl94_persons",
+                          randomness_private=False).to_dict()
+MINIMAL = {"spec_name": "tiny", "status": "running", "levels": list(FIVE),
+           "persons": {"schema": "pl94_persons", "strategy": "pl94_five_level"}, "privacy": {"persons": CERTIFICATE}}
 
 
 def test_a_manifest_round_trips_with_keys_this_version_does_not_know(tmp_path):
-    data = {**MINIMAL, "das_version": "0.x", "validation": {"valid": True}, "a_future_key": [1, 2]}
+    data = {**MINIMAL, "das_version": "0.x", "validation": {"valid": True, "checks": ["ok x"], "violations": []},
+            "a_future_key": [1, 2]}
     manifest = Manifest.from_dict(data)
-    assert manifest.validation == {"valid": True} and manifest.extra == {"a_future_key": [1, 2]}
+    assert manifest.validation == ValidationRecord(True, ("ok x",), ()) and manifest.extra == {"a_future_key": [1, 2]}
+    assert manifest.certificate("persons").to_dict() == CERTIFICATE
     assert manifest.schema("persons") == "pl94_persons" and manifest.releases() == ["persons"]
     run_dir = RunDir(tmp_path)
     run_dir.write(manifest)
@@ -37,6 +44,25 @@ def test_the_reader_says_what_is_wrong(tmp_path, content, expected):
         (tmp_path / "manifest.json").write_text(content)
     with pytest.raises(RunDirError, match=expected):
         RunDir(tmp_path).read()
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("status", "bogus", "field status: 'bogus' is not one of"),
+    ("holds", 5, "field holds: expected a list"),
+    ("holds", ["x", 1], "field holds: expected a list of strings"),
+    ("counts", {"persons": "many", "blocks": 1}, "counts: field persons: expected an integer"),
+    ("levels", "nation", "field levels: expected a list"),
+    ("seed", 1.5, "field seed: expected an integer"),
+    ("private", "no", "field private: expected true or false"),
+    ("persons", {"strategy": "x"}, "persons: field schema is missing"),
+    ("privacy", {"persons": {**CERTIFICATE, "rho": 0.5}}, "privacy.persons.rho: expected an exact value"),
+    ("outputs", {"mdf_persons.parquet": 7}, "field outputs.mdf_persons.parquet: expected a string"),
+    ("validation", {"valid": "yes", "checks": [], "violations": []}, "validation: field valid: expected true or false"),
+    ("invariants", {"total_population": {"state": {"44": 1.5}}}, "total_population.state: expected geocode -> integer"),
+])
+def test_an_edited_field_is_refused_naming_it(field, value, message):
+    with pytest.raises(RunDirError, match=message):
+        Manifest.from_dict({**MINIMAL, field: value})
 
 
 def test_a_missing_directory_and_an_unfinished_run_are_refused_where_a_finished_one_is_needed(tmp_path):

@@ -89,7 +89,7 @@ def two_states(tmp_path_factory):
     spec = re.sub(r'units = ".*?"', 'units = "units.parquet"', spec, count=1)
     (inputs / "spec.toml").write_text(spec)
     result = run(inputs / "spec.toml", inputs.parent / "two", seed=3, workers=1, progress=False, log=quiet)
-    assert result.manifest["invariants"]["total_population"]["state"].keys() == set(STATES)
+    assert result.manifest.invariants.total_population["state"].keys() == set(STATES)
     return result.out_dir
 
 

@@ -8,7 +8,6 @@ schema attribute; geounits at any level are geocode prefixes (tract: 11 digits, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -66,7 +65,7 @@ def release_schema(run_dir) -> Schema:
 
 def read_release(run_dir, schema: Schema) -> PersonRecords:
     """The persons of a release's MDF (`mdf_persons.parquet`)."""
-    path = Path(run_dir) / "mdf_persons.parquet"
+    path = RunDir(run_dir).mdf("persons")
     if not path.is_file():
         raise AttackError(f"{path}: not found; expected the release's persons MDF (Parquet)")
     return read_persons(path, schema)

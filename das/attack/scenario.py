@@ -21,6 +21,8 @@ import numpy as np
 from das.attack.audit import REPORT_FRACTIONS, REPORT_K, AuditOptions, auto_geounits, run_audit, write_outputs
 from das.attack.data import read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
+from das.privacy.certificate import delta_text, fraction_text
+from das.rundir import RunDir
 from das.schema import specs_root
 
 SPEC = "vt_grand_isle_dhc"
@@ -64,11 +66,11 @@ def main(argv=None) -> int:
         run(specs_root() / "runs" / f"{SPEC}.toml", release_dir, workers=args.workers, overwrite=True,
             progress=False, log=lambda *a, **k: None)
     schema = release_schema(release_dir)
-    manifest = json.loads((release_dir / "manifest.json").read_text())
-    cert = manifest["privacy"]["persons"]
-    release_note = (f"release: `das run {manifest.get('spec_name', SPEC)}`, persons rho = {cert.get('rho')} "
-                    f"(eps = {cert.get('eps')} at delta = {cert.get('delta')}), "
-                    f"{'OS CSPRNG' if manifest.get('private') else 'seeded, NOT private'}")
+    manifest = RunDir(release_dir).read_complete()
+    cert = manifest.certificate("persons")
+    release_note = (f"release: `das run {manifest.spec_name}`, persons rho = {fraction_text(cert.rho)} "
+                    f"(eps = {cert.eps} at delta = {delta_text(cert.delta)}), "
+                    f"{'OS CSPRNG' if manifest.private else 'seeded, NOT private'}")
     from das.bundle import input_paths
 
     persons = Path(input_paths(release_dir)["persons"])  # the operator's record: scripts/audit is the operator

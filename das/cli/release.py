@@ -44,7 +44,7 @@ def _cmd_privacy(args) -> int:
 
     certs = Pipeline.prepare(args.spec, seed=None, allow_large_rho=True).certificates  # printing a certificate spends nothing
     if args.json:
-        print(json.dumps(certs, indent=2, default=str))
+        print(json.dumps({name: cert.to_dict() for name, cert in certs.items()}, indent=2))
     else:
         for name, cert in certs.items():
             print(f"== {name}")
@@ -57,7 +57,7 @@ def _cmd_measure(args) -> int:
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
                             allow_large_rho=args.allow_large_rho)
-    print(f"wrote {len(manifest['nmf'])} NMF files and manifest.json to {args.out}")
+    print(f"wrote {len(manifest.nmf)} NMF files and manifest.json to {args.out}")
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
@@ -30,8 +29,10 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 
 def _cmd_synth(args) -> int:
     from das.mechanisms import MechanismError, synthesize
+    from das.privacy.certificate import delta_text, fraction_text
     from das.privacy.strategy import parse_fraction
     from das.run import NOT_PRIVATE
+    from das.rundir import RunDir
 
     rho = parse_fraction(args.rho, "--rho") if args.rho is not None else None
     try:
@@ -39,16 +40,15 @@ def _cmd_synth(args) -> int:
     except MechanismError as e:
         print(f"das synth: {e}", file=sys.stderr)
         return 2
-    manifest = json.loads((out / "manifest.json").read_text())
-    cert = manifest["privacy"]["persons"]
-    print(f"das synth {args.mechanism} {manifest['spec_name']}: {manifest['counts']['persons']:,} persons in "
-          f"{manifest['counts']['blocks']:,} blocks")
-    print(f"privacy: rho = {cert['rho']} ({cert['rho_decimal']:.4f}), eps = {cert['eps']} at delta = {cert['delta']}; "
-          f"randomness: {manifest['randomness']}")
-    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in manifest["timings_seconds"].items()))
-    print(f"validation: {'PASSED' if manifest['validation']['valid'] else 'FAILED'} "
-          f"({len(manifest['validation']['checks'])} checks)")
-    if not manifest["private"]:
+    manifest = RunDir(out).read()
+    cert = manifest.certificate("persons")
+    print(f"das synth {args.mechanism} {manifest.spec_name}: {manifest.counts.persons:,} persons in "
+          f"{manifest.counts.blocks:,} blocks")
+    print(f"privacy: rho = {fraction_text(cert.rho)} ({float(cert.rho):.4f}), eps = {cert.eps} at delta = "
+          f"{delta_text(cert.delta)}; randomness: {manifest.randomness}")
+    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in manifest.timings_seconds.items()))
+    print(f"validation: {'PASSED' if manifest.validation.valid else 'FAILED'} ({len(manifest.validation.checks)} checks)")
+    if not manifest.private:
         print("NOTE: " + NOT_PRIVATE)
     print(f"wrote {out}")
     return 0

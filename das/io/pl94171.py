@@ -242,9 +242,9 @@ def run_records(run_dir: str | Path, layout: PLLayout) -> PLRecords:
     except RunDirError as e:
         raise SpecError(str(e)) from None
     schemas = {kind: load_schema(manifest.schema(kind)) for kind in manifest.releases()}
-    inventory = read_units(run_dir / "mdf_units.parquet")
+    inventory = read_units(RunDir(run_dir).mdf("units"))
     geography = Geography.from_blocks(inventory.blocks, tuple(manifest.levels))
-    histograms = {kind: block_histograms(read_records(run_dir / f"mdf_{kind}.parquet", schema, inventory.blocks),
+    histograms = {kind: block_histograms(read_records(RunDir(run_dir).mdf(kind), schema, inventory.blocks),
                                          geography.n_blocks, schema.size)
                   for kind, schema in schemas.items()}
     return release_records(layout, geography, histograms, schemas)
@@ -467,7 +467,7 @@ def convert(source: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
     source, out_dir = Path(source), Path(out_dir)
     if out_dir.resolve() == source.resolve():
         raise SpecError(f"--out {out_dir} is the source directory; choose another")
-    records = run_records(source, layout) if (source / "manifest.json").exists() else read_pl94171(source, layout)
+    records = run_records(source, layout) if RunDir(source).manifest_path.exists() else read_pl94171(source, layout)
     if fmt == "pl94171":
         return write_pl94171(out_dir, records, layout)
     if fmt != "parquet":

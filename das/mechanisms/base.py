@@ -27,14 +27,15 @@ import scipy.sparse as sp
 from das.geography import Geography
 from das.privacy.accounting import (
     CONVERSION,
-    EPS_DECIMALS,
+    EPS_ROUNDING,
+    LOOSE_BOUND,
     NOT_PRIVATE_WARNING,
     PrivacyAccountant,
-    delta_text,
     eps_for_delta,
     eps_loose,
-    fraction_text,
+    randomness_text,
 )
+from das.privacy.certificate import Certificate, Charge, fraction_text
 from das.privacy.randomness import RandomSource
 from das.schema import Schema
 
@@ -56,7 +57,7 @@ class Ledger:
 
     budget: Fraction
     accountant: PrivacyAccountant = None
-    entries: list = field(default_factory=list)
+    entries: list[Charge] = field(default_factory=list)
     delta_parts: dict = field(default_factory=dict)  # approximate-DP steps: name -> delta (Fraction)
 
     def __post_init__(self):
@@ -66,9 +67,8 @@ class Ledger:
     def charge(self, scope: str, step: str, rho: Fraction, noise: str, **parameters) -> Fraction:
         """Charge `rho` for `step`, made once in every geounit of `scope` (parallel composition)."""
         self.accountant.charge(scope, step, rho)
-        self.entries.append({"scope": scope, "step": step, "rho": fraction_text(rho), "rho_decimal": float(rho),
-                             "noise": noise, **{k: (fraction_text(v) if isinstance(v, Fraction) else v)
-                                                for k, v in parameters.items()}})
+        self.entries.append(Charge(scope, step, rho, noise, {k: (fraction_text(v) if isinstance(v, Fraction) else v)
+                                                             for k, v in parameters.items()}))
         return rho
 
     def gaussian(self, scope: str, step: str, rho: Fraction) -> Fraction:
@@ -127,8 +127,8 @@ class Mechanism:
     available: Callable[[], bool] = lambda: True
 
 
-def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, delta: Fraction,
-                          private: bool) -> dict:
+def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, *, delta: Fraction,
+                          private: bool) -> Certificate:
     """The certificate of a synthetic release: every charge, rho = their exact sum, (eps, delta).
 
     delta is the run's; approximate-DP steps take their delta out of it, and the rest converts the
@@ -139,31 +139,14 @@ def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, del
     delta_conversion = delta - delta_steps
     if delta_conversion <= 0:
         raise MechanismError(f"{name}: its steps use delta {delta_steps}, not less than the run's delta {delta}")
-    cert = {
-        "schema": schema.name,
-        "strategy": f"mechanism {name}",
-        "mechanism": name,
-        "levels": list(levels),
-        "convention": CONVENTION,
-        "budget": fraction_text(ledger.budget),
-        "rho": fraction_text(rho),
-        "rho_decimal": float(rho),
-        "delta": delta_text(delta),
-        "delta_parts": {**{k: fraction_text(v) for k, v in ledger.delta_parts.items()},
-                        "zCDP conversion": fraction_text(delta_conversion)},
-        "eps": eps_for_delta(rho, delta_conversion),
-        "eps_rounding": f"rounded up to {EPS_DECIMALS} decimals",
-        "eps_loose_bound": eps_loose(rho, delta_conversion),
-        "conversion": CONVERSION,
-        "loose_bound": "eps = rho + 2 sqrt(rho ln(1/delta)), for comparison only",
-        "randomness": "operating-system CSPRNG" if private else "seeded pseudo-random generator",
-        "private": bool(private),
-        "charges": list(ledger.entries),
-        "by_level": [],  # no TopDown measurements (no NMF): the charges above are the whole budget
-    }
-    if not private:
-        cert["warning"] = NOT_PRIVATE_WARNING
-    return cert
+    return Certificate(
+        schema=schema.name, strategy=f"mechanism {name}", mechanism=name, levels=tuple(levels), convention=CONVENTION,
+        budget=ledger.budget, rho=rho, delta=delta,
+        delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
+        eps=eps_for_delta(rho, delta_conversion), eps_rounding=EPS_ROUNDING, eps_loose_bound=eps_loose(rho, delta_conversion),
+        conversion=CONVERSION, loose_bound=LOOSE_BOUND, randomness=randomness_text(private), private=bool(private),
+        charges=tuple(ledger.entries), by_level=(),  # no TopDown measurements (no NMF): the charges are the whole budget
+        warning=None if private else NOT_PRIVATE_WARNING)
 
 
 def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:

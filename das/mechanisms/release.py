@@ -1,36 +1,45 @@
 """`synthesize`: one mechanism's persons release, in the run-directory layout of `das run`.
 
-Same reader, same randomness source, same exact accountant and writers as `das run`
-(das/run.py, das/bundle.py, das/io/mdf.py, das/io/tables.py): manifest.json with the certificate,
-mdf_persons.parquet, tables/, operator/ (input paths and keyed fingerprints, never published). A
-synthetic release holds no TopDown invariant and writes no NMF or units MDF; its manifest says
-what it holds (`holds`), and `das validate` checks exactly that.
+Same reader, same randomness source, same exact accountant and the same release frame as `das run`
+(das/frame.py: operator files, manifest with the certificate, the outputs registry's writers,
+validation): manifest.json, mdf_persons.parquet, tables/, operator/ (input paths and keyed
+fingerprints, never published). A synthetic release holds no TopDown invariant and writes no NMF or
+units MDF; its manifest says what it holds (`holds`), and `das validate` checks exactly that.
 """
 
 from __future__ import annotations
 
-import platform
 import time
 from fractions import Fraction
 from pathlib import Path
 
-from das import atomic, bundle, preflight
-from das.checkpoint import file_sha256
+from das import bundle, preflight
+from das.frame import (
+    Completion,
+    FrameError,
+    Opening,
+    ReleaseFrame,
+    check_out_dir,
+    complete,
+    holds,
+    open_frame,
+    output_plan,
+    protected_paths,
+)
 from das.geography import Geography
-from das.io import mdf as mdf_io
 from das.io.microdata import read_inputs
-from das.io.tables import load_tables, write_tables
-from das.mechanisms.base import Ledger, MechanismError, SynthesisInput, mechanism_certificate
+from das.io.outputs import SolvedRelease
+from das.io.tables import load_tables
+from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import NOT_PRIVATE, code_version
+from das.pipeline import RunError, code_version
 from das.privacy.accounting import BudgetError
+from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
-from das.run import check_out_dir, operator_fingerprint, protected_paths
-from das.rundir import Manifest, RunDir
+from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
 from das.runspec import load_run_spec
 from das.schema import load_schema
-from das.validate import SYNTHETIC_HOLDS, validate_run
 
 
 def _budget(rho, spec) -> Fraction:
@@ -56,19 +65,14 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     Returns out_dir. Raises MechanismError (unknown or unavailable mechanism), BudgetError, SpecError,
     InputError, RunError (output directory).
     """
-    if mechanism not in MECHANISMS:
-        raise MechanismError(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
-    mech = MECHANISMS[mechanism]
-    if not mech.available():
-        raise MechanismError(f"mechanism {mechanism!r} needs the optional extra {mech.extra!r}: "
-                             f"pip install 'das[{mech.extra}]'")
+    mech = _mechanism(mechanism)
     t_start = time.perf_counter()
     spec = load_run_spec(spec_path, seed=seed)
     schema = load_schema(spec.persons.schema)
     budget = _budget(rho, spec)
-    out_dir = Path(out_dir)
-    preflight.check_writable(out_dir)
-    check_out_dir(out_dir, overwrite, protected_paths(spec))
+    run_dir = RunDir(out_dir)
+    preflight.check_writable(run_dir.path)
+    _out_dir(run_dir, overwrite, spec)
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -83,61 +87,55 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
                                      rng, ledger))
     timings[f"mechanism_{mechanism}"] = time.perf_counter() - t0
     del inputs  # the true counts are not needed past this point
-    histograms = result.histograms.tocsr()
-    if histograms.shape != (geography.n_blocks, schema.size):
-        raise MechanismError(f"{mechanism}: returned histograms of shape {histograms.shape}, expected "
-                             f"{(geography.n_blocks, schema.size)}")
+    histograms = _checked(mechanism, result.histograms.tocsr(), (geography.n_blocks, schema.size))
+    cert = mechanism_certificate(mechanism, schema, spec.levels, ledger, delta=spec.delta, private=rng.private)
+
+    frame = _open(spec, run_dir, mech, result, cert=cert, overwrite=overwrite)
+    t0 = time.perf_counter()
+    written = frame.write(SolvedRelease(geography, {"persons": schema}, {"persons": histograms}))
+    timings["write_outputs"] = time.perf_counter() - t0
+    frame = complete(frame, Completion(written, Counts(int(histograms.sum()), geography.n_blocks),
+                                       {**timings, "total": time.perf_counter() - t_start}))
+    if not frame.manifest.validation.valid:
+        raise MechanismError(f"{mechanism}: the release in {out_dir} fails validation: "
+                             f"{list(frame.manifest.validation.violations[:3])}")
+    return run_dir.path
+
+
+def _mechanism(name: str) -> Mechanism:
+    if name not in MECHANISMS:
+        raise MechanismError(f"unknown mechanism {name!r}; known: {', '.join(MECHANISMS)}")
+    mech = MECHANISMS[name]
+    if not mech.available():
+        raise MechanismError(f"mechanism {name!r} needs the optional extra {mech.extra!r}: pip install 'das[{mech.extra}]'")
+    return mech
+
+
+def _out_dir(run_dir: RunDir, overwrite: bool, spec) -> None:
+    try:
+        check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+    except FrameError as e:
+        raise RunError(str(e)) from None
+
+
+def _checked(mechanism: str, histograms, shape: tuple[int, int]):
+    """A mechanism's block histograms, refused unless of the release's shape and nonnegative."""
+    if histograms.shape != shape:
+        raise MechanismError(f"{mechanism}: returned histograms of shape {histograms.shape}, expected {shape}")
     if histograms.nnz and (histograms.data < 0).any():
         raise MechanismError(f"{mechanism}: returned negative counts")
-    cert = mechanism_certificate(mechanism, schema, spec.levels, ledger, spec.delta, rng.private)
+    return histograms
 
-    run_dir = RunDir(out_dir)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
-    if files:
-        bundle.remove_run_files(run_dir.path, files)
-    run_dir.path.mkdir(parents=True, exist_ok=True)
-    key = bundle.new_key()
-    bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
-                                         "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
-                                         "fingerprint": operator_fingerprint(spec, key)}, key)
-    text = bundle.public_spec_text(spec.text)
-    digest = bundle.spec_digest(text)
-    manifest = Manifest(
-        das_version=code_version(), spec_name=spec.name, spec_text=text, spec_sha256=digest, status="running",
-        private=rng.private, randomness="operating-system CSPRNG" if rng.private else f"seeded (seed {spec.seed})",
-        levels=list(spec.levels), tables=spec.tables,
-        persons={"schema": schema.name, "strategy": None, "mechanism": mechanism}, units=None,
-        privacy={"persons": cert}, python=platform.python_version(), seed=spec.seed,
-        mechanism={"name": mechanism, "summary": mech.summary, "geography": mech.geography, "budget": str(budget),
-                   "details": result.details},
-        holds=list(SYNTHETIC_HOLDS),
-    )
-    if not rng.private:
-        manifest.warning = NOT_PRIVATE
-    run_dir.write(manifest)
 
-    t0 = time.perf_counter()
-    metadata = bundle.parquet_metadata(rng.private, {"persons": cert}, digest, code_version())
-    outputs = [mdf_io.write_table(mdf_io.person_mdf(schema, geography.blocks, histograms), run_dir.mdf("persons"),
-                                  metadata=metadata)]
-    with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
-        written = write_tables(tmp, geography, {schema.name: histograms}, {schema.name: schema},
-                               load_tables(spec.tables), metadata=metadata)
-    outputs += [run_dir.tables_dir / p.name for p in written]
-    timings["write_outputs"] = time.perf_counter() - t0
-    manifest.status = "complete"
-    manifest.timings_seconds = {**timings, "total": time.perf_counter() - t_start}
-    manifest.outputs = {str(p.relative_to(run_dir.path)): file_sha256(p) for p in outputs}
-    manifest.nmf = {}
-    manifest.failsafe_events = []
-    manifest.counts = {"persons": int(histograms.sum()), "blocks": geography.n_blocks}
-    run_dir.write(manifest)
-
-    t0 = time.perf_counter()
-    report = validate_run(run_dir.path)
-    manifest.validation = {"valid": report.ok, "checks": report.checks, "violations": report.violations[:100]}
-    manifest.timings_seconds["validate"] = time.perf_counter() - t0
-    run_dir.write(manifest)
-    if not report.ok:
-        raise MechanismError(f"{mechanism}: the release in {out_dir} fails validation: {report.violations[:3]}")
-    return run_dir.path
+def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, overwrite: bool) -> ReleaseFrame:
+    """The release's frame: a synthetic release holds what its outputs and its certificate show."""
+    metadata = bundle.parquet_metadata(cert.private, {"persons": cert}, bundle.spec_digest(bundle.public_spec_text(spec.text)),
+                                       code_version())
+    plan = output_plan(spec, load_tables(spec.tables), metadata, synthetic=True)
+    opening = Opening({"persons": ReleaseInfo(cert.schema, None, mech.name)}, {"persons": cert}, PublishedInvariants(),
+                      holds(plan, synthetic=True), private=cert.private, version=code_version(),
+                      mechanism=MechanismRecord(mech.name, mech.summary, mech.geography, cert.budget, result.details))
+    try:
+        return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, log=lambda *a, **k: None)
+    except FrameError as e:
+        raise RunError(str(e)) from None

@@ -29,6 +29,7 @@ from fractions import Fraction
 
 import mpmath
 
+from das.privacy.certificate import Certificate, LevelCharges, QueryCharge, delta_text, fraction_text
 from das.privacy.strategy import BudgetError, Strategy, check_shares
 from das.schema import SpecError
 
@@ -40,6 +41,8 @@ CONVENTION = (
 CONVERSION = ("Canonne, Kamath, Steinke (2020), Corollary 13: delta = min over alpha > 1 of "
               "exp((alpha-1)(alpha rho - eps)) / (alpha-1) * (1 - 1/alpha)^alpha")
 EPS_DECIMALS = 4  # eps is certified rounded UP to this many decimal places
+EPS_ROUNDING = f"rounded up to {EPS_DECIMALS} decimals"
+LOOSE_BOUND = "eps = rho + 2 sqrt(rho ln(1/delta)), for comparison only"
 DELTA_DIGITS = 4  # delta_for_eps is rounded UP to this many significant digits
 _DPS = 60  # decimal digits of working precision for the conversions
 
@@ -299,30 +302,13 @@ def eps_loose(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_
 # The certificate
 
 
-def fraction_text(x: Fraction) -> str:
-    """ "a/b" (or "a" for an integer): the exact form used in certificates and manifests."""
-    return f"{x.numerator}/{x.denominator}" if x.denominator != 1 else str(x.numerator)
-
-
-def _decimal(x: Fraction) -> float:
-    return float(x)
-
-
-def delta_text(delta: Fraction) -> str:
-    """ "1e-10" for a power of ten, else the exact "a/b"."""
-    k = len(str(delta.denominator)) - 1
-    if delta.numerator == 1 and delta.denominator == 10**k and k > 0:
-        return f"1e-{k}"
-    return fraction_text(delta)
-
-
 NOT_PRIVATE_WARNING = ("seeded replication mode: the noise came from a seeded pseudo-random generator, "
                        "so this release is NOT private and must not be published")
 
 
-def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | float | str | None, levels,
-                schema_name: str, randomness_private: bool) -> dict:
-    """The privacy certificate of one release: JSON-able, exact values as "a/b" strings.
+def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | float | str | None, levels, *,
+                schema_name: str, randomness_private: bool) -> Certificate:
+    """The privacy certificate of one release (das.privacy.certificate), exact.
 
     `rho` and `delta` default to the strategy's. Refuses a strategy for another schema or
     other levels (SpecError) and any inexact budget (BudgetError).
@@ -337,67 +323,40 @@ def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | floa
         raise BudgetError(f"{strategy.source}: no delta: neither the run nor the strategy sets one")
     delta = delta if isinstance(delta, Fraction) else Fraction(repr(delta) if isinstance(delta, float) else delta)
     total = allocation.total()
-    by_level = []
-    for lv in strategy.levels:
-        items = allocation.level(lv.level)
-        level_rho = sum((c.rho for c in items), Fraction(0))
-        by_level.append({
-            "level": lv.level,
-            "rho_share": fraction_text(lv.rho_share),
-            "rho": fraction_text(level_rho),
-            "rho_decimal": _decimal(level_rho),
-            "queries": [{
-                "query": c.query,
-                "share": fraction_text(c.share),
-                "rho": fraction_text(c.rho),
-                "rho_decimal": _decimal(c.rho),
-                "sigma2": fraction_text(c.sigma2),
-                "sigma2_decimal": _decimal(c.sigma2),
-                "sigma": c.sigma,
-            } for c in items],
-        })
-    cert = {
-        "schema": schema_name,
-        "strategy": strategy.name,
-        "levels": list(levels),
-        "convention": CONVENTION,
-        "rho": fraction_text(total),
-        "rho_decimal": _decimal(total),
-        "delta": delta_text(delta),
-        "eps": eps_for_delta(total, delta),
-        "eps_rounding": f"rounded up to {EPS_DECIMALS} decimals",
-        "eps_loose_bound": eps_loose(total, delta),
-        "conversion": CONVERSION,
-        "loose_bound": "eps = rho + 2 sqrt(rho ln(1/delta)), for comparison only",
-        "randomness": "operating-system CSPRNG" if randomness_private else "seeded pseudo-random generator",
-        "private": bool(randomness_private),
-        "by_level": by_level,
-    }
-    if not randomness_private:
-        cert["warning"] = NOT_PRIVATE_WARNING
-    return cert
+    by_level = tuple(
+        LevelCharges(lv.level, lv.rho_share, sum((c.rho for c in allocation.level(lv.level)), Fraction(0)),
+                     tuple(QueryCharge(c.query, c.share, c.rho, c.sigma2) for c in allocation.level(lv.level)))
+        for lv in strategy.levels)
+    return Certificate(
+        schema=schema_name, strategy=strategy.name, levels=tuple(levels), convention=CONVENTION, rho=total,
+        delta=delta, eps=eps_for_delta(total, delta), eps_loose_bound=eps_loose(total, delta), conversion=CONVERSION,
+        loose_bound=LOOSE_BOUND, randomness=randomness_text(randomness_private), private=bool(randomness_private),
+        eps_rounding=EPS_ROUNDING, by_level=by_level, warning=None if randomness_private else NOT_PRIVATE_WARNING)
 
 
-def render_certificate(cert: dict) -> str:
+def randomness_text(private: bool) -> str:
+    return "operating-system CSPRNG" if private else "seeded pseudo-random generator"
+
+
+def render_certificate(cert: Certificate) -> str:
     """A plain-text table of a certificate for the terminal."""
-    width = max([34] + [len(q["query"]) for lv in cert["by_level"] for q in lv["queries"]])
+    width = max([34] + [len(q.query) for lv in cert.by_level for q in lv.queries])
     lines = [
-        f"schema {cert['schema']}, strategy {cert['strategy']}, levels {' > '.join(cert['levels'])}",
-        f"total rho    {cert['rho']}  (= {cert['rho_decimal']:.6f})",
-        f"(eps, delta) ({cert['eps']}, {cert['delta']})  tight bound, eps {cert.get('eps_rounding', 'rounded up')}",
-        f"loose bound  eps = {cert['eps_loose_bound']}  (rho + 2 sqrt(rho ln(1/delta)))",
-        f"randomness   {cert.get('randomness', '')}",
+        f"schema {cert.schema}, strategy {cert.strategy}, levels {' > '.join(cert.levels)}",
+        f"total rho    {fraction_text(cert.rho)}  (= {float(cert.rho):.6f})",
+        f"(eps, delta) ({cert.eps}, {delta_text(cert.delta)})  tight bound, eps {cert.eps_rounding}",
+        f"loose bound  eps = {cert.eps_loose_bound}  (rho + 2 sqrt(rho ln(1/delta)))",
+        f"randomness   {cert.randomness}",
     ]
-    lines += textwrap.wrap(cert["convention"], 100, initial_indent="convention   ", subsequent_indent=" " * 13)
-    if not cert["private"]:
-        lines += textwrap.wrap(cert["warning"], 100, initial_indent="WARNING: ", subsequent_indent=" " * 9)
+    lines += textwrap.wrap(cert.convention, 100, initial_indent="convention   ", subsequent_indent=" " * 13)
+    if cert.warning:
+        lines += textwrap.wrap(cert.warning, 100, initial_indent="WARNING: ", subsequent_indent=" " * 9)
     header = f"{'level':12s} {'query':{width}s} {'share':>11s} {'rho':>11s} {'sigma^2':>12s} {'sigma':>9s}"
     lines += ["", header, "-" * len(header)]
-    for lv in cert["by_level"]:
-        lines.append(f"{lv['level']:12s} {'(all queries)':{width}s} {lv['rho_share']:>11s} "
-                     f"{float(Fraction(lv['rho'])):11.6f}")
-        for q in lv["queries"]:
-            lines.append(f"{'':12s} {q['query']:{width}s} {q['share']:>11s} {float(Fraction(q['rho'])):11.6f} "
-                         f"{float(Fraction(q['sigma2'])):12.3f} {q['sigma']:9.3f}")
+    for lv in cert.by_level:
+        lines.append(f"{lv.level:12s} {'(all queries)':{width}s} {fraction_text(lv.rho_share):>11s} {float(lv.rho):11.6f}")
+        for q in lv.queries:
+            lines.append(f"{'':12s} {q.query:{width}s} {fraction_text(q.share):>11s} {float(q.rho):11.6f} "
+                         f"{float(q.sigma2):12.3f} {math.sqrt(q.sigma2):9.3f}")
     lines.append("share: of the level's rho (levels: of the total); sigma^2 = 1/rho exactly (see the JSON form)")
     return "\n".join(lines)

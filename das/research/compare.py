@@ -29,11 +29,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.privacy.certificate import fraction_text
 from das.research.compare_report import build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import combine, metrics
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, bias_table, score, scored_queries
 from das.research.resources import run_measured
+from das.rundir import RunDir
 
 TOPDOWN = "topdown"
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
@@ -161,19 +163,21 @@ def score_release(ctx, run_dir: Path, mechanism: str, queries, seed: int) -> pd.
     """Error statistics of a release's MDF (and, for TopDown, of its NMF's noisy and WLS estimates)."""
     from das.io.microdata import block_histograms, read_records
 
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    records = read_records(run_dir / "mdf_persons.parquet", ctx.schema, ctx.geography.blocks)
+    release = RunDir(run_dir)
+    manifest = release.read()
+    records = read_records(release.mdf("persons"), ctx.schema, ctx.geography.blocks)
     released = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
     estimators = [TOPDOWN]
     nmf_dir = None
+    cert = manifest.certificate(RELEASE)
     if mechanism == TOPDOWN:
-        nmf_dir = run_dir / "nmf"
+        nmf_dir = release.nmf_dir
         estimators.append("noisy")
-        by_level = {e["level"]: e["queries"] for e in manifest["privacy"][RELEASE]["by_level"]}
-        measured = {lv: [q["query"] for q in by_level.get(lv, [])] for lv in ctx.geography.levels}
+        by_level = {lv.level: lv.queries for lv in cert.by_level}
+        measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in ctx.geography.levels}
         if wls_unsupported(ctx.schema, measured) is None:
             estimators.append("wls")
-    rho = str((manifest.get("privacy", {}).get(RELEASE) or {}).get("rho", "unknown"))
+    rho = fraction_text(cert.rho)
     stats, _ = score(ctx, nmf_dir, released, tuple(estimators), queries, (), {"rho": rho, "replicate": seed})
     stats["estimator"] = stats["estimator"].replace({TOPDOWN: mechanism})
     return stats

@@ -10,6 +10,7 @@ from pathlib import Path
 from das.bundle import BundleError, input_paths
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
+from das.privacy.certificate import fraction_text
 from das.research.estimators import ESTIMATORS, wls_unsupported
 from das.research.replicate import (
     CONFIDENTIAL,
@@ -42,7 +43,7 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
     """Score a `das run` output directory; writes stats/errors/metrics files to `out`."""
     run_dir = Path(run_dir)
     try:
-        manifest = RunDir(run_dir).read_complete().to_dict()
+        manifest = RunDir(run_dir).read_complete()
     except RunDirError as e:
         raise StudyError(str(e)) from None
     if truth is None:
@@ -54,20 +55,20 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
     for path in (persons, units):
         if not Path(path).exists():
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
-    ctx = truth_context(persons, units, manifest["persons"]["schema"], manifest["levels"])
-    mdf = run_dir / "mdf_persons.parquet"
+    ctx = truth_context(persons, units, manifest.schema("persons"), manifest.levels)
+    mdf = RunDir(run_dir).mdf("persons")
     topdown = None
     if "topdown" in estimators:
         if not mdf.exists():
             raise StudyError(f"{mdf} is missing: the topdown estimator reads the run's MDF")
         records = read_records(mdf, ctx.schema, ctx.geography.blocks)
         topdown = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
-    nmf_dir = run_dir / "nmf"
-    if {"noisy", "wls"} & set(estimators) and not (nmf_dir / RELEASE).exists():
+    nmf_dir = RunDir(run_dir).nmf_dir
+    if {"noisy", "wls"} & set(estimators) and not any(RunDir(run_dir).nmf_level_files(RELEASE, lv) for lv in manifest.levels):
         raise StudyError(f"{nmf_dir / RELEASE} is missing: the noisy and wls estimators read the run's NMF")
     if "wls" in estimators:
-        by_level = {entry["level"]: entry["queries"] for entry in manifest["privacy"][RELEASE]["by_level"]}
-        measured = {lv: [q["query"] for q in by_level.get(lv, [])] for lv in manifest["levels"]}
+        by_level = {lv.level: lv.queries for lv in manifest.certificate(RELEASE).by_level}
+        measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in manifest.levels}
         reason = wls_unsupported(ctx.schema, measured)
         if reason:
             raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
@@ -76,17 +77,17 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
         shutil.rmtree(out)
     (out / "parts").mkdir(parents=True, exist_ok=True)
     queries = scored_queries(ctx.schema, queries)
-    rho = manifest["privacy"][RELEASE]["rho"]
+    rho = fraction_text(manifest.certificate(RELEASE).rho)
     stats, errors = score(ctx, nmf_dir, topdown, tuple(estimators), queries, tuple(keep),
                           {"rho": str(rho), "replicate": 0})
     _write_parquet(errors, out / "parts" / _part_name(0, 0, "errors"))
     _write_parquet(stats, out / "parts" / _part_name(0, 0, "stats"))
     meta = {
-        "kind": "run", "run_dir": str(run_dir), "spec_name": manifest["spec_name"], "rhos": [str(rho)],
-        "study": {"spec": manifest["spec_name"], "runs": 1, "estimators": list(estimators), "queries": list(queries),
+        "kind": "run", "run_dir": str(run_dir), "spec_name": manifest.spec_name, "rhos": [str(rho)],
+        "study": {"spec": manifest.spec_name, "runs": 1, "estimators": list(estimators), "queries": list(queries),
                   "keep": list(keep), "seed": None},
-        "queries": list(queries), "levels": manifest["levels"], "schema": ctx.schema.name,
-        "randomness": manifest["randomness"], "notice": CONFIDENTIAL, "status": "complete",
+        "queries": list(queries), "levels": list(manifest.levels), "schema": ctx.schema.name,
+        "randomness": manifest.randomness, "notice": CONFIDENTIAL, "status": "complete",
         "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
     }

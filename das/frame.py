@@ -1,0 +1,194 @@
+"""The release frame: what every release command does around its mechanism, in one place.
+
+`das run`, its partitioned driver and `das synth` differ in how they turn confidential microdata
+into solved histograms; around that they do the same things, here:
+
+    open_frame   the output directory checked, the operator files (input paths, keyed fingerprints,
+                 the key), then the public manifest saying what runs (spec, certificates, invariants,
+                 what the release holds) before any noise is drawn
+    write        every wanted output of the registry (das.io.outputs) for a whole release
+    complete     digests of what was written, the manifest completed, the checkpoints removed, the
+                 release validated by das.validate and the result recorded
+
+A frame is a frozen value: each step returns the frame with its new manifest, written atomically.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from das import bundle
+from das.checkpoint import crash_point, file_sha256
+from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
+from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, RunDirError, ValidationRecord
+from das.runspec import RunSpec
+from das.validate import validate_run
+
+NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseudo-random "
+               "generator. These outputs are NOT private and must not be released.")
+TOPDOWN_CLAIMS = ("invariants", "schema_constraints")  # what TopDown holds beyond its outputs' checks
+SYNTHETIC_CLAIMS = ("charges_sum_to_rho",)
+
+
+class FrameError(RuntimeError):
+    """The output directory cannot take this release (not empty and not das's to replace...)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The output directory
+
+
+def protected_paths(spec: RunSpec) -> list[Path]:
+    """What --overwrite must never delete: the run's spec and inputs."""
+    return [spec.path, spec.persons_path, spec.units_path]
+
+
+def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
+    """Refuse a non-empty output directory unless asked to overwrite a das run there; the files
+    --overwrite will delete (only files a das run writes, never `protected` ones: spec, inputs)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FrameError(f"output directory {out_dir} is a file, not a directory")
+    if not (out_dir.exists() and any(out_dir.iterdir())):
+        return []
+    if overwrite:
+        try:
+            return bundle.removable_run_files(out_dir, list(protected))
+        except bundle.BundleError as e:
+            raise FrameError(str(e)) from None
+    owner, hint = "", ""
+    try:
+        held = RunDir(out_dir).read()
+        owner = f" (it holds run {held.spec_name!r})"
+        if not held.complete:
+            owner = f" (it holds an unfinished run of {held.spec_name!r}, status {held.status!r})"
+            hint = f", continue it with `das run --resume {out_dir}`"
+    except RunDirError:
+        pass
+    raise FrameError(f"output directory {out_dir} is not empty{owner}; choose another{hint} or pass --overwrite")
+
+
+def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
+    """What must not change between a run and its resumption: spec, seed, inputs (keyed digests, operator only)."""
+    return {
+        "spec_sha256": bundle.spec_digest(spec.text),
+        "seed": spec.seed,
+        "inputs": {name: bundle.keyed_fingerprint(key, p)
+                   for name, p in (("persons", spec.persons_path), ("units", spec.units_path)) if p is not None},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The frame
+
+
+@dataclass(frozen=True)
+class ReleaseFrame:
+    """A release being written: its directory, its manifest so far, what its outputs are written with."""
+
+    run_dir: RunDir
+    manifest: Manifest
+    plan: OutputPlan
+    log: Callable = print
+
+    def recorded(self, manifest: Manifest) -> ReleaseFrame:
+        """The frame with `manifest`, written (atomically)."""
+        self.run_dir.write(manifest)
+        return replace(self, manifest=manifest)
+
+    def write(self, release: SolvedRelease) -> dict[str, list[Path]]:
+        """Every wanted output of a whole release, by manifest field ("outputs", "nmf")."""
+        return write_release(self.run_dir, release, self.plan, after=lambda name: crash_point("outputs"))
+
+
+def output_plan(spec: RunSpec, tables: tuple, metadata: dict, *, synthetic: bool = False) -> OutputPlan:
+    """What a release of `spec` writes: tables, levels, PL 94-171 files, the MDF layout; a TopDown release
+    its NMF and a units MDF too, a synthetic one (das synth) the persons MDF alone."""
+    return OutputPlan(tables, metadata, spec.levels, spec.pl94171 and not synthetic, spec.mdf_layout,
+                      mdf_kinds=("persons",) if synthetic else ("persons", "units"), nmf=not synthetic)
+
+
+def holds(plan: OutputPlan, *, synthetic: bool) -> tuple[str, ...]:
+    """What a release claims (and das validate checks): its outputs' checks, and its kind's claims."""
+    return checks_of(plan) + (SYNTHETIC_CLAIMS if synthetic else TOPDOWN_CLAIMS)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a release says of itself before anything is drawn: its releases' schemas, certificates,
+    published invariants, what it claims to hold, and (a synthetic release) its mechanism."""
+
+    releases: dict[str, ReleaseInfo]
+    certificates: dict
+    invariants: PublishedInvariants
+    holds: tuple[str, ...]
+    private: bool  # the randomness: the OS CSPRNG, or seeded (NOT private)
+    version: str  # of the code (das.pipeline.code_version)
+    mechanism: MechanismRecord | None = None
+
+
+def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: OutputPlan, overwrite: bool = False,
+               log: Callable = print) -> ReleaseFrame:
+    """A new release directory: the operator files (paths, keyed fingerprints, key), then the public
+    manifest, which says what runs (spec, certificates, invariants) before any noise is drawn."""
+    key = bundle.new_key()
+    fingerprint = operator_fingerprint(spec, key)
+    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+    if files:
+        bundle.remove_run_files(run_dir.path, files)
+    run_dir.path.mkdir(parents=True, exist_ok=True)
+    bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
+                                         "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
+                                         "fingerprint": fingerprint}, key)
+    text = bundle.public_spec_text(spec.text)
+    private = opening.private
+    manifest = Manifest(
+        das_version=opening.version, spec_name=spec.name, spec_text=text, spec_sha256=bundle.spec_digest(text),
+        status="running", private=private,
+        randomness="operating-system CSPRNG" if private else f"seeded (seed {spec.seed})",
+        levels=tuple(spec.levels), tables=spec.tables, persons=opening.releases["persons"],
+        units=opening.releases.get("units"), privacy=dict(opening.certificates), python=platform.python_version(),
+        seed=spec.seed, invariants=opening.invariants, mechanism=opening.mechanism, holds=opening.holds,
+        warning=None if private else NOT_PRIVATE,
+    )
+    if not private:
+        log(f"WARNING: {NOT_PRIVATE}")
+    return ReleaseFrame(run_dir, manifest, plan, log).recorded(manifest)
+
+
+def _digests(run_dir: RunDir, paths) -> dict[str, str]:
+    return {run_dir.relative(p): file_sha256(p) for p in paths}
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a release's mechanism reports when its outputs are written (the manifest's closing fields)."""
+
+    written: dict[str, list[Path]]  # manifest field -> files
+    counts: Counts
+    timings: dict[str, float]
+    levels_report: dict | None = None
+    failsafe_events: tuple = ()
+    engine: object = None
+
+
+def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | None = None) -> ReleaseFrame:
+    """The manifest completed (digests, counts, reports), the checkpoints removed, the release validated
+    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded."""
+    run_dir = frame.run_dir
+    frame = frame.recorded(frame.manifest.but(
+        status="complete", engine=completion.engine, timings_seconds=dict(completion.timings),
+        levels_report=completion.levels_report, failsafe_events=tuple(completion.failsafe_events),
+        outputs=_digests(run_dir, completion.written.get("outputs", [])),
+        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts, error=None))
+    shutil.rmtree(run_dir.checkpoints_dir, ignore_errors=True)  # derived from the outputs now written
+    t0 = time.perf_counter()
+    report = validate_run(run_dir.path, **(validate or {}))
+    timings = {**frame.manifest.timings_seconds, "validate": time.perf_counter() - t0}
+    return frame.recorded(frame.manifest.but(
+        timings_seconds=timings,
+        validation=ValidationRecord(report.ok, tuple(report.checks), tuple(report.violations[:100]))))
