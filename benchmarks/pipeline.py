@@ -27,7 +27,7 @@ def measure_de() -> dict:
         manifest = measure_only(ROOT / "specs/runs/de_production.toml", Path(tmp) / "de", seed=1, log=_quiet)
         seconds = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in (Path(tmp) / "de" / "nmf").rglob("*.parquet"))
-    t = manifest["timings_seconds"]
+    t = manifest.timings_seconds
     return {"seconds": seconds, "read_s": t["read_inputs"], "measure_persons_s": t["measure_persons"],
             "nmf_mb": size / 2**20}
 

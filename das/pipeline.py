@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Protocol
 
 import scipy.sparse as sp
 
@@ -71,6 +72,16 @@ class ReleasePlan:
     @property
     def measured(self) -> Measured:
         return Measured(self.name, self.schema, self.plan)
+
+
+class InputsRead(Protocol):
+    """What a run has read of its confidential inputs: whole (`Confidential`) or a partitioned run's states
+    (das.partitioned.Tops). Both say what is published exactly, before any noise, and their size."""
+
+    def published_invariants(self) -> PublishedInvariants: ...
+
+    @property
+    def n_blocks(self) -> int: ...
 
 
 @dataclass(frozen=True)

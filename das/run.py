@@ -33,7 +33,7 @@ from das.frame import (
 from das.measure import Target, parts_dir
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
-from das.pipeline import Confidential, Pipeline, RunError, code_version
+from das.pipeline import Confidential, InputsRead, Pipeline, RunError, code_version
 from das.privacy.certificate import delta_text, fraction_text
 from das.rundir import (
     Counts,
@@ -80,7 +80,7 @@ def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
         raise RunError(str(e)) from None
 
 
-def _opening(pipe: Pipeline, confidential: Confidential | Tops) -> Opening:
+def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
     """What a TopDown release says of itself before any noise: schemas and strategies, certificates,
     the invariants published exactly, and what it holds (das.frame.holds)."""
     releases = {name: ReleaseInfo(r.spec.schema, r.spec.strategy) for name, r in pipe.releases.items()}
@@ -92,7 +92,7 @@ def _plan(pipe: Pipeline):
     return output_plan(pipe.spec, pipe.tables, pipe.metadata())
 
 
-def _open(pipe: Pipeline, run_dir: RunDir, confidential: Confidential | Tops, overwrite: bool) -> ReleaseFrame:
+def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, overwrite: bool) -> ReleaseFrame:
     try:
         return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
                           log=pipe.log)
@@ -166,7 +166,8 @@ def _shape(spec: RunSpec) -> _Whole | _Partitioned:
 # das measure
 
 
-def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, allow_large_rho: bool = False) -> Manifest:
+def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False, log=print,
+                 allow_large_rho: bool = False) -> Manifest:
     """`das measure`: the NMF and a manifest, no post-processing."""
     pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log)
     run_dir = RunDir(out_dir)

@@ -197,7 +197,7 @@ def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path)
     from das.run import measure_only
 
     manifest = measure_only("de_production", tmp_path / "de", seed=5, log=quiet)
-    assert manifest["status"] == "measured"
+    assert manifest.status == "measured"
     levels = ["nation", "state", "county", "tract", "block_group", "block"]
     counts = {"nation": 1, "state": 1, "county": 3, "tract": 218, "block_group": 574}
     for level in levels:
@@ -206,9 +206,9 @@ def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path)
         assert detailed.shape[1] == 2016
         if level in counts:
             assert detailed.shape[0] == counts[level]
-        assert variance == Fraction(manifest["privacy"]["persons"]["by_level"][levels.index(level)]["queries"][-1]["sigma2"])
-    cert = manifest["privacy"]["persons"]
-    assert cert["rho"] == "293764/114921" and round(cert["eps"], 2) == 17.14
+        assert variance == manifest.certificate("persons").level(level).queries[-1].sigma2
+    cert = manifest.certificate("persons")
+    assert cert.rho == Fraction(293764, 114921) and round(cert.eps, 2) == 17.14
 
 
 def test_bad_input_stops_the_run_before_any_output(tmp_path, capsys):

@@ -1,0 +1,80 @@
+"""The release frame (das/frame.py): what every release command does around its mechanism."""
+
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from das import bundle
+from das.checkpoint import file_sha256
+from das.frame import Completion as FrameCompletion
+from das.frame import FrameError, Opening, complete, holds, open_frame, output_plan
+from das.geography import Geography
+from das.io.outputs import SolvedRelease
+from das.io.tables import load_tables
+from das.pipeline import Pipeline, code_version
+from das.rundir import Counts, PublishedInvariants, ReleaseInfo, RunDir
+
+
+def _opening(pipe: Pipeline, plan) -> Opening:
+    return Opening({n: ReleaseInfo(r.spec.schema, r.spec.strategy) for n, r in pipe.releases.items()},
+                   pipe.certificates, PublishedInvariants({"nation": {"": 3}}), holds(plan, synthetic=False),
+                   private=pipe.rng.private, version=code_version())
+
+
+@pytest.fixture
+def pipe():
+    return Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
+
+
+def test_opening_writes_the_operator_files_then_the_manifest_before_anything_is_drawn(pipe, tmp_path):
+    plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
+    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan, log=lambda *a: None)
+    run_dir = frame.run_dir
+    assert sorted(p.name for p in run_dir.path.iterdir()) == ["manifest.json", "operator"]
+    manifest = run_dir.read()
+    assert manifest == frame.manifest and manifest.status == "running" and not manifest.private
+    assert "NOT private" in manifest.warning and manifest.certificate("persons") == pipe.certificates["persons"]
+    assert manifest.holds == ("mdf_codes", "units_mdf", "tables_match_mdf", "nmf_matches_certificate", "invariants",
+                              "schema_constraints")
+    assert str(pipe.spec.persons_path) not in run_dir.manifest_path.read_text()  # input paths: operator only
+    record, key = bundle.read_operator(run_dir.path)
+    assert record["inputs"]["persons"] == str(pipe.spec.persons_path) and len(key) == 32
+    assert stat.S_IMODE(os.stat(run_dir.key_file).st_mode) == 0o600
+
+
+def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
+    plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
+    (tmp_path / "mine.txt").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(FrameError, match="not empty|not a das run directory"):
+            open_frame(pipe.spec, RunDir(tmp_path), _opening(pipe, plan), plan=plan, overwrite=overwrite)
+    assert (tmp_path / "mine.txt").read_text() == "precious" and sorted(os.listdir(tmp_path)) == ["mine.txt"]
+
+
+def test_completing_lists_every_file_written_validates_and_removes_the_checkpoints(tmp_path):
+    """A synthetic persons release written through the frame by hand: the frame lists, digests and validates it."""
+    pipe = Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
+    confidential = pipe.read_inputs()
+    plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), pipe.metadata(), synthetic=True)
+    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": pipe.certificates["persons"]},
+                      PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version())
+    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan, log=lambda *a: None)
+    frame.run_dir.checkpoints_dir.mkdir()
+    (frame.run_dir.checkpoints_dir / "x.npz").write_bytes(b"work in progress")
+    geography: Geography = confidential.geography
+    truth = sp.csr_matrix(confidential.histograms["persons"])
+    written = frame.write(SolvedRelease(geography, {"persons": pipe.schemas["persons"]}, {"persons": truth}))
+    assert set(written) == {"outputs"}  # no NMF and no units MDF: not a measured TopDown release
+    frame = complete(frame, FrameCompletion(written, Counts(int(truth.sum()), geography.n_blocks), {"total": 1.0}))
+    manifest = frame.run_dir.read()
+    assert manifest.status == "complete" and manifest.validation.valid, manifest.validation.violations
+    assert manifest.outputs == {frame.run_dir.relative(p): file_sha256(p) for p in written["outputs"]}
+    assert set(manifest.outputs) == {"mdf_persons.parquet"} | {f"tables/{t}.parquet" for t in ("P1", "P2", "P3", "P4",
+                                                                                                   "P5")}
+    assert not frame.run_dir.checkpoints_dir.exists() and "validate" in manifest.timings_seconds
+    assert json.loads(frame.run_dir.manifest_path.read_text()) == manifest.to_dict()
+    assert np.isclose(manifest.counts.persons, truth.sum())
