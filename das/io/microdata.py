@@ -508,11 +508,6 @@ class _Read:
     columns: dict  # column name -> int64 values or _Encoded, over all file rows
     levels: dict  # attribute name -> (n,) level of each record
 
-    def factor_levels(self, schema: Schema, factors: tuple[str, ...]) -> tuple[np.ndarray, ...]:
-        """Level of each record in each factor (an attribute or a recode)."""
-        recodes = {r.name: r for r in schema.recodes}
-        return tuple(np.asarray(recodes[f].mapping)[self.levels[recodes[f].attribute]] if f in recodes
-                     else self.levels[f] for f in factors)
 
 
 def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _Collector,
