@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das import atomic
 from das.research.compare_report import build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import combine, metrics
@@ -152,9 +153,9 @@ def release_command(spec: str, mechanism: str, out_dir: Path, seed: int, rho: st
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    """`path` holds `frame`, whole or not at all: a resumed comparison trusts any part it finds."""
+    with atomic.replacing(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def score_release(ctx, run_dir: Path, mechanism: str, queries, seed: int) -> pd.DataFrame:
