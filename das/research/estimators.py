@@ -137,7 +137,8 @@ class _LevelSystem:
         return x
 
 
-def wls_level(schema, geography, invariants, level, noisy, parent=None) -> np.ndarray:
+def wls_level(schema, geography, invariants, level, *, noisy, parent=None) -> np.ndarray:
+
     """WLS histograms (n_units x n_cells) of one level given its noisy answers and the parents' WLS."""
     if not noisy:
         raise ValueError(f"{level}: nothing measured; the WLS estimate needs a measurement at every level")

@@ -99,7 +99,7 @@ def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) ->
     return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho})", path)
 
 
-def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, rho: str, query: str, path: Path) -> bool:
+def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, path: Path) -> bool:
     """Mean signed error (+- 2 standard errors across replicates) by true-size bin, per level."""
     frame = bias[(bias["query"] == query) & (bias["rho"] == rho) & (bias["bin"] != "all")]
     levels = [lv for lv in _levels_with_units(meta) if lv in set(frame["level"])]
@@ -241,7 +241,7 @@ def build_report(study_dir, out=None) -> Path:
         plot_signed_error(errors, meta, main_rho, out / "signed_error_vs_truth.png"))
     for i, query in enumerate(meta["queries"]):
         add(f"Bias by size bin: {query}", f"bias_by_size_{i}.png",
-            plot_bias_by_bin(bias, meta, main_rho, query, out / f"bias_by_size_{i}.png"))
+            plot_bias_by_bin(bias, meta, rho=main_rho, query=query, path=out / f"bias_by_size_{i}.png"))
     add("MAE by level", "mae_by_level.png", plot_mae_by_level(pooled, meta, main_rho, out / "mae_by_level.png"))
     add(f"Error distribution ({finest})", "error_distribution.png",
         plot_error_distribution(errors, main_rho, finest, out / "error_distribution.png"))
