@@ -30,7 +30,8 @@ def _attack(persons: Path, level: str, geocode: str) -> dict:
     options = AuditOptions(level=level, runs=100, rap=RapConfig(n_relaxed=1000, steps=1000), workers=2,
                            baselines=("county",))
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
-    result = attack_geounit(geocode, truth, truth, options, load_attack_tables("dhc_persons"))
+    result = attack_geounit(geocode, truth, truth, options, tables=load_attack_tables("dhc_persons"))
+
     seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     u = max(result.distinct_true, 1)
     return {"seconds": seconds, "cpu_seconds": cpu, "queries": float(result.n_queries), "persons": float(result.published_total),

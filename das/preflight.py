@@ -50,7 +50,7 @@ class SpaceEstimate:
         return self.free >= self.needed
 
 
-def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, where: str, allow_large_rho: bool) -> None:
+def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, *, where: str, allow_large_rho: bool) -> None:
     """rho within [floor, cap] (the cap can be acknowledged), delta in (0, 1), every variance storable."""
     if not 0 < delta < 1:
         raise PreflightError(f"{where}: [privacy] delta must be strictly between 0 and 1, got {float(delta):g}")
@@ -112,11 +112,11 @@ def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *,
                     raise PreflightError(f"{where}: [postprocess] {key}: pass {number} names {query!r}, which the "
                                          f"strategies do not measure (measured: {sorted(measured)})")
     for name, allocation in allocations.items():
-        check_budget(name, allocation.rho, prep_spec.delta, allocation, where, allow_large_rho)
+        check_budget(name, allocation.rho, prep_spec.delta, allocation, where=where, allow_large_rho=allow_large_rho)
     check_workers(workers, engine)
 
 
-def estimate_space(geography, schemas: dict, plans: dict, n_records: int, out_dir: Path) -> SpaceEstimate:
+def estimate_space(geography, schemas: dict, plans: dict, *, n_records: int, out_dir: Path) -> SpaceEstimate:
     """A generous estimate of the bytes the NMF and MDF need, and the free bytes where they go."""
     answers = 0
     for name, plan in plans.items():
@@ -176,7 +176,8 @@ def check_inputs(schemas: dict, inputs, geography, plans: dict, out_dir: Path) -
         raise PreflightError(f"the inputs cannot be released as specified (found before any noise was drawn):\n{listed}")
     records = int(inputs.person_histograms.sum()) + int(inputs.inventory.housing_units.sum()) \
         + int(inputs.inventory.gq_facilities.sum())
-    space = estimate_space(geography, schemas, plans, records, out_dir)
+    space = estimate_space(geography, schemas, plans, n_records=records, out_dir=out_dir)
+
     if not space.enough:
         raise PreflightError(f"not enough free space for {out_dir}: the outputs need about "
                              f"{space.needed / 1e9:.2f} GB, {space.where} has {space.free / 1e9:.2f} GB free")

@@ -105,14 +105,14 @@ class Bounds:
 class Kind:
     """One constraint kind: its per-block bounds, and the words for a breach of them.
 
-    bounds(constraint, query, facts, lower, upper) fills the (n_blocks x query size) arrays, which
+    bounds(constraint, query, facts, lower=, upper=) fills the (n_blocks x query size) arrays, which
     start at 0 <= x < inf. excess(constraint, schema, cell) says what a record in answer `cell`
     beyond the upper bound lacks (the input check names such records). shortfall(blocks, pairs),
     if given, is the note when the confidential input is below a lower bound (legal: the release
     is raised to it). on_inputs=False: a rule between releases, not checked on the inputs.
     """
 
-    bounds: Callable[[Constraint, Query, Invariants, np.ndarray, np.ndarray], None]
+    bounds: Callable[..., None]  # (constraint, query, facts, *, lower, upper)
     excess: Callable[[Constraint, Schema, int], str]
     shortfall: Callable[[int, int], str] | None = None
     on_inputs: bool = True
@@ -126,7 +126,7 @@ def register(name: str, kind: Kind) -> None:
     KINDS[name] = kind
 
 
-def _facilities(c: Constraint, query: Query, facts: Invariants, lower: np.ndarray, upper: np.ndarray) -> None:
+def _facilities(c: Constraint, query: Query, facts: Invariants, *, lower: np.ndarray, upper: np.ndarray) -> None:
     """Cell 0 household, cells 1.. GQ types: >= 1 person per type with a facility, none without."""
     if query.size != facts.gq_facilities.shape[1] + 1:
         raise ValueError(f"facilities constraint needs a query with household + {facts.gq_facilities.shape[1]} GQ "
@@ -149,7 +149,7 @@ def _facility_shortfall(blocks: int, pairs: int) -> str:
             f"pairs); the published counts will have at least one person there")
 
 
-def _structural_zero(c: Constraint, query: Query, facts: Invariants, lower: np.ndarray, upper: np.ndarray) -> None:
+def _structural_zero(c: Constraint, query: Query, facts: Invariants, *, lower: np.ndarray, upper: np.ndarray) -> None:
     for cell in c.cells:
         upper[:, int(np.ravel_multi_index(cell, query.shape))] = 0
 
@@ -160,12 +160,12 @@ def _zero_excess(c: Constraint, schema: Schema, cell: int) -> str:
     return f"nobody with {cells} (a structural zero of schema {schema.name})"
 
 
-def _housing_units(c: Constraint, query: Query, facts: Invariants, lower: np.ndarray, upper: np.ndarray) -> None:
+def _housing_units(c: Constraint, query: Query, facts: Invariants, *, lower: np.ndarray, upper: np.ndarray) -> None:
     lower[:, 0] = facts.housing_units
     upper[:, 0] = facts.housing_units
 
 
-def _household_persons(c: Constraint, query: Query, facts: Invariants, lower: np.ndarray, upper: np.ndarray) -> None:
+def _household_persons(c: Constraint, query: Query, facts: Invariants, *, lower: np.ndarray, upper: np.ndarray) -> None:
     """Cell 0 (occupied): at least 1 where the persons release has household persons, at most as many."""
     if facts.household_persons is None:
         raise ValueError("the household_persons rule needs the persons release's household persons per block "
@@ -200,7 +200,8 @@ def block_bounds(schema: Schema, facts: Invariants, *, inputs_only: bool = False
         lower = np.zeros((n_blocks, query.size), dtype=np.int64)
         upper = np.full((n_blocks, query.size), np.inf)
         try:
-            kind.bounds(c, query, facts, lower, upper)
+            kind.bounds(c, query, facts, lower=lower, upper=upper)
+
         except ValueError as e:
             raise ValueError(f"schema {schema.name}, {c.kind} constraint on {c.query!r}: {e}") from None
         families.append(Bounds(c.query, lower, upper, c))

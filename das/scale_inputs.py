@@ -79,14 +79,14 @@ def write_synthetic(out_dir: Path, states: int, fixtures: Path = FIXTURES, parti
         if partitioned:
             (out_dir / name).mkdir(exist_ok=True)
             for source, code in plan(states):
-                table = _copy(fixtures, source, name, code, counts, schema)
+                table = _copy(fixtures, source, name, code, counts=counts, schema=schema)
                 with atomic.replacing(out_dir / name / f"{code}.parquet") as tmp:
                     pq.write_table(table, tmp, compression="zstd")
             continue
         with atomic.replacing(out_dir / f"{name}.parquet") as tmp, \
                 pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
             for source, code in plan(states):
-                writer.write_table(_copy(fixtures, source, name, code, counts, schema))
+                writer.write_table(_copy(fixtures, source, name, code, counts=counts, schema=schema))
     spec = SPEC.format(states=states)
     if partitioned:
         spec = spec.replace('"persons.parquet"', '"persons"').replace('"units.parquet"', '"units"')
@@ -94,7 +94,8 @@ def write_synthetic(out_dir: Path, states: int, fixtures: Path = FIXTURES, parti
     return counts
 
 
-def _copy(fixtures: Path, source: str, name: str, code: str, counts: dict, schema: pa.Schema) -> pa.Table:
+def _copy(fixtures: Path, source: str, name: str, code: str, *, counts: dict, schema: pa.Schema) -> pa.Table:
+
     """One state copy of a fixture's persons or units, counted into `counts`."""
     table = pq.read_table(fixtures / source / f"{name}.parquet")
     first = counts["persons"] + 1 if name == "persons" else None

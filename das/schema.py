@@ -265,85 +265,27 @@ def _load_schema(path: str) -> Schema:
 
 
 def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
-    def need(d: dict, key: str, where: str):
-        if key not in d:
-            raise SpecError(f"{source}: {where} is missing {key!r}")
-        return d[key]
-
-    attributes = []
-    for i, a in enumerate(need(spec, "attributes", "the schema")):
-        where = f"attribute #{i + 1}"
-        name = need(a, "name", where)
-        if "code_range" in a:
-            lo, hi = a["code_range"]
-            codes = tuple(range(int(lo), int(hi) + 1))
-        else:
-            codes = tuple(need(a, "codes", f"attribute {name!r}"))
-        labels = tuple(a.get("labels", [str(c) for c in codes]))
-        if len(labels) != len(codes):
-            raise SpecError(f"{source}: attribute {name!r} has {len(codes)} codes but {len(labels)} labels")
-        if len(set(codes)) != len(codes):
-            raise SpecError(f"{source}: attribute {name!r} repeats a code")
-        attributes.append(Attribute(name, need(a, "column", f"attribute {name!r}"), codes, labels))
+    """The Schema a parsed schema spec describes; every error names `source` and the part at fault."""
+    attributes = tuple(_attribute(i, a, source) for i, a in enumerate(_need(spec, "attributes", "the schema", source)))
     by_name = {a.name: a for a in attributes}
     if len(by_name) != len(attributes):
         raise SpecError(f"{source}: two attributes share a name")
-
-    recodes = []
-    for rname, r in spec.get("recodes", {}).items():
-        base = by_name.get(need(r, "attribute", f"recode {rname!r}"))
-        if base is None:
-            raise SpecError(f"{source}: recode {rname!r} refers to unknown attribute {r['attribute']!r}")
-        if "bins" in r:
-            edges = list(r["bins"])
-            if edges[0] != 0 or edges != sorted(edges):
-                raise SpecError(f"{source}: recode {rname!r}: bins must start at 0 and increase")
-            mapping = tuple(int(np.searchsorted(edges, i, side="right") - 1) for i in range(base.size))
-            default_labels = [
-                f"{base.codes[lo]}-{base.codes[hi - 1]}" if hi - 1 > lo else f"{base.codes[lo]}"
-                for lo, hi in zip(edges, edges[1:] + [base.size])
-            ]
-        else:
-            mapping = tuple(int(m) for m in need(r, "map", f"recode {rname!r}"))
-            default_labels = [str(i) for i in range(max(mapping) + 1)]
-        if len(mapping) != base.size:
-            raise SpecError(f"{source}: recode {rname!r} maps {len(mapping)} levels, attribute has {base.size}")
-        labels = tuple(r.get("labels", default_labels))
-        if sorted(set(mapping)) != list(range(len(labels))):
-            raise SpecError(f"{source}: recode {rname!r} must map onto levels 0..{len(labels) - 1}")
-        if rname in by_name:
-            raise SpecError(f"{source}: recode {rname!r} has the name of an attribute")
-        recodes.append(Recode(rname, base.name, mapping, labels))
-
-    derived = []
-    for column, d in spec.get("derived", {}).items():
-        base = by_name.get(need(d, "attribute", f"derived column {column!r}"))
-        if base is None or len(d.get("map", [])) != base.size:
-            raise SpecError(f"{source}: derived column {column!r} needs an attribute and one value per level")
-        derived.append((column, base.name, tuple(int(v) for v in d["map"])))
-
+    recodes = tuple(_recode(name, r, by_name, source) for name, r in spec.get("recodes", {}).items())
+    derived = tuple(_derived(column, d, by_name, source) for column, d in spec.get("derived", {}).items())
     record_filter = None
     if "record_filter" in spec:
         f = spec["record_filter"]
-        record_filter = (str(need(f, "column", "record_filter")), int(need(f, "equals", "record_filter")))
-
-    constraints = []
-    for i, c in enumerate(spec.get("constraints", [])):
-        kind = need(c, "kind", f"constraint #{i + 1}")
-        if kind not in rules.KINDS:
-            raise SpecError(f"{source}: constraint #{i + 1} kind {kind!r} is not one of {tuple(rules.KINDS)}")
-        constraints.append(Constraint(kind, need(c, "query", f"constraint #{i + 1}"),
-                                      tuple(tuple(int(v) for v in cell) for cell in c.get("cells", []))))
-
+        record_filter = (str(_need(f, "column", "record_filter", source)), int(_need(f, "equals", "record_filter", source)))
+    constraints = tuple(_constraint(i, c, source) for i, c in enumerate(spec.get("constraints", [])))
     schema = Schema(
-        name=need(spec, "name", "the schema"),
+        name=_need(spec, "name", "the schema", source),
         description=spec.get("description", ""),
         universe=spec.get("universe", "persons"),
-        attributes=tuple(attributes),
-        recodes=tuple(recodes),
-        derived=tuple(derived),
+        attributes=attributes,
+        recodes=recodes,
+        derived=derived,
         record_filter=record_filter,
-        constraints=tuple(constraints),
+        constraints=constraints,
     )
     for c in schema.constraints:
         query = schema.query(c.query)  # raises SpecError for an unknown factor
@@ -351,3 +293,70 @@ def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
             if len(cell) != len(query.shape) or any(not 0 <= v < n for v, n in zip(cell, query.shape)):
                 raise SpecError(f"{source}: constraint cell {list(cell)} is outside query {c.query!r}")
     return schema
+
+
+def _need(d: dict, key: str, where: str, source: str):
+    """d[key], or a SpecError naming the file and the part that lacks it."""
+    if key not in d:
+        raise SpecError(f"{source}: {where} is missing {key!r}")
+    return d[key]
+
+
+def _attribute(i: int, a: dict, source: str) -> Attribute:
+    """Attribute #i+1 of a schema spec: its codes (a list or a code_range) and their labels."""
+    name = _need(a, "name", f"attribute #{i + 1}", source)
+    if "code_range" in a:
+        lo, hi = a["code_range"]
+        codes = tuple(range(int(lo), int(hi) + 1))
+    else:
+        codes = tuple(_need(a, "codes", f"attribute {name!r}", source))
+    labels = tuple(a.get("labels", [str(c) for c in codes]))
+    if len(labels) != len(codes):
+        raise SpecError(f"{source}: attribute {name!r} has {len(codes)} codes but {len(labels)} labels")
+    if len(set(codes)) != len(codes):
+        raise SpecError(f"{source}: attribute {name!r} repeats a code")
+    return Attribute(name, _need(a, "column", f"attribute {name!r}", source), codes, labels)
+
+
+def _recode(name: str, r: dict, by_name: dict[str, Attribute], source: str) -> Recode:
+    """A recode of one attribute's levels, by bins (age groups) or by an explicit map."""
+    base = by_name.get(_need(r, "attribute", f"recode {name!r}", source))
+    if base is None:
+        raise SpecError(f"{source}: recode {name!r} refers to unknown attribute {r['attribute']!r}")
+    if "bins" in r:
+        edges = list(r["bins"])
+        if edges[0] != 0 or edges != sorted(edges):
+            raise SpecError(f"{source}: recode {name!r}: bins must start at 0 and increase")
+        mapping = tuple(int(np.searchsorted(edges, i, side="right") - 1) for i in range(base.size))
+        default_labels = [
+            f"{base.codes[lo]}-{base.codes[hi - 1]}" if hi - 1 > lo else f"{base.codes[lo]}"
+            for lo, hi in zip(edges, edges[1:] + [base.size])
+        ]
+    else:
+        mapping = tuple(int(m) for m in _need(r, "map", f"recode {name!r}", source))
+        default_labels = [str(i) for i in range(max(mapping) + 1)]
+    if len(mapping) != base.size:
+        raise SpecError(f"{source}: recode {name!r} maps {len(mapping)} levels, attribute has {base.size}")
+    labels = tuple(r.get("labels", default_labels))
+    if sorted(set(mapping)) != list(range(len(labels))):
+        raise SpecError(f"{source}: recode {name!r} must map onto levels 0..{len(labels) - 1}")
+    if name in by_name:
+        raise SpecError(f"{source}: recode {name!r} has the name of an attribute")
+    return Recode(name, base.name, mapping, labels)
+
+
+def _derived(column: str, d: dict, by_name: dict[str, Attribute], source: str) -> tuple[str, str, tuple[int, ...]]:
+    """A derived input column: one value per level of an attribute."""
+    base = by_name.get(_need(d, "attribute", f"derived column {column!r}", source))
+    if base is None or len(d.get("map", [])) != base.size:
+        raise SpecError(f"{source}: derived column {column!r} needs an attribute and one value per level")
+    return column, base.name, tuple(int(v) for v in d["map"])
+
+
+def _constraint(i: int, c: dict, source: str) -> Constraint:
+    """Constraint #i+1: a kind of das.rules and the query (and cells) it applies to."""
+    kind = _need(c, "kind", f"constraint #{i + 1}", source)
+    if kind not in rules.KINDS:
+        raise SpecError(f"{source}: constraint #{i + 1} kind {kind!r} is not one of {tuple(rules.KINDS)}")
+    return Constraint(kind, _need(c, "query", f"constraint #{i + 1}", source),
+                      tuple(tuple(int(v) for v in cell) for cell in c.get("cells", [])))

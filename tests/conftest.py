@@ -24,7 +24,39 @@ def quiet(*args, **kwargs) -> None:
     """A log that says nothing (runs in tests print no progress)."""
 
 
+def cli_commands(family) -> set[str]:
+    """The commands one das/cli family module registers (its `add_parsers`), on a parser of its own."""
+    import argparse
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    family.add_parsers(sub)
+    return set(sub.choices)
+
+
+def cli_refused(argv: list[str], capsys) -> str:
+    """`das ARGV` refuses with exit code 2 and a message, no traceback; returns what it printed."""
+    from das.cli import main
+
+    assert main(argv) == 2
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err + printed.out
+    return printed.err + printed.out
+
+
+def cli_refused_by_parser(argv: list[str], capsys) -> str:
+    """`das ARGV` is refused while parsing: exit code 2, usage and `das COMMAND: error: ...`; returns stderr."""
+    from das.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"das {argv[0]}: error: " in err and "Traceback" not in err
+    return err
+
+
 def resume_recording_draws(out: Path, monkeypatch):
+
     """`das run --resume` of `out` in this process, recording the key of every random stream it draws from:
     (the run's result, the keys). A resumed run must not draw a stream committed before it stopped."""
     import das.measure

@@ -1,5 +1,6 @@
 """The house rules of docs/architecture.md, checked on the code: layers import only from above,
-no import cycles, no private names across packages, no function over seven parameters."""
+no import cycles, no private names across packages, no function over 80 lines, no function with more
+than four positional parameters (the rest keyword-only)."""
 
 import ast
 
@@ -24,7 +25,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.workload", "das.attack.privacy",
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat",
      "das.mechanisms.stability", "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn",
-     "das.mechanisms.pgm", "das.mechanisms.median", "das.mechanisms.registry", "das.mechanisms.release"},
+     "das.mechanisms.pgm", "das.mechanisms.registry", "das.mechanisms.release"},
     {"das.cli", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
 ]
 
@@ -98,14 +99,102 @@ def test_no_private_name_is_imported_across_packages():
     assert wrong == []
 
 
-def test_no_function_takes_more_than_seven_parameters():
-    wrong = []
-    for m, tree in MODULES.items():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                a = node.args
-                n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
-                n -= bool(a.args and a.args[0].arg in ("self", "cls"))
-                if n > 7:
-                    wrong.append(f"{m}.{node.name}: {n}")
-    assert wrong == []
+MAX_LINES = 80
+MAX_POSITIONAL = 4
+
+# Over 80 lines, being split by others now (issue 22); the lead removes each name as its split merges.
+LONG_PENDING = {
+    "das.validate.validate_run",
+    "das.topdown.engine.postprocess",
+    "das.mechanisms.release.synthesize",
+    "das.research.compare.run_comparison",  # its output-directory code is being rewritten
+}
+
+# More than four positional parameters, in files others are rewriting now (issue 22): pending.
+POSITIONAL_PENDING = {
+    "das.attack.privacy.epsilon_bound", "das.attack.privacy.audit_pair", "das.attack.privacy.audit",
+    "das.attack.privacy.halved_variance", "das.attack.privacy.measured_twice", "das.attack.privacy.audit_spec",
+    "das.attack.privacy.audit_spec_main",
+    "das.io.nmf.measurement_batch", "das.io.nmf.LevelWriter.write_measurement",
+    "das.io.parts.write_state_parts", "das.io.parts._write_table_parts",
+    "das.io.pl94171._geo_header", "das.io.pl94171._Problems.located", "das.io.pl94171._integers",
+    "das.measure.measure_in_memory", "das.measure.measure_level", "das.measure.measure_release",
+    "das.partitioned.solve_top", "das.partitioned.run_states",
+    "das.run.measure_only",
+    "das.topdown.engine.single_child_chains", "das.topdown.engine._batch_task", "das.topdown.engine.postprocess",
+    "das.topdown.problem.parent_problem", "das.topdown.problem._on_cells",
+    "das.topdown.solve._least_squares", "das.topdown.solve._least_squares_cvxpy", "das.topdown.solve._min_linear",
+    "das.topdown.solve.certify", "das.topdown.solve._relaxation", "das.topdown.solve._certified_pass",
+    "das.topdown.solve._highs_lp", "das.topdown.solve.round_l1", "das.topdown.solve._check",
+    "das.topdown.solve.solve_root",
+    "das.validate.recount_table", "das.validate._in_order", "das.validate._nmf_file_problems",
+    "das.validate.whole_level_nmf", "das.validate.block_facts", "das.validate.check_rules",
+    "das.validate.validate_run", "das.validate._top_hierarchy", "das.validate.validate_state", "das.validate._tables",
+}
+# ... and functions whose positional callers are in those files: make them keyword-only with their callers.
+POSITIONAL_PENDING |= {
+    "das.executors.largest_first",  # called from das/partitioned.py, das/validate.py
+    "das.io.mdf.release_mdf",  # das/pipeline.py, das/io/parts.py
+    "das.io.tables.level_rows", "das.io.tables.level_frames",  # das/io/parts.py
+    "das.io.tables.write_tables",  # das/pipeline.py, das/mechanisms/release.py
+    "das.mechanisms.base.mechanism_certificate",  # das/mechanisms/release.py
+    "das.preflight.check_inputs",  # das/pipeline.py, das/partitioned.py
+    "das.privacy.accounting.certificate",  # das/pipeline.py
+    "das.rules.unit_bounds", "das.rules.population_total", "das.rules.level_bounds",  # das/topdown/engine.py
+}
+
+
+def _functions(node: ast.AST, prefix: str):
+    """(qualified name, node) of every function under `node`, methods as module.Class.method."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield f"{prefix}.{child.name}", child
+            yield from _functions(child, f"{prefix}.{child.name}")
+        elif isinstance(child, ast.ClassDef):
+            yield from _functions(child, f"{prefix}.{child.name}")
+        else:
+            yield from _functions(child, prefix)
+
+
+FUNCTIONS = {name: node for m, tree in MODULES.items() for name, node in _functions(tree, m)}
+
+
+def _lines(node) -> int:
+    return node.end_lineno - node.lineno + 1
+
+
+def _positional(node) -> int:
+    names = [a.arg for a in node.args.posonlyargs + node.args.args]
+    return len(names) - bool(names and names[0] in ("self", "cls"))
+
+
+def test_no_function_is_over_80_lines():
+    wrong = [f"{name}: {_lines(node)} lines" for name, node in FUNCTIONS.items()
+             if _lines(node) > MAX_LINES and name not in LONG_PENDING]
+    assert wrong == [], "split these into functions named after what each part does"
+
+
+
+def test_no_function_takes_more_than_four_positional_parameters():
+    wrong = [f"{name}: {_positional(node)} positional" for name, node in FUNCTIONS.items()
+             if _positional(node) > MAX_POSITIONAL and name not in POSITIONAL_PENDING]
+    assert wrong == [], "take the parameters past the obvious ones after `*` (keyword-only)"
+
+
+def test_the_pending_lists_name_only_functions_still_pending():
+    """A split or keyword-only function leaves its allow-list: a stale entry would hide a new offender."""
+    stale = sorted({n for n in LONG_PENDING if n not in FUNCTIONS or _lines(FUNCTIONS[n]) <= MAX_LINES}
+                   | {n for n in POSITIONAL_PENDING if n not in FUNCTIONS or _positional(FUNCTIONS[n]) <= MAX_POSITIONAL})
+    assert stale == [], "remove these from LONG_PENDING / POSITIONAL_PENDING"
+
+
+def test_the_rules_see_methods_nested_functions_and_keyword_only_parameters():
+    """The walk and the counts on a known source, so the rules above cannot pass by not looking."""
+    source = ("class C:\n    def m(self, a, b, c, d, e):\n        def inner(x, /, y, *, z):\n            pass\n"
+              "        return inner\n\n\ndef f(a, b, c, d, *rest, e=1, f=2):\n    '''doc'''\n    return a\n")
+    found = dict(_functions(ast.parse(source), "mod"))
+    assert sorted(found) == ["mod.C.m", "mod.C.m.inner", "mod.f"]
+    assert [_positional(found[n]) for n in ("mod.C.m", "mod.C.m.inner", "mod.f")] == [5, 2, 4]
+    assert [_lines(found[n]) for n in ("mod.C.m", "mod.C.m.inner", "mod.f")] == [4, 2, 3]
+    assert len(FUNCTIONS) > 500 and "das.io.nmf.LevelWriter.write_measurement" in FUNCTIONS
+

@@ -144,7 +144,7 @@ def test_gradient_matches_finite_differences(dhc, n_blocks, method):
     logits = [rng.standard_normal((d, 6)) for d in w.sizes]
     targets = rng.random(w.n_queries) * 0.2
     batch = rng.choice(w.n_queries, 60, replace=False)
-    loss, grads = rap.loss_and_gradient(w, ops, logits, targets, batch)
+    loss, grads = rap.loss_and_gradient(w, ops, logits, targets, batch=batch)
     assert loss > 0
     eps = 1e-6
     for a in range(len(logits)):
@@ -154,8 +154,9 @@ def test_gradient_matches_finite_differences(dhc, n_blocks, method):
             down = [z.copy() for z in logits]
             up[a][i, k] += eps
             down[a][i, k] -= eps
-            numeric = (rap.loss_and_gradient(w, ops, up, targets, batch)[0]
-                       - rap.loss_and_gradient(w, ops, down, targets, batch)[0]) / (2 * eps)
+            numeric = (rap.loss_and_gradient(w, ops, up, targets, batch=batch)[0]
+                       - rap.loss_and_gradient(w, ops, down, targets, batch=batch)[0]) / (2 * eps)
+
             assert grads[a][i, k] == pytest.approx(numeric, rel=1e-5, abs=1e-9)
 
 
@@ -301,9 +302,9 @@ def test_parallel_runs_equal_serial_runs(block_workload):
     rng = np.random.default_rng(8)
     people = _people(rng, 5)
     config = rap.RapConfig(n_relaxed=50, steps=20)
-    args = (block_workload, block_workload.answers(people) / 5, 5, 2, config)
-    serial, _ = rap_runs(*args, seed=3, workers=1)
-    parallel, _ = rap_runs(*args, seed=3, workers=2)
+    args = (block_workload, block_workload.answers(people) / 5, 5)
+    serial, _ = rap_runs(*args, runs=2, config=config, seed=3, workers=1)
+    parallel, _ = rap_runs(*args, runs=2, config=config, seed=3, workers=2)
     assert all(np.array_equal(s, p) for s, p in zip(serial, parallel))
 
 
@@ -396,7 +397,7 @@ def test_block_with_nothing_published_counts_as_misses(dhc):
     truth = _records(dhc, blocks, [0, 0, 1], people)
     release = _records(dhc, blocks, [1, 1, 1], people)  # the release moved everyone to block 1
     result = attack_geounit(blocks[0], release, truth, AuditOptions(runs=2, workers=1, baselines=("tract",)),
-                            load_attack_tables("dhc_persons"))
+                            tables=load_attack_tables("dhc_persons"))
     assert result.published_total == 0 and result.true_total == 2 and len(result.candidates) == 0
     rates = pooled_rates([result])
     assert rates["rap_rank"]["k"]["1"] == 0.0 and rates["rap_rank"]["k_over_u"]["1.0"] == 0.0
@@ -416,7 +417,7 @@ def test_equal_reference_populations_give_equal_rates(dhc):
     for seed in (0, 1):
         options = AuditOptions(runs=2, workers=1, seed=seed, rap=rap.RapConfig(n_relaxed=40, steps=20),
                                baselines=("tract", "county"), ip_top=0)
-        result = attack_geounit(blocks[0], truth, truth, options, load_attack_tables("dhc_persons"))
+        result = attack_geounit(blocks[0], truth, truth, options, tables=load_attack_tables("dhc_persons"))
         u = result.distinct_true
         assert np.array_equal(result.hits["baseline_tract"], result.hits["baseline_county"])
         rates.append([match_rate_at(result.hits[m], k) for m in ("baseline_tract", "baseline_county") for k in (1, 5, u)])

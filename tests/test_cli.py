@@ -1,20 +1,39 @@
-"""The `das` command line: every family of commands is reachable, errors exit 2 with the reason."""
+"""The `das` command line (das/cli/__init__.py): every family of commands is reachable, errors exit 2
+with the reason. Each family's commands are tested in tests/test_cli_<family>.py."""
 
+import os
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, cli_commands
 
-from das.cli import build_parser, main
+from das.cli import attack, build_parser, main, release, research, synth
 
 COMMANDS = {"run", "validate", "validate-input", "privacy", "measure", "tables", "audit-privacy",
-            "metrics", "replicate", "report", "attack"}
+            "metrics", "replicate", "report", "compare", "attack", "synth"}
 
 
 def test_every_command_is_registered_once():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert COMMANDS <= set(sub.choices)
+    families = [cli_commands(family) for family in (release, research, attack, synth)]
+    assert set(sub.choices) == COMMANDS == set().union(*families)
+    assert sum(len(f) for f in families) == len(COMMANDS)  # no command in two families
+
+
+def test_a_spec_without_out_writes_under_runs_named_after_the_spec(monkeypatch):
+    seen = []
+
+    def recorded(args) -> int:
+        seen.append(args.out)
+        return 0
+
+    monkeypatch.setattr(release, "_cmd_run", recorded)  # the parser is built per call, so it takes this one
+    assert main(["run", "specs/runs/tiny.toml"]) == 0
+    assert main(["run", "tiny", "--out", "elsewhere"]) == 0
+    assert seen == [os.path.join("runs", "tiny"), "elsewhere"]
+
+
 
 
 def test_python_dash_m_runs_the_same_command_line():

@@ -6,12 +6,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from scipy import stats
 
-from das.geography import Geography
-from das.mechanisms.base import Ledger, SynthesisInput
-from das.mechanisms.median import median_by_geounit
 from das.privacy.exponential import (
     dp_median,
     exponential_mechanism,
@@ -20,7 +16,6 @@ from das.privacy.exponential import (
     median_utilities,
 )
 from das.privacy.randomness import SeededRandomSource
-from das.schema import load_schema
 
 
 def draws(utilities, eps, sensitivity, n, seed=0):
@@ -82,25 +77,3 @@ def test_dp_median_distribution_and_accuracy():
                            ).pvalue > 1e-3
     true_median = 36
     assert set(dp_median(counts, 20, rng) for _ in range(20)) == {true_median}
-
-
-def test_median_age_by_tract_on_the_dhc_schema():
-    schema = load_schema("dhc_persons")
-    blocks = np.array([f"50013{t:06d}{1000 + b:04d}" for t in range(3) for b in range(4)])
-    geography = Geography.from_blocks(blocks)
-    rng = np.random.default_rng(5)
-    truth = np.zeros((len(blocks), schema.size), dtype=np.int64)
-    medians = {}
-    for t in range(3):
-        ages = rng.integers(20 * t, 20 * t + 40, size=201)
-        medians[f"50013{t:06d}"] = int(np.median(ages))
-        cells = schema.cell_index((np.zeros_like(ages), ages, np.zeros_like(ages), np.zeros_like(ages),
-                                   np.zeros_like(ages)))
-        np.add.at(truth, (t * 4 + rng.integers(0, 4, size=201), cells), 1)
-    ledger = Ledger(Fraction(10))
-    data = SynthesisInput(schema, geography, sp.csr_matrix(truth), Fraction(10), Fraction(1, 10**10),
-                          SeededRandomSource(6), ledger)
-    got = median_by_geounit(data, "age", Fraction(2), level="tract")
-    assert set(got) == set(medians)
-    assert all(abs(got[g] - medians[g]) <= 3 for g in medians)
-    assert ledger.spent == 2 * Fraction(2) ** 2 / 8

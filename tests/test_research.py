@@ -131,15 +131,15 @@ def test_wls_equals_a_direct_kkt_solve_per_parent_with_invariants():
     totals = {"nation": np.array([60]), "state": np.array([25, 35])}
     inv = Invariants(np.ones(geo.n_blocks, np.int64), np.zeros((geo.n_blocks, 7), np.int64), totals)
     noisy = {level: random_noisy(rng, geo.n_units(level), SMALL) for level in geo.levels}
-    x_nation = wls_level(SMALL, geo, inv, "nation", noisy["nation"])
+    x_nation = wls_level(SMALL, geo, inv, "nation", noisy=noisy["nation"])
     ones = np.ones((1, SMALL.size))
     assert np.allclose(x_nation, kkt_solve(SMALL, noisy["nation"], None, ones, totals["nation"][:, None]))
-    x_state = wls_level(SMALL, geo, inv, "state", noisy["state"], x_nation)
+    x_state = wls_level(SMALL, geo, inv, "state", noisy=noisy["state"], parent=x_nation)
     assert np.allclose(x_state, kkt_solve(SMALL, noisy["state"], x_nation[0], ones, totals["state"][:, None]))
     assert np.allclose(x_state.sum(axis=1), [25, 35])  # the invariant holds exactly (to rounding)
-    county = wls_level(SMALL, geo, inv, "county", noisy["county"], x_state)
-    tract = wls_level(SMALL, geo, inv, "tract", noisy["tract"], county)
-    block = wls_level(SMALL, geo, inv, "block", noisy["block"], tract)
+    county = wls_level(SMALL, geo, inv, "county", noisy=noisy["county"], parent=x_state)
+    tract = wls_level(SMALL, geo, inv, "tract", noisy=noisy["tract"], parent=county)
+    block = wls_level(SMALL, geo, inv, "block", noisy=noisy["block"], parent=tract)
     offsets = geo.child_ranges("tract")
     for p in range(geo.n_units("tract")):
         lo, hi = offsets[p], offsets[p + 1]
@@ -179,7 +179,8 @@ def test_wls_reproduces_the_truth_without_noise_on_real_shaped_data():
         truth = geo.aggregate(ctx.blocks, level)
         noisy = {q: (answers(schema, truth, q), var) for q, var in
                  (("total", 3.0), ("hhgq", 5.0), ("votingage x hispanic x cenrace", 7.0), ("detailed", 11.0))}
-        parent = wls_level(schema, geo, ctx.invariants, level, noisy, parent)
+        parent = wls_level(schema, geo, ctx.invariants, level, noisy=noisy, parent=parent)
+
         assert np.allclose(parent, truth.toarray(), atol=1e-7), level
 
 

@@ -22,7 +22,8 @@ from das.validate import validate_run
 PER_UNIT = {"limit": 3}  # the new rule's parameter, changed by the tests below
 
 
-def _crowding(c, query, facts, lower, upper):
+def _crowding(c, query, facts, *, lower, upper):
+
     """At most PER_UNIT['limit'] household persons (hhgq cell 0) per housing unit in a block."""
     upper[:, 0] = np.minimum(upper[:, 0], PER_UNIT["limit"] * facts.housing_units)
 

@@ -84,7 +84,7 @@ def _geounit_records(records: PersonRecords, level: str, geocode: str, blocks: n
     return np.column_stack([position, levels])
 
 
-def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords, options: AuditOptions,
+def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords, options: AuditOptions, *,
                    tables, holdout: PersonRecords | None = None) -> GeounitResult:
     """RAP-Rank, the baselines and (blocks) the IP attack on one geounit, scored against the truth."""
     t0 = time.perf_counter()
@@ -107,7 +107,7 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     hits, rmse = {"rap_rank": np.zeros(0)}, float("nan")
     matched = np.zeros(0, dtype=bool)
     if n > 0:
-        samples, rmses = rap_runs(workload, counts / n, n, options.runs, options.rap,
+        samples, rmses = rap_runs(workload, counts / n, n, runs=options.runs, config=options.rap,
                                   seed=int(rng.integers(2**63)), workers=options.workers)
         rmse = float(np.mean(rmses))
         candidates = rank_samples(samples, options.min_confidence, options.multiset)
@@ -116,7 +116,7 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     for scope in options.baselines:
         if level == "tract" and scope == "tract":
             continue
-        reference = reference_levels(truth, level, geocode, scope, holdout)
+        reference = reference_levels(truth, level, geocode, scope, holdout=holdout)
         ranking = frequency_ranking(reference)
         if blocks is not None:
             block_totals = np.bincount(published_levels[:, 0], minlength=len(blocks))
@@ -135,7 +135,7 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     return result
 
 
-def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str], options: AuditOptions,
+def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str], options: AuditOptions, *,
               holdout: PersonRecords | None = None, log=print) -> list[GeounitResult]:
     tables = load_attack_tables(options.tables or published.schema.name)
     results = []
@@ -143,7 +143,7 @@ def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str
         if len(geocode) != GEOCODE_DIGITS[options.level] or not geocode.isdigit():
             raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[options.level]}-digit "
                               f"{options.level} geocode")
-        r = attack_geounit(geocode, published, truth, options, tables, holdout)
+        r = attack_geounit(geocode, published, truth, options, tables=tables, holdout=holdout)
         rates = ", ".join(f"{m} {match_rate_at(h, max(1, r.distinct_true)):.2f}" for m, h in r.hits.items())
         log(f"[{i + 1}/{len(geounits)}] {options.level} {geocode}: {r.published_total} published persons, "
             f"{r.n_queries} queries, {r.seconds:.1f} s; Match-Rate@u: {rates}")
@@ -247,8 +247,9 @@ def _plot(curves: pd.DataFrame, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def write_outputs(out_dir: Path, results: list[GeounitResult], published: PersonRecords, options: AuditOptions,
+def write_outputs(out_dir: Path, results: list[GeounitResult], published: PersonRecords, options: AuditOptions, *,
                   source: str, seconds: float) -> dict:
+
     """candidates.parquet, match_rate.csv/.png, certainty.csv, summary.json/.md into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     candidates_frame(results, published, options.level).to_parquet(out_dir / "candidates.parquet", index=False)

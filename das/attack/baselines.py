@@ -15,8 +15,9 @@ from das.attack.rank import Candidates, rank_by
 SCOPES = ("tract", "county", "state", "holdout")
 
 
-def reference_levels(truth: PersonRecords, level: str, geocode: str, scope: str,
+def reference_levels(truth: PersonRecords, level: str, geocode: str, scope: str, *,
                      holdout: PersonRecords | None = None) -> np.ndarray:
+
     """The reference records (n x n_attributes) of `scope` for the geounit `geocode` of `level`."""
     if scope == "holdout":
         if holdout is None:

@@ -47,8 +47,9 @@ def _one_run(task) -> tuple[np.ndarray, float]:
     return sample_records(probs, n_records, rng).astype(np.int16), rmse
 
 
-def rap_runs(workload: Workload, targets: np.ndarray, n_records: int, runs: int, config: RapConfig,
+def rap_runs(workload: Workload, targets: np.ndarray, n_records: int, *, runs: int, config: RapConfig,
              seed: int, workers: int = 1) -> tuple[list[np.ndarray], list[float]]:
+
     """`runs` independent fits (seeds from `seed`), N sampled records each; parallel over a
     spawn pool of `workers` single-threaded processes."""
     seeds = np.random.SeedSequence(seed).spawn(runs)

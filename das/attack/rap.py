@@ -118,7 +118,7 @@ def mask_operators(workload: Workload, dtype="float32", method: str = "auto") ->
     return tuple(MaskOperator.from_masks(m, np.dtype(dtype), method) for m in workload.masks)
 
 
-def relaxed_answers(workload: Workload, operators, probs, queries: np.ndarray | None = None,
+def relaxed_answers(workload: Workload, operators, probs, *, queries: np.ndarray | None = None,
                     chunk: int = 4096) -> np.ndarray:
     """Relaxed answers (fractions) of `queries` (default all) for probabilities (d_a x K each)."""
     values = [op.apply(p) for op, p in zip(operators, probs)]
@@ -134,7 +134,7 @@ def relaxed_answers(workload: Workload, operators, probs, queries: np.ndarray | 
     return out
 
 
-def loss_and_gradient(workload: Workload, operators, logits, targets: np.ndarray,
+def loss_and_gradient(workload: Workload, operators, logits, targets: np.ndarray, *,
                       batch: np.ndarray) -> tuple[float, list[np.ndarray]]:
     """Sum of squared errors of the `batch` queries and its gradient wrt every attribute's logits."""
     probs = [softmax(z) for z in logits]
@@ -189,8 +189,9 @@ def _weighted_sample(weights: np.ndarray, size: int, rng: np.random.Generator) -
     return np.argpartition(-keys, size - 1)[:size]
 
 
-def fit(workload: Workload, targets: np.ndarray, config: RapConfig, rng: np.random.Generator,
+def fit(workload: Workload, targets: np.ndarray, config: RapConfig, rng: np.random.Generator, *,
         operators=None) -> tuple[list[np.ndarray], float]:
+
     """Relaxed records fit to `targets` (answers as fractions of N): (probabilities per
     attribute, d_a x K each) and the final root-mean-square error over all queries."""
     dtype = np.dtype(config.dtype)
@@ -205,7 +206,7 @@ def fit(workload: Workload, targets: np.ndarray, config: RapConfig, rng: np.rand
         if step % config.refresh == 0:
             errors = np.abs(relaxed_answers(workload, operators, [softmax(z) for z in logits]) - targets)
         batch = _weighted_sample(errors + 1e-9, config.batch_size, rng)
-        _, grads = loss_and_gradient(workload, operators, logits, targets, batch)
+        _, grads = loss_and_gradient(workload, operators, logits, targets, batch=batch)
         lr = float(config.learning_rate * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
         for z, g, m, v in zip(logits, grads, first, second):
             m *= beta1

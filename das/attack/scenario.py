@@ -85,8 +85,9 @@ def main(argv=None) -> int:
         _log(f"attack on {source}: {len(blocks)} blocks")
         start = time.perf_counter()
         results = run_audit(truth, published, blocks, options, log=_log)
-        summaries[name] = write_outputs(out / f"attack_{name}", results, published, options, source,
-                                        time.perf_counter() - start)
+        summaries[name] = write_outputs(out / f"attack_{name}", results, published, options, source=source,
+                                        seconds=time.perf_counter() - start)
+
     rows = {
         "(a) RAP-Rank, exact tables": summaries["exact"]["match_rate"]["rap_rank"],
         "(b) RAP-Rank, release": summaries["release"]["match_rate"]["rap_rank"],

@@ -101,9 +101,10 @@ def _cmd_attack(args) -> int:
             ip_top=args.ip_top, ip_max_persons=args.ip_max_persons, tables=args.tables)
         print(f"das attack: {args.level} attack on {source}, {len(geounits)} geounits, {args.runs} runs each",
               file=sys.stderr)
-        results = run_audit(truth, published, geounits, options, holdout,
+        results = run_audit(truth, published, geounits, options, holdout=holdout,
                             log=lambda s: print(s, file=sys.stderr, flush=True))
-        write_outputs(Path(args.out), results, published, options, source, time.perf_counter() - t0)
+        write_outputs(Path(args.out), results, published, options, source=source, seconds=time.perf_counter() - t0)
+
     except (AttackError, SpecError) as e:
         print(f"das attack: {e}", file=sys.stderr)
         return 2

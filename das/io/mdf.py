@@ -62,7 +62,7 @@ def geography_arrays(blocks: np.ndarray, block_index: np.ndarray) -> dict[str, p
 
 
 def records_table(
-    schema: Schema, blocks: np.ndarray, block_index: np.ndarray, cells: np.ndarray,
+    schema: Schema, blocks: np.ndarray, block_index: np.ndarray, cells: np.ndarray, *,
     with_epnum: bool = True,
 ) -> pa.Table:
     """Arrow table of records (block, cell) in the schema's input columns."""
@@ -134,7 +134,7 @@ def plain(table: pa.Table) -> pa.Table:
                      for n, c in zip(table.column_names, table.columns)})
 
 
-def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, layout: str = "parquet",
+def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, *, layout: str = "parquet",
                   metadata: dict | None = None, compression: str = "zstd", whole: bool = False) -> Path:
     """Write `tables` (all of `schema`) one after another as one file, holding one at a time; to a
     temporary name then renamed, so a partial file never looks complete. Parquet files carry
@@ -166,4 +166,5 @@ def pipe_copy(parquet_path: Path, path: Path) -> Path:
 
 def write_table(table: pa.Table, path: Path, layout: str = "parquet", metadata: dict | None = None) -> Path:
     """One table as a file (`write_batches`): Parquet (zstd) or the pipe-delimited layout."""
-    return write_batches([table], table.schema, path, layout, metadata)
+    return write_batches([table], table.schema, path, layout=layout, metadata=metadata)
+

@@ -125,7 +125,7 @@ class _Collector:
         self.csv = path.suffix.lower() == ".csv"
         self.problems: list[Problem] = []
 
-    def add(self, expected: str, column: str | None = None, rows=None, values=None,
+    def add(self, expected: str, *, column: str | None = None, rows=None, values=None,
             unreadable: bool = False) -> None:
         """One problem per offending row (the first few), then a count of the rest.
         `rows` are 0-based data rows; `values` (optional) the offending value of each."""
@@ -318,7 +318,7 @@ def _shown(values, rows: np.ndarray) -> np.ndarray:
     return values.at(rows) if isinstance(values, _Encoded) else np.asarray(values)[rows]
 
 
-def _column(table: pa.Table, name: str, kind: str, col: _Collector, needed_for: str):
+def _column(table: pa.Table, name: str, kind: str, col: _Collector, *, needed_for: str):
     """A column as int64 values (kind "int") or an _Encoded text column (kind "text"), after
     checking that it exists, has no nulls and has the right type; None after a problem."""
     if name not in table.column_names:
@@ -373,7 +373,7 @@ def _show_codes(codes) -> str:
     return "one of " + ", ".join(map(repr, codes))
 
 
-def _levels(values, codes, name: str, col: _Collector, row_of=None) -> np.ndarray | None:
+def _levels(values, codes, name: str, col: _Collector, *, row_of=None) -> np.ndarray | None:
     """Level index of each value given the codes of the levels (values: int64 array or _Encoded);
     `row_of` maps value positions to file rows (when only some rows are counted)."""
     lookup = pd.Index(list(codes))
@@ -400,7 +400,7 @@ def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, 
     """(distinct 15-digit geocodes, index of each row's geocode), or None after reporting problems."""
     parts = []
     for name, width in GEOGRAPHY:
-        enc = _column(table, name, "text", col, f"the block geocode of every {what}")
+        enc = _column(table, name, "text", col, needed_for=f"the block geocode of every {what}")
         if enc is not None:
             bad = ~enc.fullmatch(rf"\d{{{width}}}")
             if bad.any():
@@ -410,7 +410,7 @@ def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, 
         parts.append(enc)
     block = parts[-1]
     if BLOCK_GROUP in table.column_names and block is not None:
-        group = _column(table, BLOCK_GROUP, "text", col, "the block group")
+        group = _column(table, BLOCK_GROUP, "text", col, needed_for="the block group")
         if group is not None:
             first_digit = np.asarray([v[:1] for v in block.values], dtype=str)
             wrong = group.values[group.indices] != first_digit[block.indices]
@@ -447,7 +447,7 @@ def _read_units(path: Path, col: _Collector) -> _Units | None:
                 "housing unit or group-quarters facility is needed")
         return None
     geo = _geocodes(table, col, "unit")
-    columns = {name: _column(table, name, "int", col, "the unit inventory")
+    columns = {name: _column(table, name, "int", col, needed_for="the unit inventory")
                for name in ("RTYPE", "GQTYPE_PL", "HH_STATUS")}
     if geo is None or any(v is None for v in columns.values()):
         return None
@@ -508,14 +508,9 @@ class _Read:
     columns: dict  # column name -> int64 values or _Encoded, over all file rows
     levels: dict  # attribute name -> (n,) level of each record
 
-    def factor_levels(self, schema: Schema, factors: tuple[str, ...]) -> tuple[np.ndarray, ...]:
-        """Level of each record in each factor (an attribute or a recode)."""
-        recodes = {r.name: r for r in schema.recodes}
-        return tuple(np.asarray(recodes[f].mapping)[self.levels[recodes[f].attribute]] if f in recodes
-                     else self.levels[f] for f in factors)
 
 
-def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _Collector,
+def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _Collector, *,
              block_index: np.ndarray | None = None) -> _Read | None:
     """The records a schema counts in a table, or None after reporting problems. `blocks`: the
     universe (None: the units file is unusable; check this file alone); `block_index`: each
@@ -534,7 +529,7 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _C
             else:
                 block_index = found[row_geocode]
     if EPNUM in table.column_names:
-        person_numbers = _column(table, EPNUM, "int", col, "the person number")
+        person_numbers = _column(table, EPNUM, "int", col, needed_for="the person number")
         if person_numbers is not None:
             repeated = np.flatnonzero(pd.Series(person_numbers).duplicated().to_numpy())
             if len(repeated):
@@ -543,14 +538,15 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _C
     rows = np.arange(table.num_rows)
     if schema.record_filter is not None:
         column, value = schema.record_filter
-        values = _column(table, column, "int", col, f"choosing the rows schema {schema.name} counts")
+        values = _column(table, column, "int", col, needed_for=f"choosing the rows schema {schema.name} counts")
         if values is None:
             return None
         rows = np.flatnonzero(values == value)
     columns, levels = {}, []
     for a in schema.attributes:
         kind = "text" if isinstance(a.codes[0], str) else "int"
-        values = _column(table, a.column, kind, col, f"attribute {a.name} of schema {schema.name}")
+        values = _column(table, a.column, kind, col, needed_for=f"attribute {a.name} of schema {schema.name}")
+
         if values is None:
             levels.append(None)
             continue
@@ -559,7 +555,7 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _C
             values.take(rows) if kind == "text" else values[rows])
         levels.append(_levels(counted, a.codes, a.column, col, row_of=rows))
     for column, attribute, mapping in schema.derived:
-        values = _column(table, column, "int", col, f"checking attribute {attribute} of schema {schema.name}")
+        values = _column(table, column, "int", col, needed_for=f"checking attribute {attribute} of schema {schema.name}")
         level = levels[schema.names.index(attribute)]
         if values is None or level is None:
             continue

@@ -76,8 +76,9 @@ class Schedule:
     sweeps: int = SWEEPS
 
 
-def synthesize_unit(counts: np.ndarray, domain: Domain, queries, schedule: Schedule, rng) -> np.ndarray:
-    """MWEM on one geounit's domain counts: integer counts over the domain."""
+def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> np.ndarray:
+    """MWEM on one geounit's domain counts, selecting among the domain's `workload`: integer counts over the domain."""
+    queries = workload(domain)
     noisy_total = int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0])
     total = max(0, noisy_total)
     estimate = np.full(domain.size, total / domain.size, dtype=float)
@@ -112,9 +113,9 @@ def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) ->
     parts = []
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
-        queries = workload(domain)
         counts = unit_counts(data.histograms, block_index)
-        out = synthesize_unit(counts, domain, queries, schedule, data.rng.spawn(geocode))
+        out = synthesize_unit(counts, domain, schedule, data.rng.spawn(geocode))
+
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),

@@ -66,7 +66,8 @@ def _mbi():
     return mbi
 
 
-def _measure(counts: np.ndarray, domain: Domain, factors: tuple[str, ...], sigma2: Fraction, rng) -> np.ndarray:
+def _measure(counts: np.ndarray, domain: Domain, factors: tuple[str, ...], *, sigma2: Fraction, rng) -> np.ndarray:
+    """The marginal of `counts` over `factors`, plus discrete Gaussian noise of variance sigma2."""
     index, size = domain.marginal(factors)
     return np.bincount(index, weights=counts, minlength=size).astype(np.int64) + discrete_gaussian(sigma2, size, rng)
 
@@ -115,12 +116,24 @@ def _noisy_total(counts: np.ndarray, sigma2: Fraction, rng) -> int:
 # MST
 
 
-def mst_unit(counts, domain: Domain, sigma2_total, sigma2_one, eps, sigma2_two, rng) -> tuple[np.ndarray, list]:
-    total = _noisy_total(counts, sigma2_total, rng)
+@dataclass(frozen=True)
+class MstSchedule:
+    """MST's noise, the same in every geounit: tract total, one-way marginals, each edge's selection, tree pairs."""
+
+    sigma2_total: Fraction
+    sigma2_one: Fraction
+    eps: Fraction
+    sigma2_two: Fraction
+
+
+def mst_unit(counts, domain: Domain, schedule: MstSchedule, rng) -> tuple[np.ndarray, list]:
+    """MST on one geounit: integer counts over its domain, and the tree's edges."""
+    sigma2_one, eps, sigma2_two = schedule.sigma2_one, schedule.eps, schedule.sigma2_two
+    total = _noisy_total(counts, schedule.sigma2_total, rng)
     model = _Model(domain, total)
     one_way = {}
     for a in domain.names:
-        noisy = _measure(counts, domain, (a,), sigma2_one, rng)
+        noisy = _measure(counts, domain, (a,), sigma2=sigma2_one, rng=rng)
         model.add((a,), noisy, sigma2_one)
         clipped = np.maximum(noisy, 0).astype(float)
         one_way[a] = clipped / clipped.sum() if clipped.sum() > 0 else np.full(len(noisy), 1 / len(noisy))
@@ -143,7 +156,7 @@ def mst_unit(counts, domain: Domain, sigma2_total, sigma2_one, eps, sigma2_two, 
         component[root(a)] = root(b)
         edges.append((a, b))
     for pair in edges:
-        model.add(pair, _measure(counts, domain, pair, sigma2_two, rng), sigma2_two)
+        model.add(pair, _measure(counts, domain, pair, sigma2=sigma2_two, rng=rng), sigma2_two)
     model.fit()
     return model.counts(), [list(e) for e in edges]
 
@@ -161,11 +174,12 @@ def run_mst(data: SynthesisInput, level: str | None = None) -> Synthesis:
         ledger.exponential(level, f"select tree edge {i}", eps, Fraction(2), per_geounit=True)
     rho_two = 2 * third - (d - 1) * eps * eps / 4
     sigma2_two = ledger.gaussian(level, "tree pair marginals", rho_two) * (d - 1)
+    schedule = MstSchedule(sigma2_total, sigma2_one, eps, sigma2_two)
     parts, trees = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
-        out, trees[geocode] = mst_unit(unit_counts(data.histograms, block_index), domain, sigma2_total, sigma2_one,
-                                       eps, sigma2_two, data.rng.spawn(geocode))
+        out, trees[geocode] = mst_unit(unit_counts(data.histograms, block_index), domain, schedule,
+                                       data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "eps_select": str(eps), "sigma2_one_way": str(sigma2_one),
@@ -199,7 +213,7 @@ def aim_unit(counts, domain: Domain, schedule: AimSchedule, rng) -> tuple[np.nda
     total = _noisy_total(counts, schedule.sigma2_total, rng)
     model = _Model(domain, total)
     for a in domain.names:
-        model.add((a,), _measure(counts, domain, (a,), sigma2_one, rng), sigma2_one)
+        model.add((a,), _measure(counts, domain, (a,), sigma2=sigma2_one, rng=rng), sigma2_one)
     model.fit()
     candidates = aim_candidates(domain)
     max_weight = max(w for _, w in candidates)
@@ -215,7 +229,8 @@ def aim_unit(counts, domain: Domain, schedule: AimSchedule, rng) -> tuple[np.nda
             penalty = round(math.sqrt(2 / math.pi) * sigma * size * (1 << SCORE_BITS))  # public, data-free
             scores.append(weight * (_l1_units(truth, estimate) - penalty))
         clique, _ = candidates[exponential_mechanism(scores, eps, 2 * max_weight << SCORE_BITS, rng)]
-        model.add(clique, _measure(counts, domain, clique, sigma2_round, rng), sigma2_round)
+        model.add(clique, _measure(counts, domain, clique, sigma2=sigma2_round, rng=rng), sigma2_round)
+
         model.fit(ESTIMATE_ITERS // 3)  # warm-started
         chosen.append(list(clique))
     model.fit()

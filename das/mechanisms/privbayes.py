@@ -22,6 +22,7 @@ d clique measurements.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
 
@@ -76,10 +77,19 @@ def conditional(noisy: np.ndarray, child_size: int) -> np.ndarray:
     return cond.ravel()
 
 
-def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, eps: Fraction,
-                    sigma2s: list[Fraction], rng) -> tuple[np.ndarray, list]:
+@dataclass(frozen=True)
+class Schedule:
+    """PrivBayes's noise, the same in every geounit: the total, each selection, each clique's measurement."""
+
+    sigma2_total: Fraction
+    eps: Fraction  # of each selection of an attribute and its parents
+    sigma2s: tuple[Fraction, ...]  # of each clique's cells, in network order
+
+
+def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> tuple[np.ndarray, list]:
     """PrivBayes on one geounit: integer counts over its domain, and the network chosen."""
-    total = max(0, int(counts.sum()) + int(discrete_gaussian(sigma2_total, 1, rng)[0]))
+    eps, sigma2s = schedule.eps, schedule.sigma2s
+    total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
     network = [(BLOCK, ())]
     chosen = [BLOCK]
     while len(chosen) < len(domain.names):
@@ -108,11 +118,12 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
         ledger.exponential(level, f"select attribute {i} and its parents", eps, SENSITIVITY, per_geounit=True)
     per_clique = (rest - (d - 1) * eps * eps / 4) / d
     sigma2s = [ledger.gaussian(level, f"measure clique {i}", per_clique) for i in range(1, d + 1)]
+    schedule = Schedule(sigma2_total, eps, tuple(sigma2s))
     parts, networks = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
-        out, networks[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, sigma2_total, eps,
-                                                 sigma2s, data.rng.spawn(geocode))
+        out, networks[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, schedule,
+                                                 data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "degree": DEGREE, "max_clique": MAX_CLIQUE, "eps_select": str(eps),

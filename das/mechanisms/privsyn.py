@@ -27,6 +27,7 @@ has at most `COMBINE_CELLS` cells; a chosen pair inside a kept clique is measure
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
 
@@ -101,7 +102,7 @@ def allocate(rho: Fraction, sizes: list[int]) -> list[Fraction]:
     return [rho * w / total for w in weights]
 
 
-def gum(targets: list[tuple[tuple[str, ...], np.ndarray]], domain: Domain, total: int, generator,
+def gum(targets: list[tuple[tuple[str, ...], np.ndarray]], domain: Domain, total: int, generator, *,
         rounds: int = GUM_ROUNDS) -> np.ndarray:
     """Gradual update: integer counts over the domain (records by cell) fitted to marginal targets
     (factors, target counts); the targets must include every one-way marginal."""
@@ -126,7 +127,7 @@ def gum(targets: list[tuple[tuple[str, ...], np.ndarray]], domain: Domain, total
             rank = _rank_within(cell_of)
             leaving = order[rank < move[cell_of]][:n_move]
             destination = generator.choice(size, size=len(leaving), p=deficit / deficit.sum())
-            records[leaving] = _replace(records[leaving], destination, factors, domain, shape)
+            records[leaving] = _replace(records[leaving], destination, factors, domain)
     return np.bincount(records, minlength=domain.size).astype(np.int64)
 
 
@@ -146,8 +147,9 @@ def _rank_within(groups: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _replace(cells: np.ndarray, destination: np.ndarray, factors: tuple[str, ...], domain: Domain, shape) -> np.ndarray:
+def _replace(cells: np.ndarray, destination: np.ndarray, factors: tuple[str, ...], domain: Domain) -> np.ndarray:
     """Records `cells` with the attributes in `factors` set to marginal cell `destination` (others kept)."""
+    shape = (domain.n_blocks, *domain.schema.shape)
     levels = list(np.unravel_index(cells, shape))
     new = np.unravel_index(destination, tuple(domain.factor_size(f) for f in factors))
     for f, value in zip(factors, new):
@@ -155,12 +157,21 @@ def _replace(cells: np.ndarray, destination: np.ndarray, factors: tuple[str, ...
     return np.ravel_multi_index(tuple(levels), shape)
 
 
-def synthesize_unit(counts: np.ndarray, domain: Domain, sigma2_total: Fraction, sigma2_select: Fraction,
-                    rho_measure: Fraction, rng) -> tuple[np.ndarray, list]:
+@dataclass(frozen=True)
+class Schedule:
+    """PrivSyn's noise, the same in every geounit: the total, the InDif scores, the budget of the marginals."""
+
+    sigma2_total: Fraction
+    sigma2_select: Fraction  # of each pair's InDif score
+    rho_measure: Fraction  # of the one-way and chosen marginals, allocated per geounit
+
+
+def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> tuple[np.ndarray, list]:
     """PrivSyn on one geounit: integer counts over its domain, and the pairs chosen."""
-    total = max(0, int(counts.sum()) + int(discrete_gaussian(sigma2_total, 1, rng)[0]))
+    rho_measure = schedule.rho_measure
+    total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
     pairs = list(combinations(domain.names, 2))
-    noisy = np.array([indif(counts, domain, p) for p in pairs]) + discrete_gaussian(sigma2_select, len(pairs), rng)
+    noisy = np.array([indif(counts, domain, p) for p in pairs]) + discrete_gaussian(schedule.sigma2_select, len(pairs), rng)
     cells = np.array([domain.factor_size(a) * domain.factor_size(b) for a, b in pairs])
     chosen = [pairs[i] for i in dense_marg(noisy.astype(float), cells, float(rho_measure))]
     marginals = [(a,) for a in domain.names] + combine(chosen, domain)
@@ -189,11 +200,12 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     rho_measure = rest - rho_select
     ledger.charge(level, "one-way and chosen pair marginals", rho_measure, "discrete Gaussian",
                   allocation="proportional to cells^(2/3), per tract")
+    schedule = Schedule(sigma2_total, sigma2_select, rho_measure)
     parts, chosen = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
-        out, chosen[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, sigma2_total,
-                                               sigma2_select, rho_measure, data.rng.spawn(geocode))
+        out, chosen[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, schedule,
+                                               data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "sigma2_indif": str(sigma2_select), "marginals": chosen, "gum_rounds": GUM_ROUNDS,

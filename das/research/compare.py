@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das import atomic
 from das.privacy.certificate import fraction_text
 from das.research.compare_report import build_compare_report, render_table
 from das.research.estimators import wls_unsupported
@@ -142,7 +143,7 @@ _MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.
                     "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True)")
 
 
-def release_command(spec: str, mechanism: str, out_dir: Path, seed: int, rho: str | None, workers: int) -> list[str]:
+def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int) -> list[str]:
     """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
     args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
                        "workers": workers})
@@ -154,12 +155,12 @@ def release_command(spec: str, mechanism: str, out_dir: Path, seed: int, rho: st
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(path)
+    """`path` holds `frame`, whole or not at all: a resumed comparison trusts any part it finds."""
+    with atomic.replacing(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
-def score_release(ctx, run_dir: Path, mechanism: str, queries, seed: int) -> pd.DataFrame:
+def score_release(ctx, run_dir: Path, mechanism: str, *, queries, seed: int) -> pd.DataFrame:
     """Error statistics of a release's MDF (and, for TopDown, of its NMF's noisy and WLS estimates)."""
     from das.io.microdata import block_histograms, read_records
 
@@ -178,18 +179,19 @@ def score_release(ctx, run_dir: Path, mechanism: str, queries, seed: int) -> pd.
         if wls_unsupported(ctx.schema, measured) is None:
             estimators.append("wls")
     rho = fraction_text(cert.rho)
-    stats, _ = score(ctx, nmf_dir, released, tuple(estimators), queries, (), {"rho": rho, "replicate": seed})
+    stats, _ = score(ctx, nmf_dir, released, estimators=tuple(estimators), queries=queries, keep=(),
+                     tags={"rho": rho, "replicate": seed})
     stats["estimator"] = stats["estimator"].replace({TOPDOWN: mechanism})
     return stats
 
 
-def attack_release(published, truth, blocks: list[str], options, tables) -> pd.DataFrame:
+def attack_release(published, truth, blocks: list[str], *, options, tables) -> pd.DataFrame:
     """Per attacked block and method: expected hits among the top u (u = distinct true records) and top 10."""
     from das.attack.audit import attack_geounit
 
     rows = []
     for geocode in blocks:
-        r = attack_geounit(geocode, published, truth, options, tables)
+        r = attack_geounit(geocode, published, truth, options, tables=tables)
         u = max(1, r.distinct_true)
         for method, hits in r.hits.items():
             rows.append({"geocode": geocode, "method": method, "published_total": r.published_total,
@@ -222,7 +224,7 @@ def _open(comparison: Comparison, out_dir: Path, overwrite: bool) -> dict:
     return {}
 
 
-def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite: bool = False, log=print) -> dict:
+def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False, log=print) -> dict:
     """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
     from das.attack.audit import AuditOptions, auto_geounits
     from das.attack.data import read_persons
@@ -270,14 +272,15 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
         done.parent.mkdir(parents=True, exist_ok=True)
         if not done.exists():
             spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
-            measured = run_measured(release_command(spec_for, mechanism, run_dir, seed, comparison.rho, workers))
+            measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
+                                                    workers=workers))
             if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
                 failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
                                  "stderr": measured.stderr})
                 log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
                     f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
                 continue
-            stats = score_release(ctx, run_dir, mechanism, queries, seed)
+            stats = score_release(ctx, run_dir, mechanism, queries=queries, seed=seed)
             _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
             done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
                                         "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
@@ -287,7 +290,7 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
             from das.attack.data import read_release
 
             options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=seed, workers=workers, ip_top=0)
-            frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options, tables)
+            frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options=options, tables=tables)
             _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
             log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: attack on {len(blocks)} blocks, "
                 f"{frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
@@ -295,7 +298,9 @@ def run_comparison(comparison: Comparison, out_dir, workers: int = 1, overwrite:
     if blocks and not exact_path.exists():
         exact_path.parent.mkdir(parents=True, exist_ok=True)
         options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=0, workers=workers, ip_top=0)
-        _write_parquet(attack_release(truth, truth, blocks, options, tables).assign(mechanism=EXACT, seed=0), exact_path)
+        _write_parquet(attack_release(truth, truth, blocks, options=options, tables=tables).assign(mechanism=EXACT, seed=0),
+                       exact_path)
+
         log(f"  exact tables: attack on {len(blocks)} blocks")
     meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it

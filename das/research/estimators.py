@@ -18,15 +18,11 @@ Both corrections are linear in the noise, so unbiasedness carries down from the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
 from das.geography import Geography
-from das.io import nmf
 from das.rules import Invariants, level_bounds
 from das.schema import Schema
 
@@ -141,7 +137,8 @@ class _LevelSystem:
         return x
 
 
-def wls_level(schema, geography, invariants, level, noisy, parent=None) -> np.ndarray:
+def wls_level(schema, geography, invariants, level, *, noisy, parent=None) -> np.ndarray:
+
     """WLS histograms (n_units x n_cells) of one level given its noisy answers and the parents' WLS."""
     if not noisy:
         raise ValueError(f"{level}: nothing measured; the WLS estimate needs a measurement at every level")
@@ -150,17 +147,6 @@ def wls_level(schema, geography, invariants, level, noisy, parent=None) -> np.nd
     if parent is not None:
         x = distribute(x, parent, geography.child_ranges(geography.parent_level(level)))
     return x
-
-
-def wls_levels(
-    schema: Schema, geography: Geography, invariants: Invariants, nmf_dir: Path, release: str,
-) -> Iterator[tuple[str, np.ndarray]]:
-    """(level, WLS histograms of its geounits (n_units x n_cells)), top-down, from an NMF."""
-    parent = None
-    for level in geography.levels:
-        noisy = nmf.read_level(nmf.level_path(nmf_dir, release, level), geography.units(level))
-        parent = wls_level(schema, geography, invariants, level, noisy, parent)
-        yield level, parent
 
 
 def distribute(children: np.ndarray, parents: np.ndarray, offsets: np.ndarray) -> np.ndarray:

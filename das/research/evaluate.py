@@ -38,7 +38,7 @@ def truth_context(persons, units, schema_name: str, levels) -> Context:
     return Context(None, schema, geography, Invariants.from_inputs(inputs.inventory, blocks, geography), blocks)
 
 
-def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
+def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
                  queries=DEFAULT_QUERIES, keep=("total",), overwrite: bool = True) -> dict:
     """Score a `das run` output directory; writes stats/errors/metrics files to `out`."""
     run_dir = Path(run_dir)
@@ -78,8 +78,9 @@ def evaluate_run(run_dir, truth: tuple[str, str] | None = None, out=None, estima
     (out / "parts").mkdir(parents=True, exist_ok=True)
     queries = scored_queries(ctx.schema, queries)
     rho = fraction_text(manifest.certificate(RELEASE).rho)
-    stats, errors = score(ctx, nmf_dir, topdown, tuple(estimators), queries, tuple(keep),
-                          {"rho": str(rho), "replicate": 0})
+    stats, errors = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
+                          tags={"rho": str(rho), "replicate": 0})
+
     _write_parquet(errors, out / "parts" / _part_name(0, 0, "errors"))
     _write_parquet(stats, out / "parts" / _part_name(0, 0, "stats"))
     meta = {

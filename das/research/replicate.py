@@ -121,7 +121,7 @@ def scored_queries(schema: Schema, queries) -> tuple[str, ...]:
     return tuple(kept)
 
 
-def _frames(ctx: Context, estimator: str, level: str, estimates: dict, keep):
+def _frames(ctx: Context, estimator: str, level: str, estimates: dict, *, keep):
     """Stats rows and kept per-geounit rows for one estimator at one level."""
     stats, errors = [], []
     for query, est in estimates.items():
@@ -138,7 +138,7 @@ def _frames(ctx: Context, estimator: str, level: str, estimates: dict, keep):
     return stats, errors
 
 
-def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, queries, keep, tags: dict):
+def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, queries, keep, tags: dict):
     """(stats, errors) DataFrames of every estimator, level and query of one draw of noise."""
     stats, errors = [], []
     schema, geography = ctx.schema, ctx.geography
@@ -154,11 +154,11 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, estimators, querie
         if "noisy" in estimators:
             per_estimator["noisy"] = {q: a for q in queries if (a := noisy_answers(schema, noisy, q)) is not None}
         if "wls" in estimators:
-            parent = wls_level(schema, geography, ctx.invariants, level, noisy, parent)
+            parent = wls_level(schema, geography, ctx.invariants, level, noisy=noisy, parent=parent)
             per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
         del noisy
         for estimator in estimators:
-            s, e = _frames(ctx, estimator, level, per_estimator[estimator], keep)
+            s, e = _frames(ctx, estimator, level, per_estimator[estimator], keep=keep)
             stats += s
             errors += e
     stats = pd.concat(stats, ignore_index=True).assign(**tags)
@@ -172,7 +172,7 @@ def plan_for_rho(ctx: Context, rho_text: str) -> ReleasePlan:
     return planned if rho_text == "spec" else ctx.pipeline.at_budget(RELEASE, parse_fraction(rho_text, "--rho"))
 
 
-def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, work_dir: Path):
+def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, work_dir: Path):
     """One draw of noise at one budget: measure, post-process, score. Returns (stats, errors, seconds)."""
     t0 = time.perf_counter()
     planned = plan_for_rho(ctx, rho_text)
@@ -191,8 +191,8 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, wor
                                      ctx.pipeline.engine_options())
         timings["postprocess"] = time.perf_counter() - t0 - timings["measure"]
         queries = scored_queries(ctx.schema, study.queries)
-        stats, errors = score(ctx, nmf_dir, topdown, study.estimators, queries, study.keep,
-                              {"rho": str(rho), "replicate": replicate})
+        stats, errors = score(ctx, nmf_dir, topdown, estimators=study.estimators, queries=queries, keep=study.keep,
+                              tags={"rho": str(rho), "replicate": replicate})
         timings["total"] = time.perf_counter() - t0
         return stats, errors, timings
     finally:
@@ -220,7 +220,7 @@ def _worker(args):
         _CONTEXT[key] = load_context(study.spec, study.seed)
     ctx = _CONTEXT[key]
     parts = Path(out_dir) / "parts"
-    stats, errors, timings = run_replicate(ctx, study, rho_text, replicate, parts)
+    stats, errors, timings = run_replicate(ctx, study, rho_text, replicate, work_dir=parts)
     _write_parquet(errors, parts / _part_name(rho_index, replicate, "errors"))
     _write_parquet(stats, parts / _part_name(rho_index, replicate, "stats"))  # written last: marks done
     return rho_index, replicate, timings
@@ -273,8 +273,9 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def replicate_study(study: Study, out_dir: str | Path, workers: int = 1, overwrite: bool = False,
+def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, overwrite: bool = False,
                     log=print) -> dict:
+
     """Run (or finish) a study into out_dir; returns study.json's content."""
     study.check()
     out_dir = Path(out_dir)

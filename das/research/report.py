@@ -99,7 +99,7 @@ def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) ->
     return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho})", path)
 
 
-def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, rho: str, query: str, path: Path) -> bool:
+def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, path: Path) -> bool:
     """Mean signed error (+- 2 standard errors across replicates) by true-size bin, per level."""
     frame = bias[(bias["query"] == query) & (bias["rho"] == rho) & (bias["bin"] != "all")]
     levels = [lv for lv in _levels_with_units(meta) if lv in set(frame["level"])]
@@ -228,41 +228,9 @@ def build_report(study_dir, out=None) -> Path:
         columns=["rho", "query", "level", "estimator", "unit", "truth", "estimate"])
     out = Path(out) if out else study_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    rhos = meta["rhos"]
-    main_rho = rhos[0]
-    finest = meta["levels"][-1]
-    figures: list[tuple[str, Path]] = []
-
-    def add(title: str, name: str, made: bool) -> None:
-        if made:
-            figures.append((title, out / name))
-
-    add("Signed error against true size", "signed_error_vs_truth.png",
-        plot_signed_error(errors, meta, main_rho, out / "signed_error_vs_truth.png"))
-    for i, query in enumerate(meta["queries"]):
-        add(f"Bias by size bin: {query}", f"bias_by_size_{i}.png",
-            plot_bias_by_bin(bias, meta, main_rho, query, out / f"bias_by_size_{i}.png"))
-    add("MAE by level", "mae_by_level.png", plot_mae_by_level(pooled, meta, main_rho, out / "mae_by_level.png"))
-    add(f"Error distribution ({finest})", "error_distribution.png",
-        plot_error_distribution(errors, main_rho, finest, out / "error_distribution.png"))
-    add("Accuracy against rho", "accuracy_vs_rho.png", plot_accuracy_vs_rho(pooled, meta, out / "accuracy_vs_rho.png"))
-
-    study = meta["study"]
-    runs = int(meta.get("replicates", study.get("runs", 1)))
-    intro = [
-        f"Input: run spec `{meta['spec_name']}` ({meta['n_blocks']:,} blocks; levels {' > '.join(meta['levels'])}), "
-        f"schema `{meta['schema']}`.",
-        f"Budgets (zCDP rho, persons): {', '.join(rhos)}. Replicates per budget: {runs}. "
-        f"Noise: {meta['randomness']}.",
-        f"Estimators, all from the same noisy measurements: {', '.join(LABELS.get(e, e) for e in study['estimators'])}. "
-        "TopDown is the released product (nonnegative, integral, consistent); the raw noisy measurement is "
-        "unbiased but inconsistent and can be negative; the unconstrained weighted least-squares (WLS) estimate "
-        "is consistent and unbiased but fractional and can be negative. Differences between TopDown and WLS are "
-        "what nonnegativity and integrality add.",
-        "Errors are estimate minus truth per geounit and query cell. Size bins are by the true count of the cell. "
-        "MALPE and MAPE are over cells with a positive true count. t is the mean signed error divided by its "
-        "standard error across replicates (|t| > 3: a bias the replicates resolve).",
-    ]
+    main_rho = meta["rhos"][0]
+    figures = _figures(meta, out, pooled=pooled, bias=bias, errors=errors)
+    intro = _intro(meta)
     headline = findings(bias, pooled, meta, main_rho)
     overall = pooled[pooled["bin"] == "all"].drop(columns=["bin"])
     by_bin = bias[(bias["bin"] != "all")].copy()
@@ -291,3 +259,47 @@ def build_report(study_dir, out=None) -> Path:
     index = out / "index.html"
     index.write_text(page)
     return index
+
+
+def _figures(meta: dict, out: Path, *, pooled: pd.DataFrame, bias: pd.DataFrame,
+             errors: pd.DataFrame) -> list[tuple[str, Path]]:
+    """The report's figures drawn into `out`: (title, PNG path) of each one there was data for."""
+    main_rho = meta["rhos"][0]
+    finest = meta["levels"][-1]
+    figures: list[tuple[str, Path]] = []
+
+    def add(title: str, name: str, made: bool) -> None:
+        if made:
+            figures.append((title, out / name))
+
+    add("Signed error against true size", "signed_error_vs_truth.png",
+        plot_signed_error(errors, meta, main_rho, out / "signed_error_vs_truth.png"))
+    for i, query in enumerate(meta["queries"]):
+        add(f"Bias by size bin: {query}", f"bias_by_size_{i}.png",
+            plot_bias_by_bin(bias, meta, rho=main_rho, query=query, path=out / f"bias_by_size_{i}.png"))
+
+    add("MAE by level", "mae_by_level.png", plot_mae_by_level(pooled, meta, main_rho, out / "mae_by_level.png"))
+    add(f"Error distribution ({finest})", "error_distribution.png",
+        plot_error_distribution(errors, main_rho, finest, out / "error_distribution.png"))
+    add("Accuracy against rho", "accuracy_vs_rho.png", plot_accuracy_vs_rho(pooled, meta, out / "accuracy_vs_rho.png"))
+    return figures
+
+
+def _intro(meta: dict) -> list[str]:
+    """What was run, in the report's words: input, budgets, estimators, what the errors are."""
+    study = meta["study"]
+    runs = int(meta.get("replicates", study.get("runs", 1)))
+    return [
+        f"Input: run spec `{meta['spec_name']}` ({meta['n_blocks']:,} blocks; levels {' > '.join(meta['levels'])}), "
+        f"schema `{meta['schema']}`.",
+        f"Budgets (zCDP rho, persons): {', '.join(meta['rhos'])}. Replicates per budget: {runs}. "
+        f"Noise: {meta['randomness']}.",
+        f"Estimators, all from the same noisy measurements: {', '.join(LABELS.get(e, e) for e in study['estimators'])}. "
+        "TopDown is the released product (nonnegative, integral, consistent); the raw noisy measurement is "
+        "unbiased but inconsistent and can be negative; the unconstrained weighted least-squares (WLS) estimate "
+        "is consistent and unbiased but fractional and can be negative. Differences between TopDown and WLS are "
+        "what nonnegativity and integrality add.",
+        "Errors are estimate minus truth per geounit and query cell. Size bins are by the true count of the cell. "
+        "MALPE and MAPE are over cells with a positive true count. t is the mean signed error divided by its "
+        "standard error across replicates (|t| > 3: a bias the replicates resolve).",
+    ]

@@ -1,0 +1,100 @@
+"""das/cli/release.py: every release command parses as documented, and bad values are refused with
+exit code 2 and the reason (never a traceback), before anything is written."""
+
+import pytest
+from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser
+
+from das.cli import build_parser, release
+
+PARSED = [  # (argv, handler, what the parsed arguments hold)
+    (["run", "tiny"], "_cmd_run", {"spec": "tiny", "out": None, "seed": None, "overwrite": False, "resume": None,
+                                   "engine": "local", "scheduler": None, "memory_gb": None, "allow_large_rho": False,
+                                   "no_progress": False}),
+    (["run", "--resume", "runs/tiny", "--workers", "3", "--memory-gb", "2.5"], "_cmd_run",
+     {"spec": None, "resume": "runs/tiny", "workers": 3, "memory_gb": 2.5}),
+    (["run", "tiny", "--out", "o", "--seed", "7", "--engine", "dask", "--scheduler", "tcp://h:8786", "--overwrite",
+      "--allow-large-rho", "--no-progress"], "_cmd_run",
+     {"out": "o", "seed": 7, "engine": "dask", "scheduler": "tcp://h:8786", "overwrite": True, "allow_large_rho": True,
+      "no_progress": True}),
+    (["validate", "RUN"], "_cmd_validate", {"run_dir": "RUN", "inputs": None}),
+    (["validate", "RUN", "--inputs", "p.csv", "u.csv"], "_cmd_validate", {"inputs": ["p.csv", "u.csv"]}),
+    (["validate-input", "p.csv", "u.csv"], "_cmd_validate_input",
+     {"persons": "p.csv", "units": "u.csv", "schema": "pl94_persons"}),
+    (["privacy", "tiny", "--json"], "_cmd_privacy", {"spec": "tiny", "json": True}),
+    (["measure", "tiny", "--out", "o", "--seed", "3"], "_cmd_measure",
+     {"spec": "tiny", "out": "o", "seed": 3, "overwrite": False, "allow_large_rho": False}),
+    (["tables", "RUN", "--out", "o"], "_cmd_tables", {"source": "RUN", "out": "o", "format": "pl94171"}),
+    (["tables", "PL", "--out", "o", "--format", "parquet"], "_cmd_tables", {"format": "parquet"}),
+    (["audit-privacy", "tiny"], "_cmd_audit_privacy",
+     {"spec": "tiny", "trials": 20_000, "rho": None, "delta": None, "seed": None, "json": False}),
+]
+
+
+def test_every_release_command_is_exercised_here():
+    assert cli_commands(release) == {argv[0] for argv, _, _ in PARSED}
+
+
+@pytest.mark.parametrize("argv, handler, values", PARSED, ids=[" ".join(a) for a, _, _ in PARSED])
+def test_a_release_command_parses(argv, handler, values):
+    args = build_parser().parse_args(argv)
+    assert args.func is getattr(release, handler)
+    assert {k: getattr(args, k) for k in values} == values
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "tiny", "--workers", "abc"], "argument --workers: invalid int value: 'abc'"),
+    (["run", "tiny", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["run", "tiny", "--engine", "nope"], "argument --engine: invalid choice: 'nope'"),
+    (["run", "tiny", "--memory-gb", "lots"], "argument --memory-gb: invalid float value: 'lots'"),
+    (["validate"], "the following arguments are required: run_dir"),
+    (["validate", "RUN", "--inputs", "p.csv"], "argument --inputs: expected 2 arguments"),
+    (["validate-input", "p.csv"], "the following arguments are required: units"),
+    (["privacy"], "the following arguments are required: spec"),
+    (["measure", "tiny"], "the following arguments are required: --out"),
+    (["tables", "RUN", "--out", "o", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
+    (["audit-privacy", "tiny", "--trials", "many"], "argument --trials: invalid int value: 'many'"),
+])
+def test_a_malformed_release_command_is_refused_while_parsing(argv, expected, capsys):
+    assert expected in cli_refused_by_parser(argv, capsys)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["run", "tiny", "--workers", "0"], "das run: --workers must be a positive integer, got 0"),
+    (["run", "tiny", "--workers", "2", "--memory-gb", "-1"],
+     "das run: --memory-gb -1 leaves nothing for the state tasks: the driver and 2 workers need about 1.1 GB alone"),
+    (["run"], "das run: das run needs a SPEC (or --resume RUN_DIR)"),
+    (["run", "tiny", "--resume", "RUN", "--overwrite"], "--resume continues a run; it cannot be combined with --overwrite"),
+    (["privacy", "no_such_spec"], "das privacy: no run spec 'no_such_spec'"),
+    (["measure", "no_such_spec"], "das measure: no run spec 'no_such_spec'"),
+    (["audit-privacy", "tiny", "--trials", "0"], "das audit-privacy: --trials must be at least 100, got 0"),
+    (["audit-privacy", "tiny", "--rho", "abc"], "das audit-privacy: --rho: 'abc' is not an exact fraction"),
+    (["audit-privacy", "tiny", "--rho", "0"], "das audit-privacy: --rho: must be positive, got '0'"),
+    (["audit-privacy", "tiny", "--delta", "2"], "das audit-privacy: --delta must be strictly between 0 and 1, got 2"),
+    (["audit-privacy", "no_such_spec"], "das audit-privacy: no run spec 'no_such_spec'"),
+])
+def test_a_bad_value_is_refused_before_anything_is_written(argv, expected, tmp_path, capsys):
+    out = tmp_path / "out"
+    if argv[0] in ("run", "measure") and "--resume" not in argv:
+        argv = [*argv, "--out", str(out)]
+    assert expected in cli_refused(argv, capsys)
+    assert not out.exists()
+
+
+def test_resuming_what_is_not_a_run_says_what_was_expected(tmp_path, capsys):
+    printed = cli_refused(["run", "--resume", str(tmp_path / "nothing")], capsys)
+    assert f"cannot resume {tmp_path / 'nothing'}" in printed and "manifest.json not found" in printed
+
+
+def test_validate_and_tables_name_what_they_could_not_read(tmp_path, capsys):
+    assert "not a das run directory" in cli_refused(["validate", str(tmp_path / "nothing")], capsys)
+    printed = cli_refused(["tables", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    assert "input is invalid" in printed and "no P.L. 94-171 files (*.pl) here" in printed
+    assert not (tmp_path / "o").exists()
+
+
+def test_validate_input_names_each_missing_file_and_an_unknown_schema(tmp_path, capsys):
+    printed = cli_refused(["validate-input", str(tmp_path / "p.csv"), str(tmp_path / "u.csv")], capsys)
+    assert f"{tmp_path / 'p.csv'}: file not found" in printed and f"{tmp_path / 'u.csv'}: file not found" in printed
+    persons, units = ROOT / "geography_fixtures/tiny/persons.csv", ROOT / "geography_fixtures/tiny/units.csv"
+    printed = cli_refused(["validate-input", str(persons), str(units), "--schema", "nonesuch"], capsys)
+    assert "das validate-input: no schema spec 'nonesuch'" in printed

@@ -1,0 +1,68 @@
+"""das/mechanisms/registry.py: every registered mechanism carries what `das synth`, `das compare` and
+docs/mechanisms.md promise of it, under the same name everywhere."""
+
+import inspect
+import re
+import tomllib
+
+import pytest
+from conftest import ROOT
+
+from das.cli import build_parser
+from das.cli.synth import MECHANISM_NAMES
+from das.mechanisms import MECHANISMS, Mechanism, SynthesisInput
+from das.research.compare import TOPDOWN, mechanism_names
+
+DOCS = (ROOT / "docs" / "mechanisms.md").read_text()
+EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def _docs_table() -> dict[str, str]:
+    """The families table at the top of docs/mechanisms.md: name -> its extra column."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in DOCS.split("## Accounting")[0].splitlines() if re.match(r"^\| `\w+` \|", line)]
+    return {name.strip("`"): extra for name, _, _, extra in rows}
+
+
+def test_the_command_line_lists_the_registered_names_in_order():
+    assert MECHANISM_NAMES == tuple(MECHANISMS)
+    synth = build_parser()._subparsers._group_actions[0].choices["synth"]
+    choices = next(a.choices for a in synth._actions if a.dest == "mechanism")
+    assert tuple(choices) == tuple(MECHANISMS)
+
+
+def test_das_compare_offers_topdown_then_every_registered_mechanism_that_can_run():
+    assert mechanism_names() == (TOPDOWN, *(name for name, m in MECHANISMS.items() if m.available()))
+
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_a_registered_mechanism_has_its_name_a_summary_a_geography_and_a_runner(name):
+    mechanism = MECHANISMS[name]
+    assert isinstance(mechanism, Mechanism) and mechanism.name == name
+    assert mechanism.summary.strip() and mechanism.geography.strip()
+    parameters = list(inspect.signature(mechanism.run).parameters.values())
+    assert parameters and parameters[0].annotation in (SynthesisInput, "SynthesisInput")
+    assert all(p.default is not p.empty for p in parameters[1:])  # runnable from the input alone
+    assert isinstance(mechanism.available(), bool)
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_an_optional_extra_is_a_declared_pip_extra_and_named_where_the_user_reads(name):
+    extra = MECHANISMS[name].extra
+    if extra is None:
+        assert MECHANISMS[name].available()
+        return
+    assert extra in EXTRAS
+    synth = build_parser()._subparsers._group_actions[0].choices["synth"]
+    help_text = next(a.help for a in synth._actions if a.dest == "mechanism")
+    assert name in help_text and f"das[{extra}]" in help_text
+
+
+def test_docs_list_every_mechanism_with_its_extra():
+    table = _docs_table()
+    assert tuple(table) == tuple(MECHANISMS)
+    for name, extra_column in table.items():
+
+        extra = MECHANISMS[name].extra
+        assert extra_column == (f"`das[{extra}]`" if extra else ""), name
