@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight
+from das import bundle, outdir, preflight
 from das.checkpoint import file_sha256, is_disk_full
 from das.executors import make_executor
 from das.io.nmf import level_files as nmf_level_files
@@ -52,32 +52,8 @@ class RunResult:
     summary: str
 
 
-def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
-    """Refuse a non-empty output directory unless asked to overwrite a das run there; the files
-    --overwrite will delete (only files a das run writes, never `protected` ones: spec, inputs)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise RunError(f"output directory {out_dir} is a file, not a directory")
-    if not (out_dir.exists() and any(out_dir.iterdir())):
-        return []
-    if overwrite:
-        try:
-            return bundle.removable_run_files(out_dir, list(protected))
-        except bundle.BundleError as e:
-            raise RunError(str(e)) from None
-    owner, hint = "", ""
-    try:
-        held = RunDir(out_dir).read()
-        owner = f" (it holds run {held.spec_name!r})"
-        if not held.complete:
-            owner = f" (it holds an unfinished run of {held.spec_name!r}, status {held.status!r})"
-            hint = f", continue it with `das run --resume {out_dir}`"
-    except RunDirError:
-        pass
-    raise RunError(f"output directory {out_dir} is not empty{owner}; choose another{hint} or pass --overwrite")
-
-
 def protected_paths(spec: RunSpec) -> list[Path]:
-    """What --overwrite must never delete: the run's spec and inputs."""
+    """What an output directory may neither be, hold nor be inside: the run's spec and inputs."""
     return [spec.path, spec.persons_path, spec.units_path]
 
 
@@ -106,9 +82,8 @@ def start_run_dir(pipe: Pipeline, run_dir: RunDir, overwrite: bool, confidential
     spec = pipe.spec
     key = bundle.new_key()
     fingerprint = operator_fingerprint(spec, key)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
-    if files:
-        bundle.remove_run_files(run_dir.path, files)
+    outdir.remove_files(run_dir.path, outdir.check_release(run_dir.path, overwrite=overwrite,
+                                                           protected=protected_paths(spec)))
     run_dir.path.mkdir(parents=True, exist_ok=True)
     bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
                                          "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
@@ -136,7 +111,7 @@ def measure_only(spec_path, out_dir, seed=None, overwrite=False, log=print, *, a
     pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
-    check_out_dir(run_dir.path, overwrite, protected_paths(pipe.spec))
+    outdir.check_release(run_dir.path, overwrite=overwrite, protected=protected_paths(pipe.spec))
     if _partitioned(pipe.spec):
         executor = make_executor("local", 1)
         confidential = _read_states(pipe, run_dir, executor)  # nothing written yet
@@ -266,7 +241,7 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
                            "inputs")
     else:
         preflight.check_writable(run_dir.path)
-        check_out_dir(run_dir.path, options.overwrite, protected_paths(spec))
+        outdir.check_release(run_dir.path, overwrite=options.overwrite, protected=protected_paths(spec))
     partitioned = _partitioned(spec)
     confidential = None if partitioned else pipe.read_inputs(run_dir.path)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind

@@ -12,7 +12,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
     {"das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler", "das.privacy.randomness",
      "das.privacy.exponential"},
     {"das.io.microdata", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171", "das.io.validation", "das.io.parts",
-     "das.rundir", "das.partitions"},
+     "das.rundir", "das.outdir", "das.partitions"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.checkpoint", "das.executors", "das.distributed"},
     {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.run", "das.validate"},

@@ -11,7 +11,8 @@ import pytest
 from conftest import ROOT, quiet
 
 from das.cli import main as das_main
-from das.run import RunError, run
+from das.outdir import OutDirError
+from das.run import run
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -87,7 +88,7 @@ def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
 
 
 def test_output_directory_of_another_run_is_refused(tiny_run):
-    with pytest.raises(RunError, match="not empty"):
+    with pytest.raises(OutDirError, match="not empty"):
         run("tiny", tiny_run.out_dir, seed=1, progress=False, log=quiet)
 
 

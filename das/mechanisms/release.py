@@ -14,7 +14,7 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from das import atomic, bundle, preflight
+from das import atomic, bundle, outdir, preflight
 from das.checkpoint import file_sha256
 from das.geography import Geography
 from das.io import mdf as mdf_io
@@ -26,7 +26,7 @@ from das.pipeline import NOT_PRIVATE, code_version
 from das.privacy.accounting import BudgetError
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
-from das.run import check_out_dir, operator_fingerprint, protected_paths
+from das.run import operator_fingerprint, protected_paths
 from das.rundir import Manifest, RunDir
 from das.runspec import load_run_spec
 from das.schema import load_schema
@@ -54,7 +54,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     rho defaults to the spec's persons budget (the 2020 production budget for the shipped specs); a
     seed (or the spec's) gives the seeded replication mode, marked NOT PRIVATE as in `das run`.
     Returns out_dir. Raises MechanismError (unknown or unavailable mechanism), BudgetError, SpecError,
-    InputError, RunError (output directory).
+    InputError, OutDirError (the output directory: das.outdir).
     """
     if mechanism not in MECHANISMS:
         raise MechanismError(f"unknown mechanism {mechanism!r}; known: {', '.join(MECHANISMS)}")
@@ -68,7 +68,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     budget = _budget(rho, spec)
     out_dir = Path(out_dir)
     preflight.check_writable(out_dir)
-    check_out_dir(out_dir, overwrite, protected_paths(spec))
+    outdir.check_release(out_dir, overwrite=overwrite, protected=protected_paths(spec))
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -92,9 +92,8 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     cert = mechanism_certificate(mechanism, schema, spec.levels, ledger, spec.delta, rng.private)
 
     run_dir = RunDir(out_dir)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
-    if files:
-        bundle.remove_run_files(run_dir.path, files)
+    outdir.remove_files(run_dir.path, outdir.check_release(run_dir.path, overwrite=overwrite,
+                                                           protected=protected_paths(spec)))
     run_dir.path.mkdir(parents=True, exist_ok=True)
     key = bundle.new_key()
     bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
