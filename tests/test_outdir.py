@@ -1,14 +1,20 @@
 """One output-directory policy for every command that writes (das/outdir.py): das never deletes a
-file it did not write, a directory that is not the command's own is refused, --overwrite removes
-only the command's own files, nothing writes inside a release."""
+file it did not write, a directory that is not the command's own is refused with rc 2, --overwrite
+removes only the command's own files, nothing writes inside a release, and a release stays valid
+after every command that reads it ran."""
 
 import json
 import os
+import shutil
 
+import pyarrow.parquet as pq
 import pytest
+from conftest import TINY, quiet
 
 from das import outdir
+from das.cli import main as das_main
 from das.rundir import Manifest, RunDir
+from das.validate import validate_run
 
 OWNER = outdir.Owner("das example", "example", ("result.json", "parts/*.json"))
 REPLACES = outdir.Owner("das example", "example", ("result.json", "parts/*.json"), replaces=True)
@@ -195,3 +201,126 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run_or_holds_its_spec(tmp_p
     _a_run(run)
     with pytest.raises(outdir.OutDirError, match="an input or the spec of this run"):
         outdir.check_release(run, overwrite=True, protected=[run / "spec.toml"])
+
+
+# --- every command, on the command line ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """A tiny seeded release, and its metrics beside it (for `das report`)."""
+    from das.research.evaluate import evaluate_run, metrics_dir
+    from das.run import run
+
+    result = run("tiny", tmp_path_factory.mktemp("outdir") / "run", seed=7, workers=1, progress=False, log=quiet)
+    assert result.valid
+    evaluate_run(result.out_dir, estimators=("topdown",))
+    return result.out_dir, metrics_dir(result.out_dir)
+
+
+ATTACK = ["--runs", "2", "--relaxed", "50", "--steps", "20", "--count", "1", "--ip-top", "0", "--workers", "1",
+          "--baselines", "county"]
+
+
+def _commands(run_dir, metrics):
+    """Each command's argv writing to OUT, and whether it takes --overwrite."""
+    return {
+        "run": (["run", "tiny", "--seed", "1", "--no-progress", "--workers", "1"], True),
+        "measure": (["measure", "tiny", "--seed", "1"], True),
+        "synth": (["synth", "tiny", "--mechanism", "flat", "--seed", "1"], True),
+        "metrics": (["metrics", str(run_dir), "--estimators", "topdown"], False),
+        "replicate": (["replicate", "tiny", "--runs", "1", "--seed", "1", "--workers", "1"], True),
+        "compare": (["compare", "tiny", "--seeds", "1", "--workers", "1", "--attack-blocks", "0"], True),
+        "attack": (["attack", "--truth", str(TINY / "persons.csv"), "--published", str(run_dir), *ATTACK], True),
+        "tables": (["tables", str(run_dir)], False),
+        "report": (["report", str(metrics)], False),
+        "audit-privacy": (["audit-privacy", "tiny", "--trials", "400", "--seed", "1"], True),
+    }
+
+
+COMMANDS = ("run", "measure", "synth", "metrics", "replicate", "compare", "attack", "tables", "report", "audit-privacy")
+
+
+def _owner(command: str):
+    """The record of each non-release command (a release's is its manifest)."""
+    from das.attack.audit import ATTACK as ATTACK_OWNER
+    from das.attack.privacy import AUDIT
+    from das.io.pl94171 import load_layout, tables_owner
+    from das.research.compare import COMPARE
+    from das.research.evaluate import METRICS
+    from das.research.replicate import STUDY
+    from das.research.report import REPORT
+
+    return {"metrics": METRICS, "replicate": STUDY, "compare": COMPARE, "attack": ATTACK_OWNER,
+            "tables": tables_owner(load_layout()), "report": REPORT, "audit-privacy": AUDIT}[command]
+
+
+def _refused(argv, out, capsys, *expected) -> str:
+    before = _tree(out.parent)
+    assert das_main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, err
+    assert _tree(out.parent) == before  # nothing written, nothing deleted
+    return err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_command_deletes_a_users_file(command, release, tmp_path, capsys):
+    argv, takes_overwrite = _commands(*release)[command]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("precious")
+    for flags in ([], ["--overwrite"]) if takes_overwrite else ([],):
+        _refused([*argv, *flags], out, capsys, "notes.txt")
+    # its own earlier output, with a user's file beside it: still refused, nothing deleted
+    (out / "notes.txt").unlink()
+    if command in ("run", "measure", "synth"):
+        shutil.rmtree(out)
+        shutil.copytree(release[0], out)
+    else:
+        _write(outdir.check(out, _owner(command)))
+    (out / "notes.txt").write_text("precious")
+    for flags in ([], ["--overwrite"]) if takes_overwrite else ([],):
+        _refused([*argv, *flags], out, capsys, "notes.txt")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_command_writes_inside_a_release(command, release, capsys):
+    argv, _ = _commands(*release)[command]
+    run_dir = release[0]
+    before = _tree(run_dir)
+    assert das_main([*argv, "--out", str(run_dir / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"is inside the das release {run_dir}: a release must hold only its own files" in err, err
+    assert _tree(run_dir) == before and not (run_dir / "sub").exists()
+
+
+def test_a_release_stays_valid_after_metrics_attack_tables_and_report(tmp_path, capsys):
+    from das.run import run
+
+    run_dir = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet).out_dir
+    before = _tree(run_dir)
+    assert das_main(["metrics", str(run_dir), "--estimators", "topdown,noisy"]) == 0
+    metrics = tmp_path / "run-metrics"
+    assert (metrics / "metrics.parquet").exists() and not (run_dir / "metrics").exists()
+    assert das_main(["attack", "--truth", str(TINY / "persons.csv"), "--published", str(run_dir), *ATTACK,
+                     "--out", str(tmp_path / "attack")]) == 0
+    assert das_main(["tables", str(run_dir), "--out", str(tmp_path / "pl")]) == 0
+    assert das_main(["report", str(metrics)]) == 0
+    assert (metrics / "report" / "index.html").exists()
+    assert _tree(run_dir) == before
+    assert validate_run(run_dir).ok
+    capsys.readouterr()
+    assert das_main(["validate", str(run_dir)]) == 0
+    # what holds values computed against the truth says so, in each file's own metadata
+    for folder in (metrics, tmp_path / "attack", metrics / "report"):
+        record = json.loads((folder / outdir.RECORD).read_text())
+        assert record["confidential"] is True and record["notice"] == outdir.CONFIDENTIAL_MARK, folder
+    assert json.loads((tmp_path / "pl" / outdir.RECORD).read_text())["confidential"] is False
+    assert json.loads((metrics / "study.json").read_text())["confidential"] is True
+    assert json.loads((tmp_path / "attack" / "summary.json").read_text())["confidential"] is True
+    for path in [*metrics.rglob("*.parquet"), tmp_path / "attack" / "candidates.parquet"]:
+        assert pq.read_schema(path).metadata[outdir.CONFIDENTIAL_KEY] == outdir.CONFIDENTIAL_MARK.encode(), path
+
