@@ -111,12 +111,16 @@ def _write_record(path: Path, owner: Owner, status: str, files: list[str]) -> No
 
 
 def read_record(path: Path) -> dict | None:
-    """The ownership record of a directory (das-output.json), or None when it has none or not a das one."""
+    """The ownership record of a directory (das-output.json), or None when it has none, or one that is
+    not a das record (a directory without a readable record is nobody's: nothing in it is deleted)."""
     try:
         record = json.loads((Path(path) / RECORD).read_text())
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) and record.get("kind") == RECORD_KIND else None
+    if not isinstance(record, dict) or record.get("kind") != RECORD_KIND:
+        return None
+    names = [record.get(key, []) for key in ("files", "patterns")]
+    return record if all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in names) else None
 
 
 def holds(path, owner: Owner) -> dict | None:

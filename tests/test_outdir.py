@@ -94,6 +94,17 @@ def test_an_interrupted_commands_files_and_an_older_records_list_are_still_its_o
     assert "renamed.json" in {p.name for p in outdir.check(out, OWNER, overwrite=True).remove}
 
 
+def test_a_record_that_is_not_das_does_not_make_a_directory_its_own(tmp_path):
+    out = tmp_path / "out"
+    _write(outdir.check(out, OWNER), "result.json")
+    record = json.loads((out / outdir.RECORD).read_text())
+    for junk in ({**record, "files": "result.json notes.txt"}, {**record, "kind": "mine"}, ["not", "a", "record"]):
+        (out / outdir.RECORD).write_text(json.dumps(junk))
+        with pytest.raises(outdir.OutDirError, match="is not an output of das example"):
+            outdir.check(out, OWNER, overwrite=True)
+    assert (out / "result.json").exists()
+
+
 def test_another_commands_directory_is_not_this_ones(tmp_path):
     out = tmp_path / "out"
     _write(outdir.check(out, OWNER), "result.json")
