@@ -212,6 +212,12 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run_or_holds_its_spec(tmp_p
     _a_run(run)
     with pytest.raises(outdir.OutDirError, match="an input or the spec of this run"):
         outdir.check_release(run, overwrite=True, protected=[run / "spec.toml"])
+    states = tmp_path / "persons"  # a partitioned run's input: a directory of one file per state
+    states.mkdir()
+    for out in (states, states / "run"):
+        with pytest.raises(outdir.OutDirError, match=f"{states}, an input or the spec of this run"):
+            outdir.check_release(out, overwrite=False, protected=[states])
+    assert not (states / "run").exists()
 
 
 # --- every command, on the command line ------------------------------------------------------
