@@ -10,15 +10,12 @@ guessed small input) and no input path goes into the bundle. Resume still refuse
 inputs: it compares HMAC-SHA256 fingerprints keyed with a random secret kept in
 `operator/fingerprint.key`, never published.
 
-`--overwrite` deletes only what a das run writes, in a directory whose manifest says it is a das
-run: the files its manifest lists, its manifest, operator files, checkpoints and temporaries
-(and, for an unfinished run, files named as its outputs). Anything else in the directory, or the
-run's own spec or inputs inside it, and nothing is deleted (`removable_run_files`).
+What `--overwrite` may delete in a run directory (only what a das run writes) is das.outdir's, the
+one output-directory policy of every command.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import hmac
 import json
@@ -28,18 +25,10 @@ import secrets
 from pathlib import Path
 
 from das import atomic
-from das.io.outputs import release_patterns
 from das.rundir import RunDir
 
 REDACTED = "<operator only>"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
-
-
-def run_files(*, listed_outputs: bool = False) -> tuple[str, ...]:
-    """Files a run writes: besides its listed outputs (RunDir's) and, unless they are listed already,
-    its outputs (the registry's, das.io.outputs): fnmatch patterns relative to the run directory, `*`
-    matching across '/'."""
-    return RunDir.internal_patterns() + (() if listed_outputs else release_patterns())
 
 
 class BundleError(RuntimeError):
@@ -142,51 +131,3 @@ def with_metadata(table, metadata: dict[bytes, bytes] | None):
     if not metadata:
         return table
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-
-
-# ---------------------------------------------------------------------------------------------
-# --overwrite
-
-
-def removable_run_files(out_dir: Path, protected: list[Path]) -> list[Path]:
-    """The files `--overwrite` may delete in out_dir, or BundleError saying why nothing may be.
-
-    Refused: a directory without a das manifest, one holding any file a run does not write
-    (listed), and one that holds (or is) the run's spec or an input.
-    """
-    out_dir = Path(out_dir).resolve()
-    for path in protected:
-        path = Path(path).resolve()
-        if path == out_dir or out_dir in path.parents:
-            raise BundleError(f"--overwrite refused: {out_dir} holds {path}, an input or the spec of this run")
-    if not RunDir(out_dir).is_das_run():
-        raise BundleError(f"--overwrite refused: {out_dir} is not a das run directory (no das manifest.json); "
-                          f"remove it yourself or choose another --out")
-    manifest = json.loads(RunDir(out_dir).manifest_path.read_text())  # an older run's manifest may lack fields
-    listed = {*(manifest.get("outputs") or {}), *(manifest.get("nmf") or {})}
-    patterns = run_files(listed_outputs=manifest.get("status") == "complete")
-    files, foreign = [], []
-    for path in sorted(out_dir.rglob("*")):
-        if path.is_dir() and not path.is_symlink():
-            continue
-        relative = path.relative_to(out_dir).as_posix()
-        ours = relative in listed or any(fnmatch.fnmatchcase(relative, p) for p in patterns)
-        (files if ours and not path.is_symlink() else foreign).append(path)
-    if foreign:
-        shown = ", ".join(str(p.relative_to(out_dir)) for p in foreign[:5])
-        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        raise BundleError(f"--overwrite refused: {out_dir} holds files a das run does not write ({shown}{more}); "
-                          f"move them away or choose another --out")
-    return files
-
-
-def remove_run_files(out_dir: Path, files: list[Path]) -> None:
-    """Delete exactly `files`, then the directories they leave empty (out_dir itself is kept)."""
-    out_dir = Path(out_dir).resolve()
-    for path in files:
-        path.unlink(missing_ok=True)
-    for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        try:
-            folder.rmdir()
-        except OSError:
-            pass

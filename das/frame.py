@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das import bundle
+from das import bundle, outdir
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
-from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, RunDirError, ValidationRecord
+from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, ValidationRecord
 from das.runspec import RunSpec
 from das.validate import validate_run
 
@@ -35,41 +35,19 @@ TOPDOWN_CLAIMS = ("invariants", "schema_constraints")  # what TopDown holds beyo
 SYNTHETIC_CLAIMS = ("charges_sum_to_rho",)
 
 
-class FrameError(RuntimeError):
-    """The output directory cannot take this release (not empty and not das's to replace...)."""
-
-
 # ---------------------------------------------------------------------------------------------
 # The output directory
 
 
 def protected_paths(spec: RunSpec) -> list[Path]:
-    """What --overwrite must never delete: the run's spec and inputs."""
+    """What an output directory may neither be, hold nor be inside: the run's spec and inputs."""
     return [spec.path, spec.persons_path, spec.units_path]
 
 
 def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
-    """Refuse a non-empty output directory unless asked to overwrite a das run there; the files
-    --overwrite will delete (only files a das run writes, never `protected` ones: spec, inputs)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FrameError(f"output directory {out_dir} is a file, not a directory")
-    if not (out_dir.exists() and any(out_dir.iterdir())):
-        return []
-    if overwrite:
-        try:
-            return bundle.removable_run_files(out_dir, list(protected))
-        except bundle.BundleError as e:
-            raise FrameError(str(e)) from None
-    owner, hint = "", ""
-    try:
-        held = RunDir(out_dir).read()
-        owner = f" (it holds run {held.spec_name!r})"
-        if not held.complete:
-            owner = f" (it holds an unfinished run of {held.spec_name!r}, status {held.status!r})"
-            hint = f", continue it with `das run --resume {out_dir}`"
-    except RunDirError:
-        pass
-    raise FrameError(f"output directory {out_dir} is not empty{owner}; choose another{hint} or pass --overwrite")
+    """The output directory's policy for a release (das.outdir.check_release): refused (OutDirError)
+    unless empty, or a das run to --overwrite; the files --overwrite deletes (only a das run's own)."""
+    return outdir.check_release(out_dir, overwrite=overwrite, protected=protected)
 
 
 def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
@@ -139,7 +117,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
     fingerprint = operator_fingerprint(spec, key)
     files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
     if files:
-        bundle.remove_run_files(run_dir.path, files)
+        outdir.remove_files(run_dir.path, files)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
                                          "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},

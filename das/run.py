@@ -19,7 +19,6 @@ from das.executors import make_executor
 from das.frame import (
     NOT_PRIVATE,
     Completion,
-    FrameError,
     Opening,
     ReleaseFrame,
     check_out_dir,
@@ -74,10 +73,7 @@ class RunResult:
 
 
 def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
-    try:
-        check_out_dir(run_dir.path, overwrite, protected_paths(spec))
-    except FrameError as e:
-        raise RunError(str(e)) from None
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
 
 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
@@ -93,11 +89,8 @@ def _plan(pipe: Pipeline):
 
 
 def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, overwrite: bool) -> ReleaseFrame:
-    try:
-        return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
-                          log=pipe.log)
-    except FrameError as e:
-        raise RunError(str(e)) from None
+    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
+                      log=pipe.log)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -566,7 +566,7 @@ class RunDir:
     def internal_patterns() -> tuple[str, ...]:
         """Files a run writes besides its release files, relative to its directory (`*` matches across '/'):
         the manifest, temporaries, committed NMF chunks, checkpoints and per-state work, operator files."""
-        return (MANIFEST, f"{MANIFEST}.partial", "*.partial", "nmf/*/*.parquet.parts/*", "checkpoints/*",
+        return (MANIFEST, f"{MANIFEST}.partial", "*.partial", "*.partial/*", "nmf/*/*.parquet.parts/*", "checkpoints/*",
                 f"{OPERATOR_DIR}/{OPERATOR_FILE}", f"{OPERATOR_DIR}/{KEY_FILE}")
 
     def relative(self, path: Path) -> str:

@@ -45,12 +45,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das import partitions, rules
-from das.bundle import BundleError, input_paths, run_files
+from das.bundle import BundleError, input_paths
 from das.checkpoint import file_sha256
 from das.executors import largest_first
 from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
 from das.io import nmf
 from das.io.tables import column_names, load_tables
+from das.outdir import run_files
 from das.privacy.certificate import fraction_text
 from das.rundir import Manifest, RunDir, RunDirError
 from das.schema import Schema, load_schema

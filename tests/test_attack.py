@@ -443,3 +443,33 @@ def test_cli_tract_attack_on_a_release(tmp_path):
     assert candidates["block"].str.startswith(tract).all() and candidates["block"].str.len().eq(15).all()
     assert {"CENRACE", "CENHISP", "GQTYPE_PL", "VOTING_AGE"} <= set(candidates)
     assert set(summary["match_rate"]) == {"rap_rank", "baseline_county"}
+
+
+def test_cli_attack_output_is_confidential_its_own_and_outside_the_release(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from das import outdir
+    from das.run import run
+    from das.validate import validate_run
+
+    release = run(ROOT / "specs/runs/tiny.toml", tmp_path / "release", seed=1, workers=1, progress=False,
+                  log=lambda *a, **k: None).out_dir
+    out = tmp_path / "audit"
+    argv = ["attack", "--truth", str(ROOT / "geography_fixtures/tiny/persons.csv"), "--published", str(release),
+            "--count", "1", "--runs", "2", "--steps", "20", "--relaxed", "50", "--ip-top", "0", "--workers", "1",
+            "--baselines", "county", "--out", str(out)]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["confidential"] is True and summary["notice"] == outdir.CONFIDENTIAL_MARK
+    assert pq.read_schema(out / "candidates.parquet").metadata[outdir.CONFIDENTIAL_KEY] == outdir.CONFIDENTIAL_MARK.encode()
+    assert (out / "summary.md").read_text().count(outdir.CONFIDENTIAL_MARK) == 1
+    record = json.loads((out / outdir.RECORD).read_text())
+    assert record["confidential"] is True and set(record["files"]) == {"candidates.parquet", "match_rate.csv",
+                                                                        "match_rate.png", "certainty.csv",
+                                                                        "summary.json", "summary.md"}
+    capsys.readouterr()
+    assert main(argv) == 2 and "pass --overwrite" in capsys.readouterr().err  # an attack is not redone unasked
+    (out / "summary.json").write_text("{}")
+    assert main([*argv, "--overwrite"]) == 0
+    assert json.loads((out / "summary.json").read_text())["match_rate"] == summary["match_rate"]  # seeded: the same
+    assert validate_run(release).ok  # nothing was written into the release

@@ -84,6 +84,29 @@ def test_cli_audit_reports_beside_the_certificate(capsys):
     assert main(["audit-privacy", "tiny", "--trials", "400", "--delta", "2"]) == 2
 
 
+def test_cli_audit_writes_its_report_to_a_directory_of_its_own(tmp_path, capsys):
+    import json
+
+    from das.cli import main
+    from das.outdir import RECORD
+
+    out = tmp_path / "audit"
+    argv = ["audit-privacy", "tiny", "--trials", "400", "--seed", "3", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "audit.json").read_text())
+    assert report["spec"] == "tiny" and report["trials"] == 400 and len(report["strategies"]) == 2
+    summary = (out / "audit.md").read_text()
+    assert "every bound is within the certificate" in summary and printed.strip() in summary
+    record = json.loads((out / RECORD).read_text())
+    assert record["command"] == "das audit-privacy" and record["confidential"] is False  # synthetic neighbours only
+    assert record["files"] == ["audit.json", "audit.md"]
+    assert main(argv) == 2 and "pass --overwrite" in capsys.readouterr().err  # hours of trials: not redone unasked
+    (out / "audit.json").write_text("{}")
+    assert main([*argv, "--overwrite"]) == 0
+    assert json.loads((out / "audit.json").read_text()) == report  # seeded: the same audit again
+
+
 def test_audit_charges_the_plan_through_the_accountant(setting):
     from das.privacy.accounting import BudgetError, PrivacyAccountant
 

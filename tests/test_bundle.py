@@ -1,14 +1,11 @@
-"""The release bundle apart from the operator's files: nothing from the inputs is published, and
---overwrite deletes only what a das run wrote."""
+"""The release bundle apart from the operator's files: nothing from the inputs is published (what
+--overwrite may delete is das.outdir's: tests/test_outdir.py)."""
 
-import json
 import os
 import stat
 
-import pytest
-
 from das import bundle
-from das.rundir import Manifest, RunDir
+from das.rundir import RunDir
 
 
 def test_the_published_spec_has_no_input_path():
@@ -36,29 +33,3 @@ def test_the_key_is_readable_by_its_owner_only(tmp_path):
     assert mode == 0o600
     record, key = bundle.read_operator(tmp_path)
     assert record["spec_path"] == "s.toml" and len(key) == 32
-
-
-def _a_run(folder, status="complete"):
-    RunDir(folder).write(Manifest(spec_name="x", status=status, levels=["nation", "block"], persons={"schema": "s"},
-                                  privacy={}, outputs={"mdf_persons.parquet": "0"}, nmf={}))
-    (folder / "mdf_persons.parquet").write_bytes(b"PAR1")
-
-
-def test_overwrite_deletes_only_what_a_run_wrote(tmp_path):
-    _a_run(tmp_path)
-    files = bundle.removable_run_files(tmp_path, [])
-    assert sorted(p.name for p in files) == ["manifest.json", "mdf_persons.parquet"]
-    (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(bundle.BundleError, match="notes.txt"):
-        bundle.removable_run_files(tmp_path, [])
-
-
-def test_overwrite_refuses_a_directory_that_is_not_a_run_or_holds_its_spec(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"something": "else"}))
-    with pytest.raises(bundle.BundleError, match="not a das run directory"):
-        bundle.removable_run_files(tmp_path, [])
-    run = tmp_path / "run"
-    run.mkdir()
-    _a_run(run)
-    with pytest.raises(bundle.BundleError, match="an input or the spec"):
-        bundle.removable_run_files(run, [run / "spec.toml"])

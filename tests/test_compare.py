@@ -8,10 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
+from das import outdir
 from das.cli import main
-from das.research.compare import Comparison, attack_rates, mechanism_names, run_comparison, spec_with_rho
+from das.outdir import OutDirError
+from das.research.compare import COMPARE, Comparison, attack_rates, mechanism_names, run_comparison, spec_with_rho
 from das.research.replicate import StudyError
 from das.research.resources import run_measured
 from das.runspec import load_run_spec
@@ -76,7 +79,12 @@ def test_unknown_mechanism_and_other_settings_are_refused(tmp_path, monkeypatch)
         run_comparison(Comparison(TINY, mechanisms=("topdown", "absent"), seeds=1), tmp_path / "c")
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "compare.json").write_text(json.dumps({"settings": {"spec": "other"}}))
-    with pytest.raises(StudyError, match="another comparison"):
+    with pytest.raises(OutDirError, match="is not an output of das compare .* compare.json"):  # no record: a user's
+        run_comparison(Comparison(TINY, seeds=1), tmp_path / "b", overwrite=True)
+    (tmp_path / "b" / "compare.json").unlink()
+    outdir.check(tmp_path / "b", COMPARE).start()  # das compare's own, with other settings
+    (tmp_path / "b" / "compare.json").write_text(json.dumps({"settings": {"spec": "other"}}))
+    with pytest.raises(OutDirError, match="holds another comparison .* pass --overwrite"):
         run_comparison(Comparison(TINY, seeds=1), tmp_path / "b")
 
 
@@ -118,3 +126,11 @@ def test_cli_compare_one_seed(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| topdown |" in printed and "| exact |" in printed
     assert main(["compare", TINY, "--mechanisms", "nonesuch", "--seeds", "1", "--out", str(tmp_path / "x")]) == 2
+    # everything it wrote (its release, parts, summaries, report) is its own and says it is confidential
+    assert json.loads((out / "compare.json").read_text())["confidential"] is True
+    assert json.loads((out / outdir.RECORD).read_text())["confidential"] is True
+    for path in out.glob("*.parquet"):
+        assert outdir.CONFIDENTIAL_KEY in pq.read_schema(path).metadata, path
+    removable = outdir.check(out, COMPARE, overwrite=True).remove
+    assert {p for p in out.rglob("*") if p.is_file()} == set(removable)
+    assert any("releases/topdown/seed0000/mdf_persons.parquet" in str(p) for p in removable)

@@ -11,10 +11,11 @@ import scipy.sparse as sp
 from das import bundle
 from das.checkpoint import file_sha256
 from das.frame import Completion as FrameCompletion
-from das.frame import FrameError, Opening, complete, holds, open_frame, output_plan
+from das.frame import Opening, complete, holds, open_frame, output_plan
 from das.geography import Geography
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
+from das.outdir import OutDirError
 from das.pipeline import Pipeline, code_version
 from das.rundir import Counts, PublishedInvariants, ReleaseInfo, RunDir
 
@@ -50,7 +51,7 @@ def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
     plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
     (tmp_path / "mine.txt").write_text("precious")
     for overwrite in (False, True):
-        with pytest.raises(FrameError, match="not empty|not a das run directory"):
+        with pytest.raises(OutDirError, match="not empty|not a das run"):
             open_frame(pipe.spec, RunDir(tmp_path), _opening(pipe, plan), plan=plan, overwrite=overwrite)
     assert (tmp_path / "mine.txt").read_text() == "precious" and sorted(os.listdir(tmp_path)) == ["mine.txt"]
 

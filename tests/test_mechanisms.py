@@ -13,6 +13,7 @@ from das.geography import Geography
 from das.mechanisms import MECHANISMS, MechanismError, SynthesisInput, synthesize
 from das.mechanisms.base import Ledger
 from das.mechanisms.flat import nonnegative_integer_projection, project_simplex
+from das.outdir import OutDirError
 from das.privacy.accounting import BudgetError
 from das.privacy.randomness import SeededRandomSource
 from das.schema import load_schema
@@ -103,10 +104,8 @@ def test_synthesize_refuses_unknown_mechanism_and_inexact_budget(tmp_path):
 
 
 def test_overwrite_replaces_a_synthetic_release_and_refuses_without_it(tmp_path):
-    from das.run import RunError
-
     out = synthesize("tiny", "flat", tmp_path / "r", seed=1)
-    with pytest.raises(RunError, match="not empty"):
+    with pytest.raises(OutDirError, match="not empty"):
         synthesize("tiny", "flat", out, seed=2)
     synthesize("tiny", "stability", out, seed=2, overwrite=True)
     assert json.loads((out / "manifest.json").read_text())["mechanism"]["name"] == "stability"

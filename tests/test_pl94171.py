@@ -208,6 +208,26 @@ def test_cli_tables_writes_pl_files_and_reads_them_into_parquet(tiny_release, la
     np.testing.assert_array_equal(p2.iloc[:, 3:].to_numpy(), run_records(tiny_release, layout).cells["P2"])
 
 
+def test_cli_tables_replaces_its_own_tables_and_nothing_else(tiny_release, tmp_path, capsys):
+    from das.outdir import RECORD
+
+    out = tmp_path / "pl"
+    assert main(["tables", str(tiny_release), "--out", str(out)]) == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert main(["tables", str(tiny_release), "--format", "parquet", "--out", str(out)]) == 0  # deterministic: replaced
+    assert sorted(p.name for p in out.iterdir()) == sorted([RECORD, "P1.parquet", "P2.parquet", "P3.parquet",
+                                                           "P4.parquet", "P5.parquet", "H1.parquet"])
+    assert main(["tables", str(tiny_release), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == files
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["tables", str(tiny_release), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(out) in err and "notes.txt" in err and (out / "notes.txt").exists()
+    assert main(["tables", str(tiny_release), "--out", str(tiny_release / "pl")]) == 2
+    assert "a release must hold only its own files" in capsys.readouterr().err
+
+
 def test_run_spec_option_is_checked(tmp_path):
     spec = _spec(tmp_path, "tiny", ["nation", "state", "county", "tract", "block"],
                  ("pl94_five_level", "h1_units_five_level"), pl94171=True)

@@ -10,14 +10,16 @@ from conftest import ROOT, quiet
 
 from das.cli import main as das_main
 from das.geography import Geography
+from das.outdir import RECORD, OutDirError
 from das.research.estimators import _LevelSystem, answers, distribute, query_matrix, wls_level
-from das.research.evaluate import evaluate_run
+from das.research.evaluate import evaluate_run, metrics_dir
 from das.research.metrics import SIZE_BINS, combine, error_stats, metrics, size_bin
-from das.research.replicate import Study, StudyError, bias_table, replicate_study
+from das.research.replicate import Study, bias_table, replicate_study
 from das.research.report import build_report, moving_average
 from das.rules import Invariants
 from das.run import run
 from das.schema import schema_from_dict
+from das.validate import validate_run
 
 # --------------------------------------------------------------------------------------------
 # Metrics against hand-computed values
@@ -225,7 +227,7 @@ def test_seeded_study_resumes_and_reproduces(study_dir, tmp_path):
     replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1, log=quiet)
     sub = before[(before["replicate"] < 2) & before["estimator"].isin(["noisy", "wls"])].reset_index(drop=True)
     pd.testing.assert_frame_equal(pd.read_parquet(again / "stats.parquet"), sub, check_exact=False)
-    with pytest.raises(StudyError, match="another study"):
+    with pytest.raises(OutDirError, match="holds another study .* pass --overwrite"):
         replicate_study(Study("vt_grand_isle", runs=3, seed=11), again, log=quiet)
 
 
@@ -269,7 +271,9 @@ def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
     result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
     meta = evaluate_run(result.out_dir)
     assert meta["replicates"] == 1
-    pooled = pd.read_parquet(result.out_dir / "metrics" / "metrics.parquet").set_index(
+    out = metrics_dir(result.out_dir)
+    assert out == tmp_path / "run-metrics"  # beside the release, never in it
+    pooled = pd.read_parquet(out / "metrics.parquet").set_index(
         ["estimator", "level", "query", "bin"])
     mdf = pd.read_parquet(result.out_dir / "mdf_persons.parquet")
     truth = pd.read_csv(ROOT / "geography_fixtures/tiny/persons.csv", dtype=str)
@@ -285,7 +289,19 @@ def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
     assert row["mae"] == pytest.approx(err.abs().mean()) and row["mean_error"] == pytest.approx(err.mean())
     assert pooled.loc[("topdown", "state", "total", "all"), "mae"] == 0  # invariant
     assert pooled.loc[("wls", "state", "total", "all"), "mae"] == pytest.approx(0, abs=1e-9)
-    assert (result.out_dir / "metrics" / "metrics.md").read_text().startswith("> Research output")
+    assert (out / "metrics.md").read_text().startswith("> Research output")
+    # a rerun replaces its own earlier output (deterministic), a user's file is never deleted
+    stale = out / "parts" / "stats-rho9-rep0000.parquet"  # a part of an earlier `das metrics`
+    stale.write_bytes(b"PAR1")
+    evaluate_run(result.out_dir, estimators=("topdown",))
+    assert not stale.exists() and (out / "metrics.parquet").exists()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutDirError, match="notes.txt"):
+        evaluate_run(result.out_dir, estimators=("topdown",))
+    assert (out / "notes.txt").exists() and (out / "metrics.parquet").exists()
+    with pytest.raises(OutDirError, match="a release must hold only its own files"):
+        evaluate_run(result.out_dir, out=result.out_dir / "metrics")
+    assert validate_run(result.out_dir).ok
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
@@ -308,6 +324,18 @@ def test_cli_replicate_and_report(tmp_path, capsys):
     assert "NOT private" in printed and "report:" in printed
     meta = json.loads((out / "study.json").read_text())
     assert meta["status"] == "complete" and meta["replicates"] == 2 and "NOT private" in meta["randomness"]
+    assert meta["confidential"] is True and json.loads((out / RECORD).read_text())["confidential"] is True
+    assert das_main(["report", str(out)]) == 0  # deterministic: its own earlier report replaced
+    # --overwrite deletes the study's own files and its report, never a user's file
+    other = ["replicate", "tiny", "--runs", "1", "--seed", "2", "--workers", "1", "--out", str(out),
+             "--estimators", "noisy"]
+    (out / "report" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert das_main(other) == 2 and das_main([*other, "--overwrite"]) == 2
+    assert "report/notes.txt" in capsys.readouterr().err and (out / "report" / "index.html").exists()
+    (out / "report" / "notes.txt").unlink()
+    assert das_main([*other, "--overwrite"]) == 0
+    assert not (out / "report").exists() and len(list((out / "parts").glob("stats-*"))) == 1
 
 
 def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, capsys):

@@ -21,6 +21,7 @@ from conftest import ROOT, quiet, resume_recording_draws
 
 import das.io.nmf
 import das.measure
+from das.outdir import OutDirError
 from das.run import RunError, resume_run, run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -180,7 +181,7 @@ def test_a_directory_is_never_continued_by_another_run(tiny, tmp_path):
     out = tmp_path / "run"
     proc = _cli_run(tiny, out, crash="level:persons:county")
     proc.communicate(timeout=120)
-    with pytest.raises(RunError, match="unfinished run of 'tiny'.*--resume"):
+    with pytest.raises(OutDirError, match="unfinished run of 'tiny'.*--resume"):
         run(tiny, out, seed=SEED, progress=False, log=quiet)  # a fresh run into it: refused
     other = _spec(tmp_path / "other", "al_perry")
     with pytest.raises(RunError, match="belongs to another run: the run spec differs"):

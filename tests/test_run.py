@@ -11,7 +11,8 @@ import pytest
 from conftest import ROOT, quiet
 
 from das.cli import main as das_main
-from das.run import RunError, run
+from das.outdir import OutDirError
+from das.run import run
 from das.rundir import RunDir
 from das.validate import validate_run
 
@@ -96,8 +97,21 @@ def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
 
 
 def test_output_directory_of_another_run_is_refused(tiny_run):
-    with pytest.raises(RunError, match="not empty"):
+    with pytest.raises(OutDirError, match="not empty"):
         run("tiny", tiny_run.out_dir, seed=1, progress=False, log=quiet)
+
+
+def test_measure_refuses_its_own_earlier_output_unless_overwrite_and_keeps_a_users_file(tmp_path, capsys):
+    out = tmp_path / "nmf"
+    argv = ["measure", "tiny", "--seed", "2", "--out", str(out)]
+    assert das_main(argv) == 0
+    first = json.loads((out / "manifest.json").read_text())["nmf"]
+    assert das_main(argv) == 2 and "not empty (it holds an unfinished run of 'tiny'" in capsys.readouterr().err  # spent once
+    assert das_main([*argv, "--overwrite"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["nmf"] == first  # seeded: the same draw again
+    (out / "nmf" / "notes.txt").write_text("mine")
+    assert das_main([*argv, "--overwrite"]) == 2
+    assert "nmf/notes.txt" in capsys.readouterr().err and (out / "nmf" / "notes.txt").exists()
 
 
 def test_cli_privacy_certificate(capsys):

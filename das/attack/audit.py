@@ -3,7 +3,9 @@
 Per geounit: the published workload's counts (from the exact truth or from a release's MDF),
 RAP-Rank candidates, baseline rankings, Match-Rate@k curves against k and k/u (u = distinct
 true records of the geounit), and for blocks the integer-programming certainty of the top
-candidates. The truth is read only to score; logs carry aggregate figures only.
+candidates. The truth is read only to score; logs carry aggregate figures only. The outputs hold
+scores against the truth: they say they are confidential (summary.json, das-output.json,
+candidates.parquet's `das.confidential`) and go to a directory of their own (das.outdir).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from das import outdir
 from das.attack import ip
 from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
@@ -26,6 +31,8 @@ from das.attack.workload import build_workload, load_attack_tables
 
 REPORT_K = (1, 5, 10, 25, 50, 100)
 REPORT_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
+ATTACK = outdir.Owner("das attack", "attack", ("candidates.parquet", "match_rate.csv", "match_rate.png", "certainty.csv",
+                                               "summary.json", "summary.md"), confidential=True)
 
 
 @dataclass(frozen=True)
@@ -252,7 +259,8 @@ def write_outputs(out_dir: Path, results: list[GeounitResult], published: Person
 
     """candidates.parquet, match_rate.csv/.png, certainty.csv, summary.json/.md into `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    candidates_frame(results, published, options.level).to_parquet(out_dir / "candidates.parquet", index=False)
+    candidates = pa.Table.from_pandas(candidates_frame(results, published, options.level), preserve_index=False)
+    pq.write_table(outdir.mark_confidential(candidates), out_dir / "candidates.parquet")
     curves = curves_frame(results)
     curves.to_csv(out_dir / "match_rate.csv", index=False)
     _plot(curves, out_dir / "match_rate.png", f"Match-Rate@k, {options.level} attack on {source}")
@@ -270,6 +278,7 @@ def write_outputs(out_dir: Path, results: list[GeounitResult], published: Person
                      "unique_solution": None if v is None else v.unique})
     pd.DataFrame(rows).to_csv(out_dir / "certainty.csv", index=False)
     summary = {
+        "confidential": True, "notice": outdir.CONFIDENTIAL_MARK,
         "published": source, "schema": published.schema.name, "level": options.level,
         "options": {**{k: v for k, v in asdict(options).items() if k != "rap"}, "rap": asdict(options.rap)},
         "seconds": round(seconds, 1),
@@ -298,6 +307,7 @@ def _json_default(value):
 def summary_markdown(summary: dict) -> str:
     """The summary as Markdown: what was attacked, Match-Rate tables, IP certainty."""
     lines = [f"# Reconstruction audit: {summary['level']} attack on {summary['published']}", "",
+             *([f"> {summary['notice']}", ""] if summary.get("notice") else []),
              f"Schema `{summary['schema']}`, {len(summary['geounits'])} geounits, "
              f"{summary['options']['runs']} RAP runs each (K = {summary['options']['rap']['n_relaxed']}, "
              f"{summary['options']['rap']['steps']} steps), {summary['seconds']} s.", "",

@@ -31,11 +31,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.stats import beta
 
+from das import atomic, outdir
 from das.geography import Geography
 from das.measure import Measurement, NoisyMeasurement, measure_in_memory, plan_for, true_answers
 from das.privacy.accounting import eps_for_delta
@@ -48,6 +50,8 @@ AUDIT_DELTA = Fraction(1, 100)
 AUDIT_RHO = Fraction(1)
 NEIGHBOURS = ("added", "removed", "moved", "recoded")
 TRIAL_ANSWERS = 1 << 22  # noisy answers held in memory at once (trials x answers per trial)
+# `das audit-privacy --out DIR`: synthetic neighbours only, nothing confidential; hours of trials, so --overwrite
+AUDIT = outdir.Owner("das audit-privacy", "privacy audit", ("audit.json", "audit.md"))
 
 
 @dataclass(frozen=True)
@@ -296,22 +300,45 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     return report
 
 
-def audit_spec_main(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None,
-                    json_out: bool = False) -> int:
-    """`das audit-privacy SPEC`: exit 0 when every bound is within the certificate, 1 otherwise."""
-
-
+def audit_spec_main(spec_path, *, json_out: bool = False, out=None, overwrite: bool = False, **settings) -> int:
+    """`das audit-privacy SPEC [--out DIR]`: exit 0 when every bound is within the certificate, 1 otherwise.
+    `settings` are audit_spec's (trials, rho, delta, seed)."""
+    claim = None
+    if out is not None:  # the directory is checked before any trial is drawn
+        claim = outdir.check(out, AUDIT, overwrite=overwrite, protected=[load_run_spec(spec_path).path])
     try:
-        report = audit_spec(spec_path, trials, rho, delta, seed)
+        report = audit_spec(spec_path, **settings)
     except ValueError as e:
         raise SpecError(str(e)) from None
-    ok = all(r["eps_lower_bound"] <= r["eps_certified"] for rs in report["strategies"].values() for r in rs)
-    if json_out:
-        print(json.dumps(report, indent=2))
-        return 0 if ok else 1
-    print(f"privacy audit of {report['spec']}: rho = {report['rho']}, delta = {report['delta']}, "
-          f"{report['trials']:,} trials per dataset (synthetic neighbours, no input read)")
-    for name, results in report["strategies"].items():
-        print()
-        print(render([AuditResult(**r) for r in results], f"strategy {name}"))
+    ok = within_certificate(report)
+    text = render_report(report)
+    if claim is not None:
+        claim.start()
+        write_audit(Path(out), report, text)
+        claim.finish()
+    print(json.dumps(report, indent=2) if json_out else text)
     return 0 if ok else 1
+
+
+def within_certificate(report: dict) -> bool:
+    """Whether every strategy's every bound is at most its certified eps."""
+    return all(r["eps_lower_bound"] <= r["eps_certified"] for rs in report["strategies"].values() for r in rs)
+
+
+def render_report(report: dict) -> str:
+    """The audit of a spec as text: budget and trials, then each strategy's bounds against its certificate."""
+    parts = [f"privacy audit of {report['spec']}: rho = {report['rho']}, delta = {report['delta']}, "
+             f"{report['trials']:,} trials per dataset (synthetic neighbours, no input read)"]
+    for name, results in report["strategies"].items():
+        parts += ["", render([AuditResult(**r) for r in results], f"strategy {name}")]
+    return "\n".join(parts)
+
+
+def write_audit(out_dir: Path, report: dict, text: str) -> list[Path]:
+    """audit.json (the report) and audit.md (a short summary: the verdict and the rendered bounds)."""
+    ok = within_certificate(report)
+    verdict = "every bound is within the certificate" if ok else "VIOLATION: a bound is above the certificate"
+    paths = [out_dir / "audit.json", out_dir / "audit.md"]
+    atomic.write_text(paths[0], json.dumps(report, indent=2) + "\n")
+    atomic.write_text(paths[1], f"# Empirical privacy audit: {report['spec']}\n\n{verdict}.\n\n```\n{text}\n```\n")
+    return paths

@@ -23,9 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "out", "x") is None and getattr(args, "spec", None) is not None:
+    if args.command == "run" and args.out is None and args.spec is not None:  # `das run`'s default --out
         args.out = os.path.join("runs", args.spec.rsplit("/", 1)[-1].removesuffix(".toml"))
     from das.io.microdata import InputError
+    from das.outdir import OutDirError
     from das.privacy.strategy import BudgetError
     from das.research.replicate import StudyError
     from das.run import RunError
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
 
     try:
         return args.func(args)
-    except (SpecError, RunError, BudgetError, StudyError) as e:
+    except (SpecError, RunError, BudgetError, StudyError, OutDirError) as e:
         print(f"das {args.command}: {e}", file=sys.stderr)
         return 2
     except InputError as e:

@@ -42,7 +42,11 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--ip-max-persons", type=int, default=60, help="solution variability for blocks up to this size")
     a.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel RAP runs")
     a.add_argument("--seed", type=int, default=0, help="seed of the attack's own randomness")
-    a.add_argument("--out", required=True, help="output directory")
+    a.add_argument("--out", required=True,
+                   help="output directory, outside the release (the scores against --truth are confidential); a "
+                        "directory holding anything but an earlier `das attack` output is refused")
+    a.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier `das attack` output in --out (deleting only its own files)")
     a.set_defaults(func=_cmd_attack)
     return a
 
@@ -57,7 +61,8 @@ def _positive(name: str, value, minimum=1) -> None:
 def _cmd_attack(args) -> int:
     import numpy as np
 
-    from das.attack.audit import AuditOptions, auto_geounits, run_audit, write_outputs
+    from das import outdir
+    from das.attack.audit import ATTACK, AuditOptions, auto_geounits, run_audit, write_outputs
     from das.attack.baselines import SCOPES
     from das.attack.data import AttackError, read_persons, read_release, release_schema
     from das.attack.rap import RapConfig
@@ -75,6 +80,8 @@ def _cmd_attack(args) -> int:
             raise AttackError(f"--baselines: unknown scope(s) {unknown}; expected some of {SCOPES}")
         if "holdout" in baselines and not args.holdout:
             raise AttackError("--baselines holdout needs --holdout PATH (a disjoint persons file)")
+        inputs = [args.truth, args.holdout, None if args.published == "exact" else args.published]
+        claim = outdir.check(Path(args.out), ATTACK, overwrite=args.overwrite, protected=inputs)
         if args.published == "exact":
             schema = load_schema(args.schema or "dhc_persons")
             source = "exact tables (no protection)"
@@ -101,10 +108,11 @@ def _cmd_attack(args) -> int:
             ip_top=args.ip_top, ip_max_persons=args.ip_max_persons, tables=args.tables)
         print(f"das attack: {args.level} attack on {source}, {len(geounits)} geounits, {args.runs} runs each",
               file=sys.stderr)
+        claim.start()  # its own earlier output deleted (--overwrite), its record written
         results = run_audit(truth, published, geounits, options, holdout=holdout,
                             log=lambda s: print(s, file=sys.stderr, flush=True))
         write_outputs(Path(args.out), results, published, options, source=source, seconds=time.perf_counter() - t0)
-
+        claim.finish()
     except (AttackError, SpecError) as e:
         print(f"das attack: {e}", file=sys.stderr)
         return 2

@@ -73,7 +73,7 @@ def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
 
     return audit_spec_main(args.spec, trials=args.trials, rho=args.rho, delta=args.delta, seed=args.seed,
-                           json_out=args.json)
+                           json_out=args.json, out=args.out, overwrite=args.overwrite)
 
 
 def add_parsers(sub) -> None:
@@ -86,7 +86,8 @@ def add_parsers(sub) -> None:
                    help="replication mode: seeded noise, outputs labelled NOT private")
     r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel solver processes")
     r.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory (only a das run, never its spec or inputs)")
+                   help="replace the das run in the output directory, deleting only its own files; a directory "
+                        "holding any other file is refused")
     r.add_argument("--allow-large-rho", action="store_true",
                    help="acknowledge a budget above the preflight cap (rho > 10): barely protected")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -123,9 +124,11 @@ def add_parsers(sub) -> None:
 
     m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
     m.add_argument("spec")
-    m.add_argument("--out", required=True)
+    m.add_argument("--out", required=True, help="output directory (empty, or a das run to --overwrite)")
     m.add_argument("--seed", type=int, default=None)
-    m.add_argument("--overwrite", action="store_true")
+    m.add_argument("--overwrite", action="store_true",
+                   help="replace the das run in the output directory, deleting only its own files; a directory "
+                        "holding any other file is refused")
     m.add_argument("--allow-large-rho", action="store_true")
     m.set_defaults(func=_cmd_measure)
 
@@ -133,7 +136,9 @@ def add_parsers(sub) -> None:
     t.add_argument("source", help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
     t.add_argument("--format", choices=("pl94171", "parquet"), default="pl94171",
                    help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
-    t.add_argument("--out", required=True, help="output directory")
+    t.add_argument("--out", required=True,
+                   help="output directory, outside the source; a rerun replaces its own earlier tables, a directory "
+                        "holding anything else is refused")
     t.set_defaults(func=_cmd_tables)
 
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
@@ -143,4 +148,8 @@ def add_parsers(sub) -> None:
     a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
     a.add_argument("--seed", type=int, default=None, help="seeded noise (reproducible audit)")
     a.add_argument("--json", action="store_true")
+    a.add_argument("--out", default=None,
+                   help="also write the report to this directory (audit.json, and audit.md: a short summary)")
+    a.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
     a.set_defaults(func=_cmd_audit_privacy)

@@ -14,11 +14,11 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _cmd_metrics(args) -> int:
-    from das.research.evaluate import evaluate_run
+    from das.research.evaluate import evaluate_run, metrics_dir
 
-    meta = evaluate_run(args.run_dir, truth=tuple(args.truth) if args.truth else None, out=args.out,
+    out = args.out or metrics_dir(args.run_dir)
+    meta = evaluate_run(args.run_dir, truth=tuple(args.truth) if args.truth else None, out=out,
                         estimators=_names(args.estimators), queries=_names(args.queries), keep=_names(args.keep))
-    out = args.out or os.path.join(args.run_dir, "metrics")
     with open(os.path.join(out, "metrics.md")) as f:
         print(f.read())
     print(f"wrote metrics for {meta['spec_name']} to {out} (stats, errors, metrics, bias as Parquet; metrics.md)")
@@ -55,7 +55,10 @@ def add_parsers(sub) -> None:
     m.add_argument("run_dir")
     m.add_argument("--truth", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="confidential input files (default: the run's own inputs, from its manifest)")
-    m.add_argument("--out", default=None, help="output directory (default RUN_DIR/metrics)")
+    m.add_argument("--out", default=None,
+                   help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
+                        "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
+                        "anything else is refused")
     m.add_argument("--estimators", default=common["estimators"], help=f"comma list of {', '.join(ESTIMATORS)}")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     m.add_argument("--keep", default="total", help="queries whose per-geounit errors are written")
@@ -71,13 +74,17 @@ def add_parsers(sub) -> None:
     r.add_argument("--estimators", default=common["estimators"], help=f"comma list of {', '.join(ESTIMATORS)}")
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
-    r.add_argument("--overwrite", action="store_true", help="replace a directory holding another study")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace another study in --out (deleting only the study's own files and its report; a "
+                        "directory holding anything else is refused); without it the same study is continued")
     r.add_argument("--report", action="store_true", help="also write the report (das report OUT)")
     r.set_defaults(func=_cmd_replicate)
 
     p = sub.add_parser("report", help="HTML + Markdown report with plots of a replicate or metrics directory")
     p.add_argument("dir")
-    p.add_argument("--out", default=None, help="report directory (default DIR/report)")
+    p.add_argument("--out", default=None,
+                   help="report directory (default DIR/report, part of the study); a rerun replaces its own earlier "
+                        "report, a directory holding anything else is refused")
     p.set_defaults(func=_cmd_report)
 
     compare.add_parser(sub)

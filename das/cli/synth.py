@@ -22,7 +22,9 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--seed", type=int, default=None, help="replication mode: seeded noise, outputs labelled NOT private")
     s.add_argument("--rho", default=None, help="zCDP budget as an exact fraction 'a/b' (default: the spec's persons rho)")
-    s.add_argument("--overwrite", action="store_true", help="replace the das release in the output directory")
+    s.add_argument("--overwrite", action="store_true",
+                   help="replace the das release in the output directory, deleting only its own files; a directory "
+                        "holding any other file is refused")
     s.set_defaults(func=_cmd_synth)
     return s
 

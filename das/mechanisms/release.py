@@ -16,7 +16,6 @@ from pathlib import Path
 from das import bundle, preflight
 from das.frame import (
     Completion,
-    FrameError,
     Opening,
     ReleaseFrame,
     check_out_dir,
@@ -32,7 +31,7 @@ from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import RunError, code_version
+from das.pipeline import code_version
 from das.privacy.accounting import BudgetError
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
@@ -112,10 +111,7 @@ def _mechanism(name: str) -> Mechanism:
 
 
 def _out_dir(run_dir: RunDir, overwrite: bool, spec) -> None:
-    try:
-        check_out_dir(run_dir.path, overwrite, protected_paths(spec))
-    except FrameError as e:
-        raise RunError(str(e)) from None
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
 
 
 def _checked(mechanism: str, histograms, shape: tuple[int, int]):
@@ -135,7 +131,4 @@ def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, 
     opening = Opening({"persons": ReleaseInfo(cert.schema, None, mech.name)}, {"persons": cert}, PublishedInvariants(),
                       holds(plan, synthetic=True), private=cert.private, version=code_version(),
                       mechanism=MechanismRecord(mech.name, mech.summary, mech.geography, cert.budget, result.details))
-    try:
-        return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, log=lambda *a, **k: None)
-    except FrameError as e:
-        raise RunError(str(e)) from None
+    return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, log=lambda *a, **k: None)

@@ -12,14 +12,16 @@ same draw. The reconstruction attack (`das.attack.audit`) runs on the same block
     OUT/parts/<mechanism>/seed<k>.*   scores, timings and attack results per release; a rerun
                                       with the same settings skips every part already written
     OUT/stats|metrics|bias|runs|attack.parquet, comparison.parquet/.md, report/
-Everything is scored against the confidential input: research output, not a release.
+Everything is scored against the confidential input: research output, not a release, and it says
+so (compare.json, das-output.json, each Parquet file's `das.confidential`). The directory is the
+comparison's own (das.outdir): a rerun with the same settings continues it, other settings are
+refused unless --overwrite, which deletes only the comparison's own files.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -28,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from das import atomic
+from das import atomic, outdir
 from das.privacy.certificate import fraction_text
-from das.research.compare_report import build_compare_report, render_table
+from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import combine, metrics
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, bias_table, score, scored_queries
@@ -42,6 +46,13 @@ TOPDOWN = "topdown"
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
 LEVELS = ("block", "tract", "county")
 BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
+SUMMARIES = ("stats", "metrics", "bias", "runs", "attack", "attack_rates", "comparison")  # OUT/<name>.parquet
+COMPARE = outdir.Owner(
+    "das compare", "comparison",
+    ("compare.json", "topdown_spec.toml", "comparison.md", "*.partial", *(f"{name}.parquet" for name in SUMMARIES),
+     "parts/*/seed[0-9]*.json", "parts/*/seed[0-9]*.stats.parquet", "parts/*/seed[0-9]*.attack.parquet",
+     *REPORT_FILES, *(f"releases/*/seed[0-9][0-9][0-9][0-9]/{p}" for p in outdir.run_files())),
+    confidential=True)
 
 
 def _registry() -> dict:
@@ -155,9 +166,10 @@ def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho:
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """`path` holds `frame`, whole or not at all: a resumed comparison trusts any part it finds."""
+    """A research Parquet file, whole or not at all (a resumed comparison trusts any part it finds), marked
+    confidential in its own metadata (das.outdir)."""
     with atomic.replacing(path) as tmp:
-        frame.to_parquet(tmp, index=False)
+        pq.write_table(outdir.mark_confidential(pa.Table.from_pandas(frame, preserve_index=False)), tmp)
 
 
 def score_release(ctx, run_dir: Path, mechanism: str, *, queries, seed: int) -> pd.DataFrame:
@@ -208,20 +220,17 @@ def _part(out_dir: Path, mechanism: str, seed: int, kind: str) -> Path:
     return out_dir / "parts" / mechanism / f"seed{seed:04d}.{kind}"
 
 
-def _open(comparison: Comparison, out_dir: Path, overwrite: bool) -> dict:
-    """compare.json of out_dir (new, or the earlier one when its settings match)."""
-    meta_path = out_dir / "compare.json"
-    if out_dir.exists() and any(out_dir.iterdir()):
-        old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        if overwrite:
-            shutil.rmtree(out_dir)
-        elif old.get("settings") != comparison.settings():
-            raise StudyError(f"{out_dir} is not empty and holds another comparison ({meta_path.name} "
-                             f"{'differs' if old else 'is missing'}); choose another directory or pass --overwrite")
-        else:
-            return old
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return {}
+def _open(comparison: Comparison, out_dir: Path, overwrite: bool, protected) -> tuple[outdir.Claim, dict]:
+    """The claim on out_dir (das.outdir) and the earlier compare.json when the same comparison is continued."""
+    old = {}
+    if outdir.holds(out_dir, COMPARE):
+        try:
+            old = json.loads((out_dir / "compare.json").read_text())
+        except (OSError, ValueError):
+            old = {}
+    same = isinstance(old, dict) and old.get("settings") == comparison.settings() and not overwrite
+    claim = outdir.check(out_dir, COMPARE, overwrite=overwrite, resume=same, protected=protected)
+    return claim, (old if same else {})
 
 
 def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False, log=print) -> dict:
@@ -231,15 +240,16 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
     from das.research.evaluate import truth_context
-    from das.run import code_version
+    from das.run import code_version, protected_paths
     from das.runspec import load_run_spec
 
     comparison.check()
     out_dir = Path(out_dir)
-    earlier = _open(comparison, out_dir, overwrite)
     spec = load_run_spec(comparison.spec)
+    claim, earlier = _open(comparison, out_dir, overwrite, protected_paths(spec))
     ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
     queries = scored_queries(ctx.schema, comparison.queries)
+    claim.start()  # its own earlier files deleted (--overwrite), its record written
     topdown_spec = str(comparison.spec)
     if comparison.rho is not None:
         topdown_spec = str(spec_with_rho(comparison.spec, comparison.rho, out_dir / "topdown_spec.toml"))
@@ -256,7 +266,7 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
         "spec_name": spec.name, "schema": ctx.schema.name, "levels": list(ctx.geography.levels),
         "n_blocks": ctx.geography.n_blocks, "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
         "das_version": code_version(), "randomness": "seeded (seeds 0..N-1): NOT private", "notice": CONFIDENTIAL,
-        "status": "running",
+        "confidential": True, "status": "running",
     }
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
     t0 = time.perf_counter()
@@ -306,6 +316,7 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
     meta.update(summarize(out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    claim.finish()
     return meta
 
 
@@ -376,8 +387,7 @@ def summarize(out_dir: Path, comparison: Comparison) -> dict:
     rates = attack_rates(attack)
     mechanisms = [m for m in mechanism_names() if m in set(runs["mechanism"])] if len(runs) else []
     table = comparison_table(pooled, runs, rates, mechanisms)
-    for name, frame in (("stats", stats), ("metrics", pooled), ("bias", bias), ("runs", runs), ("attack", attack),
-                        ("attack_rates", rates), ("comparison", table)):
+    for name, frame in zip(SUMMARIES, (stats, pooled, bias, runs, attack, rates, table)):
         _write_parquet(frame, out_dir / f"{name}.parquet")
     (out_dir / "comparison.md").write_text(render_table(table) + "\n")
     build_compare_report(out_dir)
@@ -424,6 +434,8 @@ def add_parser(sub) -> None:
     c.add_argument("--attack-steps", type=int, default=300, help="Adam steps per RAP run")
     c.add_argument("--tables", default=None, help="attack workload spec (default: the schema's)")
     c.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of each release and attack")
-    c.add_argument("--overwrite", action="store_true", help="replace a directory holding another comparison")
+    c.add_argument("--overwrite", action="store_true",
+                   help="replace another comparison in --out (deleting only the comparison's own files; a directory "
+                        "holding anything else is refused); without it the same comparison is continued")
     c.set_defaults(func=_cmd_compare)
 

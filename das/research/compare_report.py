@@ -18,6 +18,9 @@ LEVELS = ("block", "tract", "county")
 PALETTE = ("#c0392b", "#2471a3", "#7f8c8d", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#f1c40f",
            "#e84393", "#6c5ce7", "#00cec9")
 METHODS = {"rap_rank": "RAP-Rank", "baseline_tract": "baseline: rest of tract", "baseline_county": "baseline: rest of county"}
+# the report's files in a compare directory (das.outdir: what `das compare --overwrite` may delete)
+REPORT_FILES = ("report/index.html", "report/report.md", "report/accuracy.png", "report/mae_by_query.png",
+                "report/attack.png", "report/cost.png")
 
 
 def _colors(names) -> dict:

@@ -1,12 +1,18 @@
 """`das metrics RUN_DIR`: score one release (its MDF, and its NMF through the other estimators)
-against the confidential input, in the same files a replicate study writes (one replicate)."""
+against the confidential input, in the same files a replicate study writes (one replicate).
+
+The scores hold true counts: they go to a directory of their own beside the release (default
+`<RUN_DIR>-metrics`), never into it (a release holds only its own files), and say they are
+confidential. Scoring is deterministic, so a rerun replaces its own earlier output (das.outdir).
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from pathlib import Path
 
+from das import outdir
 from das.bundle import BundleError, input_paths
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
@@ -16,6 +22,8 @@ from das.research.replicate import (
     CONFIDENTIAL,
     DEFAULT_QUERIES,
     RELEASE,
+    STUDY_FILES,
+    WITH_REPORT,
     Context,
     StudyError,
     _part_name,
@@ -28,6 +36,15 @@ from das.rules import Invariants
 from das.rundir import RunDir, RunDirError
 from das.schema import load_schema
 
+METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
+                       nested=WITH_REPORT)
+
+
+def metrics_dir(run_dir) -> Path:
+    """Where `das metrics RUN_DIR` writes by default: `<RUN_DIR>-metrics`, beside the release."""
+    run_dir = Path(os.path.normpath(os.path.abspath(run_dir)))
+    return run_dir.with_name(run_dir.name + "-metrics")
+
 
 def truth_context(persons, units, schema_name: str, levels) -> Context:
     """The confidential input as a scoring context: geography, invariants, true block histograms."""
@@ -39,8 +56,9 @@ def truth_context(persons, units, schema_name: str, levels) -> Context:
 
 
 def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
-                 queries=DEFAULT_QUERIES, keep=("total",), overwrite: bool = True) -> dict:
-    """Score a `das run` output directory; writes stats/errors/metrics files to `out`."""
+                 queries=DEFAULT_QUERIES, keep=("total",)) -> dict:
+    """Score a `das run` output directory; writes stats/errors/metrics files to `out` (default
+    metrics_dir(run_dir)), replacing only an earlier `das metrics` output there."""
     run_dir = Path(run_dir)
     try:
         manifest = RunDir(run_dir).read_complete()
@@ -55,6 +73,8 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     for path in (persons, units):
         if not Path(path).exists():
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
+    out = Path(out) if out else metrics_dir(run_dir)
+    claim = outdir.check(out, METRICS, protected=[run_dir, persons, units])
     ctx = truth_context(persons, units, manifest.schema("persons"), manifest.levels)
     mdf = RunDir(run_dir).mdf("persons")
     topdown = None
@@ -72,9 +92,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         reason = wls_unsupported(ctx.schema, measured)
         if reason:
             raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
-    out = Path(out) if out else run_dir / "metrics"
-    if out.exists() and overwrite:
-        shutil.rmtree(out)
+    claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
     queries = scored_queries(ctx.schema, queries)
     rho = fraction_text(manifest.certificate(RELEASE).rho)
@@ -88,10 +106,11 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         "study": {"spec": manifest.spec_name, "runs": 1, "estimators": list(estimators), "queries": list(queries),
                   "keep": list(keep), "seed": None},
         "queries": list(queries), "levels": list(manifest.levels), "schema": ctx.schema.name,
-        "randomness": manifest.randomness, "notice": CONFIDENTIAL, "status": "complete",
+        "randomness": manifest.randomness, "notice": CONFIDENTIAL, "confidential": True, "status": "complete",
         "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
     }
     meta.update(summarize(out))
     (out / "study.json").write_text(json.dumps(meta, indent=2))
+    claim.finish()
     return meta

@@ -8,7 +8,10 @@ scored against the truth, kept compactly.
   DIR/stats.parquet        sufficient statistics per (rho, replicate, estimator, level, query, bin)
   DIR/errors.parquet       per-geounit estimates and truth for the `keep` queries (default total)
   DIR/metrics.parquet/.md  metrics pooled over replicates, and the bias test across replicates
-Every output is computed against the confidential truth: it is research output, not a release.
+Every output is computed against the confidential truth: it is research output, not a release, and
+says so (study.json, das-output.json, each Parquet file's `das.confidential`). The directory is the
+study's own (das.outdir): a rerun of the same study continues it, another study is refused unless
+--overwrite, which deletes only the study's own files (and its report, `das report DIR`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import atomic
+from das import atomic, outdir
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
@@ -41,6 +44,8 @@ from das.privacy.strategy import parse_fraction
 from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
 from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
 from das.rules import Invariants
+from das.run import protected_paths
+from das.runspec import load_run_spec
 from das.schema import Schema, SpecError, parse_query_name
 from das.topdown.engine import postprocess
 
@@ -49,6 +54,11 @@ DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic 
 CONFIDENTIAL = ("Research output computed against the confidential input: it holds true counts "
                 "and errors, is NOT a privacy-protected release, and must stay with the data owner.")
 BIAS_COLUMNS = ["rho", "query", "level", "estimator", "bin", "replicates", "mean_error", "se", "t", "p"]
+# The files of a study or metrics directory (parts in progress, a replicate's NMF while it is scored)
+STUDY_FILES = ("study.json", "stats.parquet", "errors.parquet", "metrics.parquet", "bias.parquet", "metrics.md",
+               "parts/stats-rho*-rep*.parquet", "parts/errors-rho*-rep*.parquet", "parts/rep[0-9]*-*/*", "*.partial")
+WITH_REPORT = (("report", "das report"),)  # `das report DIR` writes DIR/report: part of the study
+STUDY = outdir.Owner("das replicate", "study", STUDY_FILES, confidential=True, nested=WITH_REPORT)
 
 
 class StudyError(RuntimeError):
@@ -200,8 +210,10 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, 
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """A research Parquet file, marked confidential in its own metadata (das.outdir)."""
+    table = outdir.mark_confidential(pa.Table.from_pandas(frame, preserve_index=False))
     with atomic.replacing(path) as tmp:
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def _part_name(rho_index: int, replicate: int, kind: str) -> str:
@@ -281,17 +293,11 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(study).items()}
-    earlier = []  # timings of replicates run by an earlier, interrupted or finished, invocation
-    if out_dir.exists() and any(out_dir.iterdir()):
-        old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        previous = old.get("study")
-        earlier = old.get("replicate_timings", []) if previous == config and not overwrite else []
-        if overwrite:
-            shutil.rmtree(out_dir)
-        elif previous != config:
-            raise StudyError(f"{out_dir} is not empty and holds another study ({meta_path.name} "
-                             f"{'differs' if previous else 'is missing'}); choose another directory or pass --overwrite")
-    (out_dir / "parts").mkdir(parents=True, exist_ok=True)
+    old = _read_json(meta_path) if outdir.holds(out_dir, STUDY) else {}
+    same = old.get("study") == config and not overwrite  # the same study: continued
+    claim = outdir.check(out_dir, STUDY, overwrite=overwrite, resume=same,
+                         protected=protected_paths(load_run_spec(study.spec, seed=study.seed)))
+    earlier = old.get("replicate_timings", []) if same else []  # timings of an earlier invocation's replicates
     ctx = load_context(study.spec, study.seed)  # reads and validates the input before any work
     queries = scored_queries(ctx.schema, study.queries)
     rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in study.rhos]
@@ -304,9 +310,11 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
         "study": config, "rhos": rhos, "queries": list(queries), "levels": list(ctx.geography.levels),
         "spec_name": ctx.pipeline.spec.name, "schema": ctx.schema.name, "das_version": code_version(),
         "randomness": "operating-system CSPRNG" if study.seed is None else f"seeded (seed {study.seed}): NOT private",
-        "notice": CONFIDENTIAL, "status": "running", "n_blocks": ctx.geography.n_blocks,
+        "notice": CONFIDENTIAL, "confidential": True, "status": "running", "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
     }
+    claim.start()  # the study's own earlier files deleted (--overwrite), its record written
+    (out_dir / "parts").mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps(meta, indent=2))
     tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(study.rhos) for rep in range(study.runs)
              if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
@@ -332,7 +340,17 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     meta.update(status="complete", wall_seconds=wall, workers=workers, replicate_timings=timings,
                 replicates_run_now=len(tasks), seconds_per_replicate=(wall / len(tasks)) if tasks else None)
     meta_path.write_text(json.dumps(meta, indent=2))
+    claim.finish()
     return meta
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON object das wrote earlier, or {} when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def rho_list(text: str | None) -> tuple[str, ...]:

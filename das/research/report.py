@@ -12,11 +12,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das import outdir
 from das.research.metrics import SIZE_BINS, markdown_table
 from das.research.replicate import BIAS_COLUMNS, StudyError
 
 COLORS = {"topdown": "#c0392b", "noisy": "#7f8c8d", "wls": "#2471a3"}
 LABELS = {"topdown": "TopDown (released)", "noisy": "raw noisy measurement", "wls": "unconstrained WLS"}
+STUDY_READ = ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet", "errors.parquet")
+# plots of errors against the truth: confidential, like the study. Deterministic: a rerun replaces it.
+REPORT = outdir.Owner("das report", "report", ("index.html", "report.md", "signed_error_vs_truth.png",
+                                               "bias_by_size_[0-9]*.png", "mae_by_level.png", "error_distribution.png",
+                                               "accuracy_vs_rho.png"), confidential=True, replaces=True)
 
 
 def page_style(width: int) -> str:
@@ -212,7 +218,8 @@ def _html_table(frame: pd.DataFrame) -> str:
 
 
 def build_report(study_dir, out=None) -> Path:
-    """Write report/index.html (self-contained) and report/report.md (+ PNGs); returns the HTML path."""
+    """Write report/index.html (self-contained) and report/report.md (+ PNGs); returns the HTML path.
+    `out` (default study_dir/report, part of the study) holds only a report: das.outdir's rules."""
     study_dir = Path(study_dir)
     meta_path = study_dir / "study.json"
     for name in ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet"):
@@ -222,12 +229,13 @@ def build_report(study_dir, out=None) -> Path:
     meta = json.loads(meta_path.read_text())
     if meta.get("status") != "complete":
         raise StudyError(f"{meta_path}: status is {meta.get('status')!r}; finish the study first")
+    out = Path(out) if out else study_dir / "report"
+    claim = outdir.check(out, REPORT, protected=[study_dir / name for name in STUDY_READ])
     pooled = pd.read_parquet(study_dir / "metrics.parquet")
     bias = pd.read_parquet(study_dir / "bias.parquet")
     errors = pd.read_parquet(study_dir / "errors.parquet") if (study_dir / "errors.parquet").exists() else pd.DataFrame(
         columns=["rho", "query", "level", "estimator", "unit", "truth", "estimate"])
-    out = Path(out) if out else study_dir / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    claim.start()
     main_rho = meta["rhos"][0]
     figures = _figures(meta, out, pooled=pooled, bias=bias, errors=errors)
     intro = _intro(meta)
@@ -258,6 +266,7 @@ def build_report(study_dir, out=None) -> Path:
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
     index = out / "index.html"
     index.write_text(page)
+    claim.finish()
     return index
 
 
