@@ -17,7 +17,8 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.io.outputs", "das.rundir", "das.outdir", "das.partitions"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.checkpoint", "das.executors", "das.distributed"},
-    {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.frame", "das.run", "das.validate"},
+    {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.frame", "das.run",
+     "das.summary_files", "das.validate"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
@@ -105,7 +106,6 @@ MAX_POSITIONAL = 4
 LONG_PENDING = {
     "das.validate.validate_run",
     "das.topdown.engine.postprocess",
-    "das.mechanisms.release.synthesize",
     "das.research.compare.run_comparison",  # its output-directory code is being rewritten
 }
 
@@ -113,13 +113,10 @@ LONG_PENDING = {
 POSITIONAL_PENDING = {
     "das.attack.privacy.epsilon_bound", "das.attack.privacy.audit_pair", "das.attack.privacy.audit",
     "das.attack.privacy.halved_variance", "das.attack.privacy.measured_twice", "das.attack.privacy.audit_spec",
-    "das.attack.privacy.audit_spec_main",
     "das.io.nmf.measurement_batch", "das.io.nmf.LevelWriter.write_measurement",
-    "das.io.parts.write_state_parts", "das.io.parts._write_table_parts",
     "das.io.pl94171._geo_header", "das.io.pl94171._Problems.located", "das.io.pl94171._integers",
     "das.measure.measure_in_memory", "das.measure.measure_level", "das.measure.measure_release",
     "das.partitioned.solve_top", "das.partitioned.run_states",
-    "das.run.measure_only",
     "das.topdown.engine.single_child_chains", "das.topdown.engine._batch_task", "das.topdown.engine.postprocess",
     "das.topdown.problem.parent_problem", "das.topdown.problem._on_cells",
     "das.topdown.solve._least_squares", "das.topdown.solve._least_squares_cvxpy", "das.topdown.solve._min_linear",
@@ -136,9 +133,7 @@ POSITIONAL_PENDING |= {
     "das.io.mdf.release_mdf",  # das/pipeline.py, das/io/parts.py
     "das.io.tables.level_rows", "das.io.tables.level_frames",  # das/io/parts.py
     "das.io.tables.write_tables",  # das/pipeline.py, das/mechanisms/release.py
-    "das.mechanisms.base.mechanism_certificate",  # das/mechanisms/release.py
     "das.preflight.check_inputs",  # das/pipeline.py, das/partitioned.py
-    "das.privacy.accounting.certificate",  # das/pipeline.py
     "das.rules.unit_bounds", "das.rules.population_total", "das.rules.level_bounds",  # das/topdown/engine.py
 }
 

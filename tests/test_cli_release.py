@@ -87,7 +87,8 @@ def test_resuming_what_is_not_a_run_says_what_was_expected(tmp_path, capsys):
 
 def test_validate_and_tables_name_what_they_could_not_read(tmp_path, capsys):
     assert "not a das run directory" in cli_refused(["validate", str(tmp_path / "nothing")], capsys)
-    printed = cli_refused(["tables", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    (tmp_path / "src").mkdir()
+    printed = cli_refused(["tables", str(tmp_path / "src"), "--out", str(tmp_path / "o")], capsys)
     assert "input is invalid" in printed and "no P.L. 94-171 files (*.pl) here" in printed
     assert not (tmp_path / "o").exists()
 

@@ -262,11 +262,12 @@ def _owner(command: str):
     """The record of each non-release command (a release's is its manifest)."""
     from das.attack.audit import ATTACK as ATTACK_OWNER
     from das.attack.privacy import AUDIT
-    from das.io.pl94171 import load_layout, tables_owner
+    from das.io.pl94171 import load_layout
     from das.research.compare import COMPARE
     from das.research.evaluate import METRICS
     from das.research.replicate import STUDY
     from das.research.report import REPORT
+    from das.summary_files import tables_owner
 
     return {"metrics": METRICS, "replicate": STUDY, "compare": COMPARE, "attack": ATTACK_OWNER,
             "tables": tables_owner(load_layout()), "report": REPORT, "audit-privacy": AUDIT}[command]

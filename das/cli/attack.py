@@ -66,6 +66,7 @@ def _cmd_attack(args) -> int:
     from das.attack.baselines import SCOPES
     from das.attack.data import AttackError, read_persons, read_release, release_schema
     from das.attack.rap import RapConfig
+    from das.attack.workload import load_attack_tables
     from das.io.microdata import InputError
     from das.schema import SpecError, load_schema
 
@@ -108,6 +109,7 @@ def _cmd_attack(args) -> int:
             ip_top=args.ip_top, ip_max_persons=args.ip_max_persons, tables=args.tables)
         print(f"das attack: {args.level} attack on {source}, {len(geounits)} geounits, {args.runs} runs each",
               file=sys.stderr)
+        load_attack_tables(options.tables or schema.name)  # a bad workload spec is refused before anything is written
         claim.start()  # its own earlier output deleted (--overwrite), its record written
         results = run_audit(truth, published, geounits, options, holdout=holdout,
                             log=lambda s: print(s, file=sys.stderr, flush=True))

@@ -62,7 +62,7 @@ def _cmd_measure(args) -> int:
 
 
 def _cmd_tables(args) -> int:
-    from das.io.pl94171 import convert
+    from das.summary_files import convert
 
     written = convert(args.source, args.out, args.format)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))

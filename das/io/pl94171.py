@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
-from das import outdir
 from das.geography import Geography
 from das.histogram import block_histograms
 from das.io.microdata import InputError, read_records, read_units
@@ -459,32 +458,3 @@ def write_release(out_dir: str | Path, geography: Geography, histograms: dict[st
     by_universe = {schemas[name].universe: h for name, h in histograms.items()}
     records = release_records(layout, geography, by_universe, {schemas[n].universe: schemas[n] for n in histograms})
     return write_pl94171(out_dir, records, layout)
-
-
-def tables_owner(layout: PLLayout) -> outdir.Owner:
-    """`das tables`' files in its output directory (either format): deterministic, so a rerun replaces them."""
-    pl = tuple(name.format(st="[a-z][a-z]") for name in (layout.geo_file, *layout.segment_files))
-    return outdir.Owner("das tables", "tables", pl + tuple(f"{name}.parquet" for name in layout.tables), replaces=True)
-
-
-def convert(source: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
-    """`das tables`: a das run directory, or a directory of PL files (das's or the Bureau's), written
-    as PL 94-171 files (`pl94171`) or as one Parquet file per table in the PL layout (`parquet`),
-    into a directory of their own outside the source (das.outdir)."""
-    layout = load_layout()
-    source, out_dir = Path(source), Path(out_dir)
-    if out_dir.resolve() == source.resolve():
-        raise SpecError(f"--out {out_dir} is the source directory; choose another")
-    if fmt not in ("pl94171", "parquet"):
-        raise SpecError(f"unknown table format {fmt!r}; expected pl94171 or parquet")
-    claim = outdir.check(out_dir, tables_owner(layout), protected=[source])
-    records = run_records(source, layout) if RunDir(source).manifest_path.exists() else read_pl94171(source, layout)
-    claim.start()
-    if fmt == "pl94171":
-        written = write_pl94171(out_dir, records, layout)
-    else:
-        written = [out_dir / f"{name}.parquet" for name in layout.tables]
-        for name, path in zip(layout.tables, written):
-            records.table(name, layout).to_parquet(path, index=False)
-    claim.finish()
-    return written

@@ -1,0 +1,44 @@
+"""`das tables`: a release's tables as the 2020 PL 94-171 summary files, or PL files read into Parquet.
+
+The source is a das run directory (its tables recounted from its MDF) or a directory of PL 94-171
+files (das's or the Census Bureau's); the output a directory of its own outside the source
+(das.outdir): deterministic, so a rerun replaces its own earlier files and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from das import outdir
+from das.io.pl94171 import PLLayout, load_layout, read_pl94171, run_records, write_pl94171
+from das.rundir import RunDir
+from das.schema import SpecError
+
+
+def tables_owner(layout: PLLayout) -> outdir.Owner:
+    """`das tables`' files in its output directory (either format): deterministic, so a rerun replaces them."""
+    pl = tuple(name.format(st="[a-z][a-z]") for name in (layout.geo_file, *layout.segment_files))
+    return outdir.Owner("das tables", "tables", pl + tuple(f"{name}.parquet" for name in layout.tables), replaces=True)
+
+
+def convert(source: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
+    """`das tables`: a das run directory, or a directory of PL files (das's or the Bureau's), written
+    as PL 94-171 files (`pl94171`) or as one Parquet file per table in the PL layout (`parquet`),
+    into a directory of their own outside the source (das.outdir)."""
+    layout = load_layout()
+    source, out_dir = Path(source), Path(out_dir)
+    if out_dir.resolve() == source.resolve():
+        raise SpecError(f"--out {out_dir} is the source directory; choose another")
+    if fmt not in ("pl94171", "parquet"):
+        raise SpecError(f"unknown table format {fmt!r}; expected pl94171 or parquet")
+    claim = outdir.check(out_dir, tables_owner(layout), protected=[source])
+    records = run_records(source, layout) if RunDir(source).manifest_path.exists() else read_pl94171(source, layout)
+    claim.start()
+    if fmt == "pl94171":
+        written = write_pl94171(out_dir, records, layout)
+    else:
+        written = [out_dir / f"{name}.parquet" for name in layout.tables]
+        for name, path in zip(layout.tables, written):
+            records.table(name, layout).to_parquet(path, index=False)
+    claim.finish()
+    return written
