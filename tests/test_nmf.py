@@ -1,4 +1,7 @@
-"""The NMF files: range reads of a level equal the whole level's, in row groups of any size."""
+"""The NMF files: range reads of a level equal the whole level's, in row groups of any size; noisy answers
+(das.io.nmf.NoisyAnswers) slice by geounit and cell and keep their exact variance through the file."""
+
+from fractions import Fraction
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -18,7 +21,8 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
     measurements = [Measurement("block", q, v) for q, v in
                     (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
     what = Measured("persons", schema, {"block": measurements})
-    path = measure_level(what, "block", histograms, geography.units("block"), SeededRandomSource(1), Target(tmp_path))
+    path = measure_level(what, "block", histograms, geography.units("block"), rng=SeededRandomSource(1),
+                         target=Target(tmp_path))
     assert pq.ParquetFile(path).num_row_groups > 20
     assert not das.measure.parts_dir(path).exists()
     whole = nmf.read_level(path, geography.units("block"))
@@ -27,7 +31,8 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
         part = reader.read(lo, hi)
         assert part.keys() == whole.keys()
         for q in whole:
-            assert np.array_equal(part[q][0], whole[q][0][lo:hi]) and part[q][1] == whole[q][1]
+            assert np.array_equal(part[q].answers, whole[q].answers[lo:hi]) and part[q].variance == whole[q].variance
+            assert part[q].geocodes.tolist() == whole[q].rows(lo, hi).geocodes.tolist() and part[q].level == "block"
     with pytest.raises(ValueError, match="whole number per geounit"):
         nmf.LevelReader(path, geography.units("block")[:-1])
 
@@ -57,8 +62,6 @@ def test_a_part_committed_before_parts_were_narrowed_still_reads(tmp_path):
 
 
 def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_path, monkeypatch):
-    from fractions import Fraction
-
     monkeypatch.setattr(nmf, "ROW_GROUP_ROWS", 20)
     geocodes = np.array([f"5000{i:02d}" for i in range(11)])
     rng = np.random.default_rng(5)
@@ -67,7 +70,7 @@ def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_
     path = nmf.level_path(tmp_path, "persons", "tract")
     writer = nmf.LevelWriter(path, {b"das.privacy": b"private"})
     for query, noisy in written.items():
-        writer.write_measurement("tract", geocodes, query, noisy, Fraction(7, 3))
+        writer.write_answers(nmf.NoisyAnswers(query, "tract", geocodes, noisy, Fraction(7, 3)))
     writer.close()
     parquet = pq.ParquetFile(path)
     assert parquet.schema_arrow.metadata[b"das.privacy"] == b"private"
@@ -84,7 +87,8 @@ def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_
         assert stats.column(2).statistics.min == query and stats.column(4).statistics is None
     assert all(seen == geocodes.tolist() for seen in units_seen.values())
     back = nmf.read_level(path, geocodes)
-    assert all(np.array_equal(back[q][0], written[q]) and back[q][1] == Fraction(7, 3) for q in written)
+    assert all(np.array_equal(back[q].answers, written[q]) and back[q].variance == Fraction(7, 3) for q in written)
     reader = nmf.LevelReader(path, geocodes)
     for lo, hi in ((0, 11), (3, 4), (2, 9), (10, 11)):
-        assert all(np.array_equal(reader.read(lo, hi)[q][0], written[q][lo:hi]) for q in written)
+        assert all(np.array_equal(reader.read(lo, hi)[q].answers, written[q][lo:hi]) for q in written)
+
