@@ -37,3 +37,14 @@ def test_the_deepest_complete_level_needs_all_its_ancestors(tmp_path):
         ck.save_level(level, sp.csr_matrix((1, 2), dtype=np.int64), [], {"parents": 1, "seconds": 0.0})
     assert ck.last_complete(levels) == 0  # county without state does not count
 
+
+def test_the_checkpoint_store_imports_no_stage_above_it():
+    """Checkpoints store plain records; what an event is belongs to the engine (das.topdown)."""
+    import ast
+
+    import das.checkpoint
+
+    tree = ast.parse(open(das.checkpoint.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("das")} == {"das"}  # das.atomic only

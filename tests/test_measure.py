@@ -52,3 +52,21 @@ def test_each_answer_is_written_once_at_its_certified_variance(perry, tmp_path):
             assert a.answers.shape == (geography.n_units(level), schema.query(m.query).size) and a.level == level
             assert a.geocodes.tolist() == geography.units(level).tolist()
 
+
+def test_in_memory_measurements_are_noisy_answers_of_every_trial(perry, monkeypatch):
+    """What the privacy audit draws: one NoisyAnswers per planned measurement, in plan order, each
+    (trials x geounits x cells) at the certified variance; with the noise taken away, the true answers."""
+    schema, geography, _, histograms = perry
+    plan, _ = _plan(geography)
+    drawn = das.measure.measure_in_memory(geography, histograms, schema, plan, rng=SeededRandomSource(4), trials=3)
+    assert [(a.level, a.query, a.variance) for a in drawn] == [
+        (level, m.query, m.variance) for level in geography.levels for m in plan[level]]
+    for a in drawn:
+        assert a.answers.shape == (3, geography.n_units(a.level), schema.query(a.query).size)
+        assert a.geocodes.tolist() == geography.units(a.level).tolist()
+    assert all(not np.array_equal(a.answers[0], a.answers[1]) for a in drawn if a.answers[0].size > 100)  # own noise
+    monkeypatch.setattr(das.measure, "discrete_gaussian", lambda variance, n, rng: np.zeros(n, np.int64))
+    exact = das.measure.measure_in_memory(geography, histograms, schema, plan, rng=SeededRandomSource(4), trials=2)
+    for a in exact:
+        truth = das.measure.true_answers(geography.aggregate(histograms, a.level), schema, a.query)
+        assert np.array_equal(a.answers[1], truth) and np.array_equal(a.rows(0, 2).answers[0], truth[:2])

@@ -92,3 +92,56 @@ def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_
     for lo, hi in ((0, 11), (3, 4), (2, 9), (10, 11)):
         assert all(np.array_equal(reader.read(lo, hi)[q].answers, written[q][lo:hi]) for q in written)
 
+
+def _answers(n_units=5, n_cells=4, variance=Fraction(10**12 + 39, 7), seed=0) -> nmf.NoisyAnswers:
+    rng = np.random.default_rng(seed)
+    geocodes = np.array([f"44{i:03d}" for i in range(n_units)])
+    return nmf.NoisyAnswers("cenrace", "county", geocodes, rng.integers(-500, 500, (n_units, n_cells)), variance)
+
+
+def test_noisy_answers_slice_by_geounit_and_cell_and_keep_what_they_are():
+    a = _answers()
+    part = a.rows(1, 4)
+    assert part.geocodes.tolist() == ["44001", "44002", "44003"] and np.array_equal(part.answers, a.answers[1:4])
+    picked = a.take(np.array([True, False, False, True, True]))
+    assert picked.geocodes.tolist() == ["44000", "44003", "44004"] and np.array_equal(picked.answers, a.answers[[0, 3, 4]])
+    keep = np.array([False, True, True, False])
+    assert np.array_equal(a.cells(keep).answers, a.answers[:, 1:3]) and a.cells(keep).geocodes is a.geocodes
+    for b in (part, picked, a.cells(keep)):
+        assert (b.query, b.level, b.variance) == (a.query, a.level, a.variance) and isinstance(b.variance, Fraction)
+    again = nmf.NoisyAnswers.stacked([a.rows(0, 2), a.rows(2, 5)])
+    assert again.geocodes.tolist() == a.geocodes.tolist() and np.array_equal(again.answers, a.answers)
+    with pytest.raises(ValueError, match="cannot be stacked"):
+        nmf.NoisyAnswers.stacked([a, nmf.NoisyAnswers(a.query, a.level, a.geocodes, a.answers, Fraction(1))])
+    assert a.weight == 1.0 / float(a.variance)
+
+
+def test_trials_are_leading_axes_that_slicing_leaves_alone():
+    """The privacy audit holds many draws of each answer: (trials x n_units x n_cells)."""
+    a = _answers()
+    draws = nmf.NoisyAnswers(a.query, a.level, a.geocodes, np.stack([a.answers, -a.answers]), a.variance)
+    assert draws.rows(2, 4).answers.shape == (2, 2, 4) and np.array_equal(draws.rows(2, 4).answers[1], -a.answers[2:4])
+    assert draws.cells(np.array([0, 3])).answers.shape == (2, 5, 2)
+
+
+@pytest.mark.parametrize("variance", [Fraction(1, 3), Fraction(10**12 + 39, 7), Fraction(2**62, 2**61 - 1), Fraction(5)])
+def test_exact_variance_round_trips_through_the_nmf_file(tmp_path, variance):
+    written = _answers(n_units=7, n_cells=3, variance=variance, seed=int(variance.denominator % 97))
+    path = nmf.level_path(tmp_path, "persons", "county")
+    writer = nmf.LevelWriter(path)
+    writer.write_answers(written)
+    writer.close()
+    whole, ranged = nmf.read_level(path, written.geocodes), nmf.LevelReader(path, written.geocodes).read(0, 7)
+    for back in (whole["cenrace"], ranged["cenrace"]):
+        assert back.variance == variance and isinstance(back.variance, Fraction)
+        assert (back.query, back.level) == ("cenrace", "county")
+        assert back.geocodes.tolist() == written.geocodes.tolist() and np.array_equal(back.answers, written.answers)
+    part = nmf.LevelReader(path, written.geocodes).read(2, 5)["cenrace"]
+    assert np.array_equal(part.answers, written.rows(2, 5).answers) and part.variance == variance
+
+
+def test_a_variance_too_large_for_the_file_is_refused(tmp_path):
+    writer = nmf.LevelWriter(nmf.level_path(tmp_path, "persons", "county"))
+    with pytest.raises(OverflowError, match="does not fit"):
+        writer.write_answers(_answers(variance=Fraction(2**64, 3)))
+    writer.abort()

@@ -155,3 +155,22 @@ def test_the_qp_pieces_equal_vstack_fancy_rows_and_diags(seed, monkeypatch):
         l2.solve(l2.Pass(terms), 12, 1.0)
     assert same(captured["p"].tocsr(), sp.diags(2.0 * l2.lift(terms, 12).weight, format="csc").tocsr())
 
+
+def test_a_batch_s_answers_split_into_each_parent_s_children():
+    """`ChildAnswers.within`: a parent's own rows of the batch, and its children's only descendants renumbered
+    from its first child; the exact variance and the geocodes go along."""
+    children = np.array([f"c{i}" for i in range(6)])
+    own = ChildAnswers(NoisyAnswers("total", "tract", children, np.arange(6).reshape(6, 1), Fraction(7, 3)))
+    finer = ChildAnswers(NoisyAnswers("total", "block", np.array(["b1", "b3", "b4"]), np.array([[10], [30], [40]]),
+                                      Fraction(1, 9)), np.array([1, 3, 4]))
+    first, second = own.within(0, 3), own.within(3, 6)
+    assert first.rows is None and first.answers.answers.ravel().tolist() == [0, 1, 2]
+    assert second.answers.geocodes.tolist() == ["c3", "c4", "c5"] and second.answers.variance == Fraction(7, 3)
+    mine = finer.within(3, 6)
+    assert mine.rows.tolist() == [0, 1] and mine.answers.geocodes.tolist() == ["b3", "b4"]
+    assert mine.answers.answers.ravel().tolist() == [30, 40] and mine.answers.variance == Fraction(1, 9)
+    assert finer.within(0, 1).rows.tolist() == []  # no descendant of child 0: the problem leaves it out
+    schema = load_schema("h1_units")
+    problem = parent_problem(schema, "p", children[:1], np.array([2, 0]), answers=measured(
+        [own.answers.rows(0, 1)], [finer.within(0, 1)]), bounds=[])
+    assert [q.name for q in problem.queries] == ["total"] and problem.queries[0].rows is None
