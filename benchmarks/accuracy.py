@@ -65,7 +65,8 @@ def score(run_dir: Path, truth_persons: Path) -> dict:
     published = np.bincount(persons["GQTYPE_PL"].to_numpy(), minlength=8)
     true = np.bincount(truth["GQTYPE_PL"].to_numpy(), minlength=8)
     state_nmf = nmf.read_level(run_dir / "nmf" / "persons" / "state.parquet")
-    noisy, variance = state_nmf["hhgq"]
+    hhgq = state_nmf["hhgq"]
+    noisy, variance = hhgq.answers, hhgq.variance
     out["hhgq_mae_state"] = float(np.abs(published - true).mean())
     out["hhgq_mae_state_noisy"] = float(np.abs(noisy[0] - true).mean())
     out["hhgq_state_sd"] = float(variance) ** 0.5

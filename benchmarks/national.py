@@ -184,8 +184,9 @@ def _timed(job: tuple[Callable, object]):
     parents: list[dict] = []
     originals = engine.parent_problem, engine.solve_parent
     if fn is engine.solve_batch:
-        record.update(parents=len(arg.parents), children=len(arg.children), kind="batch",
-                      level_digits=len(arg.children[0]) if len(arg.children) else 0, schema=arg.schema.name)
+        family = arg.family
+        record.update(parents=len(family.parents), children=len(family.children), kind="batch",
+                      level_digits=len(family.children[0]) if len(family.children) else 0, schema=family.schema.name)
 
         def build(*args, **kwargs):
             base = _status_kb("VmRSS")

@@ -47,7 +47,7 @@ def _postprocess(spec: str, solver: str) -> dict:
     schema, geography, invariants, nmf_dir, passes = _inputs(spec)
     options = EngineOptions(workers=1, solver=solver, progress=False, passes=passes)
     c0, t0 = time.process_time(), time.perf_counter()
-    solved, reports = postprocess("persons", schema, geography, invariants, nmf_dir, options)
+    solved, reports = postprocess("persons", schema, geography, invariants, nmf_dir=nmf_dir, options=options)
     figures = {"cpu_seconds": time.process_time() - c0, "seconds": time.perf_counter() - t0}
     certificate = merge_certificates(r.certificate for r in reports)
     figures.update({"l2_problems": certificate["problems"], "l2_max_rel_gap": certificate["max_rel_gap"],
@@ -136,7 +136,7 @@ def _agreement(spec: str) -> dict:
     engine.solve_parent = solve.solve_parent = maybe_compared  # the root is solved through solve.solve_root
     try:
         options = engine.EngineOptions(workers=1, solver="CLARABEL", progress=False, passes=passes)
-        engine.postprocess("persons", schema, geography, invariants, nmf_dir, options)
+        engine.postprocess("persons", schema, geography, invariants, nmf_dir=nmf_dir, options=options)
     finally:
         engine.solve_parent = solve.solve_parent = original
     return {k: float(v) for k, v in found.items()}

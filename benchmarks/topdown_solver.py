@@ -14,6 +14,9 @@ TIME_LIMIT = 120.0  # seconds for the naive MILP rounding (it can run for many m
 
 
 def problem(n_children: int, n_cells: int, seed: int = 0):
+    from fractions import Fraction
+
+    from das.io.nmf import NoisyAnswers
     from das.topdown.problem import ParentProblem, QueryAnswers
 
     rng = np.random.default_rng(seed)
@@ -24,12 +27,14 @@ def problem(n_children: int, n_cells: int, seed: int = 0):
     g1 = rng.integers(0, 8, n)
     g2 = rng.integers(0, 63, n)
     queries = []
-    for name, m, var in (("total", sp.csr_matrix(np.ones((1, n))), 400.0),
-                         ("hhgq", sp.csr_matrix((np.ones(n), (g1, np.arange(n))), shape=(8, n)), 50.0),
-                         ("cenrace", sp.csr_matrix((np.ones(n), (g2, np.arange(n))), shape=(63, n)), 20.0),
-                         ("detailed", sp.identity(n, format="csr"), 2.0)):
+    children = np.array([str(i) for i in range(n_children)])
+    for name, m, var in (("total", sp.csr_matrix(np.ones((1, n))), 400),
+                         ("hhgq", sp.csr_matrix((np.ones(n), (g1, np.arange(n))), shape=(8, n)), 50),
+                         ("cenrace", sp.csr_matrix((np.ones(n), (g2, np.arange(n))), shape=(63, n)), 20),
+                         ("detailed", sp.identity(n, format="csr"), 2)):
         answers = truth @ m.T.toarray()
-        queries.append(QueryAnswers(name, m, answers + rng.normal(0, np.sqrt(var), answers.shape), var))
+        noisy = answers + rng.normal(0, np.sqrt(var), answers.shape)  # real-valued: any answers the solver may get
+        queries.append(QueryAnswers(m, NoisyAnswers(name, "tract", children, noisy, Fraction(var))))
     return ParentProblem("p", tuple(str(i) for i in range(n_children)), np.arange(n),
                          truth.sum(axis=0).astype(np.int64), np.ones((n_children, n), bool),
                          tuple(queries), None, passes=((),))
@@ -40,7 +45,7 @@ def tight_objective(p) -> float:
     from das.topdown import solve
 
     xs = [cp.Variable(p.n_cells, nonneg=True) for _ in range(p.n_children)]
-    obj = sum(cp.sum_squares(q.matrix @ xs[c] - q.noisy[c]) / q.variance
+    obj = sum(cp.sum_squares(q.matrix @ xs[c] - q.noisy.answers[c]) / float(q.noisy.variance)
               for c in range(p.n_children) for q in p.queries)
     cp.Problem(cp.Minimize(obj), [sum(xs) == p.parent_counts]).solve(solver="CLARABEL", **solve.TIGHT_CLARABEL)
     columns = solve._variables(p)
@@ -69,7 +74,7 @@ def _naive(n_children, n_cells) -> dict:
     p = problem(n_children, n_cells)
     t0 = time.perf_counter()
     xs = [cp.Variable(n_cells, nonneg=True) for _ in range(n_children)]
-    obj = sum(cp.sum_squares(q.matrix @ xs[c] - q.noisy[c]) / q.variance
+    obj = sum(cp.sum_squares(q.matrix @ xs[c] - q.noisy.answers[c]) / float(q.noisy.variance)
               for c in range(n_children) for q in p.queries)
     cp.Problem(cp.Minimize(obj), [sum(xs) == p.parent_counts]).solve(solver="CLARABEL")
     t1 = time.perf_counter()

@@ -5,6 +5,7 @@ Layout under a run directory (removed when the run completes):
     checkpoints/<release>/<level>.parts/b<batch>.npz   solved batches of parents of an unfinished level
 Every file is written to `<name>.partial` and renamed, so a present file is complete. Solved
 histograms are post-processed output (the same content as the MDF), not confidential input.
+Beside them go plain JSON records (the failsafe events, metadata): what they mean is the engine's.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ import json
 import os
 import shutil
 import signal
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from das import atomic
-from das.topdown.problem import FailsafeEvent
 
 CRASH_ENV = "DAS_TEST_CRASH_AT"        # test hook: "<point>" or "<point>#<n>" (die at the n-th hit)
 CRASH_COUNTS: dict[str, int] = {}
@@ -66,21 +65,20 @@ def save_arrays(path: Path, **arrays) -> None:
         np.savez(f, **arrays)
 
 
-def save_solved(path: Path, solved: sp.csr_matrix, events: list, meta: dict | None = None) -> None:
-    """Solved histograms (CSR) with their failsafe events and metadata, atomically."""
+def save_solved(path: Path, solved: sp.csr_matrix, events: list[dict], meta: dict | None = None) -> None:
+    """Solved histograms (CSR) with their failsafe events (plain records) and metadata, atomically."""
     solved = solved.tocsr()
-    text = json.dumps({"events": [asdict(e) if hasattr(e, "__dataclass_fields__") else dict(e) for e in events],
-                       "meta": meta or {}})
+    text = json.dumps({"events": [dict(e) for e in events], "meta": meta or {}})
     save_arrays(path, data=solved.data, indices=solved.indices, indptr=solved.indptr,
                 shape=np.asarray(solved.shape, np.int64), info=np.frombuffer(text.encode(), np.uint8))
 
 
-def load_solved(path: Path) -> tuple[sp.csr_matrix, list, dict]:
+def load_solved(path: Path) -> tuple[sp.csr_matrix, list[dict], dict]:
+    """What `save_solved` wrote: (solved histograms, failsafe event records, metadata)."""
     with np.load(path) as z:
         solved = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(int(s) for s in z["shape"]))
         info = json.loads(bytes(z["info"]).decode())
-    events = [FailsafeEvent(**e) for e in info["events"]]
-    return solved, events, info["meta"]
+    return solved, info["events"], info["meta"]
 
 
 class Checkpoints:
@@ -107,12 +105,13 @@ class Checkpoints:
             last = i
         return last
 
-    def save_level(self, level: str, solved: sp.csr_matrix, events: list, meta: dict) -> None:
+    def save_level(self, level: str, solved: sp.csr_matrix, events: list[dict], meta: dict) -> None:
         save_solved(self.level_path(level), solved, events, meta)
         shutil.rmtree(self.parts_dir(level), ignore_errors=True)
 
     def load_batches(self, level: str, n_batches: int, batch_key: str) -> dict[int, tuple]:
-        """Complete batches of an unfinished level made with the same batching (batch_key); others are ignored."""
+        """Complete batches of an unfinished level made with the same batching (batch_key), as (solved, event
+        records, L2 certificate); others are ignored."""
         found = {}
         parts = self.parts_dir(level)
         if not parts.is_dir():

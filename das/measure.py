@@ -23,6 +23,7 @@ from das.checkpoint import crash_point
 from das.executors import ordered_map
 from das.geography import Geography
 from das.io import nmf
+from das.io.nmf import NoisyAnswers
 from das.privacy.accounting import Allocation, allocate
 from das.privacy.sampler import discrete_gaussian
 from das.privacy.strategy import Strategy
@@ -111,16 +112,6 @@ def _measure_chunk(task) -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class NoisyMeasurement:
-    """One measurement's noisy answers held in memory: (trials x n_units x n_cells)."""
-
-    level: str
-    query: str
-    variance: Fraction
-    noisy: np.ndarray
-
-
 def charge(accountant, plan: dict[str, list[Measurement]], levels) -> None:
     """Charge every measurement of the plan to `accountant` (None: no accounting), before any draw:
     a plan that would overspend, or measure a (level, query) twice, stops here."""
@@ -131,9 +122,10 @@ def charge(accountant, plan: dict[str, list[Measurement]], levels) -> None:
 
 
 def measure_in_memory(geography: Geography, block_histograms: sp.csr_matrix, schema: Schema,
-                      plan: dict[str, list[Measurement]], rng, trials: int = 1, accountant=None) -> list[NoisyMeasurement]:
+                      plan: dict[str, list[Measurement]], *, rng, trials: int = 1, accountant=None) -> list[NoisyAnswers]:
     """The measurement of `measure_release` (same plan order, true answers, noise and charging),
-    repeated `trials` times and kept in memory instead of the NMF: what the privacy audit runs."""
+    repeated `trials` times and kept in memory instead of the NMF: what the privacy audit runs.
+    Each measurement's answers are (trials x n_units x n_cells)."""
     charge(accountant, plan, geography.levels)
     out = []
     for level in geography.levels:
@@ -142,7 +134,7 @@ def measure_in_memory(geography: Geography, block_histograms: sp.csr_matrix, sch
             truth = true_answers(histograms, schema, m.query)
             stream = rng.spawn(f"audit/{level}/{m.query}/{len(out)}")
             noisy = noisy_answers(np.broadcast_to(truth, (trials, *truth.shape)), m.variance, stream)
-            out.append(NoisyMeasurement(level, m.query, m.variance, noisy))
+            out.append(NoisyAnswers(m.query, level, geography.units(level), noisy, m.variance))
     return out
 
 
@@ -166,7 +158,7 @@ def _check_plan(parts: Path, plan: list) -> None:
     atomic.write_text(stored, json.dumps(plan))
 
 
-def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, geocodes: np.ndarray, rng,
+def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, geocodes: np.ndarray, *, rng,
                   target: Target) -> Path:
     """Measure every query at one level and write that level's NMF file (atomically, with `metadata`).
 
@@ -220,7 +212,7 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
                 if noisy.shape != (stop - start, schema.query(m.query).size):
                     raise ValueError(f"{_part_path(parts, qi, number)}: holds {noisy.shape} answers, expected "
                                      f"{(stop - start, schema.query(m.query).size)}")
-                writer.write_measurement(level, geocodes[start:stop], m.query, noisy, m.variance)
+                writer.write_answers(NoisyAnswers(m.query, level, geocodes[start:stop], noisy, m.variance))
     except BaseException:
         writer.abort()
         raise
@@ -231,7 +223,7 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
     return path
 
 
-def measure_release(what: Measured, geography: Geography, block_histograms: sp.csr_matrix, rng, target: Target,
+def measure_release(what: Measured, geography: Geography, block_histograms: sp.csr_matrix, *, rng, target: Target,
                     accountant=None, levels: tuple[str, ...] | None = None) -> dict[str, Path]:
     """Measure every level of `plan` (level -> measurements), or those in `levels`, skipping levels already written.
 
@@ -250,8 +242,8 @@ def measure_release(what: Measured, geography: Geography, block_histograms: sp.c
             continue
         histograms = geography.aggregate(block_histograms, level)
         level_report: dict = {}
-        written[level] = measure_level(what, level, histograms, geography.units(level), rng,
-                                       replace(target, report=level_report))
+        written[level] = measure_level(what, level, histograms, geography.units(level), rng=rng,
+                                       target=replace(target, report=level_report))
         if report is not None:
             report[level] = level_report
     return written

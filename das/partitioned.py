@@ -45,7 +45,16 @@ from das.privacy.accounting import PrivacyAccountant
 from das.rules import Bounds, Invariants, household_persons, level_bounds
 from das.rundir import PublishedInvariants, RunDir
 from das.schema import Schema
-from das.topdown.engine import BatchTask, EngineOptions, LevelReport, postprocess, timed_solve_batch
+from das.topdown.engine import (
+    BatchReads,
+    BatchTask,
+    ChildLimits,
+    EngineOptions,
+    Family,
+    LevelReport,
+    postprocess,
+    timed_solve_batch,
+)
 from das.topdown.problem import FailsafeEvent
 from das.topdown.solve import merge_certificates, solve_root
 
@@ -195,7 +204,7 @@ def measure_top(pipe: Pipeline, tops: Tops, nmf_dir: Path) -> None:
         for level, geocodes in (("nation", np.array([""])), ("state", codes)):
             target = Target(nmf_dir, metadata=pipe.metadata())
             if not target.level_path(name, level).exists():  # a level committed before an interruption is kept
-                measure_level(r.measured, level, truth[level], geocodes, pipe.rng, target)
+                measure_level(r.measured, level, truth[level], geocodes, rng=pipe.rng, target=target)
 
 
 def _summed(families: list[list[Bounds]]) -> list[Bounds]:
@@ -208,7 +217,7 @@ def _stacked(families: list[list[Bounds]]) -> list[Bounds]:
             for f in zip(*families)]
 
 
-def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bounds]], nmf_dir: Path,
+def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bounds]], *, nmf_dir: Path,
               options: EngineOptions, checkpoint: Path) -> tuple[sp.csr_matrix, list[LevelReport]]:
     """The nation (a root problem) and the states (one parent's children), from the top NMF files."""
     if checkpoint.exists():
@@ -216,17 +225,14 @@ def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bo
         return states, [_report(r) for r in meta["reports"]]
     t0 = time.perf_counter()
     noisy = nmf.read_level(nmf.level_path(nmf_dir, name, "nation"), np.array([""]))
-    root = solve_root(schema, {k: (v[0][0], v[1]) for k, v in noisy.items()}, _summed(bounds),
-                      solver=options.solver, rounding=options.rounding, passes=options.passes_for("nation"))
+    root = solve_root(schema, list(noisy.values()), _summed(bounds), settings=options.settings("nation"))
     nation = sp.csr_matrix(root.counts.reshape(1, -1))
     reports = [LevelReport("nation", 1, time.perf_counter() - t0, list(root.events),
                            merge_certificates([root.certificate]))]
     t1 = time.perf_counter()
     index = nmf.level_index(nmf.level_path(nmf_dir, name, "state"), len(codes))
-    task = BatchTask(schema=schema, parents=np.array([""]), children=codes, offsets=np.array([0, len(codes)]),
-                     parent_solved=nation, nmf=index, lo=0, hi=len(codes), facts=None, unit_of_block=None,
-                     total=None, solver=options.solver, rounding=options.rounding,
-                     passes=options.passes_for("state"), bounds=_stacked(bounds))
+    task = BatchTask(Family(schema, np.array([""]), nation, codes, np.array([0, len(codes)])),
+                     BatchReads(index, 0, len(codes)), ChildLimits(given=_stacked(bounds)), options.settings("state"))
     states, events, l2, figures = timed_solve_batch(task)
     reports.append(LevelReport("state", 1, time.perf_counter() - t1, events, l2, [figures]))
     save_solved(checkpoint, states, [], {"reports": [_record(r) for r in reports]})
@@ -234,11 +240,11 @@ def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bo
 
 
 def _record(report: LevelReport) -> dict:
-    return {**asdict(report), "failsafe_events": [asdict(e) for e in report.failsafe_events]}
+    return {**asdict(report), "failsafe_events": [e.record() for e in report.failsafe_events]}
 
 
 def _report(record: dict) -> LevelReport:
-    return LevelReport(**{**record, "failsafe_events": [FailsafeEvent(**e) for e in record["failsafe_events"]],
+    return LevelReport(**{**record, "failsafe_events": [FailsafeEvent.of_record(e) for e in record["failsafe_events"]],
                           "span": tuple(record.get("span", ()))})
 
 
@@ -299,8 +305,8 @@ def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geogra
     inputs, geography, invariants = _read(work, si)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     for name, measured in work.plans.items():
-        measure_release(measured, geography, histograms[name], work.rng,
-                        Target(work.nmf_dir, metadata=work.metadata, executor=executor, state=si.state),
+        measure_release(measured, geography, histograms[name], rng=work.rng,
+                        target=Target(work.nmf_dir, metadata=work.metadata, executor=executor, state=si.state),
                         levels=work.below())
     return geography, invariants  # the true counts stay here
 
@@ -330,8 +336,9 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
     pool = local_executor(width)  # a wide state measures and solves on a pool of its own
     try:
         geography, invariants = measure_state((work, si), pool if width > 1 else None)
-        persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, work.nmf_dir,
-                                       replace(_engine(work, si.state, width), executor=pool), start=("state", row))
+        persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, nmf_dir=work.nmf_dir,
+                                       options=replace(_engine(work, si.state, width), executor=pool),
+                                       start=("state", row))
     finally:
         pool.close()
     save_arrays(_facts_path(work, si.state), blocks=geography.blocks, housing_units=invariants.housing_units,
@@ -363,8 +370,9 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
     solved, reports = {"persons": persons}, []
     if row is not None:
         solved["units"], reports = postprocess("units", work.schemas["units"], geography,
-                                               _with_household_persons(work, invariants, persons), work.nmf_dir,
-                                               _engine(work, state, width), start=("state", row))
+                                               _with_household_persons(work, invariants, persons),
+                                               nmf_dir=work.nmf_dir, options=_engine(work, state, width),
+                                               start=("state", row))
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
     written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas,
                                             geography.blocks, solved, gq_facilities=invariants.gq_facilities,
@@ -433,7 +441,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     t0 = time.perf_counter()
     measure_top(pipe, tops, nmf_dir)
     persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
-                                     nmf_dir, options, run_dir.solution("persons"))
+                                     nmf_dir=nmf_dir, options=options, checkpoint=run_dir.solution("persons"))
     width = widths(tops.persons, executor)
     solved_b = largest_first(executor, solve_state,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
@@ -448,7 +456,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     units_rows = [None] * len(codes)
     if "units" in pipe.releases:
         units, top_units = solve_top("units", pipe.schemas["units"], codes, [s.units_bounds for s in solved_b],
-                                     nmf_dir, options, run_dir.solution("units"))
+                                     nmf_dir=nmf_dir, options=options, checkpoint=run_dir.solution("units"))
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
     done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],

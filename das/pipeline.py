@@ -199,8 +199,9 @@ class Pipeline:
             t0 = time.perf_counter()
             accountant = PrivacyAccountant.for_allocation(r.allocation)  # refuses anything outside the plan
             release_report: dict = {}
-            measure_release(r.measured, confidential.geography, confidential.histograms[name], self.rng,
-                            replace(target, report=release_report, metadata=self.metadata()), accountant)
+            measure_release(r.measured, confidential.geography, confidential.histograms[name], rng=self.rng,
+                            target=replace(target, report=release_report, metadata=self.metadata()),
+                            accountant=accountant)
             if target.report is not None:
                 target.report[name] = release_report
             if accountant.spent != r.allocation.rho:
@@ -228,8 +229,8 @@ class Pipeline:
             if name == "units":
                 invariants = replace(invariants, household_persons=household_persons(self.schemas["persons"],
                                                                                       solved["persons"]))
-            solved[name], reports[name] = postprocess(name, r.schema, confidential.geography, invariants, nmf_dir,
-                                                      options)
+            solved[name], reports[name] = postprocess(name, r.schema, confidential.geography, invariants,
+                                                      nmf_dir=nmf_dir, options=options)
             self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
             # levels overlap (a batch starts when its parents are solved): when each level was complete
             done_at = ", ".join(f"{lr.level} {(lr.span or (0, lr.seconds))[1]:.1f}" for lr in reports[name])

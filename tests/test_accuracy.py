@@ -1,6 +1,7 @@
 """Accuracy where users look: the least-squares optimum (certified), one-child levels, persons vs units."""
 
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import cvxpy as cp
@@ -10,13 +11,14 @@ import pytest
 import scipy.sparse as sp
 from conftest import ROOT, quiet
 
+from das.io.nmf import NoisyAnswers
 from das.privacy.accounting import allocate
 from das.privacy.strategy import load_strategy
 from das.rules import Bounds, Invariants, block_bounds
 from das.run import run
 from das.schema import load_schema
 from das.topdown import engine, solve
-from das.topdown.problem import measured, parent_problem, root_problem
+from das.topdown.problem import ChildAnswers, measured, parent_problem, root_problem
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -32,11 +34,12 @@ def state_root():
     truth[occupied] = np.maximum(1, rng.pareto(0.7, 160) * 40).astype(np.int64)
     truth[occupied[0]] += 600_000 - truth.sum() if truth.sum() < 600_000 else 0
     allocation = allocate(load_strategy("pl94_production_2020"), load_strategy("pl94_production_2020").rho)
-    noisy = {}
+    noisy = []
     for item in allocation.items:
         if item.level == "state":
             answers = schema.query(item.query).matrix @ truth
-            noisy[item.query] = (answers + rng.normal(0, float(item.sigma2) ** 0.5, answers.shape), item.sigma2)
+            answers = answers + rng.normal(0, float(item.sigma2) ** 0.5, answers.shape)
+            noisy.append(NoisyAnswers(item.query, "state", np.array(["44"]), answers.reshape(1, -1), item.sigma2))
     total = int(truth.sum())
     bounds = [Bounds("total", np.array([[total]]), np.array([[float(total)]]))]
     return schema, truth, noisy, bounds
@@ -46,8 +49,7 @@ def state_root():
 def root_solved(state_root):
     """das's root solution, and the same problem as a ParentProblem: (solution, problem, columns, terms)."""
     schema, truth, noisy, bounds = state_root
-    single = {k: (np.asarray(v).reshape(1, -1), var) for k, (v, var) in noisy.items()}
-    problem = root_problem(schema, measured(single), bounds)
+    problem = root_problem(schema, measured(noisy), bounds)
     columns = solve._variables(problem)
     return solve.solve_root(schema, noisy, bounds), problem, columns, solve._terms(problem, columns, problem.queries)
 
@@ -73,19 +75,19 @@ def test_the_certificate_bounds_the_suboptimality_and_flags_spread_mass(state_ro
     solution, problem, columns, terms = root_solved
     b = solve._bound_rows(problem, columns)
     best = solution.l2.ravel()[columns]
-    f_best, gap_best = solve.certify(problem, columns, terms, best, None, b, [])
+    f_best, gap_best = solve.certify(problem, columns, terms, best, parent_sums=None, bounds=b, fixed=[])
     assert gap_best <= solve.GAP_TOL * f_best
     rng = np.random.default_rng(1)
     for _ in range(5):  # any feasible point: objective - gap is a lower bound on the optimum
         point = rng.dirichlet(np.ones(len(columns))) * truth.sum() * 0.5 + best * 0.5
-        f, gap = solve.certify(problem, columns, terms, point, None, b, [])
+        f, gap = solve.certify(problem, columns, terms, point, parent_sums=None, bounds=b, fixed=[])
         assert f - gap <= f_best + 1e-6 * f_best
     # the defect of the shipped solver: a little mass on every empty cell, the total kept
     spread = best.copy()
     empty = spread < 0.05
     spread[empty] += 0.3
     spread[np.argmax(spread)] -= 0.3 * empty.sum()
-    f, gap = solve.certify(problem, columns, terms, spread, None, b, [])
+    f, gap = solve.certify(problem, columns, terms, spread, parent_sums=None, bounds=b, fixed=[])
     assert f > f_best and gap > solve.GAP_TOL * f and f - gap <= f_best
 
 
@@ -200,12 +202,14 @@ def test_validator_reports_the_persons_units_rule(tmp_path):
 
 def test_parent_problem_keeps_the_descendant_rows():
     schema = load_schema("h1_units")
-    answers = {"detailed": (np.array([[3.0, 1.0], [2.0, 2.0]]), 4)}
-    finer = [("detailed", np.array([[2.5, 1.5]]), 1, np.array([1]))]
-    problem = parent_problem(schema, "p", np.array(["a", "b"]), np.array([5, 3]), measured(answers, finer), [])
+    answers = [NoisyAnswers("detailed", "tract", np.array(["a", "b"]), np.array([[3, 1], [2, 2]]), Fraction(4))]
+    finer = [ChildAnswers(NoisyAnswers("detailed", "block", np.array(["b1"]), np.array([[2, 1]]), Fraction(1, 3)),
+                          np.array([1]))]
+    problem = parent_problem(schema, "p", np.array(["a", "b"]), np.array([5, 3]), answers=measured(answers, finer),
+                             bounds=[])
     assert [q.rows for q in problem.queries][0] is None
     extra = problem.queries[1]
-    assert extra.rows.tolist() == [1] and extra.variance == 1.0
+    assert extra.rows.tolist() == [1] and extra.noisy.variance == Fraction(1, 3) and extra.noisy.geocodes.tolist() == ["b1"]
     columns = solve._variables(problem)
     rows = solve._query_rows(problem, extra, columns)
     assert sp.csr_matrix.toarray(rows).tolist() == [[0, 0, 1, 0], [0, 0, 0, 1]]

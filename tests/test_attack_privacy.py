@@ -114,9 +114,9 @@ def test_audit_charges_the_plan_through_the_accountant(setting):
     _, allocation = plan_for(strategy_from_dict({"schema": schema.name, "levels": {
         lv: {"rho_share": "1/5", "queries": {"votingage x hispanic": "1"}} for lv in LEVELS}}), Fraction(1), LEVELS)
     accountant = PrivacyAccountant.for_allocation(allocation)
-    measure_in_memory(geography, data, schema, plan, SeededRandomSource(2), trials=3, accountant=accountant)
+    measure_in_memory(geography, data, schema, plan, rng=SeededRandomSource(2), trials=3, accountant=accountant)
     assert accountant.spent == Fraction(1)
     doubled = {lv: ms + ms[:1] for lv, ms in plan.items()}
     with pytest.raises(BudgetError, match="already measured"):
-        measure_in_memory(geography, data, schema, doubled, SeededRandomSource(2), trials=3,
+        measure_in_memory(geography, data, schema, doubled, rng=SeededRandomSource(2), trials=3,
                           accountant=PrivacyAccountant.for_allocation(allocation))

@@ -1,4 +1,5 @@
-"""Checkpoints: a solved level or batch round-trips exactly; torn or foreign batches are never used."""
+"""Checkpoints: a solved level or batch round-trips exactly, its events as plain records; torn or foreign
+batches are never used."""
 
 import numpy as np
 import scipy.sparse as sp
@@ -10,10 +11,11 @@ from das.topdown.problem import FailsafeEvent
 def test_a_solved_level_round_trips_with_its_events(tmp_path):
     solved = sp.csr_matrix(np.array([[0, 3, 0], [2, 0, 1]], dtype=np.int64))
     event = FailsafeEvent("44001", "l2", "parent sums", 1.5, "widened")
-    save_solved(tmp_path / "x.npz", solved, [event], {"parents": 2})
-    back, events, meta = load_solved(tmp_path / "x.npz")
+    save_solved(tmp_path / "x.npz", solved, [event.record()], {"parents": 2})
+    back, records, meta = load_solved(tmp_path / "x.npz")
     assert (back != solved).nnz == 0 and back.dtype == np.int64
-    assert [e.parent for e in events] == ["44001"] and meta["parents"] == 2
+    assert records == [event.record()] and meta["parents"] == 2
+    assert [FailsafeEvent.of_record(r) for r in records] == [event]  # the engine's events, as they were
 
 
 def test_only_complete_batches_of_the_same_batching_are_reused(tmp_path):
@@ -34,3 +36,15 @@ def test_the_deepest_complete_level_needs_all_its_ancestors(tmp_path):
     for level in ("nation", "county"):
         ck.save_level(level, sp.csr_matrix((1, 2), dtype=np.int64), [], {"parents": 1, "seconds": 0.0})
     assert ck.last_complete(levels) == 0  # county without state does not count
+
+
+def test_the_checkpoint_store_imports_no_stage_above_it():
+    """Checkpoints store plain records; what an event is belongs to the engine (das.topdown)."""
+    import ast
+
+    import das.checkpoint
+
+    tree = ast.parse(open(das.checkpoint.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("das")} == {"das"}  # das.atomic only

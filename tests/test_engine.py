@@ -22,10 +22,10 @@ def test_batch_size_does_not_change_the_solution(perry, tmp_path):
     plan = {lv: [] for lv in geography.levels}
     for item in allocation.items:
         plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    measure_release(Measured("persons", schema, plan), geography, histograms, SeededRandomSource(3),
-                                Target(tmp_path))
-    solved = [postprocess("persons", schema, geography, invariants, tmp_path,
-                          EngineOptions(progress=False, batch_children=size))[0] for size in (2048, 7)]
+    measure_release(Measured("persons", schema, plan), geography, histograms, rng=SeededRandomSource(3),
+                    target=Target(tmp_path))
+    solved = [postprocess("persons", schema, geography, invariants, nmf_dir=tmp_path,
+                          options=EngineOptions(progress=False, batch_children=size))[0] for size in (2048, 7)]
     assert (solved[0] != solved[1]).nnz == 0
 
 
@@ -41,7 +41,7 @@ class ShuffledExecutor:
 
         future = Future()
         self.pending[future] = (fn, arg)
-        levels = {len(a.children[0]) for _, a in self.pending.values()}  # geocode length names the level
+        levels = {len(a.family.children[0]) for _, a in self.pending.values()}  # geocode length names the level
         self.most_levels = max(self.most_levels, len(levels))
         return future
 
@@ -64,12 +64,13 @@ def test_no_level_barrier_and_any_completion_order_give_the_same_solution(perry,
     plan = {lv: [] for lv in geography.levels}
     for item in allocation.items:
         plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    measure_release(Measured("persons", schema, plan), geography, histograms, SeededRandomSource(5), Target(tmp_path))
-    inline, reports = postprocess("persons", schema, geography, invariants, tmp_path,
-                                  EngineOptions(progress=False, batch_children=64))
+    measure_release(Measured("persons", schema, plan), geography, histograms, rng=SeededRandomSource(5),
+                    target=Target(tmp_path))
+    inline, reports = postprocess("persons", schema, geography, invariants, nmf_dir=tmp_path,
+                                  options=EngineOptions(progress=False, batch_children=64))
     shuffled = ShuffledExecutor(slots=3, seed=1)
-    out, shuffled_reports = postprocess("persons", schema, geography, invariants, tmp_path,
-                                        EngineOptions(progress=False, batch_children=64, executor=shuffled))
+    out, shuffled_reports = postprocess("persons", schema, geography, invariants, nmf_dir=tmp_path,
+                                        options=EngineOptions(progress=False, batch_children=64, executor=shuffled))
     assert (inline != out).nnz == 0
     assert shuffled.most_levels >= 2  # batches of two levels were in flight at once
     assert [r.level for r in shuffled_reports] == list(geography.levels)

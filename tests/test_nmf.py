@@ -1,4 +1,7 @@
-"""The NMF files: range reads of a level equal the whole level's, in row groups of any size."""
+"""The NMF files: range reads of a level equal the whole level's, in row groups of any size; noisy answers
+(das.io.nmf.NoisyAnswers) slice by geounit and cell and keep their exact variance through the file."""
+
+from fractions import Fraction
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -18,7 +21,8 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
     measurements = [Measurement("block", q, v) for q, v in
                     (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
     what = Measured("persons", schema, {"block": measurements})
-    path = measure_level(what, "block", histograms, geography.units("block"), SeededRandomSource(1), Target(tmp_path))
+    path = measure_level(what, "block", histograms, geography.units("block"), rng=SeededRandomSource(1),
+                         target=Target(tmp_path))
     assert pq.ParquetFile(path).num_row_groups > 20
     assert not das.measure.parts_dir(path).exists()
     whole = nmf.read_level(path, geography.units("block"))
@@ -27,7 +31,8 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
         part = reader.read(lo, hi)
         assert part.keys() == whole.keys()
         for q in whole:
-            assert np.array_equal(part[q][0], whole[q][0][lo:hi]) and part[q][1] == whole[q][1]
+            assert np.array_equal(part[q].answers, whole[q].answers[lo:hi]) and part[q].variance == whole[q].variance
+            assert part[q].geocodes.tolist() == whole[q].rows(lo, hi).geocodes.tolist() and part[q].level == "block"
     with pytest.raises(ValueError, match="whole number per geounit"):
         nmf.LevelReader(path, geography.units("block")[:-1])
 
@@ -57,8 +62,6 @@ def test_a_part_committed_before_parts_were_narrowed_still_reads(tmp_path):
 
 
 def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_path, monkeypatch):
-    from fractions import Fraction
-
     monkeypatch.setattr(nmf, "ROW_GROUP_ROWS", 20)
     geocodes = np.array([f"5000{i:02d}" for i in range(11)])
     rng = np.random.default_rng(5)
@@ -67,7 +70,7 @@ def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_
     path = nmf.level_path(tmp_path, "persons", "tract")
     writer = nmf.LevelWriter(path, {b"das.privacy": b"private"})
     for query, noisy in written.items():
-        writer.write_measurement("tract", geocodes, query, noisy, Fraction(7, 3))
+        writer.write_answers(nmf.NoisyAnswers(query, "tract", geocodes, noisy, Fraction(7, 3)))
     writer.close()
     parquet = pq.ParquetFile(path)
     assert parquet.schema_arrow.metadata[b"das.privacy"] == b"private"
@@ -84,7 +87,61 @@ def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_
         assert stats.column(2).statistics.min == query and stats.column(4).statistics is None
     assert all(seen == geocodes.tolist() for seen in units_seen.values())
     back = nmf.read_level(path, geocodes)
-    assert all(np.array_equal(back[q][0], written[q]) and back[q][1] == Fraction(7, 3) for q in written)
+    assert all(np.array_equal(back[q].answers, written[q]) and back[q].variance == Fraction(7, 3) for q in written)
     reader = nmf.LevelReader(path, geocodes)
     for lo, hi in ((0, 11), (3, 4), (2, 9), (10, 11)):
-        assert all(np.array_equal(reader.read(lo, hi)[q][0], written[q][lo:hi]) for q in written)
+        assert all(np.array_equal(reader.read(lo, hi)[q].answers, written[q][lo:hi]) for q in written)
+
+
+def _answers(n_units=5, n_cells=4, variance=Fraction(10**12 + 39, 7), seed=0) -> nmf.NoisyAnswers:
+    rng = np.random.default_rng(seed)
+    geocodes = np.array([f"44{i:03d}" for i in range(n_units)])
+    return nmf.NoisyAnswers("cenrace", "county", geocodes, rng.integers(-500, 500, (n_units, n_cells)), variance)
+
+
+def test_noisy_answers_slice_by_geounit_and_cell_and_keep_what_they_are():
+    a = _answers()
+    part = a.rows(1, 4)
+    assert part.geocodes.tolist() == ["44001", "44002", "44003"] and np.array_equal(part.answers, a.answers[1:4])
+    picked = a.take(np.array([True, False, False, True, True]))
+    assert picked.geocodes.tolist() == ["44000", "44003", "44004"] and np.array_equal(picked.answers, a.answers[[0, 3, 4]])
+    keep = np.array([False, True, True, False])
+    assert np.array_equal(a.cells(keep).answers, a.answers[:, 1:3]) and a.cells(keep).geocodes is a.geocodes
+    for b in (part, picked, a.cells(keep)):
+        assert (b.query, b.level, b.variance) == (a.query, a.level, a.variance) and isinstance(b.variance, Fraction)
+    again = nmf.NoisyAnswers.stacked([a.rows(0, 2), a.rows(2, 5)])
+    assert again.geocodes.tolist() == a.geocodes.tolist() and np.array_equal(again.answers, a.answers)
+    with pytest.raises(ValueError, match="cannot be stacked"):
+        nmf.NoisyAnswers.stacked([a, nmf.NoisyAnswers(a.query, a.level, a.geocodes, a.answers, Fraction(1))])
+    assert a.weight == 1.0 / float(a.variance)
+
+
+def test_trials_are_leading_axes_that_slicing_leaves_alone():
+    """The privacy audit holds many draws of each answer: (trials x n_units x n_cells)."""
+    a = _answers()
+    draws = nmf.NoisyAnswers(a.query, a.level, a.geocodes, np.stack([a.answers, -a.answers]), a.variance)
+    assert draws.rows(2, 4).answers.shape == (2, 2, 4) and np.array_equal(draws.rows(2, 4).answers[1], -a.answers[2:4])
+    assert draws.cells(np.array([0, 3])).answers.shape == (2, 5, 2)
+
+
+@pytest.mark.parametrize("variance", [Fraction(1, 3), Fraction(10**12 + 39, 7), Fraction(2**62, 2**61 - 1), Fraction(5)])
+def test_exact_variance_round_trips_through_the_nmf_file(tmp_path, variance):
+    written = _answers(n_units=7, n_cells=3, variance=variance, seed=int(variance.denominator % 97))
+    path = nmf.level_path(tmp_path, "persons", "county")
+    writer = nmf.LevelWriter(path)
+    writer.write_answers(written)
+    writer.close()
+    whole, ranged = nmf.read_level(path, written.geocodes), nmf.LevelReader(path, written.geocodes).read(0, 7)
+    for back in (whole["cenrace"], ranged["cenrace"]):
+        assert back.variance == variance and isinstance(back.variance, Fraction)
+        assert (back.query, back.level) == ("cenrace", "county")
+        assert back.geocodes.tolist() == written.geocodes.tolist() and np.array_equal(back.answers, written.answers)
+    part = nmf.LevelReader(path, written.geocodes).read(2, 5)["cenrace"]
+    assert np.array_equal(part.answers, written.rows(2, 5).answers) and part.variance == variance
+
+
+def test_a_variance_too_large_for_the_file_is_refused(tmp_path):
+    writer = nmf.LevelWriter(nmf.level_path(tmp_path, "persons", "county"))
+    with pytest.raises(OverflowError, match="does not fit"):
+        writer.write_answers(_answers(variance=Fraction(2**64, 3)))
+    writer.abort()

@@ -103,15 +103,16 @@ def test_nmf_round_trip_is_bit_exact(tmp_path):
     for query, width, variance in (("total", 1, Fraction(4099, 3)), ("cenrace", 63, Fraction(10**12 + 39, 7))):
         noisy = rng.integers(-10**6, 10**6, size=(3, width))
         written[query] = (noisy, variance)
-        writer.write(nmf.measurement_batch("county", geocodes[:2], query, noisy[:2], variance))
-        writer.write(nmf.measurement_batch("county", geocodes[2:], query, noisy[2:], variance))
+        answers = nmf.NoisyAnswers(query, "county", geocodes, noisy, variance)
+        writer.write(nmf.measurement_batch(answers.rows(0, 2)))
+        writer.write(nmf.measurement_batch(answers.rows(2, 3)))
     assert path.with_name(path.name + ".partial").exists() and not path.exists()
     writer.close()
     back = nmf.read_level(path, geocodes)
     assert set(back) == set(written)
     for query, (noisy, variance) in written.items():
-        assert np.array_equal(back[query][0], noisy)
-        assert back[query][1] == variance
+        assert np.array_equal(back[query].answers, noisy)
+        assert back[query].variance == variance
     frame = pd.read_parquet(path)
     assert list(frame.columns) == ["level", "geocode", "query", "cell", "noisy", "variance_num", "variance_den"]
     with pytest.raises(ValueError, match="expected geounits"):

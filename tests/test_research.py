@@ -2,6 +2,7 @@
 studies (the known TopDown bias reproduced, WLS consistent with zero), metrics of a run, reports."""
 
 import json
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,7 @@ from conftest import ROOT, quiet
 
 from das.cli import main as das_main
 from das.geography import Geography
+from das.io.nmf import NoisyAnswers
 from das.outdir import RECORD, OutDirError
 from das.research.estimators import _LevelSystem, answers, distribute, query_matrix, wls_level
 from das.research.evaluate import evaluate_run, metrics_dir
@@ -85,7 +87,7 @@ SMALL = schema_from_dict({
         {"name": "b", "column": "B", "codes": [0, 1], "labels": ["b0", "b1"]},
     ],
 })
-VARIANCES = {"total": 2.0, "a": 1.0, "detailed": 4.0}
+VARIANCES = {"total": Fraction(2), "a": Fraction(1), "detailed": Fraction(4)}
 
 
 def small_geography():
@@ -97,10 +99,11 @@ def small_geography():
 def kkt_solve(schema, noisy, parent, c=None, d=None):
     """Direct reference: the equality-constrained WLS of one parent's children as one KKT system."""
     n = schema.size
-    k = next(iter(noisy.values()))[0].shape[0]
+    k = next(iter(noisy.values())).answers.shape[0]
     h = np.zeros((k * n, k * n))
     g = np.zeros(k * n)
-    for name, (y, var) in noisy.items():
+    for name, a in noisy.items():
+        y, var = a.answers, float(a.variance)
         q = query_matrix(schema, name).toarray()
         for child in range(k):
             s = slice(child * n, (child + 1) * n)
@@ -123,7 +126,8 @@ def kkt_solve(schema, noisy, parent, c=None, d=None):
 
 
 def random_noisy(rng, n_units, schema):
-    return {name: (rng.normal(5, 3, size=(n_units, query_matrix(schema, name).shape[0])), var)
+    codes = np.array([str(u) for u in range(n_units)])
+    return {name: NoisyAnswers(name, "", codes, rng.normal(5, 3, size=(n_units, query_matrix(schema, name).shape[0])), var)
             for name, var in VARIANCES.items()}
 
 
@@ -145,7 +149,7 @@ def test_wls_equals_a_direct_kkt_solve_per_parent_with_invariants():
     offsets = geo.child_ranges("tract")
     for p in range(geo.n_units("tract")):
         lo, hi = offsets[p], offsets[p + 1]
-        part = {k: (v[0][lo:hi], v[1]) for k, v in noisy["block"].items()}
+        part = {k: v.rows(lo, hi) for k, v in noisy["block"].items()}
         assert np.allclose(block[lo:hi], kkt_solve(SMALL, part, tract[p]))
     assert np.allclose(geo.aggregate(block, "state"), x_state)  # consistent all the way up
 
@@ -154,12 +158,13 @@ def test_woodbury_inverse_equals_the_dense_normal_matrix():
     rng = np.random.default_rng(2)
     noisy = random_noisy(rng, 3, SMALL)
     system = _LevelSystem(SMALL, noisy, None)
-    m = sum(query_matrix(SMALL, q).T @ query_matrix(SMALL, q) / var for q, (_, var) in noisy.items()).toarray()
+    m = sum(query_matrix(SMALL, q).T @ query_matrix(SMALL, q) / float(a.variance) for q, a in noisy.items()).toarray()
     b = rng.normal(size=(4, SMALL.size))
     assert np.allclose(system.apply_inverse(b), np.linalg.solve(m, b.T).T)
     no_detailed = {k: v for k, v in noisy.items() if k != "detailed"}  # singular M: pseudo-inverse
     dense = _LevelSystem(SMALL, no_detailed, None)
-    m2 = sum(query_matrix(SMALL, q).T @ query_matrix(SMALL, q) / var for q, (_, var) in no_detailed.items()).toarray()
+    m2 = sum(query_matrix(SMALL, q).T @ query_matrix(SMALL, q) / float(a.variance)
+             for q, a in no_detailed.items()).toarray()
     assert np.allclose(dense.apply_inverse(b), b @ np.linalg.pinv(m2))
 
 
@@ -179,8 +184,8 @@ def test_wls_reproduces_the_truth_without_noise_on_real_shaped_data():
     parent = None
     for level in geo.levels:
         truth = geo.aggregate(ctx.blocks, level)
-        noisy = {q: (answers(schema, truth, q), var) for q, var in
-                 (("total", 3.0), ("hhgq", 5.0), ("votingage x hispanic x cenrace", 7.0), ("detailed", 11.0))}
+        noisy = {q: NoisyAnswers(q, level, geo.units(level), answers(schema, truth, q), Fraction(var)) for q, var in
+                 (("total", 3), ("hhgq", 5), ("votingage x hispanic x cenrace", 7), ("detailed", 11))}
         parent = wls_level(schema, geo, ctx.invariants, level, noisy=noisy, parent=parent)
 
         assert np.allclose(parent, truth.toarray(), atol=1e-7), level

@@ -182,7 +182,7 @@ def test_vermont_demo_end_to_end(tmp_path):
                             ["GQTYPE_PL"], minlength=8)
     true = np.bincount(pd.read_parquet(FIXTURES / "vt" / "persons.parquet", columns=["GQTYPE_PL"])["GQTYPE_PL"],
                        minlength=8)
-    _, variance = nmf.read_level(tmp_path / "vt" / "nmf" / "persons" / "state.parquet")["hhgq"]
+    variance = nmf.read_level(tmp_path / "vt" / "nmf" / "persons" / "state.parquet")["hhgq"].variance
     assert (np.abs(published - true) <= 2 * float(variance) ** 0.5).all(), (published, true)
     assert all(r.l2_certificate["uncertified"] == 0 for r in result.manifest.levels_report["persons"])
     assert any("household_persons" in c and c.startswith("ok") for c in result.manifest.validation.checks)
@@ -216,7 +216,7 @@ def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path)
     counts = {"nation": 1, "state": 1, "county": 3, "tract": 218, "block_group": 574}
     for level in levels:
         answers = nmf.read_level(nmf.level_path(tmp_path / "de" / "nmf", "persons", level))
-        detailed, variance = answers["detailed"]
+        detailed, variance = answers["detailed"].answers, answers["detailed"].variance
         assert detailed.shape[1] == 2016
         if level in counts:
             assert detailed.shape[0] == counts[level]

@@ -1,15 +1,18 @@
 """The per-parent matrices, built from their arrays for speed, equal scipy's own constructions of them
 (fancy indexing, kron, coo, vstack, diags, transpose): the same problems, the same QP, the same certificate."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from test_topdown_solver import make_problem
 
+from das.io.nmf import NoisyAnswers
 from das.rules import Bounds
 from das.schema import load_schema
 from das.topdown import l2, solve
-from das.topdown.problem import ParentProblem, QueryAnswers, measured, parent_problem, restricted
+from das.topdown.problem import ChildAnswers, ParentProblem, QueryAnswers, measured, parent_problem, restricted
 
 
 def same(a, b) -> bool:
@@ -47,10 +50,10 @@ def reference_parent_problem(schema, children, parent_counts, answers, bounds):
             lower.append(b.lower[:, binding])
             upper.append(b.upper[:, binding])
     queries = []
-    for name, noisy, variance, child_rows in answers:
-        q = schema.query(name).matrix[:, cells].tocsr()
+    for a in answers:
+        q = schema.query(a.query).matrix[:, cells].tocsr()
         keep = q.getnnz(axis=1) > 0
-        queries.append((name, q[keep], noisy[:, keep].astype(np.float64), float(variance), child_rows))
+        queries.append((a.query, q[keep], a.answers.answers[:, keep], a.answers.variance, a.rows))
     matrix = sp.vstack(rows).tocsr() if rows else None
     return cells, allowed, queries, matrix, lower, upper
 
@@ -62,8 +65,11 @@ def test_parent_problem_equals_the_fancy_indexing_construction(seed):
     n_children = int(rng.integers(1, 12))
     parent_counts = rng.poisson(3, schema.size) * (rng.random(schema.size) < 0.02 + 0.1 * seed)
     names = ["total", "hhgq", "votingage x hispanic", "detailed"]
-    noisy = {n: (rng.normal(0, 5, (n_children, schema.query(n).matrix.shape[0])), 3) for n in names}
-    finer = [("detailed", rng.normal(0, 5, (1, schema.size)), 2, np.array([0]))]
+    children = np.array([f"c{i}" for i in range(n_children)])
+    noisy = [NoisyAnswers(n, "tract", children, rng.integers(-9, 9, (n_children, schema.query(n).matrix.shape[0])),
+                          Fraction(3)) for n in names]
+    finer = [ChildAnswers(NoisyAnswers("detailed", "block", np.array(["b0"]), rng.integers(-9, 9, (1, schema.size)),
+                                       Fraction(2)), np.array([0]))]
     hhgq = schema.query("hhgq").matrix.shape[0]
     upper = np.where(rng.random((n_children, hhgq)) < 0.3, 0.0, np.inf)
     upper[:, 0] = np.where(rng.random(n_children) < 0.5, 40.0, upper[:, 0])
@@ -71,14 +77,13 @@ def test_parent_problem_equals_the_fancy_indexing_construction(seed):
     total = rng.integers(0, 50, (n_children, 1))
     bounds = [Bounds("hhgq", lower, upper), Bounds("total", total, total.astype(float))]
     answers = measured(noisy, finer)
-    children = np.array([f"c{i}" for i in range(n_children)])
-    got = parent_problem(schema, "p", children, parent_counts, answers, bounds)
+    got = parent_problem(schema, "p", children, parent_counts, answers=answers, bounds=bounds)
     cells, allowed, queries, matrix, lows, highs = reference_parent_problem(schema, children, parent_counts, answers,
                                                                             bounds)
     assert np.array_equal(got.cells, cells) and np.array_equal(got.allowed, allowed)
     assert len(got.queries) == len(queries)
     for q, (name, m, y, variance, child_rows) in zip(got.queries, queries):
-        assert q.name == name and same(q.matrix, m) and np.array_equal(q.noisy, y) and q.variance == variance
+        assert q.name == name and same(q.matrix, m) and np.array_equal(q.noisy.answers, y) and q.noisy.variance == variance
         assert (q.rows is None) == (child_rows is None)
     assert same(got.constraints.matrix, matrix)
     assert np.array_equal(got.constraints.lower, np.hstack(lows))
@@ -88,8 +93,9 @@ def test_parent_problem_equals_the_fancy_indexing_construction(seed):
 def random_problem(seed) -> ParentProblem:
     problem, _ = make_problem(n_children=2 + seed, n_cells=10 + 7 * seed, seed=seed, zeros=0.3, noise=2.0)
     rows = np.array([0, problem.n_children - 1])  # a descendant's answers for two children
-    extra = QueryAnswers("again", problem.queries[1].matrix, np.ones((2, problem.queries[1].matrix.shape[0])), 5.0,
-                         rows)
+    width = problem.queries[1].matrix.shape[0]
+    extra = QueryAnswers(problem.queries[1].matrix,
+                         NoisyAnswers("again", "block", np.array(["d0", "d1"]), np.ones((2, width)), Fraction(5)), rows)
     return ParentProblem(problem.parent, problem.children, problem.cells, problem.parent_counts, problem.allowed,
                          problem.queries + (extra,), problem.constraints)
 
@@ -119,7 +125,7 @@ def test_matrices_over_the_variables_equal_scipy_kron_and_coo(seed):
         full = kron_rows(q.matrix, children, k, columns)
         keep = full.getnnz(axis=1) > 0
         assert same(a, full[keep]) and same(solve._query_rows(problem, q, columns), full)
-        assert np.array_equal(y, q.noisy.ravel()[keep]) and w == 1.0 / q.variance
+        assert np.array_equal(y, q.noisy.answers.ravel()[keep]) and w == 1.0 / float(q.noisy.variance)
     value, grad = solve.objective(terms, x)
     reference = sum((2.0 * w) * (a.T @ (a @ x - y)) for a, y, w in terms)
     assert np.array_equal(grad, np.zeros(len(x)) + reference)  # bit for bit: the same order of sums
@@ -148,3 +154,23 @@ def test_the_qp_pieces_equal_vstack_fancy_rows_and_diags(seed, monkeypatch):
     with pytest.raises(StopIteration):
         l2.solve(l2.Pass(terms), 12, 1.0)
     assert same(captured["p"].tocsr(), sp.diags(2.0 * l2.lift(terms, 12).weight, format="csc").tocsr())
+
+
+def test_a_batch_s_answers_split_into_each_parent_s_children():
+    """`ChildAnswers.within`: a parent's own rows of the batch, and its children's only descendants renumbered
+    from its first child; the exact variance and the geocodes go along."""
+    children = np.array([f"c{i}" for i in range(6)])
+    own = ChildAnswers(NoisyAnswers("total", "tract", children, np.arange(6).reshape(6, 1), Fraction(7, 3)))
+    finer = ChildAnswers(NoisyAnswers("total", "block", np.array(["b1", "b3", "b4"]), np.array([[10], [30], [40]]),
+                                      Fraction(1, 9)), np.array([1, 3, 4]))
+    first, second = own.within(0, 3), own.within(3, 6)
+    assert first.rows is None and first.answers.answers.ravel().tolist() == [0, 1, 2]
+    assert second.answers.geocodes.tolist() == ["c3", "c4", "c5"] and second.answers.variance == Fraction(7, 3)
+    mine = finer.within(3, 6)
+    assert mine.rows.tolist() == [0, 1] and mine.answers.geocodes.tolist() == ["b3", "b4"]
+    assert mine.answers.answers.ravel().tolist() == [30, 40] and mine.answers.variance == Fraction(1, 9)
+    assert finer.within(0, 1).rows.tolist() == []  # no descendant of child 0: the problem leaves it out
+    schema = load_schema("h1_units")
+    problem = parent_problem(schema, "p", children[:1], np.array([2, 0]), answers=measured(
+        [own.answers.rows(0, 1)], [finer.within(0, 1)]), bounds=[])
+    assert [q.name for q in problem.queries] == ["total"] and problem.queries[0].rows is None

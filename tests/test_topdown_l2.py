@@ -1,10 +1,13 @@
 """The direct nested least squares (das.topdown.l2) reaches the optimum of the cvxpy reference, in every setting."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from test_topdown_solver import make_problem
 
+from das.io.nmf import NoisyAnswers
 from das.runspec import load_run_spec
 from das.schema import SpecError
 from das.topdown import l2, solve
@@ -96,7 +99,8 @@ def test_only_child_measurements_enter_as_extra_terms():
     for q in problem.queries:
         rows = np.array([1, 4])
         answers = (truth[rows] @ q.matrix.T.toarray()) + rng.normal(0, 1.0, (2, q.matrix.shape[0]))
-        again.append(QueryAnswers(q.name, q.matrix, answers, 0.5, rows))
+        only = NoisyAnswers(q.name, "block", np.array(["c1 only child", "c4 only child"]), answers, Fraction(1, 2))
+        again.append(QueryAnswers(q.matrix, only, rows))
     with_descendants = ParentProblem(problem.parent, problem.children, problem.cells, problem.parent_counts,
                                      problem.allowed, problem.queries + tuple(again), problem.constraints, passes=((),))
     assert_same_optimum(with_descendants)

@@ -1,11 +1,20 @@
 """The per-parent solver on synthetic problems: exact sums, bounds, zeros, recovery, failsafe."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from das.io.nmf import NoisyAnswers
 from das.topdown.problem import ChildConstraints, ParentProblem, QueryAnswers
 from das.topdown.solve import solve_parent
+
+
+def answers_of(name: str, answers: np.ndarray, variance) -> NoisyAnswers:
+    """Answers of a synthetic problem's children ("c0", "c1", ...) at exact variance `variance`; real-valued
+    answers too, which the solver takes like any others."""
+    return NoisyAnswers(name, "tract", np.array([f"c{i}" for i in range(len(answers))]), answers, Fraction(variance))
 
 
 def make_problem(n_children=8, n_cells=30, seed=0, noise=1.0, zeros=0.1, bounds=True, truth=None):
@@ -23,9 +32,9 @@ def make_problem(n_children=8, n_cells=30, seed=0, noise=1.0, zeros=0.1, bounds=
     identity = sp.identity(n, format="csr")
     total = sp.csr_matrix(np.ones((1, n)))
     queries = []
-    for name, m, var in (("total", total, 4.0), ("group", marginal, 2.0), ("detailed", identity, 1.0)):
+    for name, m, var in (("total", total, 4), ("group", marginal, 2), ("detailed", identity, 1)):
         answers = truth @ m.T.toarray()
-        queries.append(QueryAnswers(name, m, answers + noise * rng.normal(0, np.sqrt(var), answers.shape), var))
+        queries.append(QueryAnswers(m, answers_of(name, answers + noise * rng.normal(0, np.sqrt(var), answers.shape), var)))
     constraints = None
     if bounds:
         g = truth @ marginal.T.toarray()
@@ -116,6 +125,6 @@ def test_highs_prints_no_banner_into_the_run_output():
 
     code = ("import numpy as np, scipy.sparse as sp\nfrom das.topdown import solve\n"
             "x = solve._highs_lp(np.ones(2), sp.csr_matrix(np.ones((1, 2))), np.array([1.0]), np.array([1.0]), "
-            "np.ones(2), False)\nprint(float(x.sum()))")
+            "col_upper=np.ones(2), integer=False)\nprint(float(x.sum()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "1.0\n"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -39,7 +39,8 @@ from scipy.stats import beta
 
 from das import atomic, outdir
 from das.geography import Geography
-from das.measure import Measurement, NoisyMeasurement, measure_in_memory, plan_for, true_answers
+from das.io.nmf import NoisyAnswers
+from das.measure import Measurement, measure_in_memory, plan_for, true_answers
 from das.privacy.accounting import eps_for_delta
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
@@ -149,11 +150,11 @@ def neighbour_pairs(histograms: sp.csr_matrix, schema: Schema, geography: Geogra
     ]
 
 
-Mechanism = Callable[..., list[NoisyMeasurement]]
+Mechanism = Callable[..., list[NoisyAnswers]]  # measure_in_memory's arguments
 
 
-def llr_scores(outputs: list[NoisyMeasurement], truth_d: dict, truth_d_prime: dict) -> np.ndarray:
-    """The log-likelihood ratio of D' against D per trial, under the claimed variances."""
+def llr_scores(outputs: list[NoisyAnswers], truth_d: dict, truth_d_prime: dict) -> np.ndarray:
+    """The log-likelihood ratio of D' against D per trial (the answers' first axis), under the claimed variances."""
     scores = None
     for m in outputs:
         a, b = truth_d[m.level, m.query], truth_d_prime[m.level, m.query]
@@ -161,10 +162,10 @@ def llr_scores(outputs: list[NoisyMeasurement], truth_d: dict, truth_d_prime: di
         if not diff.any():
             continue
         weight = float(1 / m.variance)
-        centred = m.noisy - (a + b) / 2.0
-        term = (centred * diff).reshape(len(m.noisy), -1).sum(axis=1) * weight
+        centred = m.answers - (a + b) / 2.0
+        term = (centred * diff).reshape(len(m.answers), -1).sum(axis=1) * weight
         scores = term if scores is None else scores + term
-    return scores if scores is not None else np.zeros(len(outputs[0].noisy) if outputs else 0)
+    return scores if scores is not None else np.zeros(len(outputs[0].answers) if outputs else 0)
 
 
 def _truths(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict) -> dict:
@@ -201,7 +202,7 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
         parts = []
         for number, start in enumerate(range(0, trials, chunk)):
             stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
-            outputs = how.mechanism(geography, histograms, schema, plan, stream, trials=min(chunk, trials - start))
+            outputs = how.mechanism(geography, histograms, schema, plan, rng=stream, trials=min(chunk, trials - start))
             parts.append(llr_scores(outputs, truth_d, truth_p))
         return np.concatenate(parts)
 
@@ -223,19 +224,19 @@ def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan:
 # Deliberately broken mechanisms: the audit must catch them (tests, benchmarks)
 
 
-def halved_variance(geography, histograms, schema, plan, rng, trials=1, accountant=None):
+def halved_variance(geography, histograms, schema, plan, *, rng, trials=1, accountant=None):
     """A bug: every query's noise drawn with half the certified variance (the NMF would still say the full one)."""
     halved = {level: [Measurement(m.level, m.query, m.variance / 2) for m in ms] for level, ms in plan.items()}
-    outputs = measure_in_memory(geography, histograms, schema, halved, rng, trials)
+    outputs = measure_in_memory(geography, histograms, schema, halved, rng=rng, trials=trials)
     claimed = {(m.level, m.query): m.variance for ms in plan.values() for m in ms}
-    return [NoisyMeasurement(o.level, o.query, claimed[o.level, o.query], o.noisy) for o in outputs]
+    return [replace(o, variance=claimed[o.level, o.query]) for o in outputs]
 
 
-def measured_twice(geography, histograms, schema, plan, rng, trials=1, accountant=None):
+def measured_twice(geography, histograms, schema, plan, *, rng, trials=1, accountant=None):
     """A bug: the largest-budget query of every level measured a second time, charged once."""
-    outputs = measure_in_memory(geography, histograms, schema, plan, rng, trials)
+    outputs = measure_in_memory(geography, histograms, schema, plan, rng=rng, trials=trials)
     extra = {level: [min(ms, key=lambda m: m.variance)] for level, ms in plan.items() if ms}
-    return outputs + measure_in_memory(geography, histograms, schema, extra, rng.spawn("again"), trials)
+    return outputs + measure_in_memory(geography, histograms, schema, extra, rng=rng.spawn("again"), trials=trials)
 
 
 BROKEN = {"variance halved": halved_variance, "one query measured twice, charged once": measured_twice}

@@ -17,6 +17,7 @@ zstd; see das/measure.py) and the level file is assembled from those parts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -65,15 +66,58 @@ def level_files(nmf_dir: Path, release: str, level: str) -> list[tuple[Path, str
     return [(p, p.stem) for p in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
 
 
-def measurement_batch(
-    level: str, geocodes: np.ndarray, query: str, noisy: np.ndarray, variance: Fraction
-) -> pa.RecordBatch:
-    """Rows for noisy answers (n_units x n_cells) of one query on the given geounits."""
-    n_units, n_cells = noisy.shape
+@dataclass(frozen=True)
+class NoisyAnswers:
+    """One query's noisy answers at one level: a row per geounit, a column per cell of the query, every one
+    with noise of the same exact variance. What the NMF holds of that query and those geounits, what
+    measurement writes and what the per-parent problem is built from.
+
+    >>> a = NoisyAnswers("total", "county", np.array(["001", "003", "005"]), np.array([[4], [9], [2]]), Fraction(5, 2))
+    >>> b = a.rows(1, 3); b.geocodes.tolist(), b.answers.tolist(), b.variance
+    (['003', '005'], [[9], [2]], Fraction(5, 2))
+    """
+
+    query: str
+    level: str
+    geocodes: np.ndarray  # (n_units,) the geounits, in row order
+    answers: np.ndarray   # (n_units, n_cells) int64; the privacy audit's repeated draws add leading axes (trials)
+    variance: Fraction    # sigma^2 of every answer's noise, exact
+
+    @property
+    def weight(self) -> float:
+        """1 / variance as a float: the least-squares weight, the one float view of the variance."""
+        return 1.0 / float(self.variance)
+
+    def rows(self, lo: int, hi: int) -> NoisyAnswers:
+        """The answers of geounits lo..hi-1 (one parent's children of a batch)."""
+        return NoisyAnswers(self.query, self.level, self.geocodes[lo:hi], self.answers[..., lo:hi, :], self.variance)
+
+    def take(self, which: np.ndarray) -> NoisyAnswers:
+        """The answers of the geounits `which` picks (a boolean mask or indices), in that order."""
+        return NoisyAnswers(self.query, self.level, self.geocodes[which], self.answers[..., which, :], self.variance)
+
+    def cells(self, keep: np.ndarray) -> NoisyAnswers:
+        """Only the cells `keep` picks of every geounit (a parent's problem drops those none of its cells reach)."""
+        return NoisyAnswers(self.query, self.level, self.geocodes, self.answers[..., keep], self.variance)
+
+    @staticmethod
+    def stacked(parts: Sequence[NoisyAnswers]) -> NoisyAnswers:
+        """The geounits of several reads of one query and level, one after the other."""
+        first = parts[0]
+        if any((p.query, p.level, p.variance) != (first.query, first.level, first.variance) for p in parts):
+            raise ValueError(f"{first.level}/{first.query}: answers of other queries, levels or variances cannot be stacked")
+        return NoisyAnswers(first.query, first.level, np.concatenate([p.geocodes for p in parts]),
+                            np.concatenate([p.answers for p in parts], axis=-2), first.variance)
+
+
+def measurement_batch(noisy: NoisyAnswers) -> pa.RecordBatch:
+    """The NMF rows of noisy answers (n_units x n_cells) of one query on their geounits."""
+    level, query, variance = noisy.level, noisy.query, noisy.variance
+    n_units, n_cells = noisy.answers.shape
     if variance.numerator > INT64_MAX or variance.denominator > INT64_MAX:
         raise OverflowError(f"variance {variance} of {level}/{query} does not fit int64 num/den")
     n = n_units * n_cells
-    dictionary = pa.array(np.asarray(geocodes, dtype=str).tolist(), pa.string())
+    dictionary = pa.array(np.asarray(noisy.geocodes, dtype=str).tolist(), pa.string())
 
     def constant(value: str) -> pa.DictionaryArray:
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
@@ -83,7 +127,7 @@ def measurement_batch(
         pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(n_units, dtype=np.int32), n_cells)), dictionary),
         constant(query),
         pa.array(np.tile(np.arange(n_cells, dtype=np.int32), n_units)),
-        pa.array(np.ascontiguousarray(noisy, dtype=np.int64).reshape(-1)),  # no copy of int64 rows
+        pa.array(np.ascontiguousarray(noisy.answers, dtype=np.int64).reshape(-1)),  # no copy of int64 rows
         pa.array(np.full(n, variance.numerator, dtype=np.int64)),
         pa.array(np.full(n, variance.denominator, dtype=np.int64)),
     ], schema=NMF_SCHEMA)
@@ -102,13 +146,12 @@ class LevelWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         self.writer.write_batch(batch)
 
-    def write_measurement(self, level: str, geocodes: np.ndarray, query: str, noisy: np.ndarray,
-                          variance: Fraction) -> None:
-        """Noisy answers (n_units x n_cells) of one query on the given geounits, in row groups of
-        whole geounits (at most ROW_GROUP_ROWS rows each, or one geounit), each with its own geocodes."""
-        units = max(1, ROW_GROUP_ROWS // max(1, noisy.shape[1]))
-        for start in range(0, max(1, len(geocodes)), units):
-            batch = measurement_batch(level, geocodes[start:start + units], query, noisy[start:start + units], variance)
+    def write_answers(self, noisy: NoisyAnswers) -> None:
+        """Noisy answers (n_units x n_cells) of one query on their geounits, in row groups of whole
+        geounits (at most ROW_GROUP_ROWS rows each, or one geounit), each with its own geocodes."""
+        units = max(1, ROW_GROUP_ROWS // max(1, noisy.answers.shape[1]))
+        for start in range(0, max(1, len(noisy.geocodes)), units):
+            batch = measurement_batch(noisy.rows(start, start + units))
             self.writer.write_batch(batch, row_group_size=max(1, batch.num_rows))  # one row group
 
     def close(self) -> Path:
@@ -181,6 +224,26 @@ def _query_of_groups(parquet: pq.ParquetFile, path: Path) -> list[str]:
     return group_query
 
 
+def _level_of(parquet: pq.ParquetFile, path: Path) -> str:
+    """The level a file's rows are of, from its first row group (a file holds one level; "" if it is empty)."""
+    if parquet.num_row_groups == 0:
+        return ""
+    column = parquet.read_row_group(0, columns=["level"])["level"].unify_dictionaries().combine_chunks()
+    names = set(np.asarray(column.dictionary.to_pylist(), dtype=object)[np.unique(column.indices.to_numpy())])
+    if len(names) != 1:
+        raise ValueError(f"{path}: row group 0 holds {len(names)} levels, expected one")
+    return str(names.pop())
+
+
+def _variance(num: np.ndarray, den: np.ndarray, path, name: str) -> Fraction:
+    """The one exact variance of a query's rows (num/den columns); ValueError if they hold several."""
+    if not len(num):
+        return Fraction(1)
+    if num.min() != num.max() or den.min() != den.max():
+        raise ValueError(f"{path}: query {name!r} has more than one variance")
+    return Fraction(int(num[0]), int(den[0]))
+
+
 @dataclass(frozen=True)
 class LevelIndex:
     """Where each query's rows sit in a level file: (name, row groups, first row of each, cells per geounit).
@@ -191,6 +254,7 @@ class LevelIndex:
     path: str
     n_units: int
     queries: tuple[tuple[str, tuple[int, ...], tuple[int, ...], int], ...]
+    level: str = ""
 
 
 def level_index(path: Path, n_units: int) -> LevelIndex:
@@ -211,12 +275,12 @@ def level_index(path: Path, n_units: int) -> LevelIndex:
             raise ValueError(f"{path}: query {name!r} has {total} rows, not a whole number per geounit "
                              f"for the expected {n_units} geounits")
         queries.append((name, tuple(gs), tuple(int(x) for x in starts), total // n_units))
-    return LevelIndex(str(path), n_units, tuple(queries))
+    return LevelIndex(str(path), n_units, tuple(queries), _level_of(parquet, Path(path)))
 
 
-def read_range(index: LevelIndex, lo: int, hi: int, geocodes: np.ndarray) -> dict[str, tuple[np.ndarray, Fraction]]:
-    """Query -> (noisy answers (hi - lo) x n_cells, exact variance) for geounits lo..hi-1 (whose geocodes
-    must be `geocodes`), reading only the row groups that hold them."""
+def read_range(index: LevelIndex, lo: int, hi: int, geocodes: np.ndarray) -> dict[str, NoisyAnswers]:
+    """Query -> its noisy answers ((hi - lo) x n_cells, exact variance) of geounits lo..hi-1 (whose geocodes
+    must be `geocodes`), in file order, reading only the row groups that hold them."""
     parquet = pq.ParquetFile(index.path)
     geocodes = np.asarray(geocodes, dtype=str)
     n = hi - lo
@@ -238,11 +302,8 @@ def read_range(index: LevelIndex, lo: int, hi: int, geocodes: np.ndarray) -> dic
         found = np.asarray(units.dictionary.to_pylist(), dtype=str)[unit_index[:, 0]] if n else geocodes[:0]
         if not np.array_equal(found, geocodes):
             raise ValueError(f"{index.path}: query {name!r} does not cover the expected geounits in order")
-        num, den = part["variance_num"].to_numpy(), part["variance_den"].to_numpy()
-        if n and (num.min() != num.max() or den.min() != den.max()):
-            raise ValueError(f"{index.path}: query {name!r} has more than one variance")
-        variance = Fraction(int(num[0]), int(den[0])) if n else Fraction(1)
-        result[name] = (part["noisy"].to_numpy().reshape(n, width), variance)
+        variance = _variance(part["variance_num"].to_numpy(), part["variance_den"].to_numpy(), index.path, name)
+        result[name] = NoisyAnswers(name, index.level, geocodes, part["noisy"].to_numpy().reshape(n, width), variance)
     return result
 
 
@@ -256,18 +317,19 @@ class LevelReader:
         self.geocodes = np.asarray(geocodes, dtype=str)
         self.index = level_index(path, len(self.geocodes))
 
-    def read(self, lo: int, hi: int) -> dict[str, tuple[np.ndarray, Fraction]]:
+    def read(self, lo: int, hi: int) -> dict[str, NoisyAnswers]:
         return read_range(self.index, lo, hi, self.geocodes[lo:hi])
 
 
-def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, Fraction]]:
-    """Query -> (noisy answers (n_units x n_cells) int64, exact variance) for one NMF level file.
+def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, NoisyAnswers]:
+    """Query -> its noisy answers (n_units x n_cells int64, exact variance) in one NMF level file, in file order.
 
     If `geocodes` is given, the file's geounits must be exactly these, in this order. Works on
     the dictionary indices and contiguous slices, never on a per-row string array (a block-level
     file of a state has tens of millions of rows).
     """
     parquet = pq.ParquetFile(path)
+    level = _level_of(parquet, Path(path))
     group_query = _query_of_groups(parquet, Path(path))
     runs: list[tuple[str, list[int]]] = []
     for g, name in enumerate(group_query):
@@ -275,7 +337,9 @@ def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tupl
             runs[-1][1].append(g)
         else:
             runs.append((name, [g]))
-    result: dict[str, tuple[np.ndarray, Fraction]] = {}
+    result: dict[str, NoisyAnswers] = {}
+    expected = None if geocodes is None else np.asarray(geocodes, dtype=str)
+    shared = expected
     for name, groups in runs:
         if name in result:
             raise ValueError(f"{path}: query {name!r} is not stored contiguously")
@@ -292,11 +356,13 @@ def read_level(path: Path, geocodes: np.ndarray | None = None) -> dict[str, tupl
         if not (unit_index == unit_index[:, :1]).all():
             raise ValueError(f"{path}: query {name!r} mixes geounits within a row block")
         order_units = np.asarray(units.dictionary.to_pylist(), dtype=str)[unit_index[:, 0]]
-        if geocodes is not None and not np.array_equal(order_units, np.asarray(geocodes, dtype=str)):
+        if expected is not None and not np.array_equal(order_units, expected):
             raise ValueError(f"{path}: query {name!r} does not cover the expected geounits in order")
-        num, den = part["variance_num"].to_numpy(), part["variance_den"].to_numpy()
-        if num.min() != num.max() or den.min() != den.max():
-            raise ValueError(f"{path}: query {name!r} has more than one variance")
-        result[name] = (part["noisy"].to_numpy().reshape(n_units, n_cells), Fraction(int(num[0]), int(den[0])))
-        del part, cells, unit_index, num, den
+        if shared is not None and np.array_equal(order_units, shared):
+            order_units = shared  # one geocode array for every query of the same geounits
+        shared = order_units
+        variance = _variance(part["variance_num"].to_numpy(), part["variance_den"].to_numpy(), path, name)
+        result[name] = NoisyAnswers(name, level, order_units, part["noisy"].to_numpy().reshape(n_units, n_cells),
+                                    variance)
+        del part, cells, unit_index
     return result

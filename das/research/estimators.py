@@ -46,9 +46,9 @@ def answers(schema: Schema, histograms, name: str) -> np.ndarray:
 def noisy_answers(schema: Schema, noisy: dict, name: str) -> np.ndarray | None:
     """The raw noisy estimate of `name` at a level (None if neither it nor `detailed` was measured)."""
     if name in noisy:
-        return noisy[name][0].astype(np.float64)
+        return noisy[name].answers.astype(np.float64)
     if "detailed" in noisy:
-        return answers(schema, noisy["detailed"][0].astype(np.float64), name)
+        return answers(schema, noisy["detailed"].answers.astype(np.float64), name)
     return None
 
 
@@ -87,7 +87,7 @@ class _LevelSystem:
 
     def __init__(self, schema: Schema, noisy: dict, c: np.ndarray | None):
         n = schema.size
-        self.weights = {name: (query_matrix(schema, name), 1.0 / float(var)) for name, (_, var) in noisy.items()}
+        self.weights = {name: (query_matrix(schema, name), a.weight) for name, a in noisy.items()}
         if "detailed" in noisy:
             # Woodbury: M = a I + U W U' with U the stacked marginal matrices (n x r, r << n), so
             # M^-1 = (I - U (a W^-1 + U'U)^-1 U') / a and only an r x r system is factored.
@@ -129,7 +129,7 @@ class _LevelSystem:
         """Each geounit's WLS histogram under its own equalities (n_units x n)."""
         b = None
         for name, (q, w) in self.weights.items():
-            part = np.asarray((q.T @ (w * noisy[name][0].astype(np.float64).T)).T)
+            part = np.asarray((q.T @ (w * noisy[name].answers.astype(np.float64).T)).T)
             b = part if b is None else b + part
         x = self.apply_inverse(b)
         if self.c is not None:

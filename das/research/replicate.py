@@ -192,13 +192,13 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, 
         rng = rng.spawn(f"replicate/{rho}/{replicate}")
     nmf_dir = Path(tempfile.mkdtemp(prefix=f"rep{replicate}-", dir=work_dir))
     try:
-        measure_release(planned.measured, ctx.geography, ctx.blocks, rng, Target(nmf_dir),
-                        PrivacyAccountant.for_allocation(planned.allocation))
+        measure_release(planned.measured, ctx.geography, ctx.blocks, rng=rng, target=Target(nmf_dir),
+                        accountant=PrivacyAccountant.for_allocation(planned.allocation))
         topdown = None
         timings = {"measure": time.perf_counter() - t0}
         if "topdown" in study.estimators:
-            topdown, _ = postprocess(RELEASE, ctx.schema, ctx.geography, ctx.invariants, nmf_dir,
-                                     ctx.pipeline.engine_options())
+            topdown, _ = postprocess(RELEASE, ctx.schema, ctx.geography, ctx.invariants, nmf_dir=nmf_dir,
+                                     options=ctx.pipeline.engine_options())
         timings["postprocess"] = time.perf_counter() - t0 - timings["measure"]
         queries = scored_queries(ctx.schema, study.queries)
         stats, errors = score(ctx, nmf_dir, topdown, estimators=study.estimators, queries=queries, keep=study.keep,

@@ -17,7 +17,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -28,10 +27,18 @@ from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
 from das.executors import IN_FLIGHT_PER_SLOT, first_done, local_executor
 from das.geography import Geography
 from das.io import nmf
+from das.io.nmf import NoisyAnswers
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.schema import Schema
-from das.topdown.problem import DEFAULT_PASSES, measured, parent_problem
-from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, merge_certificates, solve_parent, solve_root
+from das.topdown.problem import DEFAULT_PASSES, ChildAnswers, FailsafeEvent, measured, parent_problem
+from das.topdown.solve import (
+    DEFAULT_ROUNDING,
+    DEFAULT_SOLVER,
+    SolveSettings,
+    merge_certificates,
+    solve_parent,
+    solve_root,
+)
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
 
@@ -49,10 +56,13 @@ class EngineOptions:
     batch_children: int = BATCH_CHILDREN  # children read and checkpointed together
     state: str | None = None  # a state of a partitioned run: read its own NMF files (das.io.nmf.state_path)
 
-
     def passes_for(self, level: str) -> tuple[tuple[str, ...], ...]:
         """The L2 passes of the problems that solve the geounits of `level`."""
         return self.passes_by_level.get(level, self.passes)
+
+    def settings(self, level: str) -> SolveSettings:
+        """How the parents whose children are the geounits of `level` are solved."""
+        return SolveSettings(self.solver, self.rounding, self.passes_for(level))
 
 
 @dataclass
@@ -98,7 +108,7 @@ class SingleChildReads:
     rows: np.ndarray       # the child (0-based in the batch) each one is
 
 
-def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], level: str, lo: int, hi: int,
+def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], level: str, *, lo: int, hi: int,
                         levels_read: dict | None = None) -> list[SingleChildReads]:
     """For the geounits lo..hi-1 of `level`: at each finer level, those whose chain of only children reaches it.
 
@@ -125,61 +135,92 @@ def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], l
     return chains
 
 
-def read_single_children(chains: list[SingleChildReads]) -> list[tuple[str, np.ndarray, Fraction, np.ndarray]]:
-    """(query, answers, variance, batch rows) of every chain's geounits, reading runs of consecutive units."""
+def read_single_children(chains: list[SingleChildReads]) -> list[ChildAnswers]:
+    """The noisy answers of every chain's geounits, each row the batch's child it descends from (reading runs of
+    consecutive units)."""
     found = []
     for chain in chains:
         breaks = np.flatnonzero(np.diff(chain.units) != 1) + 1
-        parts: dict[str, list] = {}
+        parts: dict[str, list[NoisyAnswers]] = {}
         for run in np.split(np.arange(len(chain.units)), breaks):
             u0, u1 = int(chain.units[run[0]]), int(chain.units[run[-1]]) + 1
-            for name, (answers, variance) in nmf.read_range(chain.index, u0, u1, chain.geocodes[run]).items():
-                parts.setdefault(name, [variance, []])[1].append(answers)
-        for name, (variance, blocks) in parts.items():
-            found.append((name, np.vstack(blocks), variance, chain.rows))
+            for name, answers in nmf.read_range(chain.index, u0, u1, chain.geocodes[run]).items():
+                parts.setdefault(name, []).append(answers)
+        found += [ChildAnswers(NoisyAnswers.stacked(runs), chain.rows) for runs in parts.values()]
     return found
 
 
-@dataclass
+@dataclass(frozen=True)
+class Family:
+    """What a batch solves: parents, with their solved histograms, and their children."""
+
+    schema: Schema
+    parents: np.ndarray      # geocodes of the batch's parents
+    solved: sp.csr_matrix    # the parents' solved histograms, a row each
+    children: np.ndarray     # geocodes of their children, in order
+    offsets: np.ndarray      # children of parent i are children[offsets[i]:offsets[i+1]]
+
+    def children_of(self, parent: int) -> tuple[int, int]:
+        """The range c0..c1-1 of the children of the batch's parent number `parent`."""
+        return int(self.offsets[parent]), int(self.offsets[parent + 1])
+
+
+@dataclass(frozen=True)
+class BatchReads:
+    """Where a batch's noisy answers are: geounits lo..hi-1 (its children) of the child level's NMF, and the rows
+    of finer levels that are the only descendants of some of them."""
+
+    index: nmf.LevelIndex
+    lo: int
+    hi: int
+    chains: tuple[SingleChildReads, ...] = ()
+
+    def read(self, children: np.ndarray) -> list[ChildAnswers]:
+        """The children's own noisy answers (their geocodes `children`), then their only descendants' (`measured`)."""
+        own = nmf.read_range(self.index, self.lo, self.hi, children)
+        return measured(list(own.values()), read_single_children(list(self.chains)))
+
+
+@dataclass(frozen=True)
+class ChildLimits:
+    """The children's bounds: built on the worker from the published facts of their blocks, or given (the states
+    of a partitioned run, whose bounds the driver holds)."""
+
+    facts: Invariants | None = None          # the published facts of the children's blocks
+    unit_of_block: np.ndarray | None = None  # child (0-based in the batch) of each of those blocks
+    total: np.ndarray | None = None          # total-population invariant of the children, where it binds
+    given: list[Bounds] | None = None
+
+    def bounds(self, schema: Schema, n_children: int) -> list[Bounds]:
+        if self.given is not None:
+            return self.given
+        return unit_bounds(schema, self.facts, self.unit_of_block, n_children, self.total)
+
+
+@dataclass(frozen=True)
 class BatchTask:
     """Everything a worker needs to solve a batch of parents: no geography, no country-sized array."""
 
-    schema: Schema
-    parents: np.ndarray          # geocodes of the batch's parents
-    children: np.ndarray         # geocodes of their children, in order
-    offsets: np.ndarray          # children of parent i are children[offsets[i]:offsets[i+1]]
-    parent_solved: sp.csr_matrix  # the parents' solved histograms
-    nmf: nmf.LevelIndex          # the child level's NMF; the batch reads rows lo..hi-1 of it
-    lo: int
-    hi: int
-    facts: Invariants | None     # the published facts of the children's blocks
-    unit_of_block: np.ndarray | None  # child (0-based in the batch) of each of those blocks
-    total: np.ndarray | None     # total-population invariant of the children, where it binds
-    solver: str
-    rounding: str
-    passes: tuple
-    chains: list = field(default_factory=list)  # SingleChildReads of the children's only descendants
-    bounds: list | None = None   # the children's Bounds, given (the states of a partitioned run) instead of facts
+    family: Family          # what is solved
+    reads: BatchReads       # where its noisy answers are
+    limits: ChildLimits     # the children's bounds
+    settings: SolveSettings  # solver, rounding, L2 passes
 
 
 def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
     """Read the batch's noisy answers, build each parent's problem and solve it: (children's histograms, events,
     L2 certificate)."""
-    noisy = nmf.read_range(task.nmf, task.lo, task.hi, task.children)
-    bounds = task.bounds if task.bounds is not None else unit_bounds(task.schema, task.facts, task.unit_of_block,
-                                                                      task.hi - task.lo, task.total)
-    finer = read_single_children(task.chains)
+    family, settings = task.family, task.settings
+    answers = task.reads.read(family.children)
+    bounds = task.limits.bounds(family.schema, len(family.children))
     data, indices, indptr_counts, events, certificates = [], [], [], [], []
-    for p in range(len(task.parents)):
-        c0, c1 = task.offsets[p], task.offsets[p + 1]
-        counts = task.parent_solved[p].toarray().ravel()
-        own = [(name, answers[(rows >= c0) & (rows < c1)], variance, rows[(rows >= c0) & (rows < c1)] - c0)
-               for name, answers, variance, rows in finer]
-        problem = parent_problem(task.schema, task.parents[p], task.children[c0:c1], counts,
-                                 measured({k: (v[0][c0:c1], v[1]) for k, v in noisy.items()}, own),
-                                 [Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1], b.rule) for b in bounds],
-                                 task.passes)
-        solution = solve_parent(problem, solver=task.solver, rounding=task.rounding)
+    for p in range(len(family.parents)):
+        c0, c1 = family.children_of(p)
+        problem = parent_problem(family.schema, family.parents[p], family.children[c0:c1],
+                                 family.solved[p].toarray().ravel(), answers=[a.within(c0, c1) for a in answers],
+                                 bounds=[Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1], b.rule) for b in bounds],
+                                 passes=settings.passes)
+        solution = solve_parent(problem, solver=settings.solver, rounding=settings.rounding)
         block = sp.csr_matrix(solution.counts)
         data.append(block.data)
         indices.append(problem.cells[block.indices])
@@ -188,8 +229,16 @@ def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
         certificates.append(solution.certificate)
     indptr = np.r_[0, np.cumsum(np.concatenate(indptr_counts))]
     solved = sp.csr_matrix((np.concatenate(data), np.concatenate(indices), indptr),
-                           shape=(task.hi - task.lo, task.schema.size))
+                           shape=(len(family.children), family.schema.size))
     return solved, events, merge_certificates(certificates)
+
+
+def timed_solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict, dict]:
+    """solve_batch, plus the task's size and the worker's wall and CPU seconds on it (for the critical path)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    solved, events, l2 = solve_batch(task)
+    return solved, events, l2, {"parents": len(task.family.parents), "children": len(task.family.children),
+                                "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 
 @dataclass(frozen=True)
@@ -206,33 +255,6 @@ class _Release:
     def nmf_file(self, level: str) -> Path:
         """The NMF file of a level this release reads (a state's own below the state, in a partitioned run)."""
         return nmf.state_path(self.nmf_dir, self.name, level, self.options.state)
-
-
-def _batch_task(job: _Release, level: str, index: nmf.LevelIndex, parent_solved: sp.csr_matrix, parents: tuple,
-                indexes: dict) -> BatchTask:
-    """The BatchTask of parents p0..p1-1 of `level`'s parent level (slices only); `parent_solved` holds their rows."""
-    schema, geography, invariants, options = job.schema, job.geography, job.invariants, job.options
-    p0, p1 = parents
-    parent_level = geography.parent_level(level)
-    offsets = geography.child_ranges(parent_level)
-    lo, hi = int(offsets[p0]), int(offsets[p1])
-    b0, b1 = block_range(geography, level, lo, hi)
-    return BatchTask(
-        schema=schema, parents=geography.units(parent_level)[p0:p1], children=geography.units(level)[lo:hi],
-        offsets=offsets[p0:p1 + 1] - lo, parent_solved=parent_solved, nmf=index, lo=lo, hi=hi,
-        facts=invariants.blocks(b0, b1), unit_of_block=geography.block_to_unit(level)[b0:b1] - lo,
-        total=population_total(schema, invariants, level, lo, hi),
-        solver=options.solver, rounding=options.rounding, passes=options.passes_for(level),
-        chains=single_child_chains(geography, job.nmf_file, level, lo, hi, indexes),
-    )
-
-
-def timed_solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict, dict]:
-    """solve_batch, plus the task's size and the worker's wall and CPU seconds on it (for the critical path)."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    solved, events, l2 = solve_batch(task)
-    return solved, events, l2, {"parents": len(task.parents), "children": task.hi - task.lo,
-                                "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 
 def _stack(parts: list[sp.csr_matrix], n_cols: int) -> sp.csr_matrix:
@@ -262,11 +284,36 @@ class _Level:
     def n_batches(self) -> int:
         return len(self.parents) - 1
 
+    @property
+    def complete(self) -> bool:
+        return len(self.results) == self.n_batches
+
     def rows(self, lo: int, hi: int) -> sp.csr_matrix:
         """Solved rows lo..hi-1 of this level, from the batches that hold them (all solved)."""
         parts = [self.results[j][0][max(lo, self.units[j]) - self.units[j]:min(hi, self.units[j + 1]) - self.units[j]]
                  for j in _overlapping(self.units, lo, hi)]
         return parts[0] if len(parts) == 1 else sp.vstack(parts, format="csr")
+
+    def solution(self, schema: Schema) -> sp.csr_matrix:
+        """Every solved row of this level (all its batches solved)."""
+        return _stack([self.results[b][0] for b in range(self.n_batches)], schema.size)
+
+
+def _batch_task(job: _Release, plan: _Level, b: int, parent_solved: sp.csr_matrix, *, indexes: dict) -> BatchTask:
+    """The BatchTask of batch b of a level (slices only); `parent_solved` holds its parents' rows, `indexes` the
+    NMF indexes of finer levels already read."""
+    geography, level = job.geography, plan.name
+    p0, p1 = int(plan.parents[b]), int(plan.parents[b + 1])
+    parent_level = geography.parent_level(level)
+    offsets = geography.child_ranges(parent_level)
+    lo, hi = int(offsets[p0]), int(offsets[p1])
+    b0, b1 = block_range(geography, level, lo, hi)
+    family = Family(job.schema, geography.units(parent_level)[p0:p1], parent_solved, geography.units(level)[lo:hi],
+                    offsets[p0:p1 + 1] - lo)
+    chains = single_child_chains(geography, job.nmf_file, level, lo=lo, hi=hi, levels_read=indexes)
+    limits = ChildLimits(job.invariants.blocks(b0, b1), geography.block_to_unit(level)[b0:b1] - lo,
+                         population_total(job.schema, job.invariants, level, lo, hi))
+    return BatchTask(family, BatchReads(plan.index, lo, hi, tuple(chains)), limits, job.options.settings(level))
 
 
 def _plan_levels(job: _Release, names: list[str], slots: int) -> list[_Level]:
@@ -334,15 +381,9 @@ class _Schedule:
                 self._push(i + 1, c)
 
 
-def postprocess(
-    release: str,
-    schema: Schema,
-    geography: Geography,
-    invariants: Invariants,
-    nmf_dir: Path,
-    options: EngineOptions,
-    start: tuple[str, sp.csr_matrix] | None = None,
-) -> tuple[sp.csr_matrix, list[LevelReport]]:
+def postprocess(release: str, schema: Schema, geography: Geography, invariants: Invariants, *, nmf_dir: Path,
+                options: EngineOptions, start: tuple[str, sp.csr_matrix] | None = None,
+                ) -> tuple[sp.csr_matrix, list[LevelReport]]:
     """Solve every level top-down from the NMF; return block histograms and per-level reports.
 
     `start` = (level, its solved rows) gives that level and those above it (a state of a
@@ -358,86 +399,131 @@ def postprocess(
     """
     checkpoints = Checkpoints(options.checkpoint_dir, release) if options.checkpoint_dir else None
     levels = geography.levels
-    reports: list[LevelReport] = []
     first = 0 if start is None else levels.index(start[0]) + 1  # the first level solved here
-    done = first - 1 + (checkpoints.last_complete(levels[first:]) + 1 if checkpoints else 0)
-    solved = None if start is None else start[1]
-    for level in levels[first: done + 1]:
-        solved, events, meta = load_solved(checkpoints.level_path(level))
-        reports.append(LevelReport(level, meta["parents"], meta["seconds"], events, meta.get("l2", {}),
-                                   meta.get("tasks", []), tuple(meta.get("span", ()))))
+    solved, reports = _resumed_levels(checkpoints, levels[first:])
+    if solved is None and start is not None:
+        solved = start[1]
     clock = time.perf_counter()
     job = _Release(release, schema, geography, invariants, nmf_dir, options)
-    if done < 0:
-        root = levels[0]
-        noisy = nmf.read_level(nmf.level_path(nmf_dir, release, root), geography.units(root))
-        finer = read_single_children(single_child_chains(geography, job.nmf_file, root, 0, 1))
-        root_solution = solve_root(
-            schema, {k: (v[0][0], v[1]) for k, v in noisy.items()},
-            level_bounds(schema, invariants, geography, root, 0, 1), solver=options.solver,
-            rounding=options.rounding, passes=options.passes_for(root), descendants=finer,
-        )
-        solved = sp.csr_matrix(root_solution.counts.reshape(1, -1))
-        reports.append(LevelReport(root, 1, time.perf_counter() - clock, list(root_solution.events),
-                                   merge_certificates([root_solution.certificate])))
-        _checkpoint_level(checkpoints, release, reports[-1], solved)
-        done = 0
-    if done == len(levels) - 1:
+    if first + len(reports) == 0:
+        solved, root = _solve_root(job, clock)
+        reports.append(root)
+        _checkpoint_level(checkpoints, release, root, solved)
+    below = list(levels[first + len(reports):])
+    if not below:
         return solved, reports
+    solved, more = _solve_levels(job, below, solved, checkpoints=checkpoints, clock=clock)
+    return solved, reports + more
 
+
+def _resumed_levels(checkpoints: Checkpoints | None, levels: tuple[str, ...]) -> tuple[sp.csr_matrix | None, list]:
+    """The levels (the first of `levels` on) that an earlier, interrupted call checkpointed whole: the deepest
+    one's solved rows (None: none) and each one's report."""
+    solved, reports = None, []
+    for level in levels[:checkpoints.last_complete(levels) + 1] if checkpoints else ():
+        solved, records, meta = load_solved(checkpoints.level_path(level))
+        reports.append(LevelReport(level, meta["parents"], meta["seconds"], _events(records), meta.get("l2", {}),
+                                   meta.get("tasks", []), tuple(meta.get("span", ()))))
+    return solved, reports
+
+
+def _solve_root(job: _Release, clock: float) -> tuple[sp.csr_matrix, LevelReport]:
+    """The top geounit, from its own noisy answers and its only descendants', and its bounds."""
+    geography, root = job.geography, job.geography.levels[0]
+    answers = nmf.read_level(nmf.level_path(job.nmf_dir, job.name, root), geography.units(root))
+    finer = read_single_children(single_child_chains(geography, job.nmf_file, root, lo=0, hi=1))
+    solution = solve_root(job.schema, list(answers.values()),
+                          level_bounds(job.schema, job.invariants, geography, root, 0, 1),
+                          settings=job.options.settings(root), descendants=finer)
+    solved = sp.csr_matrix(solution.counts.reshape(1, -1))
+    return solved, LevelReport(root, 1, time.perf_counter() - clock, list(solution.events),
+                               merge_certificates([solution.certificate]))
+
+
+def _solve_levels(job: _Release, names: list[str], top: sp.csr_matrix, *, checkpoints: Checkpoints | None,
+                  clock: float) -> tuple[sp.csr_matrix, list[LevelReport]]:
+    """The levels `names` below the solved rows `top`, in batches on the executor: the last level's rows and
+    each level's report."""
+    options = job.options
     executor = options.executor or local_executor(options.workers)
-    slots = getattr(executor, "slots", 1)
-    plans = _plan_levels(job, list(levels[done + 1:]), slots)
-    schedule = _Schedule(plans)
-    for i, plan in enumerate(plans):  # batches solved before an interruption count as solved now
-        if checkpoints:
-            for b, result in sorted(checkpoints.load_batches(plan.name, plan.n_batches, plan.key).items()):
-                plan.results[b] = (*result, {})
-                schedule.solved(i, b)
-    progress = tqdm(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
-                    desc=f"{release} post-processing", unit="batch", disable=None if options.progress else True,
-                    leave=False)
-    indexes: dict = {}
-    running: dict = {}  # future -> (level index, batch)
-    finished = 0  # levels complete (reported), in order
     try:
-        while finished < len(plans):
-            while len(running) < 2 * slots and (ready := schedule.pop()) is not None:
-                i, b = ready
-                plan = plans[i]
-                p0, p1 = int(plan.parents[b]), int(plan.parents[b + 1])
-                parent_solved = solved[p0:p1] if i == 0 else plans[i - 1].rows(p0, p1)
-                task = _batch_task(job, plan.name, plan.index, parent_solved, (p0, p1), indexes)
-                plan.started = plan.started if plan.started is not None else time.perf_counter()
-                running[executor.submit(timed_solve_batch, task)] = (i, b)
-            if not running and len(plans[finished].results) < plans[finished].n_batches:
-                raise RuntimeError(f"{release}: no batch can run, yet levels remain unsolved (a scheduling bug)")
-            for future in first_done(executor, list(running)) if running else ():
-                i, b = running.pop(future)
-                plans[i].results[b] = future.result()
-                if checkpoints:
-                    batch_solved, events, l2, figures = plans[i].results[b]
-                    save_solved(checkpoints.batch_path(plans[i].name, b), batch_solved, events,
-                                {"batch": b, "batch_key": plans[i].key, "l2": l2, "task": figures})
-                    crash_point(f"solve:{release}:{plans[i].name}")
-                schedule.solved(i, b)
-                progress.update()
-            while finished < len(plans) and len(plans[finished].results) == plans[finished].n_batches:
-                reports.append(_level_report(plans[finished], geography, clock))
-                if checkpoints:
-                    _checkpoint_level(checkpoints, release, reports[-1], _level_solution(plans[finished], schema))
-                if finished > 0:
-                    plans[finished - 1].results.clear()  # its rows went into the tasks of this level
-                finished += 1
+        batches = _Batches(job, _plan_levels(job, names, getattr(executor, "slots", 1)), top, checkpoints)
+        plans = batches.plans
+        with tqdm(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
+                  desc=f"{job.name} post-processing", unit="batch", disable=None if options.progress else True,
+                  leave=False) as progress:
+            while len(batches.reports) < len(plans):
+                batches.submit_ready(executor)
+                for future in first_done(executor, list(batches.running)) if batches.running else ():
+                    batches.collect(future)
+                    progress.update()
+                batches.report_complete(clock)
+        return plans[-1].solution(job.schema), batches.reports
     finally:
-        progress.close()
         if options.executor is None:
             executor.close()
-    return _level_solution(plans[-1], schema), reports
 
 
-def _level_solution(plan: _Level, schema: Schema) -> sp.csr_matrix:
-    return _stack([plan.results[b][0] for b in range(plan.n_batches)], schema.size)
+class _Batches:
+    """The batches of the levels being solved: those an interrupted call solved count as solved; the others run as
+    soon as their parents are solved, are checkpointed as they finish, and a level is reported once all are."""
+
+    def __init__(self, job: _Release, plans: list[_Level], top: sp.csr_matrix, checkpoints: Checkpoints | None):
+        self.job, self.plans, self.top, self.checkpoints = job, plans, top, checkpoints
+        self.schedule = _Schedule(plans)
+        self.running: dict = {}  # future -> (level index, batch)
+        self.indexes: dict = {}  # NMF indexes of the finer levels the batches' single-child chains read
+        self.reports: list[LevelReport] = []  # one per complete level, in order
+        for i, plan in enumerate(plans if checkpoints else ()):
+            for b, (solved, records, l2) in sorted(checkpoints.load_batches(plan.name, plan.n_batches, plan.key).items()):
+                plan.results[b] = (solved, _events(records), l2, {})
+                self.schedule.solved(i, b)
+
+    def submit_ready(self, executor) -> None:
+        """Start the ready batches (largest subtree first) while fewer than two per slot run."""
+        slots = getattr(executor, "slots", 1)
+        while len(self.running) < 2 * slots and (ready := self.schedule.pop()) is not None:
+            i, b = ready
+            plan = self.plans[i]
+            p0, p1 = int(plan.parents[b]), int(plan.parents[b + 1])
+            parent_solved = self.top[p0:p1] if i == 0 else self.plans[i - 1].rows(p0, p1)
+            task = _batch_task(self.job, plan, b, parent_solved, indexes=self.indexes)
+            plan.started = plan.started if plan.started is not None else time.perf_counter()
+            self.running[executor.submit(timed_solve_batch, task)] = (i, b)
+        if not self.running and not self.plans[len(self.reports)].complete:
+            raise RuntimeError(f"{self.job.name}: no batch can run, yet levels remain unsolved (a scheduling bug)")
+
+    def collect(self, future) -> None:
+        """A finished batch: kept and checkpointed; the batches of the next level that waited only for it are ready."""
+        i, b = self.running.pop(future)
+        plan = self.plans[i]
+        plan.results[b] = future.result()
+        if self.checkpoints:
+            solved, events, l2, figures = plan.results[b]
+            save_solved(self.checkpoints.batch_path(plan.name, b), solved, _records(events),
+                        {"batch": b, "batch_key": plan.key, "l2": l2, "task": figures})
+            crash_point(f"solve:{self.job.name}:{plan.name}")
+        self.schedule.solved(i, b)
+
+    def report_complete(self, clock: float) -> None:
+        """Report (and checkpoint) each level whose batches are all solved, in order; the level above it is then
+        no longer needed (its rows went into this level's tasks)."""
+        while len(self.reports) < len(self.plans) and self.plans[len(self.reports)].complete:
+            finished = len(self.reports)
+            plan = self.plans[finished]
+            self.reports.append(_level_report(plan, self.job.geography, clock))
+            if self.checkpoints:
+                _checkpoint_level(self.checkpoints, self.job.name, self.reports[-1], plan.solution(self.job.schema))
+            if finished > 0:
+                self.plans[finished - 1].results.clear()
+
+
+def _events(records: list[dict]) -> list[FailsafeEvent]:
+    return [FailsafeEvent.of_record(r) for r in records]
+
+
+def _records(events: list[FailsafeEvent]) -> list[dict]:
+    return [e.record() for e in events]
 
 
 def _level_report(plan: _Level, geography: Geography, clock: float) -> LevelReport:
@@ -453,7 +539,7 @@ def _level_report(plan: _Level, geography: Geography, clock: float) -> LevelRepo
 def _checkpoint_level(checkpoints: Checkpoints | None, release: str, report: LevelReport, solved) -> None:
     if checkpoints is None:
         return
-    checkpoints.save_level(report.level, solved, report.failsafe_events,
+    checkpoints.save_level(report.level, solved, _records(report.failsafe_events),
                            {"parents": report.parents, "seconds": report.seconds, "l2": report.certificate,
                             "tasks": report.tasks, "span": list(report.span)})
     crash_point(f"level:{release}:{report.level}")

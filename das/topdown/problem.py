@@ -8,30 +8,52 @@ to files or to the rest of the run.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from fractions import Fraction
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from das.io.nmf import NoisyAnswers
 from das.rules import Bounds
 from das.schema import Schema
 
-# One query's noisy answers for a parent's children: (query, answers, variance, child rows), rows
-# None for every child in order, or the children whose only descendant these answers measure.
-Answers = tuple[str, np.ndarray, Fraction, "np.ndarray | None"]
 DEFAULT_PASSES: tuple[tuple[str, ...], ...] = ((),)  # one pass over every query (a spec's [postprocess] passes)
 
 
 @dataclass(frozen=True)
-class QueryAnswers:
-    """One query of the strategy, for all children of the parent."""
+class ChildAnswers:
+    """Noisy answers for some of a parent's children: `answers` holds a row per child in order (rows None),
+    or a row per geounit that is the only descendant of child `rows[i]` (the same persons measured again
+    at a finer level)."""
 
-    name: str
-    matrix: sp.csr_matrix  # (n_query_cells, n_cells): a child's histogram -> query answers
-    noisy: np.ndarray      # (n_children, n_query_cells) noisy answers (or one row per `rows` entry)
-    variance: float        # noise variance, the same for every child and cell
+    answers: NoisyAnswers
+    rows: np.ndarray | None = None
+
+    @property
+    def query(self) -> str:
+        return self.answers.query
+
+    def within(self, c0: int, c1: int) -> ChildAnswers:
+        """Those of children c0..c1-1, numbered from c0 (one parent's share of a batch's answers)."""
+        if self.rows is None:
+            return ChildAnswers(self.answers.rows(c0, c1))
+        mine = (self.rows >= c0) & (self.rows < c1)
+        return ChildAnswers(self.answers.take(mine), self.rows[mine] - c0)
+
+
+@dataclass(frozen=True)
+class QueryAnswers:
+    """One query of the strategy in a parent's problem: its matrix over the parent's cells, and the children's
+    (or `rows`') noisy answers on the matrix's rows (the query's cells that reach one of the parent's)."""
+
+    matrix: sp.csr_matrix  # (n_query_rows, n_cells): a child's histogram -> its answers
+    noisy: NoisyAnswers    # (n_children, n_query_rows), or one row per `rows` entry; the exact variance
     rows: np.ndarray | None = None  # the children these answers are of (None: all, in order)
+
+    @property
+    def name(self) -> str:
+        return self.noisy.query
 
 
 @dataclass(frozen=True)
@@ -73,6 +95,14 @@ class FailsafeEvent:
     slack: float          # total L1 slack that was needed
     detail: str = ""
 
+    def record(self) -> dict:
+        """As a plain record (checkpoints and reports store these)."""
+        return asdict(self)
+
+    @classmethod
+    def of_record(cls, record: dict) -> FailsafeEvent:
+        return cls(**record)
+
 
 @dataclass
 class ParentSolution:
@@ -88,14 +118,14 @@ class ParentSolution:
 # Building a problem
 
 
-def measured(noisy: dict[str, tuple[np.ndarray, Fraction]], descendants: list = ()) -> list[Answers]:
-    """The children's own noisy answers (query -> (answers, variance)), then their only descendants'
-    (query, answers, variance, child rows): the same geounit measured again at a finer level."""
-    return [(name, answers, variance, None) for name, (answers, variance) in noisy.items()] + list(descendants)
+def measured(own: Sequence[NoisyAnswers], descendants: Sequence[ChildAnswers] = ()) -> list[ChildAnswers]:
+    """The children's own noisy answers (a row per child, in order), then their only descendants': the same
+    geounits measured again at a finer level."""
+    return [ChildAnswers(a) for a in own] + list(descendants)
 
 
-def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_counts: np.ndarray,
-                   answers: list[Answers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
+def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_counts: np.ndarray, *,
+                   answers: list[ChildAnswers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
     """One parent's problem: variables are children x the parent's nonzero cells; `answers` from `measured`."""
     cells = np.flatnonzero(parent_counts)
     position = np.full(schema.size, -1, dtype=np.int32)
@@ -106,11 +136,11 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
     for b in bounds:
         zeros = b.structural_zeros()
         if zeros.any():
-            q, _ = _on_cells(schema, b.query, cells, position, np.ones(zeros.shape[1], dtype=bool))
+            q, _ = _on_cells(schema, b.query, cells, position, rows=np.ones(zeros.shape[1], dtype=bool))
             allowed &= ~(zeros.astype(np.int64) @ q > 0)
         binding = b.binding()
         if binding.any():
-            rows.append(_on_cells(schema, b.query, cells, position, binding)[0])
+            rows.append(_on_cells(schema, b.query, cells, position, rows=binding)[0])
             lower.append(b.lower[:, binding])
             upper.append(b.upper[:, binding])
     constraints = None
@@ -121,14 +151,12 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
             upper=np.hstack(upper).astype(float),
         )
     queries = []
-    for name, noisy, variance, rows in answers:
-        if rows is not None and not len(rows):
+    for a in answers:
+        if a.rows is not None and not len(a.rows):
             continue
-        matrix, keep = _on_cells(schema, name, cells, position)
-        queries.append(QueryAnswers(
-            name=name, matrix=matrix, noisy=noisy[:, keep].astype(np.float64), variance=float(variance), rows=rows,
-        ))
-    own = {name for name, _, _, rows in answers if rows is None}
+        matrix, keep = _on_cells(schema, a.query, cells, position)
+        queries.append(QueryAnswers(matrix=matrix, noisy=a.answers.cells(keep), rows=a.rows))
+    own = {a.query for a in answers if a.rows is None}
     passes = tuple(tuple(q for q in names if q in own) for names in passes)
     passes = tuple(names for names in passes if names or names == ()) or ((),)
     return ParentProblem(
@@ -143,7 +171,7 @@ def matrix_rows(matrix: sp.csr_matrix) -> np.ndarray:
     return np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
 
 
-def _on_cells(schema: Schema, name: str, cells: np.ndarray, position: np.ndarray,
+def _on_cells(schema: Schema, name: str, cells: np.ndarray, position: np.ndarray, *,
               rows: np.ndarray | None = None) -> tuple[sp.csr_matrix, np.ndarray]:
     """Query `name` over `cells` (`position[c]`: the column of cell c, -1 if not one), its rows `rows` (a boolean
     mask; None: the rows that have one of the cells), and that mask. A marginal is built from its cells' rows."""
@@ -198,10 +226,11 @@ def restricted(matrix: sp.csr_matrix, position: np.ndarray, n_columns: int, rows
     return csr_rows(matrix.data[keep], column[keep], counts if rows is None else counts[rows], n_columns)
 
 
-def root_problem(schema: Schema, answers: list[Answers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
+def root_problem(schema: Schema, answers: list[ChildAnswers], bounds: list[Bounds],
+                 passes: tuple = DEFAULT_PASSES) -> ParentProblem:
     """The top geounit as a problem of one child with no parent to sum to; every cell a candidate."""
     counts = np.ones(schema.size, dtype=np.int64)
     one = [Bounds(b.query, b.lower[:1], b.upper[:1], b.rule) for b in bounds]
-    p = parent_problem(schema, "root", np.array([""]), counts, answers, one, passes)
+    p = parent_problem(schema, "root", np.array([""]), counts, answers=answers, bounds=one, passes=passes)
     return ParentProblem(parent="", children=("",), cells=p.cells, parent_counts=None, allowed=p.allowed,
                          queries=p.queries, constraints=p.constraints, passes=p.passes)

@@ -24,14 +24,17 @@ import os
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 
 import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from das.io.nmf import NoisyAnswers
 from das.topdown import l2
 from das.topdown.problem import (
     DEFAULT_PASSES,
+    ChildAnswers,
     ChildConstraints,
     FailsafeEvent,
     ParentProblem,
@@ -122,10 +125,10 @@ def _queries_in_pass(problem: ParentProblem, names: tuple[str, ...], done: set[s
 # L2
 
 
-def _scale_of(problem: ParentProblem, queries, parent) -> float:
+def _scale_of(answers: list[np.ndarray], parent) -> float:
     """A typical magnitude of the answers: variables are solved in units of it, so that interior-point
     feasibility tolerances are relative (Clarabel missed a 322,539 equality by 15 on unscaled counts)."""
-    values = [np.abs(q.noisy).max(initial=0) for q in queries]
+    values = [np.abs(y).max(initial=0) for y in answers]
     if parent is not None:
         values.append(np.abs(parent[1]).max(initial=0))
     return max(1.0, float(max(values, default=1.0)))
@@ -152,8 +155,8 @@ def _terms(problem: ParentProblem, columns: np.ndarray, queries) -> list[tuple[s
         values, where, counts = _entries(q.matrix, children, problem.n_cells, position)
         keep = counts > 0
         if keep.any():
-            terms.append((csr_rows(values, where, counts[keep], len(columns)), q.noisy.ravel()[keep].astype(float),
-                          1.0 / float(q.variance)))
+            terms.append((csr_rows(values, where, counts[keep], len(columns)),
+                          q.noisy.answers.ravel()[keep].astype(float), q.noisy.weight))
     return terms
 
 
@@ -199,7 +202,7 @@ def check_solver(solver: str) -> str:
     raise ValueError(f"unknown least-squares solver {solver!r}: expected {' or '.join(SOLVERS)}")
 
 
-def _least_squares(problem, columns, stated: l2.Pass, solver: str, tight: bool = False):
+def _least_squares(columns, stated: l2.Pass, solver: str, *, tight: bool = False):
     """One weighted least-squares pass; returns x (in counts) or None when infeasible.
 
     Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
@@ -208,7 +211,7 @@ def _least_squares(problem, columns, stated: l2.Pass, solver: str, tight: bool =
     over truly empty cells of a state). `CLARABEL` builds the nested QP directly (das.topdown.l2);
     `cvxpy:NAME` states the same problem in cvxpy, the reference.
     """
-    scale = _scale_of(problem, [_Answers(y) for _, y, _ in stated.terms], stated.parent)
+    scale = _scale_of([y for _, y, _ in stated.terms], stated.parent)
     if solver == "CLARABEL":
         try:
             x = l2.solve(stated, len(columns), scale, tight)
@@ -219,10 +222,10 @@ def _least_squares(problem, columns, stated: l2.Pass, solver: str, tight: bool =
         except l2.Stalled:
             pass  # no proof either way (seen on the DHC schema's large roots)
         solver = "cvxpy:CLARABEL"  # the cvxpy path decides
-    return _least_squares_cvxpy(columns, stated, solver[len("cvxpy:"):], tight, scale)
+    return _least_squares_cvxpy(columns, stated, solver[len("cvxpy:"):], tight=tight, scale=scale)
 
 
-def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, tight: bool, scale: float):
+def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, *, tight: bool, scale: float):
     """The reference: the pass stated with cvxpy atoms and solved by any cvxpy QP solver."""
     import cvxpy as cp
 
@@ -273,14 +276,7 @@ def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, tight: bool, sca
     return np.clip(np.asarray(z.value, dtype=float) * scale, 0, None)
 
 
-class _Answers:
-    """Just enough of a QueryAnswers for _scale_of."""
-
-    def __init__(self, noisy):
-        self.noisy = noisy
-
-
-def _min_linear(problem, columns, cost, parent_sums, bounds, fixed, cap: float | None = None):
+def _min_linear(problem, columns, cost, *, parent_sums, bounds, fixed, cap: float | None = None):
     """min cost'y over the pass's feasible set {y >= 0, parent sums, child bounds, held answers}; None if unbounded.
 
     Without bound rows the set is a product of per-cell simplices (each cell's parent count split
@@ -315,7 +311,7 @@ def _min_linear(problem, columns, cost, parent_sums, bounds, fixed, cap: float |
     if not rows:
         return None if (cost < 0).any() else 0.0
     y = _highs_lp(cost, sp.vstack(rows).tocsr(), np.concatenate(lows), np.concatenate(highs),
-                  np.full(len(columns), np.inf), integer=False)
+                  col_upper=np.full(len(columns), np.inf), integer=False)
     return None if y is None else float(cost @ y)
 
 
@@ -332,7 +328,7 @@ def _total_cap(terms, value: float) -> float | None:
     return None
 
 
-def certify(problem, columns, terms, x, parent_sums, bounds, fixed) -> tuple[float, float]:
+def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed) -> tuple[float, float]:
     """(objective, duality gap) of x in original units; the gap bounds objective(x) - optimum from above.
 
     The gap is Frank-Wolfe's, g'x - min over the feasible set of g'y with g the gradient at x: the
@@ -341,16 +337,17 @@ def certify(problem, columns, terms, x, parent_sums, bounds, fixed) -> tuple[flo
     minimum is taken over the optimal solutions' provable total (`_total_cap`), still a bound.
     """
     value, grad = objective(terms, x)
-    low = _min_linear(problem, columns, grad, parent_sums, bounds, fixed)
+    low = _min_linear(problem, columns, grad, parent_sums=parent_sums, bounds=bounds, fixed=fixed)
     if low is None and parent_sums is None:
         cap = _total_cap(terms, value)
         if cap is not None:
-            low = _min_linear(problem, columns, grad, parent_sums, bounds, fixed, cap=max(cap, float(x.sum())))
+            low = _min_linear(problem, columns, grad, parent_sums=parent_sums, bounds=bounds, fixed=fixed,
+                              cap=max(cap, float(x.sum())))
     gap = np.inf if low is None else max(0.0, float(grad @ x) - low)
     return value, gap
 
 
-def _relaxation(problem, columns, parent, bounds, relax_bounds: bool):
+def _relaxation(problem, columns, parent, bounds, *, relax_bounds: bool):
     """Smallest total L1 relaxation (LP, HiGHS) of the parent equality and, if asked, the bounds.
 
     Returns (parent slack L1, bound slack L1, bounds widened just enough) or None if infeasible.
@@ -411,29 +408,30 @@ def _failsafe(problem, columns, parent, bounds):
     return bounds, budget, event
 
 
-def _certified_pass(problem, columns, stated: l2.Pass, solver: str, certificate: dict):
+def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certificate: dict):
     """Solve one pass, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
 
     The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
     `certificate` (and reported per level in the manifest), never accepted silently.
     """
     terms, fixed, parent, bounds = stated.terms, stated.fixed, stated.parent, stated.bounds
-    x = _least_squares(problem, columns, stated, solver)
+    x = _least_squares(columns, stated, solver)
     if x is None:
         return None
     parent_sums = None
     if parent is not None:
         parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
     held = _held_at(fixed, x)
-    value, gap = certify(problem, columns, terms, x, parent_sums, bounds, held)
+    value, gap = certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=held)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
         # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
         retries = [solver] + (["cvxpy:CLARABEL"] if solver == "CLARABEL" else [])
         for path in retries:
-            retry = _least_squares(problem, columns, stated, path, tight=True)
+            retry = _least_squares(columns, stated, path, tight=True)
             if retry is not None:
-                v2, g2 = certify(problem, columns, terms, retry, parent_sums, bounds, _held_at(fixed, retry))
+                v2, g2 = certify(problem, columns, terms, retry, parent_sums=parent_sums, bounds=bounds,
+                                 fixed=_held_at(fixed, retry))
                 if g2 < gap:
                     x, value, gap = retry, v2, g2
             if gap <= GAP_TOL * max(value, 1.0):
@@ -500,12 +498,12 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
             continue
         terms = _terms(problem, columns, queries)
         x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
-                            certificate)
+                            certificate=certificate)
         if x is None and not events:
             bounds, slack_budget, event = _failsafe(problem, columns, parent, bounds)
             events.append(event)
             x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
-                                certificate)
+                                certificate=certificate)
         if x is None:
             raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:
@@ -515,7 +513,7 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
                 a = _query_rows(problem, q, columns)
                 fixed.append((a, a @ x))
     if x is None:  # no queries at all: any feasible point
-        x = _least_squares(problem, columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
+        x = _least_squares(columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
     return x, events, bounds, columns
 
 
@@ -551,7 +549,7 @@ def _quiet_highs() -> highspy.Highs:
     return h
 
 
-def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, col_upper, integer: bool):
+def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, *, col_upper, integer: bool):
     h = _quiet_highs()
     h.setOptionValue("threads", 1)
     n = len(cost)
@@ -596,7 +594,7 @@ def _match_parent(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, ta
     return x
 
 
-def round_l1(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds, parent_target=None,
+def round_l1(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds, *, parent_target=None,
              mode: str = "auto"):
     """Integer x = floor(x*) + b closest in L1 to x*, holding sums and bounds; (values, method)."""
     x = _snap(x)
@@ -632,10 +630,10 @@ def round_l1(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds,
     ones = np.ones(len(x))
     if mode not in ("auto", "milp"):
         raise ValueError(f"rounding must be 'auto' (LP, MIP if needed) or 'milp', not {mode!r}")
-    b = _highs_lp(cost, a_matrix, row_lower, row_upper, ones, integer=False) if mode == "auto" else None
+    b = _highs_lp(cost, a_matrix, row_lower, row_upper, col_upper=ones, integer=False) if mode == "auto" else None
     method = "lp"
     if b is None or np.abs(b - np.rint(b)).max(initial=0) > INTEGRAL_TOL:
-        b = _highs_lp(cost, a_matrix, row_lower, row_upper, ones, integer=True)
+        b = _highs_lp(cost, a_matrix, row_lower, row_upper, col_upper=ones, integer=True)
         method = "milp"
     if b is None:
         # The least-squares point was too inexact for controlled rounding: keep only the hard
@@ -652,15 +650,17 @@ def round_l1(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds,
             both = sp.hstack([hard, -hard]).tocsr()
             col_upper = np.concatenate([np.full(n, np.inf), base])
             d = _highs_lp(np.r_[cost, 2.0 - cost], both, np.concatenate(hard_lower), np.concatenate(hard_upper),
-                          col_upper, integer=True)
+                          col_upper=col_upper, integer=True)
             if d is not None:
                 return (base + np.rint(d[:n]) - np.rint(d[n:])).astype(np.int64), "milp-hard-rules"
         return None, "infeasible"
     return (base + np.rint(b)).astype(np.int64), method
 
 
-def _check(problem: ParentProblem, counts: np.ndarray, bounds_matrix, lower, upper, columns, parent_target) -> list[str]:
-    """Exact integer checks of a candidate solution over the variables."""
+def _check(problem: ParentProblem, counts: np.ndarray, columns, bounds: l2.BoundRows, *, parent_target=None) -> list[str]:
+    """Exact integer checks of a candidate solution over the variables: non-negative, summing to the parent
+    (or `parent_target`), within the bound rows."""
+    bounds_matrix, lower, upper = bounds
     problems = []
     if (counts < 0).any():
         problems.append("negative count")
@@ -687,8 +687,7 @@ def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding:
     if problem.parent_counts is not None and problem.n_children == 1 and problem.allowed.all():
         counts = problem.parent_counts.reshape(1, -1).astype(np.int64)
         columns = _variables(problem)
-        b_matrix, lower, upper = _bound_rows(problem, columns)
-        if not _check(problem, counts.ravel(), b_matrix, lower, upper, columns, None):
+        if not _check(problem, counts.ravel(), columns, _bound_rows(problem, columns)):
             return ParentSolution(counts, counts.astype(float), [], {"total": time.perf_counter() - t0}, "copy")
     certificate = new_certificate()
     x, events, bounds, columns = solve_l2(problem, solver, certificate)
@@ -699,11 +698,10 @@ def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding:
         parent_target = np.rint(_parent_sum(problem, columns) @ x).astype(np.int64)
     if problem.parent_counts is not None:
         x = _match_parent(problem, x, columns, problem.parent_counts if parent_target is None else parent_target)
-    values, method = round_l1(problem, x, columns, bounds, parent_target, mode=rounding)
+    values, method = round_l1(problem, x, columns, bounds, parent_target=parent_target, mode=rounding)
     if values is None:
         raise SolveError(f"parent {problem.parent}: rounding infeasible")
-    b_matrix, lower, upper = bounds
-    problems = _check(problem, values, b_matrix, lower, upper, columns, parent_target)
+    problems = _check(problem, values, columns, bounds, parent_target=parent_target)
     if problems:
         raise SolveError(f"parent {problem.parent}: rounded solution fails checks: {problems}")
     counts = np.zeros(problem.n_children * problem.n_cells, dtype=np.int64)
@@ -714,12 +712,21 @@ def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding:
     return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method, certificate)
 
 
-def solve_root(schema, noisy: dict, bounds: list, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING,
-               passes: tuple = DEFAULT_PASSES, descendants: list = ()) -> ParentSolution:
-    """The top geounit: its own noisy answers (and its only descendants'), its bounds, no parent to sum to."""
-    single = {k: (v.reshape(1, -1), var) for k, (v, var) in noisy.items()}
-    problem = root_problem(schema, measured(single, descendants), bounds, passes)
-    solution = solve_parent(problem, solver=solver, rounding=rounding)
+@dataclass(frozen=True)
+class SolveSettings:
+    """How a level's parents are solved: the least-squares solver, the rounding and the L2 passes."""
+
+    solver: str = DEFAULT_SOLVER
+    rounding: str = DEFAULT_ROUNDING
+    passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES
+
+
+def solve_root(schema, answers: list[NoisyAnswers], bounds: list, *, settings: SolveSettings = SolveSettings(),
+               descendants: list[ChildAnswers] = ()) -> ParentSolution:
+    """The top geounit: its own noisy answers (one geounit each) and its only descendants', its bounds, no
+    parent to sum to. The solution's counts are over every cell of the schema."""
+    problem = root_problem(schema, measured(answers, descendants), bounds, settings.passes)
+    solution = solve_parent(problem, solver=settings.solver, rounding=settings.rounding)
     full = np.zeros(schema.size, dtype=np.int64)
     full[problem.cells] = solution.counts[0]
     solution.counts = full
