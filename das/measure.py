@@ -27,6 +27,7 @@ from das.io.nmf import NoisyAnswers
 from das.privacy.accounting import Allocation, allocate
 from das.privacy.sampler import discrete_gaussian
 from das.privacy.strategy import Strategy
+from das.rundir import nmf_level_path
 from das.schema import Schema
 
 CHUNK_CELLS = 1 << 23  # answers per chunk (~64 MB of int64 true answers at most)
@@ -75,7 +76,7 @@ class Target:
 
     def level_path(self, release: str, level: str) -> Path:
         """The NMF file this target writes for a level (das.io.nmf: one per level, or per state)."""
-        return nmf.state_path(self.nmf_dir, release, level, self.state)
+        return nmf_level_path(self.nmf_dir, release, level, self.state)
 
     def stream(self, release: str, level: str, query: str, chunk: int) -> str:
         """The name of a chunk's random stream (a state's chunks are named by the state too)."""

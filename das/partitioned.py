@@ -43,7 +43,7 @@ from das.partitions import PartitionError, StateInputs, state_inputs
 from das.pipeline import Pipeline, RunError
 from das.privacy.accounting import PrivacyAccountant
 from das.rules import Bounds, Invariants, household_persons, level_bounds
-from das.rundir import PublishedInvariants, RunDir
+from das.rundir import PublishedInvariants, RunDir, nmf_level_path
 from das.schema import Schema
 from das.topdown.engine import (
     BatchReads,
@@ -224,13 +224,13 @@ def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bo
         states, _, meta = load_solved(checkpoint)
         return states, [_report(r) for r in meta["reports"]]
     t0 = time.perf_counter()
-    noisy = nmf.read_level(nmf.level_path(nmf_dir, name, "nation"), np.array([""]))
+    noisy = nmf.read_level(nmf_level_path(nmf_dir, name, "nation"), np.array([""]))
     root = solve_root(schema, list(noisy.values()), _summed(bounds), settings=options.settings("nation"))
     nation = sp.csr_matrix(root.counts.reshape(1, -1))
     reports = [LevelReport("nation", 1, time.perf_counter() - t0, list(root.events),
                            merge_certificates([root.certificate]))]
     t1 = time.perf_counter()
-    index = nmf.level_index(nmf.level_path(nmf_dir, name, "state"), len(codes))
+    index = nmf.level_index(nmf_level_path(nmf_dir, name, "state"), len(codes))
     task = BatchTask(Family(schema, np.array([""]), nation, codes, np.array([0, len(codes)])),
                      BatchReads(index, 0, len(codes)), ChildLimits(given=_stacked(bounds)), options.settings("state"))
     states, events, l2, figures = timed_solve_batch(task)

@@ -5,7 +5,7 @@ one Parquet or CSV file per state, whose name ends in that state's 2-digit FIPS 
 (`persons_50.parquet`, `50.csv`). Everything below the state level (reading, measuring, solving,
 writing, validating) is done per state on the workers; the driver holds only the nation and
 the states (das/partitioned.py). The NMF of a level below the state is then one file per state
-(das.io.nmf.level_files).
+(das.rundir.nmf_level_files).
 """
 
 from __future__ import annotations

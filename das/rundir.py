@@ -454,6 +454,27 @@ def _json(value):
 
 
 # ---------------------------------------------------------------------------------------------
+# The NMF's layout, inside a run's nmf/ (the stages that measure and read it are given that directory)
+
+
+def nmf_level_path(nmf_dir: Path, release: str, level: str, state: str | None = None) -> Path:
+    """The NMF file of a level (state None), or of one state's part of a level below the state (a
+    partitioned run writes those levels one file per state, its geounits all of that state)."""
+    if state is None:
+        return Path(nmf_dir) / release / f"{level}.parquet"
+    return Path(nmf_dir) / release / level / f"{state}.parquet"
+
+
+def nmf_level_files(nmf_dir: Path, release: str, level: str) -> list[tuple[Path, str | None]]:
+    """The files of one NMF level, with the state each holds (None: the whole level in one file)."""
+    whole = nmf_level_path(nmf_dir, release, level)
+    if whole.is_file():
+        return [(whole, None)]
+    folder = Path(nmf_dir) / release / level
+    return [(p, p.stem) for p in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
+
+
+# ---------------------------------------------------------------------------------------------
 # The directory
 
 
@@ -493,19 +514,12 @@ class RunDir:
         return self.path / "nmf"
 
     def nmf_level(self, release: str, level: str, state: str | None = None) -> Path:
-        """The NMF file of a level (state None), or of one state's part of a level below the state
-        (a partitioned run writes those levels one file per state)."""
-        if state is None:
-            return self.nmf_dir / release / f"{level}.parquet"
-        return self.nmf_dir / release / level / f"{state}.parquet"
+        """The NMF file of a level, or of one state's part of it (`nmf_level_path`)."""
+        return nmf_level_path(self.nmf_dir, release, level, state)
 
     def nmf_level_files(self, release: str, level: str) -> list[tuple[Path, str | None]]:
         """The files of one NMF level, with the state each holds (None: the whole level in one file)."""
-        whole = self.nmf_level(release, level)
-        if whole.is_file():
-            return [(whole, None)]
-        folder = self.nmf_dir / release / level
-        return [(p, p.stem) for p in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
+        return nmf_level_files(self.nmf_dir, release, level)
 
     def nmf_files(self) -> list[Path]:
         """Every NMF file, a level's one file or a state's, sorted."""

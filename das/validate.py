@@ -49,7 +49,6 @@ from das.bundle import BundleError, input_paths
 from das.checkpoint import file_sha256
 from das.executors import largest_first
 from das.geography import GEOCODE_COLUMNS, LEVEL_DIGITS
-from das.io import nmf
 from das.io.tables import column_names, load_tables
 from das.outdir import run_files
 from das.privacy.certificate import fraction_text
@@ -497,7 +496,7 @@ def nmf_plan(run_dir: Path, manifest: Manifest, states: list[str]) -> list[tuple
     for release, cert in manifest.privacy.items():
         for level in cert.by_level:
             name = f"nmf/{release}/{level.level}.parquet"
-            files = nmf.level_files(run_dir / "nmf", release, level.level)
+            files = RunDir(run_dir).nmf_level_files(release, level.level)
             if not files:
                 raise ValidationError(f"{run_dir / name} is missing (the certificate measures {release} at {level.level})")
             whole = files[0][1] is None
@@ -539,7 +538,7 @@ def state_nmf(run_dir: Path, manifest: Manifest, state: str, universe: np.ndarra
     blocks = pd.Series(universe, dtype=str)
     for release, cert in manifest.privacy.items():
         for level in cert.by_level:
-            files = nmf.level_files(run_dir / "nmf", release, level.level)
+            files = RunDir(run_dir).nmf_level_files(release, level.level)
             if not files or files[0][1] is None:
                 continue  # a whole-level file (the driver's), or missing (the driver says so)
             path = run_dir / "nmf" / release / level.level / f"{state}.parquet"

@@ -11,6 +11,7 @@ import das.measure
 from das.io import nmf
 from das.measure import Measured, Measurement, Target, measure_level
 from das.privacy.randomness import SeededRandomSource
+from das.rundir import nmf_level_path
 
 
 def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatch):
@@ -67,7 +68,7 @@ def test_row_groups_hold_whole_geounits_of_one_query_and_their_own_geocodes(tmp_
     rng = np.random.default_rng(5)
     written = {"total": rng.integers(-9, 9, (11, 1)), "cenrace": rng.integers(-9, 9, (11, 7)),
                "wide": rng.integers(-9, 9, (11, 30))}  # a geounit wider than a row group is one by itself
-    path = nmf.level_path(tmp_path, "persons", "tract")
+    path = nmf_level_path(tmp_path, "persons", "tract")
     writer = nmf.LevelWriter(path, {b"das.privacy": b"private"})
     for query, noisy in written.items():
         writer.write_answers(nmf.NoisyAnswers(query, "tract", geocodes, noisy, Fraction(7, 3)))
@@ -127,7 +128,7 @@ def test_trials_are_leading_axes_that_slicing_leaves_alone():
 @pytest.mark.parametrize("variance", [Fraction(1, 3), Fraction(10**12 + 39, 7), Fraction(2**62, 2**61 - 1), Fraction(5)])
 def test_exact_variance_round_trips_through_the_nmf_file(tmp_path, variance):
     written = _answers(n_units=7, n_cells=3, variance=variance, seed=int(variance.denominator % 97))
-    path = nmf.level_path(tmp_path, "persons", "county")
+    path = nmf_level_path(tmp_path, "persons", "county")
     writer = nmf.LevelWriter(path)
     writer.write_answers(written)
     writer.close()
@@ -141,7 +142,7 @@ def test_exact_variance_round_trips_through_the_nmf_file(tmp_path, variance):
 
 
 def test_a_variance_too_large_for_the_file_is_refused(tmp_path):
-    writer = nmf.LevelWriter(nmf.level_path(tmp_path, "persons", "county"))
+    writer = nmf.LevelWriter(nmf_level_path(tmp_path, "persons", "county"))
     with pytest.raises(OverflowError, match="does not fit"):
         writer.write_answers(_answers(variance=Fraction(2**64, 3)))
     writer.abort()

@@ -12,6 +12,7 @@ from das.geography import Geography
 from das.io import mdf as mdf_io
 from das.io import nmf
 from das.io.tables import column_names, compute_table, load_tables
+from das.rundir import nmf_level_path
 from das.schema import load_schema
 
 BLOCKS = np.array(["440010001001000", "440010001001001", "440030002002000", "440030002003000"])
@@ -97,7 +98,7 @@ def test_tables_at_every_level_are_consistent_with_histograms():
 def test_nmf_round_trip_is_bit_exact(tmp_path):
     rng = np.random.default_rng(1)
     geocodes = np.array(["44001", "44003", "44005"])
-    path = nmf.level_path(tmp_path, "persons", "county")
+    path = nmf_level_path(tmp_path, "persons", "county")
     writer = nmf.LevelWriter(path)
     written = {}
     for query, width, variance in (("total", 1, Fraction(4099, 3)), ("cenrace", 63, Fraction(10**12 + 39, 7))):

@@ -209,13 +209,14 @@ def test_process_pool_gives_the_same_release_as_one_process(tiny_run, tmp_path):
 def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path):
     from das.io import nmf
     from das.run import measure_only
+    from das.rundir import nmf_level_path
 
     manifest = measure_only("de_production", tmp_path / "de", seed=5, log=quiet)
     assert manifest.status == "measured"
     levels = ["nation", "state", "county", "tract", "block_group", "block"]
     counts = {"nation": 1, "state": 1, "county": 3, "tract": 218, "block_group": 574}
     for level in levels:
-        answers = nmf.read_level(nmf.level_path(tmp_path / "de" / "nmf", "persons", level))
+        answers = nmf.read_level(nmf_level_path(tmp_path / "de" / "nmf", "persons", level))
         detailed, variance = answers["detailed"].answers, answers["detailed"].variance
         assert detailed.shape[1] == 2016
         if level in counts:

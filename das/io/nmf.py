@@ -2,7 +2,7 @@
 exact variance, as Parquet, so others can re-run or replace the post-processing.
 
 Layout: `nmf/<release>/<level>.parquet`, one file per level (a partitioned run: the levels
-below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; `level_files`);
+below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; das.rundir.nmf_level_files);
 each row group holds whole geounits
 of one query (at most ROW_GROUP_ROWS rows unless one geounit has more), with a geocode dictionary
 of just those geounits, so a range read decodes little beyond its range; within a query, rows run
@@ -40,30 +40,6 @@ NMF_SCHEMA = pa.schema([
 INT64_MAX = 2**63 - 1
 ROW_GROUP_ROWS = 1 << 17  # rows per row group: what a range read decodes beyond its range, per query and end
 STATISTICS = ["query"]  # readers find a query's row groups by them; the rest cost a third of the writing, unread
-
-
-def level_path(nmf_dir: Path, release: str, level: str) -> Path:
-    return Path(nmf_dir) / release / f"{level}.parquet"
-
-
-def state_path(nmf_dir: Path, release: str, level: str, state: str | None) -> Path:
-    """One state's file of a level below the state, in a partitioned run's NMF (state None: the level's one file)."""
-    if state is None:
-        return level_path(nmf_dir, release, level)
-    return Path(nmf_dir) / release / level / f"{state}.parquet"
-
-
-def level_files(nmf_dir: Path, release: str, level: str) -> list[tuple[Path, str | None]]:
-    """The files of one NMF level, with the state each holds (None: the whole level in one file).
-
-    A run writes `<release>/<level>.parquet`; a partitioned run writes the levels below the state
-    as one file per state, `<release>/<level>/<state>.parquet` (its geounits all of that state).
-    """
-    whole = level_path(nmf_dir, release, level)
-    if whole.is_file():
-        return [(whole, None)]
-    folder = Path(nmf_dir) / release / level
-    return [(p, p.stem) for p in sorted(folder.glob("*.parquet"))] if folder.is_dir() else []
 
 
 @dataclass(frozen=True)

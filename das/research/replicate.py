@@ -45,6 +45,7 @@ from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_leve
 from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
 from das.rules import Invariants
 from das.run import protected_paths
+from das.rundir import nmf_level_path
 from das.runspec import load_run_spec
 from das.schema import Schema, SpecError, parse_query_name
 from das.topdown.engine import postprocess
@@ -156,7 +157,7 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, que
     for level in geography.levels:
         noisy = None
         if nmf_dir is not None and ({"noisy", "wls"} & set(estimators)):
-            noisy = nmf.read_level(nmf.level_path(nmf_dir, RELEASE, level), geography.units(level))
+            noisy = nmf.read_level(nmf_level_path(nmf_dir, RELEASE, level), geography.units(level))
         per_estimator = {}
         if "topdown" in estimators:
             hist = geography.aggregate(topdown_blocks, level)

@@ -29,6 +29,7 @@ from das.geography import Geography
 from das.io import nmf
 from das.io.nmf import NoisyAnswers
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
+from das.rundir import nmf_level_path
 from das.schema import Schema
 from das.topdown.problem import DEFAULT_PASSES, ChildAnswers, FailsafeEvent, measured, parent_problem
 from das.topdown.solve import (
@@ -54,7 +55,7 @@ class EngineOptions:
     executor: object | None = None  # das.executors (local pool, Dask); None: a local pool of `workers`
     checkpoint_dir: Path | None = None  # solved levels and batches, for resume; None: no checkpoints
     batch_children: int = BATCH_CHILDREN  # children read and checkpointed together
-    state: str | None = None  # a state of a partitioned run: read its own NMF files (das.io.nmf.state_path)
+    state: str | None = None  # a state of a partitioned run: read its own NMF files (das.rundir.nmf_level_path)
 
     def passes_for(self, level: str) -> tuple[tuple[str, ...], ...]:
         """The L2 passes of the problems that solve the geounits of `level`."""
@@ -254,7 +255,7 @@ class _Release:
 
     def nmf_file(self, level: str) -> Path:
         """The NMF file of a level this release reads (a state's own below the state, in a partitioned run)."""
-        return nmf.state_path(self.nmf_dir, self.name, level, self.options.state)
+        return nmf_level_path(self.nmf_dir, self.name, level, self.options.state)
 
 
 def _stack(parts: list[sp.csr_matrix], n_cols: int) -> sp.csr_matrix:
@@ -430,7 +431,7 @@ def _resumed_levels(checkpoints: Checkpoints | None, levels: tuple[str, ...]) ->
 def _solve_root(job: _Release, clock: float) -> tuple[sp.csr_matrix, LevelReport]:
     """The top geounit, from its own noisy answers and its only descendants', and its bounds."""
     geography, root = job.geography, job.geography.levels[0]
-    answers = nmf.read_level(nmf.level_path(job.nmf_dir, job.name, root), geography.units(root))
+    answers = nmf.read_level(nmf_level_path(job.nmf_dir, job.name, root), geography.units(root))
     finer = read_single_children(single_child_chains(geography, job.nmf_file, root, lo=0, hi=1))
     solution = solve_root(job.schema, list(answers.values()),
                           level_bounds(job.schema, job.invariants, geography, root, 0, 1),
