@@ -11,6 +11,7 @@ from conftest import ROOT
 from das.cli import build_parser
 from das.cli.synth import MECHANISM_NAMES
 from das.mechanisms import MECHANISMS, Mechanism, SynthesisInput
+from das.mechanisms.base import DETAIL_SOURCES
 from das.research.compare import TOPDOWN, mechanism_names
 
 DOCS = (ROOT / "docs" / "mechanisms.md").read_text()
@@ -66,3 +67,31 @@ def test_docs_list_every_mechanism_with_its_extra():
 
         extra = MECHANISMS[name].extra
         assert extra_column == (f"`das[{extra}]`" if extra else ""), name
+
+
+@pytest.mark.parametrize("name", list(MECHANISMS))
+def test_every_published_detail_is_declared_with_what_it_is_derived_from(name):
+    """Nothing reaches the public manifest's mechanism.details but a declared entry of a declared source."""
+    declared = MECHANISMS[name].details
+    assert declared, f"{name} declares no details"
+    for key, derivation in declared.items():
+        source, _, what = derivation.partition(": ")
+        assert source in DETAIL_SOURCES and what, (name, key, derivation)
+
+
+def test_an_undeclared_detail_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from das.mechanisms import registry
+    from das.mechanisms.base import MechanismError, Synthesis
+    from das.mechanisms.release import synthesize
+
+    flat = MECHANISMS["flat"]
+
+    def leaky(data):
+        out = flat.run(data)
+        return Synthesis(out.histograms, {**out.details, "nonzero_cells": int(data.histograms.nnz)})
+
+    monkeypatch.setitem(registry.MECHANISMS, "flat", Mechanism(flat.name, flat.summary, flat.geography, leaky,
+                                                               details=flat.details))
+    with pytest.raises(MechanismError, match=r"\['nonzero_cells'\] are not declared"):
+        synthesize("tiny", "flat", tmp_path / "out", seed=1)
+    assert not (tmp_path / "out").exists()

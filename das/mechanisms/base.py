@@ -17,7 +17,7 @@ two, each geounit's histogram moves one cell, 1/(2 sigma^2) twice).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -115,9 +115,20 @@ class Synthesis:
     details: dict = field(default_factory=dict)
 
 
+# What a mechanism's published `details` entry may be derived from: nothing else may reach the public
+# manifest (a count of the confidential data there would be outside the noise).
+DETAIL_SOURCES = {
+    "parameter": "a constant of the mechanism, or computed from public inputs only (budget, delta, schema, geography)",
+    "selection": "post-processing of noisy measurements or private selections (the exponential mechanism's choices)",
+    "release": "computable from the released files themselves",
+}
+
+
 @dataclass(frozen=True)
 class Mechanism:
-    """A named synthesizer: how geography enters, which optional extra it needs, the function."""
+    """A named synthesizer: how geography enters, which optional extra it needs, the function, and what
+    each entry of its published details is derived from (`details`: key -> "source: what", a source of
+    DETAIL_SOURCES); an undeclared entry is refused before anything is written."""
 
     name: str
     summary: str
@@ -125,6 +136,15 @@ class Mechanism:
     run: Callable[[SynthesisInput], Synthesis]
     extra: str | None = None  # pip extra (`das[mbi]`) without which it cannot run
     available: Callable[[], bool] = lambda: True
+    details: Mapping[str, str] = field(default_factory=dict)
+
+    def public_details(self, details: Mapping) -> dict:
+        """`details` as published, refused (MechanismError) if it holds an entry its declaration lacks."""
+        undeclared = sorted(set(details) - set(self.details))
+        if undeclared:
+            raise MechanismError(f"{self.name}: details {undeclared} are not declared (Mechanism.details says what each "
+                                 "published entry is derived from; nothing else may be published)")
+        return dict(details)
 
 
 def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, *, delta: Fraction,

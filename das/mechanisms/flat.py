@@ -58,3 +58,6 @@ def run(data: SynthesisInput) -> Synthesis:
     return Synthesis(histograms.astype(np.int64), {"sigma2": str(sigma2),
                                                    "postprocessing": "simplex projection to the noisy block total, "
                                                                      "largest-remainder integers"})
+
+
+DETAILS = {"sigma2": "parameter: 1/rho", "postprocessing": "parameter: what is done to the noisy histograms"}

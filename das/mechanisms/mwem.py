@@ -120,3 +120,8 @@ def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) ->
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),
                       "workload": [name for name, _ in workload(Domain(schema, 1))]})
+
+
+DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: rounds of the schedule",
+           "eps_select": "parameter: each selection's eps", "sigma2_measure": "parameter: each measurement's variance",
+           "workload": "parameter: the schema's marginals"}

@@ -261,3 +261,14 @@ def run_aim(data: SynthesisInput, level: str | None = None, rounds: int = AIM_RO
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_round": str(sigma2_round),
                       "chosen": chosen, "estimator": "mbi MirrorDescent", "annealing": False})
+
+
+MST_DETAILS = {"level": "parameter: the geounits fitted", "eps_select": "parameter: each selection's eps",
+               "sigma2_one_way": "parameter: the one-way marginals' variance",
+               "sigma2_pairs": "parameter: the chosen pairs' variance",
+               "trees": "selection: the spanning trees the exponential mechanism chose",
+               "estimator": "parameter: how the model is fitted"}
+AIM_DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: rounds of the schedule",
+               "eps_select": "parameter: each selection's eps", "sigma2_round": "parameter: each round's variance",
+               "chosen": "selection: the cliques the exponential mechanism chose", "estimator": MST_DETAILS["estimator"],
+               "annealing": "parameter: whether the budget anneals"}

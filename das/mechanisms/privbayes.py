@@ -128,3 +128,9 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "degree": DEGREE, "max_clique": MAX_CLIQUE, "eps_select": str(eps),
                       "sigma2_clique": str(sigma2s[0]), "networks": networks})
+
+
+DETAILS = {"level": "parameter: the geounits fitted", "degree": "parameter: the network's degree",
+           "max_clique": "parameter: the largest clique", "eps_select": "parameter: each selection's eps",
+           "sigma2_clique": "parameter: each conditional's variance",
+           "networks": "selection: the networks the exponential mechanism chose"}

@@ -210,3 +210,8 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "sigma2_indif": str(sigma2_select), "marginals": chosen, "gum_rounds": GUM_ROUNDS,
                       "combine_cells": COMBINE_CELLS})
+
+
+DETAILS = {"level": "parameter: the geounits fitted", "sigma2_indif": "parameter: the InDif scores' variance",
+           "marginals": "selection: the pairs DenseMarg chose from noisy InDif scores",
+           "gum_rounds": "parameter: GUM's rounds", "combine_cells": "parameter: the cell limit of a combined pair"}

@@ -130,5 +130,6 @@ def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, 
     plan = output_plan(spec, load_tables(spec.tables), metadata, synthetic=True)
     opening = Opening({"persons": ReleaseInfo(cert.schema, None, mech.name)}, {"persons": cert}, PublishedInvariants(),
                       holds(plan, synthetic=True), private=cert.private, version=code_version(),
-                      mechanism=MechanismRecord(mech.name, mech.summary, mech.geography, cert.budget, result.details))
+                      mechanism=MechanismRecord(mech.name, mech.summary, mech.geography, cert.budget,
+                                                mech.public_details(result.details)))
     return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, log=lambda *a, **k: None)

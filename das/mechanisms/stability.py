@@ -59,4 +59,10 @@ def run(data: SynthesisInput) -> Synthesis:
     released = noisy >= T
     histograms = sp.csr_matrix((noisy[released], (rows[released], cols[released])), shape=truth.shape, dtype=np.int64)
     return Synthesis(histograms, {"eps": str(eps), "threshold": T, "delta_threshold": str(delta_s),
-                                  "bins_noised": int(len(counts)), "bins_released": int(released.sum())})
+                                  "bins_released": int(released.sum())})
+
+
+# What each published detail is derived from (das.mechanisms.base.DETAIL_SOURCES). The number of nonzero
+# bins noised is a count of the confidential data: never published.
+DETAILS = {"eps": "parameter: the largest eps with eps^2/2 <= rho", "threshold": "parameter: T from eps and delta",
+           "delta_threshold": "parameter: delta / 2", "bins_released": "release: the released bins"}
