@@ -103,8 +103,8 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
     claimed = release_claims(manifest, report)
     checks = select(claimed)
     release = Release(run, manifest, frozenset(claimed), needs(checks))
-    if use_operator and not inputs:
-        inputs = operator_inputs(run) if "inputs" in release.needs else None
+    if not inputs:
+        inputs = operator_inputs(run) if use_operator and "inputs" in release.needs else None
     parts: dict | None = None
     alongside: dict = {}
     try:
