@@ -86,7 +86,7 @@ def recording(records: list[dict], driver: dict):
     import das.io.parts
     import das.partitioned
     import das.run
-    import das.validate
+    import das.validate.driver
 
     def timed_tasks(original: Callable) -> Callable:
         def wrapper(executor, fn, tasks, *args):
@@ -118,7 +118,7 @@ def recording(records: list[dict], driver: dict):
         setattr(owner, attr, wrapper)
         return original
 
-    patched = [(owner, "largest_first", owner.largest_first) for owner in (das.partitioned, das.validate)]
+    patched = [(owner, "largest_first", owner.largest_first) for owner in (das.partitioned, das.validate.driver)]
     for owner, attr, original in patched:
         setattr(owner, attr, timed_tasks(original))
     patched += [(das.run, "read_states", timed(das.run, "read_states", "read")),

@@ -1,0 +1,41 @@
+"""Independent validation of a run directory: `das validate RUN_DIR`.
+
+Its own code path, sharing nothing with the engine but the spec files (schemas as data). From the
+release bundle alone (what is published) it proves what the release claims (its manifest's `holds`),
+each claim by the checks registered for it (das.validate.registry), in this order:
+
+    files           every output and NMF file has the SHA-256 the manifest lists (and nothing unlisted is
+                    there), and carries the run's privacy mode and spec digest in its own Parquet metadata
+                    (every release)
+    certificate     charges_sum_to_rho: the certificate's charges sum exactly to its rho
+    records         units_mdf: housing units vs facilities, the persons in the units' blocks;
+                    mdf_codes: valid codes, derived columns agree with the schema, EPNUM 1..N without
+                    repeats (every release)
+    nmf             nmf_matches_certificate: every query of the certificate at every geounit of its
+                    level, each cell once, with the certified exact variance
+    tables          tables_match_mdf: every table equals its recount from the MDF, child rows sum to parents
+    invariants      invariants: the published total population (nation, state...)
+    rules           schema_constraints: every rule of each schema (das.rules gives the bounds from the
+                    facts counted in the MDFs), at every level
+    inputs          invariants, with the run's operator files (the confidential inputs): population,
+                    housing units and GQ facilities per block equal the inputs'
+
+A release without `holds`, or without a mechanism (a `das run`, TopDown), is held to every TopDown claim
+(TOPDOWN_HOLDS); a synthetic release (das synth) claims SYNTHETIC_HOLDS. A claim no registered check
+proves is a violation. It goes state by state (das.validate.driver), so memory follows the largest state.
+Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
+"""
+
+from das.validate import certificate, files, invariants, nmf, records, rules, tables
+from das.validate import inputs as confidential
+from das.validate.driver import main, release_claims, validate_run, validate_state
+from das.validate.reading import GEO
+from das.validate.registry import HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, register, unregister
+from das.validate.report import MAX_LISTED, Findings, Report, Stop, ValidationError
+
+for _check in (files.CHECKSUMS, files.METADATA, certificate.CHARGES, records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
+               records.CODES_CHECK, tables.TABLES, invariants.POPULATION_CHECK, rules.RULES, confidential.INPUTS):
+    register(_check)
+
+__all__ = ["GEO", "HOLDS", "MAX_LISTED", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",
+           "ValidationError", "main", "register", "release_claims", "unregister", "validate_run", "validate_state"]
