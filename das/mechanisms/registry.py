@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from das.mechanisms import flat, mwem, privbayes, privsyn, stability
+import das.mechanisms.flat as flat
+import das.mechanisms.mwem as mwem
+import das.mechanisms.privbayes as privbayes
+import das.mechanisms.privsyn as privsyn
+import das.mechanisms.stability as stability
 from das.mechanisms.base import Mechanism
 from das.mechanisms.pgm import AIM_DETAILS, EXTRA, MST_DETAILS, available, run_aim, run_mst
 
