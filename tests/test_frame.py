@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
 from das.outdir import OutDirError
 from das.pipeline import Pipeline, code_version
-from das.rundir import Counts, PublishedInvariants, ReleaseInfo, RunDir
+from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
 
 
 def _opening(pipe: Pipeline, plan) -> Opening:
@@ -62,7 +63,8 @@ def test_completing_lists_every_file_written_validates_and_removes_the_checkpoin
     confidential = pipe.read_inputs()
     plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), pipe.metadata(), synthetic=True)
     opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": pipe.certificates["persons"]},
-                      PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version())
+                      PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version(),
+                      mechanism=MechanismRecord("identity", "the truth itself: a test of the frame", "none", Fraction(1)))
     frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan, log=lambda *a: None)
     frame.run_dir.checkpoints_dir.mkdir()
     (frame.run_dir.checkpoints_dir / "x.npz").write_bytes(b"work in progress")
