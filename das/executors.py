@@ -107,7 +107,7 @@ def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None =
         yield pending.popleft().result()
 
 
-def largest_first(executor, fn: Callable, tasks: list, sizes: list[float], limit: float | None = None,
+def largest_first(executor, fn: Callable, tasks: list, *, sizes: list[float], limit: float | None = None,
                   widths: list[int] | None = None) -> list:
     """fn over tasks on the executor, the largest (by `sizes`) first, results in the tasks' order.
 

@@ -170,7 +170,7 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}
     return StateTop(si.state, geography.n_blocks, truth,
-                    level_bounds(work.schemas["persons"], invariants, geography, "state"))
+                    level_bounds(work.schemas["persons"], invariants, geography, level="state"))
 
 
 def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
@@ -180,7 +180,8 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
     inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
     work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor))
     persons = [input_records(si.persons) for si in inputs]
-    tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], persons, work.persons_limit))
+    tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
+                                      limit=work.persons_limit))
     pipe.timings["read_inputs"] = time.perf_counter() - t0
     pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
              f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
@@ -295,7 +296,8 @@ def _with_household_persons(work: Work, invariants: Invariants, persons: sp.csr_
 def _units_bounds(work: Work, geography: Geography, invariants: Invariants, persons: sp.csr_matrix):
     if "units" not in work.plans:
         return None
-    return level_bounds(work.schemas["units"], _with_household_persons(work, invariants, persons), geography, "state")
+    return level_bounds(work.schemas["units"], _with_household_persons(work, invariants, persons), geography,
+                        level="state")
 
 
 def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geography, Invariants]:
@@ -315,7 +317,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> Non
     """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
-    largest_first(executor, _measured, [(work, si) for si in tops.inputs], tops.persons)
+    largest_first(executor, _measured, [(work, si) for si in tops.inputs], sizes=tops.persons)
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:
@@ -429,7 +431,7 @@ def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> li
     return merged
 
 
-def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
+def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
                memory_gb: float | None = None) -> tuple[dict, dict[str, list[LevelReport]], dict[str, list[Path]]]:
     """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
     Returns the nation's solved histograms (per release), the level reports and the files written
@@ -445,7 +447,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     width = widths(tops.persons, executor)
     solved_b = largest_first(executor, solve_state,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
-                             _task_sizes(tops.persons, width), work.persons_limit, width)
+                             sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width)
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
     pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
@@ -460,7 +462,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
     done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
-                         _task_sizes(tops.persons, width), work.persons_limit, width)
+                         sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width)
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0

@@ -143,7 +143,7 @@ class _Partitioned:
 
     def release(self, job: _Job, tops: Tops) -> Completion:
         nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
-                                                    job.options.memory_gb)
+                                                    memory_gb=job.options.memory_gb)
         return job.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
 
 

@@ -114,17 +114,10 @@ LONG_PENDING = {
 POSITIONAL_PENDING = {
     "das.attack.privacy.epsilon_bound", "das.attack.privacy.audit_pair", "das.attack.privacy.audit",
     "das.attack.privacy.audit_spec",
-    "das.io.pl94171._geo_header", "das.io.pl94171._Problems.located", "das.io.pl94171._integers",
-    "das.partitioned.run_states",
 }
 # ... and functions whose positional callers are in those files: make them keyword-only with their callers.
 POSITIONAL_PENDING |= {
-    "das.executors.largest_first",  # called from das/partitioned.py, das/validate.py
-    "das.io.mdf.release_mdf",  # das/pipeline.py, das/io/parts.py
-    "das.io.tables.level_rows", "das.io.tables.level_frames",  # das/io/parts.py
-    "das.io.tables.write_tables",  # das/pipeline.py, das/mechanisms/release.py
     "das.preflight.check_inputs",  # das/pipeline.py, das/partitioned.py
-    "das.rules.unit_bounds", "das.rules.population_total", "das.rules.level_bounds",  # das/topdown/engine.py
 }
 
 

@@ -239,13 +239,13 @@ def test_state_tasks_start_largest_first_within_the_memory_budget():
 
     persons = [3, 9, 1, 7, 5, 2, 8, 4, 6, 10]
     executor = _Slots(3)
-    results = largest_first(executor, _slow_square, persons, persons, 15)  # room for 9 + 6 at once, never 10 + 9
+    results = largest_first(executor, _slow_square, persons, sizes=persons, limit=15)  # room for 9 + 6 at once, never 10 + 9
     executor.close()
     assert results == [p * p for p in persons]  # in the tasks' order
     assert executor.started == sorted(persons, reverse=True)  # largest first, never passed over
     assert all(held <= 15 or held == started for held, started in zip(executor.seen, executor.started))
     unlimited = _Slots(3)
-    largest_first(unlimited, _slow_square, persons, persons)
+    largest_first(unlimited, _slow_square, persons, sizes=persons)
     unlimited.close()
     assert max(unlimited.seen) > 15  # without a budget the same tasks run together
 

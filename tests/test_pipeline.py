@@ -57,7 +57,7 @@ def test_the_solution_holds_every_rule_at_every_level(tiny_stages):
     pipe, confidential, solved, _ = tiny_stages
     geography, invariants = confidential.geography, confidential.invariants
     for level in geography.levels:
-        bounds = rules.level_bounds(pipe.schemas["persons"], invariants, geography, level)
+        bounds = rules.level_bounds(pipe.schemas["persons"], invariants, geography, level=level)
         assert rules.holds(pipe.schemas["persons"], bounds, geography.aggregate(solved["persons"], level)) == []
     units = rules.household_persons(pipe.schemas["persons"], solved["persons"])
     facts = rules.Invariants(invariants.housing_units, invariants.gq_facilities, {}, units)

@@ -69,7 +69,8 @@ def table_answers(schema: Schema, spec: TableSpec, histograms: sp.spmatrix) -> n
     return (histograms @ table_matrix(schema, spec).T.tocsc()).toarray().astype(np.int64)
 
 
-def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray, answers: np.ndarray) -> pd.DataFrame:
+def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray, *,
+               answers: np.ndarray) -> pd.DataFrame:
     """The rows of one level: level, geocode, then a column per answer cell (`column_names`)."""
     frame = pd.DataFrame(answers, columns=column_names(schema, spec))
     frame.insert(0, "geocode", geocodes)
@@ -78,12 +79,12 @@ def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray
 
 
 def level_frames(
-    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix,
+    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix, *,
     levels: tuple[str, ...] | None = None,
 ) -> list[pd.DataFrame]:
     """The table's rows level by level (`levels`, default all of `geography`'s), each sorted by geocode."""
     block_answers = table_answers(schema, spec, block_histograms)
-    return [level_rows(schema, spec, level, geography.units(level), geography.aggregate(block_answers, level))
+    return [level_rows(schema, spec, level, geography.units(level), answers=geography.aggregate(block_answers, level))
             for level in levels or geography.levels]
 
 
@@ -107,6 +108,7 @@ def write_tables(
     geography: Geography,
     histograms: dict[str, sp.csr_matrix],
     schemas: dict[str, Schema],
+    *,
     tables: tuple[TableSpec, ...],
     metadata: dict | None = None,
 ) -> list[Path]:

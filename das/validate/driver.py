@@ -77,7 +77,7 @@ def _run_states(release: Release, checks: tuple[Check, ...], *, inputs, executor
                 found = list(map(task, states))
             else:  # the largest states first (published population), so the last task to finish is a small one
                 sizes = [int(release.published.get("state", {}).get(s, 0)) for s in states]
-                found = largest_first(executor, task, states, sizes, persons_limit)
+                found = largest_first(executor, task, states, sizes=sizes, limit=persons_limit)
         except BaseException:
             for future in futures.values():
                 future.result()  # the check that comes first in order fails first
