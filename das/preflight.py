@@ -50,14 +50,23 @@ class SpaceEstimate:
         return self.free >= self.needed
 
 
+ACKNOWLEDGE = "--allow-large-rho"  # the one flag, on every command that spends budget, that acknowledges the cap
+
+
+def check_rho_cap(rho: Fraction, *, allow_large_rho: bool, what: str) -> None:
+    """The one cap of every command that spends budget: rho above MAX_RHO only when acknowledged.
+    `what` names the budget (a spec's section, or an argument)."""
+    if rho > MAX_RHO and not allow_large_rho:
+        raise PreflightError(
+            f"{what} rho = {float(rho):g} is above {MAX_RHO} (the 2020 persons run used 2.56): such a "
+            f"release is barely protected. If that is intended, pass {ACKNOWLEDGE}")
+
+
 def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, *, where: str, allow_large_rho: bool) -> None:
     """rho within [floor, cap] (the cap can be acknowledged), delta in (0, 1), every variance storable."""
     if not 0 < delta < 1:
         raise PreflightError(f"{where}: [privacy] delta must be strictly between 0 and 1, got {float(delta):g}")
-    if rho > MAX_RHO and not allow_large_rho:
-        raise PreflightError(
-            f"{where}: [{name}] rho = {float(rho):g} is above {MAX_RHO} (the 2020 persons run used 2.56): such a "
-            f"release is barely protected. If that is intended, pass --allow-large-rho")
+    check_rho_cap(rho, allow_large_rho=allow_large_rho, what=f"{where}: [{name}]")
     for item in allocation.items:
         sigma2 = item.sigma2
         if sigma2 > MAX_SIGMA2:
