@@ -11,10 +11,11 @@ import os
 import sys
 
 from das.cli import attack, release, research, synth
+from das.cli.args import Parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
+    p = Parser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
     sub = p.add_subparsers(dest="command", required=True)
     for family in (release, research, attack, synth):
         family.add_parsers(sub)

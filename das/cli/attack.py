@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from das.cli.args import nonnegative_int, positive_float, positive_int, share
+
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:
     a = subparsers.add_parser(
@@ -23,25 +25,25 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--tables", default=None,
                    help="attack workload spec, a name in specs/attack/ or a path (default: the schema's name; "
                         "dhc_sf1_2010: the 2010 SF1 tables of the RAP-Rank paper)")
-    a.add_argument("--level", choices=("block", "tract"), default="block")
+    a.add_argument("--level", choices=("block", "tract"), default="block", help="geography level attacked")
     a.add_argument("--geounits", default="auto",
                    help="'auto' (across the size range) or comma-separated geocodes (15 digits per block, 11 per tract)")
-    a.add_argument("--count", type=int, default=10, help="geounits 'auto' picks")
-    a.add_argument("--runs", type=int, default=100, help="RAP runs per geounit")
-    a.add_argument("--relaxed", type=int, default=1000, help="K relaxed records per run")
-    a.add_argument("--steps", type=int, default=1000, help="Adam steps per run")
-    a.add_argument("--batch", type=int, default=128, help="queries per step")
-    a.add_argument("--learning-rate", type=float, default=0.1)
-    a.add_argument("--min-confidence", type=float, default=0.0,
+    a.add_argument("--count", type=positive_int, default=10, help="geounits 'auto' picks")
+    a.add_argument("--runs", type=positive_int, default=100, help="RAP runs per geounit")
+    a.add_argument("--relaxed", type=positive_int, default=1000, help="K relaxed records per run")
+    a.add_argument("--steps", type=positive_int, default=1000, help="Adam steps per run")
+    a.add_argument("--batch", type=positive_int, default=128, help="queries per step")
+    a.add_argument("--learning-rate", type=positive_float, default=0.1, help="Adam learning rate")
+    a.add_argument("--min-confidence", type=share, default=0.0,
                    help="drop candidates sampled in fewer than this share of runs")
     a.add_argument("--multiset", action="store_true", help="score with multiplicities (record, j-th copy)")
     a.add_argument("--baselines", default="tract,county",
                    help="comma-separated reference scopes: tract, county, state, holdout ('' for none)")
     a.add_argument("--holdout", default=None, help="persons file of a disjoint holdout population")
-    a.add_argument("--ip-top", type=int, default=50, help="top candidates whose IP certainty is decided (0: no IP)")
-    a.add_argument("--ip-max-persons", type=int, default=60, help="solution variability for blocks up to this size")
-    a.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel RAP runs")
-    a.add_argument("--seed", type=int, default=0, help="seed of the attack's own randomness")
+    a.add_argument("--ip-top", type=nonnegative_int, default=50, help="top candidates whose IP certainty is decided (0: no IP)")
+    a.add_argument("--ip-max-persons", type=nonnegative_int, default=60, help="solution variability for blocks up to this size")
+    a.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel RAP runs")
+    a.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the attack's own randomness")
     a.add_argument("--out", required=True,
                    help="output directory, outside the release (the scores against --truth are confidential); a "
                         "directory holding anything but an earlier `das attack` output is refused")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from das.cli.args import add_budget, budget, nonnegative_int
+
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
 # (tests/test_mechanisms.py checks they agree)
 MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim")
@@ -20,8 +22,9 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES,
                    help="which mechanism (docs/mechanisms.md); mst and aim need pip install 'das[mbi]'")
     s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--seed", type=int, default=None, help="replication mode: seeded noise, outputs labelled NOT private")
-    s.add_argument("--rho", default=None, help="zCDP budget as an exact fraction 'a/b' (default: the spec's persons rho)")
+    s.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="replication mode: seeded noise, outputs labelled NOT private")
+    add_budget(s)
     s.add_argument("--overwrite", action="store_true",
                    help="replace the das release in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
@@ -32,13 +35,12 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 def _cmd_synth(args) -> int:
     from das.mechanisms import MechanismError, synthesize
     from das.privacy.certificate import delta_text, fraction_text
-    from das.privacy.strategy import parse_fraction
     from das.run import NOT_PRIVATE
     from das.rundir import RunDir
 
-    rho = parse_fraction(args.rho, "--rho") if args.rho is not None else None
     try:
-        out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, rho=rho, overwrite=args.overwrite)
+        out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, overwrite=args.overwrite,
+                         allow_large_rho=args.allow_large_rho, budget=budget(args))
     except MechanismError as e:
         print(f"das synth: {e}", file=sys.stderr)
         return 2

@@ -69,8 +69,9 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     spec = load_run_spec(spec_path, seed=seed, budget=budget)
     schema = load_schema(spec.persons.schema)
     budget = _budget(rho, spec)
-    preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho, what="--rho" if rho is not None else
-                            f"{spec.path}: [persons]")  # the one cap of every command that spends budget
+    preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
+                            what="--rho:" if rho is not None else f"{spec.overrides}:" if spec.overrides else
+                            f"{spec.path}: [persons]")
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     _out_dir(run_dir, overwrite, spec)
