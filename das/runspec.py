@@ -172,8 +172,10 @@ class RunSpecFile(Section):
 def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Budget | None = None) -> RunSpec:
     """The run spec of a shipped name or a path, checked whole (every problem in one SpecError) before any
     input is opened; `seed` and `budget` (the command line's) override the spec's."""
-    path = resolve_spec(name_or_path, "runs").resolve()
-    data = specfile.check(specfile.load_toml(path), RunSpecFile, str(path))
+    path = resolve_spec(name_or_path, "runs")
+    raw = specfile.load_toml(path)  # first: a loop, a directory, no permission or not UTF-8 is named as such
+    path = path.resolve()
+    data = specfile.check(raw, RunSpecFile, str(path))
 
     def input_path(raw: str) -> Path:
         p = Path(raw)

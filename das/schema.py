@@ -14,6 +14,7 @@ listed, so a cell index and an attribute-level tuple convert with numpy's ravel/
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from importlib import resources
 from itertools import combinations
@@ -234,7 +235,7 @@ def specs_root() -> Path:
 def resolve_spec(name_or_path: str | Path, kind: str) -> Path:
     """A spec path as given, or the shipped spec `specs/<kind>/<name>.toml`."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" and path.exists():
+    if path.suffix == ".toml" and os.path.lexists(path):  # a loop or an unreadable file: load_toml says which
         return path
     shipped = specs_root() / kind / f"{name_or_path}.toml"
     if shipped.exists():

@@ -1,6 +1,8 @@
 """das/cli/release.py: every release command parses as documented, and bad values are refused with
 exit code 2 and the reason (never a traceback), before anything is written."""
 
+from fractions import Fraction
+
 import pytest
 from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser
 
@@ -108,3 +110,27 @@ def test_validate_input_names_each_missing_file_and_an_unknown_schema(tmp_path, 
     persons, units = ROOT / "geography_fixtures/tiny/persons.csv", ROOT / "geography_fixtures/tiny/units.csv"
     printed = cli_refused(["validate-input", str(persons), str(units), "--schema", "nonesuch"], capsys)
     assert "das validate-input: no schema spec 'nonesuch'" in printed
+
+
+def test_privacy_converts_a_budget_both_ways(capsys):
+    from das.cli import main
+
+    assert main(["privacy", "--eps", "17.1436", "--delta", "1e-10"]) == 0
+    assert "rho = 255623/100000" in capsys.readouterr().out
+    assert main(["privacy", "--rho", "293764/114921", "--delta", "1e-10"]) == 0
+    assert "eps = 17.1436" in capsys.readouterr().out
+    assert main(["privacy", "tiny", "--eps", "4", "--json"]) == 0
+    import json
+
+    persons = json.loads(capsys.readouterr().out)["persons"]
+    assert persons["eps"] <= 4 and persons["delta"] == "1e-10"
+
+
+def test_measure_spends_the_budget_the_command_line_gives(tmp_path, capsys):
+    from das.cli import main
+    from das.rundir import RunDir
+
+    out = tmp_path / "m"
+    assert main(["measure", "tiny", "--out", str(out), "--seed", "1", "--rho", "1/2", "--delta", "1/1000000"]) == 0
+    cert = RunDir(out).read().certificate("persons")
+    assert (cert.rho, cert.delta) == (Fraction(1, 2), Fraction(1, 10**6))
