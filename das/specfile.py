@@ -36,10 +36,11 @@ def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
     """A value as a message shows it: its repr, cut to `limit` characters and the length said.
 
     >>> shown("abc"), shown("9" * 300, 20)
-    ("'abc'", "'9999999999999999... (302 characters)")
+    ("'abc'", "'9999999999999999... (300 characters)")
     """
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+    length = len(value) if isinstance(value, str) else len(text)
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({length:,} characters)"
 
 
 # ---------------------------------------------------------------------------------------------
