@@ -61,7 +61,8 @@ def _refused(tmp_path, old: str, new: str) -> str:
 @pytest.mark.parametrize("old, new, expected", [
     ('delta = "1e-10"', 'delta = "1e-10"\nrho = "1/100"',
      "[privacy]: unknown key(s) ['rho']: rho is a key of [persons] and [units]"),
-    ('strategy = "pl94_six_level"', 'strategy = "pl94_six_level"\nrh0 = "1"', "[persons]: unknown key(s) ['rh0']: did you mean rho?"),
+    ('strategy = "pl94_six_level"', 'strategy = "pl94_six_level"\nrh0 = "1"',
+     "[persons]: unknown key(s) ['rh0']: did you mean rho?"),
     ('strategy = "pl94_six_level"', 'strategy = "pl94_six_level"\nrhoo = "1"', "did you mean rho?"),
     ('delta = "1e-10"', 'delta = "1e-10"\nseeed = 3', "[privacy]: unknown key(s) ['seeed']: did you mean seed?"),
     ('[privacy]', '[outptu]\npl94171 = true\n[privacy]', "the top level: unknown key(s) ['outptu']: did you mean output?"),
@@ -76,7 +77,8 @@ def _refused(tmp_path, old: str, new: str) -> str:
      "unknown geography level(s) ['moon']"),
     ('schema = "pl94_persons"', "schema = 5", "[persons] schema: 5 is not valid (expected a schema name"),
     ('strategy = "pl94_six_level"', 'strategy = "pl94_six_level"\nrho = "1"\neps = "2"', "rho and eps both set the budget"),
-    ('[privacy]', '[output]\nmdf_layout = "csv"\n[privacy]', "[output] mdf_layout: 'csv' is not valid (expected 'parquet' or 'pipe')"),
+    ('[privacy]', '[output]\nmdf_layout = "csv"\n[privacy]',
+     "[output] mdf_layout: 'csv' is not valid (expected 'parquet' or 'pipe')"),
     ('[privacy]', '[output]\npl94171 = "yes"\n[privacy]', "[output] pl94171: 'yes' is not valid (expected true or false)"),
 ])
 def test_a_mistyped_spec_is_refused_naming_the_section_the_key_and_what_was_expected(tmp_path, old, new, expected):
