@@ -27,7 +27,7 @@ from das import bundle, preflight
 from das.geography import Geography
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
-from das.io.tables import load_tables
+from das.io.tables import load_tables, table_widths
 from das.measure import Measured, Measurement, Target, measure_release, plan_for
 from das.privacy.accounting import Allocation, PrivacyAccountant, certificate, rho_for_eps
 from das.privacy.certificate import Certificate
@@ -191,7 +191,8 @@ class Pipeline:
         geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
         if out_dir is not None:
             preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
-                                   out_dir)
+                                   out_dir, table_columns=table_widths(self.tables, self.schemas),
+                                   pl94171=self.spec.pl94171)
         invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
         histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
         self.timings["read_inputs"] = time.perf_counter() - t0
