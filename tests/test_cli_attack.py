@@ -79,3 +79,14 @@ def test_a_schema_other_than_the_releases_is_refused(tmp_path, capsys):
                            "--out", str(tmp_path / "audit")], capsys)
     assert f"das attack: --schema dhc_persons: the release {release} uses schema pl94_persons" in printed
     assert not (tmp_path / "audit").exists()
+
+
+def test_a_truth_that_does_not_cover_the_releases_geography_is_refused(tmp_path, capsys):
+    from das.run import run
+
+    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False, log=quiet).out_dir
+    printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--out",
+                           str(tmp_path / "audit"), "--workers", "1"], capsys)  # Vermont's persons, a release of Rhode Island
+    assert f"das attack: --truth {GRAND_ISLE} does not cover the release's geography: it holds no persons in 2 of " \
+           "the release's 2 counties (44001, 44003)" in printed
+    assert not (tmp_path / "audit").exists()

@@ -66,7 +66,7 @@ def _cmd_attack(args) -> int:
     from das import outdir
     from das.attack.audit import ATTACK, AuditOptions, auto_geounits, run_audit, write_outputs
     from das.attack.baselines import SCOPES
-    from das.attack.data import AttackError, read_persons, read_release, release_schema
+    from das.attack.data import AttackError, check_covers, read_persons, read_release, release_schema
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
     from das.io.microdata import InputError
@@ -96,6 +96,7 @@ def _cmd_attack(args) -> int:
         t0 = time.perf_counter()
         truth = read_persons(args.truth, schema)
         published = truth if args.published == "exact" else read_release(args.published, schema)
+        check_covers(truth, published, truth_path=args.truth)  # a truth of another county scores 0: refused
         holdout = read_persons(args.holdout, schema) if args.holdout else None
         if args.geounits == "auto":
             geounits = auto_geounits(published, args.level, args.count, np.random.default_rng(args.seed))
