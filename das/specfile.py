@@ -123,6 +123,8 @@ def load_toml(path: Path) -> dict:
                         "a UTF-8 TOML file") from None
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:  # tomllib's own limits, e.g. an integer of more than 4300 digits
+        raise SpecError(f"{path}: not valid TOML: {str(e)[:200]}") from None
 
 
 def check(data: dict, model: type[BaseModel], source: str) -> BaseModel:
@@ -221,6 +223,36 @@ def _walk(model: type[BaseModel] | None, loc: tuple):
         elif field is None:
             return None, None
     return model, field
+
+
+def model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The model of the table at `loc` of a spec, whose keys are its fields (None: loc is a value, or a
+    table of free keys such as a strategy's [levels]).
+
+    >>> from das.privacy.strategy import StrategyFile
+    >>> model_at(StrategyFile, ("levels",)), model_at(StrategyFile, ("levels", "nation")).__name__
+    (None, 'LevelSection')
+    """
+    current, in_container = model, False
+    for part in loc:
+        if in_container:  # a key of a table of free keys, or an index of a list: the next part is a field again
+            in_container = False
+            continue
+        if current is None or not isinstance(part, str) or part not in fields(current):
+            return None
+        annotation = fields(current)[part].annotation
+        current, in_container = _inner(annotation), _container(annotation)
+    return None if in_container else current
+
+
+def _container(annotation) -> bool:
+    """Is the annotation (Optional or Annotated aside) a dict or a list?"""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _container(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_container(a) for a in typing.get_args(annotation) if a is not type(None))
+    return origin in (dict, list)
 
 
 def _field(model: type[BaseModel], loc: tuple):
