@@ -43,6 +43,18 @@ def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({length:,} characters)"
 
 
+def cut_long_words(text: str, limit: int = 200) -> str:
+    """A message with every run of more than `limit` non-space characters cut (a value echoed inside it).
+
+    >>> cut_long_words("bad value " + "9" * 500 + " here")
+    'bad value 99999999999999999999999999999999999999999999999999999999999... (500 characters) here'
+    """
+    def cut(match) -> str:
+        return f"{match.group()[:SHOWN_CHARACTERS - 1]}... ({len(match.group()):,} characters)"
+
+    return re.sub(rf"\S{{{limit + 1},}}", cut, text)
+
+
 # ---------------------------------------------------------------------------------------------
 # Exact fractions
 

@@ -53,7 +53,7 @@ def test_a_release_command_parses(argv, handler, values):
     (["run", "tiny", "--memory-gb", "-1"], "argument --memory-gb: expected a positive finite number, got '-1'"),
     (["run", "tiny", "--rho", "0.1.2"], "argument --rho: '0.1.2' is not an exact fraction"),
     (["run", "tiny", "--delta", "1"], "argument --delta: must be strictly between 0 and 1, got '1'"),
-    (["run", "tiny", "--rho", "9" * 1000], "(1002 characters)"),
+    (["run", "tiny", "--rho", "9" * 1000], "(1,000 characters)"),
     (["validate"], "the following arguments are required: run_dir"),
     (["validate", "RUN", "--inputs", "p.csv"], "argument --inputs: expected 2 arguments"),
     (["validate-input", "p.csv"], "the following arguments are required: units"),

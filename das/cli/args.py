@@ -26,6 +26,29 @@ class Parser(argparse.ArgumentParser):
         long = re.compile(rf"'([^']{{{SHOWN_CHARACTERS},}})'")
         super().error(long.sub(lambda m: shown(m.group(1)), message))
 
+    def _get_values(self, action, arg_strings):
+        # argparse drops a lone "--" given as an option's value (`--runs=--`) and stores [] unchecked
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
+
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
+
+
+def path(text: str) -> str:
+    """A file or directory name the operating system can take: no NUL byte, no name over 255 bytes."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"a path cannot hold a NUL byte: {shown(text)}")
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"a path of characters that cannot be encoded: {shown(text)}") from None
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise argparse.ArgumentTypeError(f"a path of at most {MAX_PATH_BYTES} bytes, each name at most {MAX_NAME_BYTES}: "
+                                         f"{shown(text)}")
+    return text
+
 
 def integer(minimum: int):
     """An argument type: an integer of at least `minimum`."""

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from das.cli.args import nonnegative_int, positive_float, positive_int, share
+from das.cli.args import nonnegative_int, path, positive_float, positive_int, share
 
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:
@@ -16,13 +16,13 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
         "attack", help="reconstruction audit: RAP-Rank, baselines and integer programming against a release",
         description="Attack published tables (exact, or a `das run` release) and score the reconstructed "
                     "records against the confidential persons file.")
-    a.add_argument("--truth", required=True, help="confidential persons file (Parquet/CSV), used only to score")
-    a.add_argument("--published", required=True,
+    a.add_argument("--truth", type=path, required=True, help="confidential persons file (Parquet/CSV), used only to score")
+    a.add_argument("--published", type=path, required=True,
                    help="a `das run` output directory (its MDF gives the published tables), or 'exact' "
                         "(tables computed from --truth: no protection)")
-    a.add_argument("--schema", default=None,
+    a.add_argument("--schema", type=path, default=None,
                    help="persons schema (default: the release's; with 'exact': dhc_persons)")
-    a.add_argument("--tables", default=None,
+    a.add_argument("--tables", type=path, default=None,
                    help="attack workload spec, a name in specs/attack/ or a path (default: the schema's name; "
                         "dhc_sf1_2010: the 2010 SF1 tables of the RAP-Rank paper)")
     a.add_argument("--level", choices=("block", "tract"), default="block", help="geography level attacked")
@@ -39,12 +39,12 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--multiset", action="store_true", help="score with multiplicities (record, j-th copy)")
     a.add_argument("--baselines", default="tract,county",
                    help="comma-separated reference scopes: tract, county, state, holdout ('' for none)")
-    a.add_argument("--holdout", default=None, help="persons file of a disjoint holdout population")
+    a.add_argument("--holdout", type=path, default=None, help="persons file of a disjoint holdout population")
     a.add_argument("--ip-top", type=nonnegative_int, default=50, help="top candidates whose IP certainty is decided (0: no IP)")
     a.add_argument("--ip-max-persons", type=nonnegative_int, default=60, help="solution variability for blocks up to this size")
     a.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel RAP runs")
     a.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the attack's own randomness")
-    a.add_argument("--out", required=True,
+    a.add_argument("--out", type=path, required=True,
                    help="output directory, outside the release (the scores against --truth are confidential); a "
                         "directory holding anything but an earlier `das attack` output is refused")
     a.add_argument("--overwrite", action="store_true",
@@ -71,6 +71,7 @@ def _cmd_attack(args) -> int:
     from das.attack.workload import load_attack_tables
     from das.io.microdata import InputError
     from das.schema import SpecError, load_schema
+    from das.specfile import cut_long_words
 
     try:
         for name in ("runs", "relaxed", "steps", "batch", "workers", "count"):
@@ -119,10 +120,10 @@ def _cmd_attack(args) -> int:
         write_outputs(Path(args.out), results, published, options, source=source, seconds=time.perf_counter() - t0)
         claim.finish()
     except (AttackError, SpecError) as e:
-        print(f"das attack: {e}", file=sys.stderr)
+        print(f"das attack: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
     except InputError as e:
-        print(f"das attack: input is invalid:\n{e}", file=sys.stderr)
+        print(f"das attack: input is invalid:\n{cut_long_words(str(e))}", file=sys.stderr)
         return 2
     print(Path(args.out, "summary.md").read_text())
     print(f"wrote {args.out}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from das.cli.args import add_budget, budget, delta, fraction, integer, nonnegative_int, positive_float, positive_int
+from das.cli.args import add_budget, budget, delta, fraction, integer, nonnegative_int, path, positive_float, positive_int
 
 
 def _cmd_run(args) -> int:
@@ -106,8 +106,8 @@ def add_parsers(sub) -> None:
     """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
 
     r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
-    r.add_argument("spec", nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
-    r.add_argument("--out", default=None, help="output directory (default: runs/<spec name>)")
+    r.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    r.add_argument("--out", type=path, default=None, help="output directory (default: runs/<spec name>)")
     r.add_argument("--seed", type=nonnegative_int, default=None,
                    help="replication mode: seeded noise, outputs labelled NOT private")
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
@@ -116,7 +116,7 @@ def add_parsers(sub) -> None:
                         "holding any other file is refused")
     add_budget(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r.add_argument("--resume", metavar="RUN_DIR", default=None,
+    r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,
                    help="continue an interrupted run from its stored noisy measurements and checkpoints "
                         "(never drawing noise again); SPEC defaults to the run's own")
     r.add_argument("--engine", choices=("local", "dask"), default="local",
@@ -130,21 +130,21 @@ def add_parsers(sub) -> None:
     r.set_defaults(func=_cmd_run)
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
-    v.add_argument("run_dir", help="a das run directory")
-    v.add_argument("--inputs", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+    v.add_argument("run_dir", type=path, help="a das run directory")
+    v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="also compare the invariants with these confidential inputs (default: the run's "
                         "operator files, when present)")
     v.set_defaults(func=_cmd_validate)
 
     vi = sub.add_parser("validate-input", help="check persons/units microdata files")
-    vi.add_argument("persons", help="persons file (Parquet or CSV)")
-    vi.add_argument("units", help="units file (Parquet or CSV)")
-    vi.add_argument("--schema", default="pl94_persons", help="persons schema: a name in specs/schemas or a .toml path")
+    vi.add_argument("persons", type=path, help="persons file (Parquet or CSV)")
+    vi.add_argument("units", type=path, help="units file (Parquet or CSV)")
+    vi.add_argument("--schema", type=path, default="pl94_persons", help="persons schema: a name in specs/schemas or a .toml path")
     vi.set_defaults(func=_cmd_validate_input)
 
     pr = sub.add_parser("privacy", help="the privacy certificate of a run spec, or a budget converted: eps at delta "
                                         "to rho (--eps --delta), rho to eps at delta (--rho --delta)")
-    pr.add_argument("spec", nargs="?", help="run spec: a shipped name or a .toml path (none: convert --eps or --rho)")
+    pr.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name or a .toml path (none: convert --eps or --rho)")
     pr.add_argument("--rho", type=fraction, default=None, help="a persons budget (with SPEC: over the spec's)")
     pr.add_argument("--eps", type=fraction, default=None,
                     help="a budget as eps at --delta: the largest exact rho whose certificate is within (eps, delta)")
@@ -153,8 +153,8 @@ def add_parsers(sub) -> None:
     pr.set_defaults(func=_cmd_privacy)
 
     m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
-    m.add_argument("spec", help="run spec: a shipped name or a .toml path")
-    m.add_argument("--out", required=True, help="output directory (empty, or a das run to --overwrite)")
+    m.add_argument("spec", type=path, help="run spec: a shipped name or a .toml path")
+    m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
     m.add_argument("--seed", type=nonnegative_int, default=None,
                    help="replication mode: seeded noise, outputs labelled NOT private")
     m.add_argument("--overwrite", action="store_true",
@@ -164,22 +164,23 @@ def add_parsers(sub) -> None:
     m.set_defaults(func=_cmd_measure)
 
     t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
-    t.add_argument("source", help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
+    t.add_argument("source", type=path,
+                   help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
     t.add_argument("--format", choices=("pl94171", "parquet"), default="pl94171",
                    help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
-    t.add_argument("--out", required=True,
+    t.add_argument("--out", type=path, required=True,
                    help="output directory, outside the source; a rerun replaces its own earlier tables, a directory "
                         "holding anything else is refused")
     t.set_defaults(func=_cmd_tables)
 
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
-    a.add_argument("spec", help="run spec whose schema, strategy and levels are audited (no input is read)")
+    a.add_argument("spec", type=path, help="run spec whose schema, strategy and levels are audited (no input is read)")
     a.add_argument("--trials", type=integer(100), default=20_000, help="runs of the measurement per dataset")
     a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
     a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
     a.add_argument("--seed", type=nonnegative_int, default=None, help="seeded noise (reproducible audit)")
     a.add_argument("--json", action="store_true", help="JSON instead of text")
-    a.add_argument("--out", default=None,
+    a.add_argument("--out", type=path, default=None,
                    help="also write the report to this directory (audit.json, and audit.md: a short summary)")
     a.add_argument("--overwrite", action="store_true",
                    help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")

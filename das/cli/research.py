@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from das.cli.args import fraction, names, nonnegative_int, positive_int
+from das.cli.args import fraction, names, nonnegative_int, path, positive_int
 from das.research import compare
 from das.research.estimators import ESTIMATORS
 from das.research.replicate import DEFAULT_QUERIES
@@ -56,10 +56,10 @@ def add_parsers(sub) -> None:
     common = {"queries": ",".join(DEFAULT_QUERIES)}
 
     m = sub.add_parser("metrics", help="accuracy of a run's release (and of its NMF) against the true input")
-    m.add_argument("run_dir", help="a das run directory")
-    m.add_argument("--truth", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+    m.add_argument("run_dir", type=path, help="a das run directory")
+    m.add_argument("--truth", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="confidential input files (default: the run's own inputs, from its manifest)")
-    m.add_argument("--out", default=None,
+    m.add_argument("--out", type=path, default=None,
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
                         "anything else is refused")
@@ -69,9 +69,9 @@ def add_parsers(sub) -> None:
     m.set_defaults(func=_cmd_metrics)
 
     r = sub.add_parser("replicate", help="N independent noise draws on the same input, scored per estimator")
-    r.add_argument("spec", help="run spec (persons release is studied)")
+    r.add_argument("spec", type=path, help="run spec (persons release is studied)")
     r.add_argument("--runs", type=positive_int, default=20, help="replicates per budget")
-    r.add_argument("--out", required=True, help="output directory of the study (confidential)")
+    r.add_argument("--out", type=path, required=True, help="output directory of the study (confidential)")
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="replicates in parallel")
     r.add_argument("--rho", default=None, help="comma list of budgets (exact fractions) to sweep; default the spec's")
     r.add_argument("--allow-large-rho", action="store_true",
@@ -87,8 +87,8 @@ def add_parsers(sub) -> None:
     r.set_defaults(func=_cmd_replicate)
 
     p = sub.add_parser("report", help="HTML + Markdown report with plots of a replicate or metrics directory")
-    p.add_argument("dir", help="a replicate, metrics or compare directory")
-    p.add_argument("--out", default=None,
+    p.add_argument("dir", type=path, help="a replicate, metrics or compare directory")
+    p.add_argument("--out", type=path, default=None,
                    help="report directory (default DIR/report, part of the study); a rerun replaces its own earlier "
                         "report, a directory holding anything else is refused")
     p.set_defaults(func=_cmd_report)
@@ -118,10 +118,10 @@ def _cmd_compare(args) -> int:
 def _add_compare(sub) -> None:
     c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
                                        "error, bias, cost and attack match rates side by side")
-    c.add_argument("spec", help="run spec (its persons release is compared)")
+    c.add_argument("spec", type=path, help="run spec (its persons release is compared)")
     c.add_argument("--mechanisms", default=compare.TOPDOWN, help=f"comma list of {', '.join(compare.mechanism_names())}")
     c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
-    c.add_argument("--out", required=True, help="output directory of the comparison (confidential)")
+    c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
     c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")
     c.add_argument("--allow-large-rho", action="store_true",
                    help="acknowledge a budget above the cap (rho > 10): barely protected")
@@ -132,7 +132,7 @@ def _add_compare(sub) -> None:
     c.add_argument("--attack-runs", type=positive_int, default=20, help="RAP runs per block")
     c.add_argument("--attack-relaxed", type=positive_int, default=300, help="K relaxed records per RAP run")
     c.add_argument("--attack-steps", type=positive_int, default=300, help="Adam steps per RAP run")
-    c.add_argument("--tables", default=None, help="attack workload spec (default: the schema's)")
+    c.add_argument("--tables", type=path, default=None, help="attack workload spec (default: the schema's)")
     c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="worker processes of each release and attack")
     c.add_argument("--overwrite", action="store_true",

@@ -43,6 +43,8 @@ METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confiden
 def metrics_dir(run_dir) -> Path:
     """Where `das metrics RUN_DIR` writes by default: `<RUN_DIR>-metrics`, beside the release."""
     run_dir = Path(os.path.normpath(os.path.abspath(run_dir)))
+    if not run_dir.name:
+        raise StudyError(f"{run_dir} is the root: there is no beside to write {run_dir}-metrics; pass --out")
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
