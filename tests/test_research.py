@@ -350,3 +350,15 @@ def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, cap
     err = capsys.readouterr().err
     assert "estimator wls" in err and "233,856" in err and "leave wls out" in err
     assert not list((out / "parts").glob("*.parquet"))
+
+
+def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(tmp_path):
+    from das.preflight import PreflightError
+    from das.research.replicate import StudyError
+
+    for workers in (0, -2):
+        with pytest.raises(StudyError, match="--workers must be at least 1"):
+            replicate_study(Study(spec="tiny", runs=1), tmp_path / "out", workers=workers, log=quiet)
+    with pytest.raises(PreflightError, match=r"--rho rho = 20 is above 10"):
+        replicate_study(Study(spec="tiny", rhos=("1/2", "20"), runs=1), tmp_path / "out", log=quiet)
+    assert not (tmp_path / "out").exists()
