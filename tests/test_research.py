@@ -310,8 +310,9 @@ def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
-    assert das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--estimators", "topdown,magic"]) == 2
-    assert "unknown estimator" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # refused while parsing
+        das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--estimators", "topdown,magic"])
+    assert stopped.value.code == 2 and "unknown name 'magic'" in capsys.readouterr().err
     assert das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--rho", "0"]) == 2
     assert "--rho" in capsys.readouterr().err
     assert das_main(["report", str(tmp_path)]) == 2
