@@ -243,7 +243,8 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
     """Refuse to continue a run directory with another spec, seed or input."""
     problems = []
     if what == "spec" and stored.get("spec_sha256") != current["spec_sha256"]:
-        problems.append("the run spec differs from the one the run started with")
+        problems.append("the run spec differs from the one the run started with (a budget given by --rho, --eps "
+                        "or --delta counts: give the same)")
     if what == "spec" and stored.get("seed") != current["seed"]:
         problems.append(f"seed {current['seed']} differs from the run's {stored.get('seed')}")
     if what == "inputs":
