@@ -26,7 +26,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat",
      "das.mechanisms.stability", "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn",
      "das.mechanisms.pgm", "das.mechanisms.registry", "das.mechanisms.release"},
-    {"das.cli", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
+    {"das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
 ]
 
 

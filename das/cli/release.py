@@ -105,29 +105,7 @@ def _cmd_audit_privacy(args) -> int:
 def add_parsers(sub) -> None:
     """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
 
-    r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
-    r.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
-    r.add_argument("--out", type=path, default=None, help="output directory (default: runs/<spec name>)")
-    r.add_argument("--seed", type=nonnegative_int, default=None,
-                   help="replication mode: seeded noise, outputs labelled NOT private")
-    r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
-    r.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
-    add_budget(r)
-    r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,
-                   help="continue an interrupted run from its stored noisy measurements and checkpoints "
-                        "(never drawing noise again); SPEC defaults to the run's own")
-    r.add_argument("--engine", choices=("local", "dask"), default="local",
-                   help="where tasks run: a local process pool, or Dask (pip install 'das[dask]')")
-    r.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                   help="Dask scheduler address (tcp://host:8786); default: a local cluster of --workers processes")
-    r.add_argument("--memory-gb", type=positive_float, default=None,
-                   help="a partitioned run (inputs as one file per state) starts a state's task only while the "
-                        "tasks in flight are estimated to fit this much memory with the driver and workers "
-                        "(docs/scale.md); default: no limit")
-    r.set_defaults(func=_cmd_run)
+    _add_run(sub)
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
     v.add_argument("run_dir", type=path, help="a das run directory")
@@ -185,3 +163,30 @@ def add_parsers(sub) -> None:
     a.add_argument("--overwrite", action="store_true",
                    help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
     a.set_defaults(func=_cmd_audit_privacy)
+
+
+def _add_run(sub) -> None:
+    """`das run`: its parser (the largest of the release commands)."""
+    r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
+    r.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    r.add_argument("--out", type=path, default=None, help="output directory (default: runs/<spec name>)")
+    r.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="replication mode: seeded noise, outputs labelled NOT private")
+    r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace the das run in the output directory, deleting only its own files; a directory "
+                        "holding any other file is refused")
+    add_budget(r)
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,
+                   help="continue an interrupted run from its stored noisy measurements and checkpoints "
+                        "(never drawing noise again); SPEC defaults to the run's own")
+    r.add_argument("--engine", choices=("local", "dask"), default="local",
+                   help="where tasks run: a local process pool, or Dask (pip install 'das[dask]')")
+    r.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="Dask scheduler address (tcp://host:8786); default: a local cluster of --workers processes")
+    r.add_argument("--memory-gb", type=positive_float, default=None,
+                   help="a partitioned run (inputs as one file per state) starts a state's task only while the "
+                        "tasks in flight are estimated to fit this much memory with the driver and workers "
+                        "(docs/scale.md); default: no limit")
+    r.set_defaults(func=_cmd_run)
