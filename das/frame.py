@@ -53,7 +53,7 @@ def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) ->
 def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
     """What must not change between a run and its resumption: spec, seed, inputs (keyed digests, operator only)."""
     return {
-        "spec_sha256": bundle.spec_digest(spec.text),
+        "spec_sha256": bundle.spec_digest(spec.fingerprint_text),
         "seed": spec.seed,
         "inputs": {name: bundle.keyed_fingerprint(key, p)
                    for name, p in (("persons", spec.persons_path), ("units", spec.units_path)) if p is not None},

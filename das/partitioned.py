@@ -21,6 +21,7 @@ solution, its parts) live under checkpoints/states/<state>/ and go with the chec
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from das.io import nmf
 from das.io import parts as state_parts
 from das.io.microdata import read_inputs
 from das.io.outputs import NationRelease, OutputPlan, Part
+from das.io.tables import table_widths
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
 from das.pipeline import Pipeline, RunError
@@ -115,6 +117,7 @@ class StateTop:
     blocks: int
     truth: dict[str, sp.csr_matrix]  # release -> (1 x cells), confidential: never written
     bounds: list[Bounds]             # the persons' bounds of the state, total population invariant included
+    bytes_needed: int = 0            # the disk its part of the release needs (das.preflight.estimate_space)
 
     @property
     def population(self) -> int:
@@ -166,11 +169,13 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
     work, si = task
     inputs, geography, invariants = _read(work, si)
-    preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()}, work.run_dir)
+    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()},
+                                   work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
+                                   pl94171=work.outputs.pl94171)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}
     return StateTop(si.state, geography.n_blocks, truth,
-                    level_bounds(work.schemas["persons"], invariants, geography, level="state"))
+                    level_bounds(work.schemas["persons"], invariants, geography, level="state"), space.needed)
 
 
 def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
@@ -182,6 +187,10 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
     persons = [input_records(si.persons) for si in inputs]
     tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
                                       limit=work.persons_limit))
+    where = preflight.nearest_existing(run_dir.path)  # every state's files together, before any noise
+    preflight.check_space(preflight.SpaceEstimate(sum(s.bytes_needed for s in tops.states),
+                                                  shutil.disk_usage(where).free, where), run_dir.path,
+                          pl94171=work.outputs.pl94171)
     pipe.timings["read_inputs"] = time.perf_counter() - t0
     pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
              f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")

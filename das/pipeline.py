@@ -27,15 +27,15 @@ from das import bundle, preflight
 from das.geography import Geography
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
-from das.io.tables import load_tables
+from das.io.tables import load_tables, table_widths
 from das.measure import Measured, Measurement, Target, measure_release, plan_for
-from das.privacy.accounting import Allocation, PrivacyAccountant, certificate
+from das.privacy.accounting import Allocation, PrivacyAccountant, certificate, rho_for_eps
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.rules import Invariants, household_persons
 from das.rundir import PublishedInvariants
-from das.runspec import Release, RunSpec, load_run_spec
+from das.runspec import Budget, Release, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
 
@@ -112,6 +112,15 @@ class Confidential:
         return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities)
 
 
+def release_rho(release: Release, strategy: Strategy, delta: Fraction) -> Fraction | None:
+    """A release's budget: its rho, or the largest rho certified within its eps at delta, or the strategy's."""
+    if release.rho is not None:
+        return release.rho
+    if release.eps is not None:
+        return rho_for_eps(release.eps, delta)
+    return strategy.rho
+
+
 @dataclass
 class Pipeline:
     """The context of one run: spec, releases (persons first), randomness, tables, a log and timings."""
@@ -125,15 +134,16 @@ class Pipeline:
 
     @classmethod
     def prepare(cls, spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
-                allow_large_rho: bool = False, log: Callable = print) -> Pipeline:
-        """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here."""
-        spec = load_run_spec(spec_path, seed=seed)
+                allow_large_rho: bool = False, log: Callable = print, budget: Budget | None = None) -> Pipeline:
+        """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here.
+        `budget`: the command line's persons budget and delta, over the spec's."""
+        spec = load_run_spec(spec_path, seed=seed, budget=budget)
         wanted = [("persons", spec.persons)] + ([("units", spec.units)] if spec.units else [])
         planned = {}
         for name, release in wanted:
             schema, strategy = load_schema(release.schema), load_strategy(release.strategy)
             validate_strategy(strategy, schema, spec.levels)
-            rho = release.rho if release.rho is not None else strategy.rho
+            rho = release_rho(release, strategy, spec.delta)
             plan, allocation = plan_for(strategy, rho, spec.levels)
             planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, None)
         preflight.check_spec(spec, {n: r.schema for n, r in planned.items()},
@@ -181,7 +191,8 @@ class Pipeline:
         geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
         if out_dir is not None:
             preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
-                                   out_dir)
+                                   out_dir, table_columns=table_widths(self.tables, self.schemas),
+                                   pl94171=self.spec.pl94171)
         invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
         histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
         self.timings["read_inputs"] = time.perf_counter() - t0

@@ -45,7 +45,7 @@ from das.rundir import (
     RunDir,
     RunDirError,
 )
-from das.runspec import RunSpec, load_run_spec
+from das.runspec import Budget, RunSpec, load_run_spec
 from das.topdown.engine import task_summary
 
 __all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run", "run"]
@@ -160,9 +160,9 @@ def _shape(spec: RunSpec) -> _Whole | _Partitioned:
 
 
 def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False, log=print,
-                 allow_large_rho: bool = False) -> Manifest:
+                 allow_large_rho: bool = False, budget: Budget | None = None) -> Manifest:
     """`das measure`: the NMF and a manifest, no post-processing."""
-    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log)
+    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log, budget=budget)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     _out_dir(run_dir, overwrite, pipe.spec)
@@ -243,7 +243,8 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
     """Refuse to continue a run directory with another spec, seed or input."""
     problems = []
     if what == "spec" and stored.get("spec_sha256") != current["spec_sha256"]:
-        problems.append("the run spec differs from the one the run started with")
+        problems.append("the run spec differs from the one the run started with (a budget given by --rho, --eps "
+                        "or --delta counts: give the same)")
     if what == "spec" and stored.get("seed") != current["seed"]:
         problems.append(f"seed {current['seed']} differs from the run's {stored.get('seed')}")
     if what == "inputs":
@@ -257,7 +258,7 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
 
 def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
     """The same spec, seed and inputs (keyed fingerprints, read before any input is read)."""
-    current = {"spec_sha256": bundle.spec_digest(spec.text), "seed": spec.seed}
+    current = {"spec_sha256": bundle.spec_digest(spec.fingerprint_text), "seed": spec.seed}
     _check_fingerprint(run_dir.path, stored.operator["fingerprint"], current, "spec")
     for name, path in (("persons", spec.persons_path), ("units", spec.units_path)):
         if not Path(path).exists():  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
@@ -266,17 +267,18 @@ def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
 
 
 def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None,
-               log=print, **settings) -> RunResult:
+               log=print, *, budget: Budget | None = None, **settings) -> RunResult:
     """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
     stored = _load_stored(RunDir(run_dir))
     stored_seed = stored.operator["fingerprint"].get("seed")
     if seed is not None and seed != stored_seed:
         raise RunError(f"{run_dir} belongs to another run: seed {seed} differs from the run's {stored_seed}")
     if spec_path is not None:
-        given = load_run_spec(spec_path, seed=stored_seed)
+        given = load_run_spec(spec_path, seed=stored_seed, budget=budget)
         _check_fingerprint(Path(run_dir), stored.operator["fingerprint"],
-                           {"spec_sha256": bundle.spec_digest(given.text), "seed": stored_seed}, "spec")
-    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, log=log, resume=True, **settings)
+                           {"spec_sha256": bundle.spec_digest(given.fingerprint_text), "seed": stored_seed}, "spec")
+    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, log=log, resume=True, budget=budget,
+               **settings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,9 +286,10 @@ def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: i
 
 
 def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, log=print, resume: bool = False,
-        **settings) -> RunResult:
+        budget: Budget | None = None, **settings) -> RunResult:
     """A whole release into out_dir; with resume=True, continue the interrupted run in out_dir.
-    `settings` are RunOptions fields (workers, engine, scheduler, progress, overwrite, allow_large_rho).
+    `settings` are RunOptions fields (workers, engine, scheduler, progress, overwrite, allow_large_rho);
+    `budget` the command line's persons budget and delta (--rho or --eps, --delta), over the spec's.
 
     Order: the spec preflight (no file read), the output directory, the inputs and their
     preflight; only then the worker pool starts and the first noise is drawn. A resumed run
@@ -302,7 +305,7 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
         manifest = stored.manifest
         return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
     pipe = Pipeline.prepare(spec_path, seed, workers=options.workers, engine=options.engine,
-                            allow_large_rho=options.allow_large_rho, log=log)
+                            allow_large_rho=options.allow_large_rho, log=log, budget=budget)
     if stored:
         _check_resumable(run_dir, stored, pipe.spec)
     else:

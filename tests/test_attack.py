@@ -374,10 +374,13 @@ def test_cli_attack_with_the_sf1_2010_tables(tmp_path):
     (["--published", "/nonexistent/run"], "no manifest.json"),
     (["--published", "exact", "--geounits", "5001302"], "15-digit block geocode"),
     (["--published", "exact", "--baselines", "planet"], "unknown scope"),
-    (["--published", "exact", "--runs", "0"], "--runs 0"),
+    (["--published", "exact", "--runs", "0"], "argument --runs: expected an integer of at least 1, got 0"),
 ])
 def test_cli_errors_are_clear(tmp_path, capsys, args, message):
-    code = main(["attack", "--truth", str(GRAND_ISLE), "--out", str(tmp_path / "o"), "--workers", "1", *args])
+    try:
+        code = main(["attack", "--truth", str(GRAND_ISLE), "--out", str(tmp_path / "o"), "--workers", "1", *args])
+    except SystemExit as stopped:  # refused while parsing
+        code = stopped.code
     assert code == 2
     assert message in capsys.readouterr().err
 

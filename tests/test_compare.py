@@ -134,3 +134,29 @@ def test_cli_compare_one_seed(tmp_path, capsys):
     removable = outdir.check(out, COMPARE, overwrite=True).remove
     assert {p for p in out.rglob("*") if p.is_file()} == set(removable)
     assert any("releases/topdown/seed0000/mdf_persons.parquet" in str(p) for p in removable)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: every setting checked before anything is made; a comparison whose every release failed
+
+
+def test_bad_settings_are_refused_as_settings_not_tracebacks(tmp_path):
+    from das.schema import SpecError
+
+    with pytest.raises(SpecError, match="--rho: 'abc' is not an exact fraction"):
+        Comparison(spec="tiny", rho="abc").check()
+    with pytest.raises(SpecError, match=r"--rho rho = 11 is above 10.*--allow-large-rho"):
+        Comparison(spec="tiny", rho="11").check()
+    Comparison(spec="tiny", rho="11", allow_large_rho=True).check()
+    for workers in (0, -1, True):
+        with pytest.raises(StudyError, match="--workers must be at least 1"):
+            run_comparison(Comparison(spec="tiny", seeds=1, attack_blocks=0), tmp_path / "out", workers=workers)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_comparison_whose_every_release_failed_summarizes_to_nothing(tmp_path):
+    from das.research.compare import summarize
+
+    (tmp_path / "parts" / "topdown").mkdir(parents=True)
+    (tmp_path / "parts" / "topdown" / "seed0000.json").write_text("{}")  # no scores: every release failed
+    assert summarize(tmp_path, Comparison(spec="tiny")) == {"rows": 0, "seeds_scored": 0, "seeds_attacked": 0}

@@ -286,3 +286,17 @@ def test_the_validator_reads_no_mdf_geography_in_the_driver(reference, tmp_path,
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     assert [v for v in validate_run(out).violations if v.startswith("NMF") and "state.parquet" in v][0].startswith(
         "NMF: exactly the certified measurements: nmf/persons/state.parquet")
+
+
+@pytest.mark.parametrize("where", ["persons", "units", "persons/deeper"])
+def test_an_output_directory_inside_a_partitioned_input_directory_is_refused(tmp_path, where):
+    from das.outdir import OutDirError
+
+    spec = two_states(tmp_path / "inputs")
+    before = sorted(p.name for p in (spec.parent / "persons").rglob("*"))
+    out = spec.parent / where / "run"
+    for refuse in (lambda: run(spec, out, seed=SEED, workers=1, progress=False, log=quiet),
+                   lambda: measure_only(spec, out, seed=SEED, log=quiet)):
+        with pytest.raises(OutDirError, match=f"is inside {spec.parent / where.split('/')[0]}, an input"):
+            refuse()
+    assert not out.exists() and sorted(p.name for p in (spec.parent / "persons").rglob("*")) == before

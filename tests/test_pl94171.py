@@ -233,7 +233,7 @@ def test_run_spec_option_is_checked(tmp_path):
                  ("pl94_five_level", "h1_units_five_level"), pl94171=True)
     assert load_run_spec(spec).pl94171 and not load_run_spec("tiny").pl94171
     spec.write_text(spec.read_text().replace("pl94171 = true", 'pl94171 = "yes"'))
-    with pytest.raises(SpecError, match=r"\[output\] pl94171 must be true or false"):
+    with pytest.raises(SpecError, match=r"\[output\] pl94171: 'yes' is not valid \(expected true or false\)"):
         load_run_spec(spec)
     text = spec.read_text().replace('pl94171 = "yes"', "pl94171 = true")
     spec.write_text(text.split("[units]")[0] + "[output]\npl94171 = true\n")

@@ -310,8 +310,9 @@ def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
-    assert das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--estimators", "topdown,magic"]) == 2
-    assert "unknown estimator" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # refused while parsing
+        das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--estimators", "topdown,magic"])
+    assert stopped.value.code == 2 and "unknown name 'magic'" in capsys.readouterr().err
     assert das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--rho", "0"]) == 2
     assert "--rho" in capsys.readouterr().err
     assert das_main(["report", str(tmp_path)]) == 2
@@ -350,3 +351,15 @@ def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, cap
     err = capsys.readouterr().err
     assert "estimator wls" in err and "233,856" in err and "leave wls out" in err
     assert not list((out / "parts").glob("*.parquet"))
+
+
+def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(tmp_path):
+    from das.preflight import PreflightError
+    from das.research.replicate import StudyError
+
+    for workers in (0, -2):
+        with pytest.raises(StudyError, match="--workers must be at least 1"):
+            replicate_study(Study(spec="tiny", runs=1), tmp_path / "out", workers=workers, log=quiet)
+    with pytest.raises(PreflightError, match=r"--rho rho = 20 is above 10"):
+        replicate_study(Study(spec="tiny", rhos=("1/2", "20"), runs=1), tmp_path / "out", log=quiet)
+    assert not (tmp_path / "out").exists()

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -250,3 +251,16 @@ def test_partial_outputs_never_look_complete(tiny, tmp_path):
     mdf = pd.read_parquet(out / "mdf_persons.parquet")  # what exists is whole
     assert len(mdf) == 145
     assert resume_run(out, progress=False, log=quiet).valid
+
+
+def test_a_resume_with_another_command_line_budget_is_refused(tmp_path):
+    from das.runspec import Budget
+
+    out = tmp_path / "run"
+    assert run("tiny", out, seed=SEED, workers=1, progress=False, log=quiet, budget=Budget(rho=Fraction(1, 2))).valid
+    manifest = (out / "manifest.json").read_text()
+    with pytest.raises(RunError, match=r"the run spec differs .*--rho, --eps or --delta counts: give the same"):
+        resume_run(out, spec_path="tiny", budget=Budget(rho=Fraction(1, 3)), progress=False, log=quiet)
+    with pytest.raises(RunError, match="the run spec differs"):
+        resume_run(out, spec_path="tiny", progress=False, log=quiet)
+    assert (out / "manifest.json").read_text() == manifest

@@ -147,7 +147,7 @@ def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str
     tables = load_attack_tables(options.tables or published.schema.name)
     results = []
     for i, geocode in enumerate(geounits):
-        if len(geocode) != GEOCODE_DIGITS[options.level] or not geocode.isdigit():
+        if len(geocode) != GEOCODE_DIGITS[options.level] or not (geocode.isascii() and geocode.isdigit()):
             raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[options.level]}-digit "
                               f"{options.level} geocode")
         r = attack_geounit(geocode, published, truth, options, tables=tables, holdout=holdout)

@@ -11,10 +11,11 @@ import os
 import sys
 
 from das.cli import attack, release, research, synth
+from das.cli.args import Parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
+    p = Parser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
     sub = p.add_subparsers(dest="command", required=True)
     for family in (release, research, attack, synth):
         family.add_parsers(sub)
@@ -31,14 +32,19 @@ def main(argv=None) -> int:
     from das.research.replicate import StudyError
     from das.run import RunError
     from das.schema import SpecError
+    from das.specfile import cut_long_words
 
     try:
         return args.func(args)
     except (SpecError, RunError, BudgetError, StudyError, OutDirError) as e:
-        print(f"das {args.command}: {e}", file=sys.stderr)
+        print(f"das {args.command}: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
     except InputError as e:
-        print(f"das {args.command}: input is invalid:\n{e}", file=sys.stderr)
+        print(f"das {args.command}: input is invalid:\n{cut_long_words(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or directory the system refused (permission, a symbolic link loop, disk full...)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"das {args.command}: {cut_long_words(where + (e.strerror or str(e)))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from das.cli.args import add_budget, budget, delta, fraction, integer, nonnegative_int, path, positive_float, positive_int
+
 
 def _cmd_run(args) -> int:
     from das.run import RunError, resume_run, run
@@ -14,13 +16,13 @@ def _cmd_run(args) -> int:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
                             progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb)
+                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
     else:
         if args.spec is None:
             raise RunError("das run needs a SPEC (or --resume RUN_DIR)")
         result = run(args.spec, args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
                      progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                     allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb)
+                     allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
     print(result.summary)
     print(f"wrote {result.out_dir}")
     return 0 if result.valid else 1
@@ -42,7 +44,10 @@ def _cmd_privacy(args) -> int:
     from das.pipeline import Pipeline
     from das.privacy.accounting import render_certificate
 
-    certs = Pipeline.prepare(args.spec, seed=None, allow_large_rho=True).certificates  # printing a certificate spends nothing
+    if args.spec is None:
+        return _budget_conversion(args)
+    certs = Pipeline.prepare(args.spec, seed=None, allow_large_rho=True,  # printing a certificate spends nothing
+                             budget=budget(args)).certificates
     if args.json:
         print(json.dumps({name: cert.to_dict() for name, cert in certs.items()}, indent=2))
     else:
@@ -52,11 +57,32 @@ def _cmd_privacy(args) -> int:
     return 0
 
 
+def _budget_conversion(args) -> int:
+    """`das privacy --eps E --delta D` (the largest rho within it) or `--rho R --delta D` (its eps): no spec."""
+    from das.privacy.accounting import eps_for_delta, rho_for_eps
+    from das.privacy.certificate import delta_text, fraction_text
+    from das.run import RunError
+
+    if args.delta is None or (args.rho is None) == (args.eps is None):
+        raise RunError("das privacy needs a SPEC (its certificate), or --eps E --delta D (the largest rho within "
+                       "them), or --rho R --delta D (the eps of rho at delta)")
+    rho = args.rho if args.rho is not None else rho_for_eps(args.eps, args.delta)
+    eps = eps_for_delta(rho, args.delta)
+    if args.json:
+        print(json.dumps({"rho": fraction_text(rho), "eps": eps, "delta": delta_text(args.delta)}, indent=2))
+    elif args.eps is not None:
+        print(f"eps {args.eps} at delta {delta_text(args.delta)}: rho = {fraction_text(rho)} (= {float(rho):.6g}), the "
+              f"largest rho of 6 significant digits certified within it (its eps: {eps})")
+    else:
+        print(f"rho {fraction_text(rho)} (= {float(rho):.6g}) at delta {delta_text(args.delta)}: eps = {eps}")
+    return 0
+
+
 def _cmd_measure(args) -> int:
     from das.run import measure_only
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
-                            allow_large_rho=args.allow_large_rho)
+                            allow_large_rho=args.allow_large_rho, budget=budget(args))
     print(f"wrote {len(manifest.nmf)} NMF files and manifest.json to {args.out}")
     return 0
 
@@ -79,77 +105,88 @@ def _cmd_audit_privacy(args) -> int:
 def add_parsers(sub) -> None:
     """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
 
-    r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
-    r.add_argument("spec", nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
-    r.add_argument("--out", default=None, help="output directory (default: runs/<spec name>)")
-    r.add_argument("--seed", type=int, default=None,
+    _add_run(sub)
+
+    v = sub.add_parser("validate", help="independently check a run directory's outputs")
+    v.add_argument("run_dir", type=path, help="a das run directory")
+    v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+                   help="also compare the invariants with these confidential inputs (default: the run's "
+                        "operator files, when present)")
+    v.set_defaults(func=_cmd_validate)
+
+    vi = sub.add_parser("validate-input", help="check persons/units microdata files")
+    vi.add_argument("persons", type=path, help="persons file (Parquet or CSV)")
+    vi.add_argument("units", type=path, help="units file (Parquet or CSV)")
+    vi.add_argument("--schema", type=path, default="pl94_persons", help="persons schema: a name in specs/schemas or a .toml path")
+    vi.set_defaults(func=_cmd_validate_input)
+
+    pr = sub.add_parser("privacy", help="the privacy certificate of a run spec, or a budget converted: eps at delta "
+                                        "to rho (--eps --delta), rho to eps at delta (--rho --delta)")
+    pr.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name or a .toml path (none: convert --eps or --rho)")
+    pr.add_argument("--rho", type=fraction, default=None, help="a persons budget (with SPEC: over the spec's)")
+    pr.add_argument("--eps", type=fraction, default=None,
+                    help="a budget as eps at --delta: the largest exact rho whose certificate is within (eps, delta)")
+    pr.add_argument("--delta", type=delta, default=None, help="delta, an exact fraction in (0, 1)")
+    pr.add_argument("--json", action="store_true", help="JSON instead of text")
+    pr.set_defaults(func=_cmd_privacy)
+
+    m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
+    m.add_argument("spec", type=path, help="run spec: a shipped name or a .toml path")
+    m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
+    m.add_argument("--seed", type=nonnegative_int, default=None,
                    help="replication mode: seeded noise, outputs labelled NOT private")
-    r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel solver processes")
+    m.add_argument("--overwrite", action="store_true",
+                   help="replace the das run in the output directory, deleting only its own files; a directory "
+                        "holding any other file is refused")
+    add_budget(m)
+    m.set_defaults(func=_cmd_measure)
+
+    t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
+    t.add_argument("source", type=path,
+                   help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
+    t.add_argument("--format", choices=("pl94171", "parquet"), default="pl94171",
+                   help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
+    t.add_argument("--out", type=path, required=True,
+                   help="output directory, outside the source; a rerun replaces its own earlier tables, a directory "
+                        "holding anything else is refused")
+    t.set_defaults(func=_cmd_tables)
+
+    a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
+    a.add_argument("spec", type=path, help="run spec whose schema, strategy and levels are audited (no input is read)")
+    a.add_argument("--trials", type=integer(100), default=20_000, help="runs of the measurement per dataset")
+    a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
+    a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
+    a.add_argument("--seed", type=nonnegative_int, default=None, help="seeded noise (reproducible audit)")
+    a.add_argument("--json", action="store_true", help="JSON instead of text")
+    a.add_argument("--out", type=path, default=None,
+                   help="also write the report to this directory (audit.json, and audit.md: a short summary)")
+    a.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
+    a.set_defaults(func=_cmd_audit_privacy)
+
+
+def _add_run(sub) -> None:
+    """`das run`: its parser (the largest of the release commands)."""
+    r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
+    r.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    r.add_argument("--out", type=path, default=None, help="output directory (default: runs/<spec name>)")
+    r.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="replication mode: seeded noise, outputs labelled NOT private")
+    r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
     r.add_argument("--overwrite", action="store_true",
                    help="replace the das run in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
-    r.add_argument("--allow-large-rho", action="store_true",
-                   help="acknowledge a budget above the preflight cap (rho > 10): barely protected")
+    add_budget(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r.add_argument("--resume", metavar="RUN_DIR", default=None,
+    r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,
                    help="continue an interrupted run from its stored noisy measurements and checkpoints "
                         "(never drawing noise again); SPEC defaults to the run's own")
     r.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="where tasks run: a local process pool, or Dask (pip install 'das[dask]')")
     r.add_argument("--scheduler", metavar="ADDRESS", default=None,
                    help="Dask scheduler address (tcp://host:8786); default: a local cluster of --workers processes")
-    r.add_argument("--memory-gb", type=float, default=None,
+    r.add_argument("--memory-gb", type=positive_float, default=None,
                    help="a partitioned run (inputs as one file per state) starts a state's task only while the "
                         "tasks in flight are estimated to fit this much memory with the driver and workers "
                         "(docs/scale.md); default: no limit")
     r.set_defaults(func=_cmd_run)
-
-    v = sub.add_parser("validate", help="independently check a run directory's outputs")
-    v.add_argument("run_dir")
-    v.add_argument("--inputs", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
-                   help="also compare the invariants with these confidential inputs (default: the run's "
-                        "operator files, when present)")
-    v.set_defaults(func=_cmd_validate)
-
-    vi = sub.add_parser("validate-input", help="check persons/units microdata files")
-    vi.add_argument("persons")
-    vi.add_argument("units")
-    vi.add_argument("--schema", default="pl94_persons")
-    vi.set_defaults(func=_cmd_validate_input)
-
-    pr = sub.add_parser("privacy", help="print the privacy certificate of a run spec")
-    pr.add_argument("spec")
-    pr.add_argument("--json", action="store_true")
-    pr.set_defaults(func=_cmd_privacy)
-
-    m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
-    m.add_argument("spec")
-    m.add_argument("--out", required=True, help="output directory (empty, or a das run to --overwrite)")
-    m.add_argument("--seed", type=int, default=None)
-    m.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
-    m.add_argument("--allow-large-rho", action="store_true")
-    m.set_defaults(func=_cmd_measure)
-
-    t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
-    t.add_argument("source", help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
-    t.add_argument("--format", choices=("pl94171", "parquet"), default="pl94171",
-                   help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
-    t.add_argument("--out", required=True,
-                   help="output directory, outside the source; a rerun replaces its own earlier tables, a directory "
-                        "holding anything else is refused")
-    t.set_defaults(func=_cmd_tables)
-
-    a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
-    a.add_argument("spec", help="run spec whose schema, strategy and levels are audited (no input is read)")
-    a.add_argument("--trials", type=int, default=20_000, help="runs of the measurement per dataset")
-    a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
-    a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
-    a.add_argument("--seed", type=int, default=None, help="seeded noise (reproducible audit)")
-    a.add_argument("--json", action="store_true")
-    a.add_argument("--out", default=None,
-                   help="also write the report to this directory (audit.json, and audit.md: a short summary)")
-    a.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
-    a.set_defaults(func=_cmd_audit_privacy)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
+from das.cli.args import fraction, names, nonnegative_int, path, positive_int
 from das.research import compare
 from das.research.estimators import ESTIMATORS
 from das.research.replicate import DEFAULT_QUERIES
@@ -18,7 +21,7 @@ def _cmd_metrics(args) -> int:
 
     out = args.out or metrics_dir(args.run_dir)
     meta = evaluate_run(args.run_dir, truth=tuple(args.truth) if args.truth else None, out=out,
-                        estimators=_names(args.estimators), queries=_names(args.queries), keep=_names(args.keep))
+                        estimators=args.estimators, queries=_names(args.queries), keep=_names(args.keep))
     with open(os.path.join(out, "metrics.md")) as f:
         print(f.read())
     print(f"wrote metrics for {meta['spec_name']} to {out} (stats, errors, metrics, bias as Parquet; metrics.md)")
@@ -28,9 +31,10 @@ def _cmd_metrics(args) -> int:
 def _cmd_replicate(args) -> int:
     from das.research.replicate import Study, replicate_study, rho_list
 
-    study = Study(spec=args.spec, rhos=rho_list(args.rho), runs=args.runs, estimators=_names(args.estimators),
+    study = Study(spec=args.spec, rhos=rho_list(args.rho), runs=args.runs, estimators=args.estimators,
                   queries=_names(args.queries), keep=_names(args.keep), seed=args.seed)
-    meta = replicate_study(study, args.out, workers=args.workers, overwrite=args.overwrite)
+    meta = replicate_study(study, args.out, workers=args.workers, overwrite=args.overwrite,
+                           allow_large_rho=args.allow_large_rho)
     print(f"{meta['replicates']} replicate(s) per budget of {meta['spec_name']} in {meta['wall_seconds']:.1f} s "
           f"({args.workers} worker(s)); noise: {meta['randomness']}")
     print(f"wrote {args.out}: study.json, stats.parquet, errors.parquet, metrics.parquet, bias.parquet, metrics.md")
@@ -49,29 +53,31 @@ def _cmd_report(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    common = {"estimators": ",".join(ESTIMATORS), "queries": ",".join(DEFAULT_QUERIES)}
+    common = {"queries": ",".join(DEFAULT_QUERIES)}
 
     m = sub.add_parser("metrics", help="accuracy of a run's release (and of its NMF) against the true input")
-    m.add_argument("run_dir")
-    m.add_argument("--truth", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+    m.add_argument("run_dir", type=path, help="a das run directory")
+    m.add_argument("--truth", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="confidential input files (default: the run's own inputs, from its manifest)")
-    m.add_argument("--out", default=None,
+    m.add_argument("--out", type=path, default=None,
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
                         "anything else is refused")
-    m.add_argument("--estimators", default=common["estimators"], help=f"comma list of {', '.join(ESTIMATORS)}")
+    m.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     m.add_argument("--keep", default="total", help="queries whose per-geounit errors are written")
     m.set_defaults(func=_cmd_metrics)
 
     r = sub.add_parser("replicate", help="N independent noise draws on the same input, scored per estimator")
-    r.add_argument("spec", help="run spec (persons release is studied)")
-    r.add_argument("--runs", type=int, default=20, help="replicates per budget")
-    r.add_argument("--out", required=True)
-    r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="replicates in parallel")
+    r.add_argument("spec", type=path, help="run spec (persons release is studied)")
+    r.add_argument("--runs", type=positive_int, default=20, help="replicates per budget")
+    r.add_argument("--out", type=path, required=True, help="output directory of the study (confidential)")
+    r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="replicates in parallel")
     r.add_argument("--rho", default=None, help="comma list of budgets (exact fractions) to sweep; default the spec's")
-    r.add_argument("--seed", type=int, default=None, help="seeded noise (replicable; labelled NOT private)")
-    r.add_argument("--estimators", default=common["estimators"], help=f"comma list of {', '.join(ESTIMATORS)}")
+    r.add_argument("--allow-large-rho", action="store_true",
+                   help="acknowledge a budget above the cap (rho > 10): barely protected")
+    r.add_argument("--seed", type=nonnegative_int, default=None, help="seeded noise (replicable; labelled NOT private)")
+    r.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
     r.add_argument("--overwrite", action="store_true",
@@ -81,10 +87,55 @@ def add_parsers(sub) -> None:
     r.set_defaults(func=_cmd_replicate)
 
     p = sub.add_parser("report", help="HTML + Markdown report with plots of a replicate or metrics directory")
-    p.add_argument("dir")
-    p.add_argument("--out", default=None,
+    p.add_argument("dir", type=path, help="a replicate, metrics or compare directory")
+    p.add_argument("--out", type=path, default=None,
                    help="report directory (default DIR/report, part of the study); a rerun replaces its own earlier "
                         "report, a directory holding anything else is refused")
     p.set_defaults(func=_cmd_report)
 
-    compare.add_parser(sub)
+    _add_compare(sub)
+
+
+def _cmd_compare(args) -> int:
+    mechanisms = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
+    comparison = compare.Comparison(spec=args.spec, mechanisms=mechanisms, seeds=args.seeds,
+                                    rho=None if args.rho is None else str(args.rho),
+                                    attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds,
+                                    attack_runs=args.attack_runs, attack_relaxed=args.attack_relaxed,
+                                    attack_steps=args.attack_steps, attack_tables=args.tables,
+                                    allow_large_rho=args.allow_large_rho)
+    meta = compare.run_comparison(comparison, args.out, workers=args.workers, overwrite=args.overwrite)
+    if meta["rows"]:
+        print((Path(args.out) / "comparison.md").read_text())
+    print(f"wrote {args.out}: comparison.parquet/.md, metrics, bias, runs, attack (Parquet), report/ "
+          f"({meta['wall_seconds_this_call']:.0f} s)")
+    for failure in meta["failures"]:
+        print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
+              file=sys.stderr)
+    return 1 if meta["failures"] else 0
+
+
+def _add_compare(sub) -> None:
+    c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
+                                       "error, bias, cost and attack match rates side by side")
+    c.add_argument("spec", type=path, help="run spec (its persons release is compared)")
+    c.add_argument("--mechanisms", default=compare.TOPDOWN, help=f"comma list of {', '.join(compare.mechanism_names())}")
+    c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
+    c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
+    c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")
+    c.add_argument("--allow-large-rho", action="store_true",
+                   help="acknowledge a budget above the cap (rho > 10): barely protected")
+    c.add_argument("--attack-blocks", type=nonnegative_int, default=10,
+                   help="blocks attacked, across the size range (0: none)")
+    c.add_argument("--attack-seeds", type=nonnegative_int, default=None,
+                   help="attack the releases of the first N seeds (default all)")
+    c.add_argument("--attack-runs", type=positive_int, default=20, help="RAP runs per block")
+    c.add_argument("--attack-relaxed", type=positive_int, default=300, help="K relaxed records per RAP run")
+    c.add_argument("--attack-steps", type=positive_int, default=300, help="Adam steps per RAP run")
+    c.add_argument("--tables", type=path, default=None, help="attack workload spec (default: the schema's)")
+    c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="worker processes of each release and attack")
+    c.add_argument("--overwrite", action="store_true",
+                   help="replace another comparison in --out (deleting only the comparison's own files; a directory "
+                        "holding anything else is refused); without it the same comparison is continued")
+    c.set_defaults(func=_cmd_compare)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from das.cli.args import add_budget, budget, nonnegative_int, path
+
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
 # (tests/test_mechanisms.py checks they agree)
 MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim")
@@ -16,12 +18,13 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
         description="Run one synthetic-data mechanism on a run spec's persons input, with das's exact accountant, "
                     "and write its release (MDF, tables, manifest with the certificate) like `das run` does. "
                     "See docs/mechanisms.md.")
-    s.add_argument("spec", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    s.add_argument("spec", type=path, help="run spec: a shipped name (see specs/runs) or a .toml path")
     s.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES,
                    help="which mechanism (docs/mechanisms.md); mst and aim need pip install 'das[mbi]'")
-    s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--seed", type=int, default=None, help="replication mode: seeded noise, outputs labelled NOT private")
-    s.add_argument("--rho", default=None, help="zCDP budget as an exact fraction 'a/b' (default: the spec's persons rho)")
+    s.add_argument("--out", type=path, required=True, help="output directory")
+    s.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="replication mode: seeded noise, outputs labelled NOT private")
+    add_budget(s)
     s.add_argument("--overwrite", action="store_true",
                    help="replace the das release in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
@@ -32,15 +35,15 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 def _cmd_synth(args) -> int:
     from das.mechanisms import MechanismError, synthesize
     from das.privacy.certificate import delta_text, fraction_text
-    from das.privacy.strategy import parse_fraction
     from das.run import NOT_PRIVATE
     from das.rundir import RunDir
+    from das.specfile import cut_long_words
 
-    rho = parse_fraction(args.rho, "--rho") if args.rho is not None else None
     try:
-        out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, rho=rho, overwrite=args.overwrite)
+        out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, overwrite=args.overwrite,
+                         allow_large_rho=args.allow_large_rho, budget=budget(args))
     except MechanismError as e:
-        print(f"das synth: {e}", file=sys.stderr)
+        print(f"das synth: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
     manifest = RunDir(out).read()
     cert = manifest.certificate("persons")

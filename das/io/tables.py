@@ -53,6 +53,12 @@ def column_names(schema: Schema, spec: TableSpec) -> list[str]:
     return names
 
 
+def table_widths(tables: tuple[TableSpec, ...], schemas: dict) -> tuple[int, ...]:
+    """The number of columns of each table a release with these schemas (name -> Schema, any keys) writes."""
+    by_name = {schema.name: schema for schema in schemas.values()}
+    return tuple(len(column_names(by_name[t.schema], t)) for t in tables if t.schema in by_name)
+
+
 def table_matrix(schema: Schema, spec: TableSpec) -> sp.csr_matrix:
     """(n_columns x n_cells): the table's answers as one stacked query matrix, `where` applied."""
     stacked = sp.vstack([schema.query(q).matrix for q in spec.queries]).tocsr()

@@ -31,19 +31,19 @@ from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import code_version
+from das.pipeline import code_version, release_rho
 from das.privacy.accounting import BudgetError
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
 from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
-from das.runspec import load_run_spec
+from das.runspec import Budget, load_run_spec
 from das.schema import load_schema
 
 
 def _budget(rho, spec) -> Fraction:
     if rho is None:
-        rho = spec.persons.rho if spec.persons.rho is not None else load_strategy(spec.persons.strategy).rho
+        rho = release_rho(spec.persons, load_strategy(spec.persons.strategy), spec.delta)
     if isinstance(rho, (float, bool)):
         raise BudgetError(f"rho must be exact (a Fraction, an int or a string 'a/b'), not {rho!r}")
     try:
@@ -56,7 +56,7 @@ def _budget(rho, spec) -> Fraction:
 
 
 def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, rho: Fraction | None = None,
-               overwrite: bool = False) -> Path:
+               overwrite: bool = False, allow_large_rho: bool = False, budget: Budget | None = None) -> Path:
     """Run `mechanism` on the persons input of run spec `spec_path`; write its release to out_dir.
 
     rho defaults to the spec's persons budget (the 2020 production budget for the shipped specs); a
@@ -66,9 +66,12 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     """
     mech = _mechanism(mechanism)
     t_start = time.perf_counter()
-    spec = load_run_spec(spec_path, seed=seed)
+    spec = load_run_spec(spec_path, seed=seed, budget=budget)
     schema = load_schema(spec.persons.schema)
     budget = _budget(rho, spec)
+    preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
+                            what="--rho:" if rho is not None else f"{spec.overrides}:" if spec.overrides else
+                            f"{spec.path}: [persons]")
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     _out_dir(run_dir, overwrite, spec)

@@ -284,6 +284,58 @@ def delta_for_eps(rho: Fraction, eps: float | Fraction | str, digits: int = DELT
         return _float_up(_ceil_decimal(delta, exponent - (digits - 1)), delta)
 
 
+RHO_DIGITS = 6  # rho_for_eps gives rho on a grid of this many significant digits
+
+
+def rho_for_eps(eps: Fraction | float | str, delta: Fraction | float | str, digits: int = RHO_DIGITS) -> Fraction:
+    """The largest rho on a grid of `digits` significant digits whose certified eps at `delta` is at most `eps`.
+
+    An exact search: eps_for_delta is increasing in rho, so the largest grid point n x 10^k with
+    eps_for_delta(n x 10^k, delta) <= eps is found by bisection on integers; the next grid point
+    is certified above eps.
+
+    >>> rho = rho_for_eps("17.1436", "1e-10"); rho, eps_for_delta(rho, "1e-10") <= 17.1436
+    (Fraction(255623, 100000), True)
+    """
+    target, d = _exact(eps, "eps"), _exact(delta, "delta")
+    if target <= 0:
+        raise BudgetError(f"eps must be positive, got {eps}")
+    if not 0 < d < 1:
+        raise BudgetError(f"delta must be strictly between 0 and 1, got {delta}")
+
+    def within(rho: Fraction) -> bool:
+        return Fraction(repr(eps_for_delta(rho, d))) <= target
+
+    hi = Fraction(1)  # bracket: hi is certified above eps, hi / 2 within it
+    if within(hi):
+        while within(hi):  # eps_for_delta grows without bound in rho
+            hi *= 2
+    else:
+        while not within(hi / 2):
+            hi /= 2
+            if hi < Fraction(1, 10**30):
+                raise BudgetError(f"no budget: eps = {eps} at delta = {delta} is below the certificate of any rho "
+                                  "above 1e-30")
+    step = Fraction(10) ** (math.floor(math.log10(hi)) - digits + 1)  # the grid: multiples of step
+    lo, top = math.floor(hi / 2 / step), math.ceil(hi / step)  # lo: known within; top: known above
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if within(mid * step):
+            lo = mid
+        else:
+            top = mid
+    return lo * step
+
+
+def _exact(value, name: str) -> Fraction:
+    if isinstance(value, Fraction):
+        return value
+    try:
+        return Fraction(repr(value) if isinstance(value, float) else value)
+    except (ValueError, ZeroDivisionError):
+        raise BudgetError(f"{name} must be an exact number, got {value!r}") from None
+
+
 def eps_loose(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_DECIMALS) -> float:
     """The simple bound eps = rho + 2 sqrt(rho ln(1/delta)) (Bun & Steinke 2016), rounded up; for comparison.
 

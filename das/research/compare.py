@@ -33,8 +33,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from das import atomic, outdir
+from das import atomic, outdir, preflight
 from das.privacy.certificate import fraction_text
+from das.privacy.strategy import parse_fraction
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import combine, metrics
@@ -88,6 +89,7 @@ class Comparison:
     attack_steps: int = 300
     attack_tables: str | None = None  # attack workload spec; None: the schema's own
     queries: tuple[str, ...] = DEFAULT_QUERIES
+    allow_large_rho: bool = False  # acknowledges a budget above das.preflight.MAX_RHO (not a setting of the parts)
 
     def check(self) -> None:
         known, missing = mechanism_names(), unavailable_mechanisms()
@@ -103,8 +105,8 @@ class Comparison:
             raise StudyError("--attack-blocks and --attack-seeds must be nonnegative")
         if min(self.attack_runs, self.attack_relaxed, self.attack_steps) < 1:
             raise StudyError("--attack-runs, --attack-relaxed and --attack-steps must be at least 1")
-        if self.rho is not None and Fraction(self.rho) <= 0:
-            raise StudyError(f"--rho must be positive, not {self.rho}")
+        if self.rho is not None:
+            preflight.check_rho_cap(parse_fraction(self.rho, "--rho"), allow_large_rho=self.allow_large_rho, what="--rho")
 
     @property
     def attacked_seeds(self) -> int:
@@ -148,16 +150,19 @@ def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
 # memory measured is the release's (not this module's pandas, scipy and matplotlib).
 _TOPDOWN_CHILD = ("import json, sys; from das.run import run; a = json.loads(sys.argv[1]); "
                   "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
-                  "progress=False, log=lambda *x, **k: None); sys.exit(0 if r.valid else 'the release failed validation')")
+                  "progress=False, allow_large_rho=a['allow_large_rho'], log=lambda *x, **k: None); "
+                  "sys.exit(0 if r.valid else 'the release failed validation')")
 _MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
                     "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
-                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True)")
+                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True, "
+                    "allow_large_rho=a['allow_large_rho'])")
 
 
-def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int) -> list[str]:
+def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int,
+                    allow_large_rho: bool = False) -> list[str]:
     """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
     args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
-                       "workers": workers})
+                       "workers": workers, "allow_large_rho": allow_large_rho})
     return [sys.executable, "-c", _TOPDOWN_CHILD if mechanism == TOPDOWN else _MECHANISM_CHILD, args]
 
 
@@ -239,13 +244,18 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
     from das.attack.data import read_persons
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
+    from das.pipeline import Pipeline
     from das.research.evaluate import truth_context
     from das.run import code_version, protected_paths
     from das.runspec import load_run_spec
 
     comparison.check()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise StudyError(f"--workers must be at least 1, not {workers!r}")
     out_dir = Path(out_dir)
     spec = load_run_spec(comparison.spec)
+    if comparison.rho is None:  # the spec's own budget, under the same cap
+        Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho, log=lambda *a, **k: None)
     claim, earlier = _open(comparison, out_dir, overwrite, protected_paths(spec))
     ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
     queries = scored_queries(ctx.schema, comparison.queries)
@@ -283,7 +293,7 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
         if not done.exists():
             spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
             measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
-                                                    workers=workers))
+                                                    workers=workers, allow_large_rho=comparison.allow_large_rho))
             if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
                 failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
                                  "stderr": measured.stderr})
@@ -379,6 +389,8 @@ def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFra
 def summarize(out_dir: Path, comparison: Comparison) -> dict:
     """Pool the parts into the Parquet tables, comparison.parquet/.md and the report."""
     stats = _read_parts(out_dir, "*/*.stats.parquet")
+    if stats.empty:  # no release was made (each failed, recorded in compare.json): nothing to pool
+        return {"rows": 0, "seeds_scored": 0, "seeds_attacked": 0}
     runs = pd.DataFrame([json.loads(p.read_text()) for p in sorted((out_dir / "parts").glob("*/*.json"))])
     attack = _read_parts(out_dir, "*/*.attack.parquet")
     pooled = metrics(combine(stats, ["estimator", "level", "query", "bin"]))
@@ -393,49 +405,3 @@ def summarize(out_dir: Path, comparison: Comparison) -> dict:
     build_compare_report(out_dir)
     return {"rows": len(table), "seeds_scored": int(stats["replicate"].nunique()),
             "seeds_attacked": int(attack["seed"].nunique()) if len(attack) else 0}
-
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-
-
-def _cmd_compare(args) -> int:
-    mechanisms = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
-    comparison = Comparison(spec=args.spec, mechanisms=mechanisms, seeds=args.seeds, rho=args.rho,
-                            attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds,
-                            attack_runs=args.attack_runs, attack_relaxed=args.attack_relaxed,
-                            attack_steps=args.attack_steps, attack_tables=args.tables)
-    meta = run_comparison(comparison, args.out, workers=args.workers, overwrite=args.overwrite)
-    print((Path(args.out) / "comparison.md").read_text())
-    print(f"wrote {args.out}: comparison.parquet/.md, metrics, bias, runs, attack (Parquet), report/ "
-          f"({meta['wall_seconds_this_call']:.0f} s)")
-    for failure in meta["failures"]:
-        print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
-              file=sys.stderr)
-    return 1 if meta["failures"] else 0
-
-
-def add_parser(sub) -> None:
-    import os
-
-    c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
-                                       "error, bias, cost and attack match rates side by side")
-    c.add_argument("spec", help="run spec (its persons release is compared)")
-    c.add_argument("--mechanisms", default=TOPDOWN, help=f"comma list of {', '.join(mechanism_names())}")
-    c.add_argument("--seeds", type=int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
-    c.add_argument("--out", required=True)
-    c.add_argument("--rho", default=None, help="persons budget, an exact fraction (default: the spec's)")
-    c.add_argument("--attack-blocks", type=int, default=10, help="blocks attacked, across the size range (0: none)")
-    c.add_argument("--attack-seeds", type=int, default=None, help="attack the releases of the first N seeds (default all)")
-    c.add_argument("--attack-runs", type=int, default=20, help="RAP runs per block")
-    c.add_argument("--attack-relaxed", type=int, default=300, help="K relaxed records per RAP run")
-    c.add_argument("--attack-steps", type=int, default=300, help="Adam steps per RAP run")
-    c.add_argument("--tables", default=None, help="attack workload spec (default: the schema's)")
-    c.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of each release and attack")
-    c.add_argument("--overwrite", action="store_true",
-                   help="replace another comparison in --out (deleting only the comparison's own files; a directory "
-                        "holding anything else is refused); without it the same comparison is continued")
-    c.set_defaults(func=_cmd_compare)
-

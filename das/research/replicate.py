@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import atomic, outdir
+from das import atomic, outdir, preflight
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
@@ -109,7 +109,7 @@ class Context:
 
 
 def load_context(spec_path: str, seed: int | None) -> Context:
-    pipe = Pipeline.prepare(spec_path, seed, log=_silent)
+    pipe = Pipeline.prepare(spec_path, seed, log=_silent, allow_large_rho=True)  # the cap: replicate_study's, first
     confidential = pipe.read_inputs()
     return Context(pipe, pipe.schemas[RELEASE], confidential.geography, confidential.invariants,
                    confidential.histograms[RELEASE].tocsr())
@@ -287,10 +287,16 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
 
 
 def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, overwrite: bool = False,
-                    log=print) -> dict:
-
-    """Run (or finish) a study into out_dir; returns study.json's content."""
+                    log=print, allow_large_rho: bool = False) -> dict:
+    """Run (or finish) a study into out_dir; returns study.json's content. Every budget above the cap
+    (das.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget."""
     study.check()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise StudyError(f"--workers must be at least 1, not {workers!r}")
+    Pipeline.prepare(study.spec, study.seed, log=_silent, allow_large_rho=allow_large_rho)  # the spec's own budget
+    for r in study.rhos:
+        if r != "spec":
+            preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what="--rho")
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(study).items()}
