@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
-from benchmarks.scale import _cpu, _driver_cpu_by_stage, _quiet, pollers_cpu, watching_descendants
+from benchmarks.scale import _cpu, _driver_cpu_by_stage, pollers_cpu, watching_descendants
 
 STATES = 9
 WORKERS = 2
@@ -373,8 +373,7 @@ def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | 
         reports: dict = {}
         t0 = time.perf_counter()
         with watching_descendants(workers_seen), _driver_cpu_by_stage(stages), recording_tasks(records, reports):
-            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False,
-                         log=_quiet)
+            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False)
         seconds = time.perf_counter() - t0
         tree_peak = workers_seen.pop("workers_tree_mb", float("nan"))
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
-from benchmarks.scale import _cpu, _peak_rss_mb, _quiet, _reset_peak_rss, pollers_cpu, watching_descendants
+from benchmarks.scale import _cpu, _peak_rss_mb, _reset_peak_rss, pollers_cpu, watching_descendants
 
 WORKERS = 2
 SEED = 2020
@@ -149,8 +149,7 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
         seen: dict = {}
         t0 = time.perf_counter()
         with watching_descendants(seen), recording(records, driver):
-            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False,
-                         log=_quiet)
+            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False)
         seconds = time.perf_counter() - t0
         driver_peak = max(_peak_rss_mb(), driver.pop("overall_peak_mb", 0.0))
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0

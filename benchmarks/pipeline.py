@@ -15,16 +15,12 @@ from benchmarks._harness import Bench
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _quiet(*args, **kwargs):
-    pass
-
-
 def measure_de() -> dict:
     from das.run import measure_only
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        manifest = measure_only(ROOT / "specs/runs/de_production.toml", Path(tmp) / "de", seed=1, log=_quiet)
+        manifest = measure_only(ROOT / "specs/runs/de_production.toml", Path(tmp) / "de", seed=1)
         seconds = time.perf_counter() - t0
         size = sum(p.stat().st_size for p in (Path(tmp) / "de" / "nmf").rglob("*.parquet"))
     t = manifest.timings_seconds
@@ -62,7 +58,7 @@ def _run_state(spec: str, persons: str, workers: int = 2) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / spec
         t0 = time.perf_counter()
-        result = run(ROOT / f"specs/runs/{spec}.toml", out, seed=2020, workers=workers, progress=False, log=_quiet)
+        result = run(ROOT / f"specs/runs/{spec}.toml", out, seed=2020, workers=workers, progress=False)
         seconds = time.perf_counter() - t0
         manifest = json.loads((out / "manifest.json").read_text())
         figures = {"seconds": seconds, "valid": float(result.valid),
@@ -89,7 +85,7 @@ def _run_subset(counties: tuple[str, ...]) -> dict:
         spec = (ROOT / "specs/runs/vt_demo.toml").read_text().replace("../../geography_fixtures/vt/", "")
         (tmp / "spec.toml").write_text(spec)
         t0 = time.perf_counter()
-        run(tmp / "spec.toml", tmp / "out", seed=2020, workers=2, progress=False, log=_quiet)
+        run(tmp / "spec.toml", tmp / "out", seed=2020, workers=2, progress=False)
         seconds = time.perf_counter() - t0
         manifest = json.loads((tmp / "out" / "manifest.json").read_text())
         blocks = manifest["counts"]["blocks"]

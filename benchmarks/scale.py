@@ -21,10 +21,6 @@ from benchmarks._harness import Bench
 WORKERS = 2
 
 
-def _quiet(*args, **kwargs):
-    pass
-
-
 def _cpu(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
@@ -170,7 +166,7 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         t0 = time.perf_counter()
         with watching_descendants(children), _driver_cpu_by_stage(stages):
             result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
-                         log=_quiet, engine=engine)
+                         engine=engine)
         seconds = time.perf_counter() - t0
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         workers_tree_mb = children.pop("workers_tree_mb", float("nan"))

@@ -15,10 +15,10 @@ A frame is a frozen value: each step returns the frame with its new manifest, wr
 
 from __future__ import annotations
 
+import logging
 import platform
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,6 +33,7 @@ NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseud
                "generator. These outputs are NOT private and must not be released.")
 TOPDOWN_CLAIMS = ("invariants", "schema_constraints")  # what TopDown holds beyond its outputs' checks
 SYNTHETIC_CLAIMS = ("charges_sum_to_rho",)
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +72,6 @@ class ReleaseFrame:
     run_dir: RunDir
     manifest: Manifest
     plan: OutputPlan
-    log: Callable = print
 
     def recorded(self, manifest: Manifest) -> ReleaseFrame:
         """The frame with `manifest`, written (atomically)."""
@@ -109,8 +109,7 @@ class Opening:
     mechanism: MechanismRecord | None = None
 
 
-def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: OutputPlan, overwrite: bool = False,
-               log: Callable = print) -> ReleaseFrame:
+def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: OutputPlan, overwrite: bool = False) -> ReleaseFrame:
     """A new release directory: the operator files (paths, keyed fingerprints, key), then the public
     manifest, which says what runs (spec, certificates, invariants) before any noise is drawn."""
     key = bundle.new_key()
@@ -134,8 +133,8 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         warning=None if private else NOT_PRIVATE,
     )
     if not private:
-        log(f"WARNING: {NOT_PRIVATE}")
-    return ReleaseFrame(run_dir, manifest, plan, log).recorded(manifest)
+        logger.warning(NOT_PRIVATE)
+    return ReleaseFrame(run_dir, manifest, plan).recorded(manifest)
 
 
 def _digests(run_dir: RunDir, paths) -> dict[str, str]:

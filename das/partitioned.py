@@ -21,6 +21,7 @@ solution, its parts) live under checkpoints/states/<state>/ and go with the chec
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
@@ -68,6 +69,8 @@ TOP = ("nation", "state")  # the levels the driver measures and solves
 TASK_MB_PER_PERSON = 0.75 / 1024
 WORKER_BASE_MB = 300.0
 DRIVER_MB = 500.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
                                                   shutil.disk_usage(where).free, where), run_dir.path,
                           pl94171=work.outputs.pl94171)
     pipe.timings["read_inputs"] = time.perf_counter() - t0
-    pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
+    logger.info(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
              f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
     return tops
 
@@ -458,7 +461,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
                              sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width)
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
-    pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
+    logger.info(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
     reports = {"persons": merge_reports(top_persons, [s.reports for s in solved_b])}
     nation = {"persons": sp.csr_matrix(persons.sum(axis=0))}

@@ -12,9 +12,9 @@ run these stages; the release frame (das.frame) keeps the run directory around t
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -38,6 +38,8 @@ from das.rundir import PublishedInvariants
 from das.runspec import Budget, Release, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
+
+logger = logging.getLogger(__name__)
 
 
 class RunError(RuntimeError):
@@ -123,18 +125,17 @@ def release_rho(release: Release, strategy: Strategy, delta: Fraction) -> Fracti
 
 @dataclass
 class Pipeline:
-    """The context of one run: spec, releases (persons first), randomness, tables, a log and timings."""
+    """The context of one run: spec, releases (persons first), randomness, tables and timings."""
 
     spec: RunSpec
     releases: dict[str, ReleasePlan]
     rng: object
     tables: tuple
-    log: Callable = print
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def prepare(cls, spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
-                allow_large_rho: bool = False, log: Callable = print, budget: Budget | None = None) -> Pipeline:
+                allow_large_rho: bool = False, budget: Budget | None = None) -> Pipeline:
         """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here.
         `budget`: the command line's persons budget and delta, over the spec's."""
         spec = load_run_spec(spec_path, seed=seed, budget=budget)
@@ -155,7 +156,7 @@ class Pipeline:
             cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, schema_name=r.schema.name,
                                randomness_private=rng.private)
             planned[name] = replace(r, certificate=cert)
-        return cls(spec, planned, rng, load_tables(spec.tables), log)
+        return cls(spec, planned, rng, load_tables(spec.tables))
 
     @property
     def schemas(self) -> dict[str, Schema]:
@@ -186,6 +187,7 @@ class Pipeline:
         """Read and validate the inputs. With `out_dir`, the input preflight runs too (feasibility
         of the invariants, disk space): everything here happens before any noise is drawn."""
         t0 = time.perf_counter()
+        logger.info(f"reading and checking the inputs ({self.spec.persons_path.name}, {self.spec.units_path.name})")
         inputs = read_inputs(self.spec.persons_path, self.spec.units_path, self.schemas["persons"],
                              self.schemas.get("units"))
         geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
@@ -196,7 +198,7 @@ class Pipeline:
         invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
         histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
         self.timings["read_inputs"] = time.perf_counter() - t0
-        self.log(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
+        logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
                  f"({self.timings['read_inputs']:.1f} s)")
         return Confidential(geography, invariants, histograms)
 
@@ -218,7 +220,7 @@ class Pipeline:
             if accountant.spent != r.allocation.rho:
                 raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {r.allocation.rho}")
             self.timings[f"measure_{name}"] = seconds = time.perf_counter() - t0
-            self.log(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
+            logger.info(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
                      f"{len(self.spec.levels)} levels ({seconds:.1f} s)")
 
     def engine_options(self, *, workers: int = 1, progress: bool = False, executor=None,
@@ -245,5 +247,5 @@ class Pipeline:
             self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
             # levels overlap (a batch starts when its parents are solved): when each level was complete
             done_at = ", ".join(f"{lr.level} {(lr.span or (0, lr.seconds))[1]:.1f}" for lr in reports[name])
-            self.log(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
+            logger.info(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
         return solved, reports

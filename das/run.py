@@ -8,6 +8,7 @@ order of refusals before anything is drawn, and resumes an interrupted run witho
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -47,6 +48,8 @@ from das.rundir import (
 )
 from das.runspec import Budget, RunSpec, load_run_spec
 from das.topdown.engine import task_summary
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run", "run"]
 
@@ -89,8 +92,7 @@ def _plan(pipe: Pipeline):
 
 
 def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, overwrite: bool) -> ReleaseFrame:
-    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
-                      log=pipe.log)
+    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,10 +161,10 @@ def _shape(spec: RunSpec) -> _Whole | _Partitioned:
 # das measure
 
 
-def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False, log=print,
+def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False,
                  allow_large_rho: bool = False, budget: Budget | None = None) -> Manifest:
     """`das measure`: the NMF and a manifest, no post-processing."""
-    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log, budget=budget)
+    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, budget=budget)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     _out_dir(run_dir, overwrite, pipe.spec)
@@ -267,7 +269,7 @@ def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
 
 
 def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None,
-               log=print, *, budget: Budget | None = None, **settings) -> RunResult:
+               *, budget: Budget | None = None, **settings) -> RunResult:
     """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
     stored = _load_stored(RunDir(run_dir))
     stored_seed = stored.operator["fingerprint"].get("seed")
@@ -277,7 +279,7 @@ def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: i
         given = load_run_spec(spec_path, seed=stored_seed, budget=budget)
         _check_fingerprint(Path(run_dir), stored.operator["fingerprint"],
                            {"spec_sha256": bundle.spec_digest(given.fingerprint_text), "seed": stored_seed}, "spec")
-    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, log=log, resume=True, budget=budget,
+    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, resume=True, budget=budget,
                **settings)
 
 
@@ -285,7 +287,7 @@ def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: i
 # das run
 
 
-def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, log=print, resume: bool = False,
+def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, resume: bool = False,
         budget: Budget | None = None, **settings) -> RunResult:
     """A whole release into out_dir; with resume=True, continue the interrupted run in out_dir.
     `settings` are RunOptions fields (workers, engine, scheduler, progress, overwrite, allow_large_rho);
@@ -301,11 +303,11 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     run_dir = RunDir(out_dir)
     stored = _load_stored(run_dir) if resume else None
     if stored and stored.manifest.complete and stored.manifest.validation is not None:
-        log(f"{run_dir.path} already holds a complete run; nothing to resume")
+        logger.info(f"{run_dir.path} already holds a complete run; nothing to resume")
         manifest = stored.manifest
         return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
     pipe = Pipeline.prepare(spec_path, seed, workers=options.workers, engine=options.engine,
-                            allow_large_rho=options.allow_large_rho, log=log, budget=budget)
+                            allow_large_rho=options.allow_large_rho, budget=budget)
     if stored:
         _check_resumable(run_dir, stored, pipe.spec)
     else:
@@ -341,10 +343,10 @@ class _Job:
 
     def start_or_resume(self, run_dir: RunDir, stored: Stored | None, shape, confidential) -> RunResult:
         if stored:
-            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), self.pipe.log)
+            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe))
             self.interruption = Interruption(time.strftime("%Y-%m-%dT%H:%M:%S%z"), stored.manifest.status,
                                              _progress_found(run_dir, self.pipe))
-            self.pipe.log(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
+            logger.info(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
                           "checkpoints, no noise is drawn again for a committed measurement")
             self.record_interruption(status="running")
         else:

@@ -432,7 +432,7 @@ def test_cli_tract_attack_on_a_release(tmp_path):
     from das.run import run
 
     release = tmp_path / "release"
-    run(ROOT / "specs/runs/tiny.toml", release, seed=1, workers=1, progress=False, log=lambda *a, **k: None)
+    run(ROOT / "specs/runs/tiny.toml", release, seed=1, workers=1, progress=False)
     out = tmp_path / "audit"
     code = main(["attack", "--truth", str(ROOT / "geography_fixtures/tiny/persons.csv"), "--published", str(release),
                  "--level", "tract", "--count", "1", "--runs", "2", "--steps", "30", "--relaxed", "50",
@@ -455,8 +455,7 @@ def test_cli_attack_output_is_confidential_its_own_and_outside_the_release(tmp_p
     from das.run import run
     from das.validate import validate_run
 
-    release = run(ROOT / "specs/runs/tiny.toml", tmp_path / "release", seed=1, workers=1, progress=False,
-                  log=lambda *a, **k: None).out_dir
+    release = run(ROOT / "specs/runs/tiny.toml", tmp_path / "release", seed=1, workers=1, progress=False).out_dir
     out = tmp_path / "audit"
     argv = ["attack", "--truth", str(ROOT / "geography_fixtures/tiny/persons.csv"), "--published", str(release),
             "--count", "1", "--runs", "2", "--steps", "20", "--relaxed", "50", "--ip-top", "0", "--workers", "1",

@@ -3,7 +3,7 @@ and the reason (never a traceback), before anything is read or written. (Attacks
 tests/test_attack.py.)"""
 
 import pytest
-from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser, quiet
+from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser
 
 from das.cli import attack, build_parser
 
@@ -74,7 +74,7 @@ def test_a_bad_attack_setting_is_refused_before_any_output(args, expected, tmp_p
 def test_a_schema_other_than_the_releases_is_refused(tmp_path, capsys):
     from das.run import run
 
-    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False, log=quiet).out_dir
+    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False).out_dir
     printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--schema", "dhc_persons",
                            "--out", str(tmp_path / "audit")], capsys)
     assert f"das attack: --schema dhc_persons: the release {release} uses schema pl94_persons" in printed
@@ -84,7 +84,7 @@ def test_a_schema_other_than_the_releases_is_refused(tmp_path, capsys):
 def test_a_truth_that_does_not_cover_the_releases_geography_is_refused(tmp_path, capsys):
     from das.run import run
 
-    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False, log=quiet).out_dir
+    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False).out_dir
     printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--out",
                            str(tmp_path / "audit"), "--workers", "1"], capsys)  # Vermont's persons, a release of Rhode Island
     assert f"das attack: --truth {GRAND_ISLE} does not cover the release's geography: it holds no persons in 2 of " \

@@ -61,6 +61,9 @@ def test_a_release_command_parses(argv, handler, values):
     (["tables", "RUN", "--out", "o", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
     (["audit-privacy", "tiny", "--trials", "many"], "argument --trials: expected an integer, got 'many'"),
     (["audit-privacy", "tiny", "--trials", "0"], "argument --trials: expected an integer of at least 100, got 0"),
+    (["audit-privacy", "tiny", "--rho", "abc"], "argument --rho: 'abc' is not an exact fraction"),
+    (["audit-privacy", "tiny", "--rho", "0"], "argument --rho: must be positive, got '0'"),
+    (["audit-privacy", "tiny", "--delta", "2"], "argument --delta: must be strictly between 0 and 1, got '2'"),
 ])
 def test_a_malformed_release_command_is_refused_while_parsing(argv, expected, capsys):
     assert expected in cli_refused_by_parser(argv, capsys)
@@ -78,9 +81,6 @@ def test_a_malformed_release_command_is_refused_while_parsing(argv, expected, ca
     (["run", "tiny", "--resume", "RUN", "--overwrite"], "--resume continues a run; it cannot be combined with --overwrite"),
     (["privacy", "no_such_spec"], "das privacy: no run spec 'no_such_spec'"),
     (["measure", "no_such_spec"], "das measure: no run spec 'no_such_spec'"),
-    (["audit-privacy", "tiny", "--rho", "abc"], "das audit-privacy: --rho: 'abc' is not an exact fraction"),
-    (["audit-privacy", "tiny", "--rho", "0"], "das audit-privacy: --rho: must be positive, got '0'"),
-    (["audit-privacy", "tiny", "--delta", "2"], "das audit-privacy: --delta must be strictly between 0 and 1, got 2"),
     (["audit-privacy", "no_such_spec"], "das audit-privacy: no run spec 'no_such_spec'"),
 ])
 def test_a_bad_value_is_refused_before_anything_is_written(argv, expected, tmp_path, capsys):

@@ -5,7 +5,7 @@ research command parses as documented, and bad values are refused with exit code
 from fractions import Fraction
 
 import pytest
-from conftest import cli_commands, cli_refused, cli_refused_by_parser, quiet
+from conftest import cli_commands, cli_refused, cli_refused_by_parser
 
 from das.cli import build_parser, research
 from das.research.evaluate import metrics_dir
@@ -90,7 +90,7 @@ def test_a_bad_study_setting_is_refused_before_its_directory_is_made(argv, expec
 def tiny_release(tmp_path_factory):
     from das.run import run
 
-    return run("tiny", tmp_path_factory.mktemp("runs") / "tiny", seed=7, workers=1, progress=False, log=quiet).out_dir
+    return run("tiny", tmp_path_factory.mktemp("runs") / "tiny", seed=7, workers=1, progress=False).out_dir
 
 
 def test_metrics_refuses_a_missing_truth_file_and_an_unknown_query(tiny_release, tmp_path, capsys):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import recorded_logs
 
 from das import outdir
 from das.cli import main
@@ -93,9 +94,8 @@ def test_compare_two_mechanisms_two_seeds_then_rerun_skips(tmp_path):
     mechanisms = ("topdown", "flat")
     assert set(mechanisms) <= set(mechanism_names())
     out = tmp_path / "cmp"
-    logs = []
     comparison = Comparison(TINY, mechanisms=mechanisms, seeds=2, rho="2", **ATTACK)
-    run_comparison(comparison, out, workers=1, log=logs.append)
+    run_comparison(comparison, out, workers=1)
     table = pd.read_parquet(out / "comparison.parquet")
     expected = {"estimator", "seeds", "release_seconds", "peak_tree_mb", "attack_seeds", "rap_rank_at_u",
                 "baseline_tract_at_u", "baseline_county_at_u",
@@ -112,8 +112,8 @@ def test_compare_two_mechanisms_two_seeds_then_rerun_skips(tmp_path):
     assert (out / "report" / "index.html").stat().st_size > 0 and (out / "comparison.md").exists()
     # a rerun finds every part done: nothing is made, scored or attacked again, the table is the same
     stamps = {p: p.stat().st_mtime_ns for p in (out / "parts").rglob("*")}
-    logs.clear()
-    run_comparison(comparison, out, workers=1, log=logs.append)
+    with recorded_logs("das.research.compare") as logs:
+        run_comparison(comparison, out, workers=1)
     assert logs == [] and stamps == {p: p.stat().st_mtime_ns for p in (out / "parts").rglob("*")}
     pd.testing.assert_frame_equal(pd.read_parquet(out / "comparison.parquet"), table)
 

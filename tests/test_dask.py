@@ -10,7 +10,7 @@ from das.executors import ordered_map
 from das.run import run
 
 pytest.importorskip("distributed")
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.distributed import DaskExecutor  # noqa: E402
 
@@ -35,8 +35,8 @@ def test_dask_local_cluster_matches_the_local_pool(tmp_path):
         shutil.copy(ROOT / f"geography_fixtures/al_perry/{name}.parquet", tmp_path / f"{name}.parquet")
     spec = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/", "")
     (tmp_path / "spec.toml").write_text(spec.replace(".csv", ".parquet"))
-    local = run(tmp_path / "spec.toml", tmp_path / "local", seed=11, workers=2, progress=False, log=quiet)
-    dask = run(tmp_path / "spec.toml", tmp_path / "dask", seed=11, workers=2, progress=False, log=quiet,
+    local = run(tmp_path / "spec.toml", tmp_path / "local", seed=11, workers=2, progress=False)
+    dask = run(tmp_path / "spec.toml", tmp_path / "dask", seed=11, workers=2, progress=False,
                engine="dask")
     assert local.valid and dask.valid
     assert dask.manifest.engine.to_dict() == {"engine": "dask", "workers": 2}
@@ -54,5 +54,5 @@ def test_scheduler_without_dask_engine_is_refused(tmp_path):
     from das.run import RunError
 
     with pytest.raises(RunError, match="--scheduler needs --engine dask"):
-        run("tiny", tmp_path / "x", seed=1, progress=False, log=quiet, scheduler="tcp://127.0.0.1:1")
+        run("tiny", tmp_path / "x", seed=1, progress=False, scheduler="tcp://127.0.0.1:1")
     assert not (tmp_path / "x").exists()

@@ -29,12 +29,12 @@ def _opening(pipe: Pipeline, plan) -> Opening:
 
 @pytest.fixture
 def pipe():
-    return Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
+    return Pipeline.prepare("tiny", seed=3)
 
 
 def test_opening_writes_the_operator_files_then_the_manifest_before_anything_is_drawn(pipe, tmp_path):
     plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
-    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan, log=lambda *a: None)
+    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan)
     run_dir = frame.run_dir
     assert sorted(p.name for p in run_dir.path.iterdir()) == ["manifest.json", "operator"]
     manifest = run_dir.read()
@@ -59,13 +59,13 @@ def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
 
 def test_completing_lists_every_file_written_validates_and_removes_the_checkpoints(tmp_path):
     """A synthetic persons release written through the frame by hand: the frame lists, digests and validates it."""
-    pipe = Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
+    pipe = Pipeline.prepare("tiny", seed=3)
     confidential = pipe.read_inputs()
     plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), pipe.metadata(), synthetic=True)
     opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": pipe.certificates["persons"]},
                       PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version(),
                       mechanism=MechanismRecord("identity", "the truth itself: a test of the frame", "none", Fraction(1)))
-    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan, log=lambda *a: None)
+    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan)
     frame.run_dir.checkpoints_dir.mkdir()
     (frame.run_dir.checkpoints_dir / "x.npz").write_bytes(b"work in progress")
     geography: Geography = confidential.geography

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import quiet
 from test_partitioned import two_states
 
 from das.io import outputs
@@ -99,7 +98,7 @@ def _written_listed_and_checked(out: Path, manifest) -> int:
 
 
 def test_a_registered_output_and_check_are_written_listed_and_validated(toy, tmp_path):
-    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False)
     persons = _written_listed_and_checked(result.out_dir, result.manifest)
     assert toy.calls == ["write"]
     _edited(result.out_dir, persons + 1)
@@ -109,7 +108,7 @@ def test_a_registered_output_and_check_are_written_listed_and_validated(toy, tmp
 def test_a_registered_output_is_assembled_from_the_states_parts_and_checked_state_by_state(toy, tmp_path):
     from das.executors import local_executor
 
-    result = run(two_states(tmp_path / "inputs"), tmp_path / "run", seed=7, workers=1, progress=False, log=quiet)
+    result = run(two_states(tmp_path / "inputs"), tmp_path / "run", seed=7, workers=1, progress=False)
     persons = _written_listed_and_checked(result.out_dir, result.manifest)
     parts = [int(c.split()[1]) for c in toy.calls if c.startswith("write_part")]
     assert toy.calls[-1] == "assemble" and len(parts) == 2 and sum(parts) == persons and "write" not in toy.calls
@@ -125,7 +124,7 @@ def test_a_registered_output_is_assembled_from_the_states_parts_and_checked_stat
 
 def test_a_claim_no_check_proves_is_a_violation_and_unregistered_checks_are_gone(tmp_path, toy):
     assert "toy_persons" in claims()
-    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False)
     unregister("toy_persons")
     assert "toy_persons" not in CHECKS and "toy_persons" not in claims()
     report = validate_run(result.out_dir)

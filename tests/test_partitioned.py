@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, quiet, resume_recording_draws
+from conftest import ROOT, resume_recording_draws
 
 from das.checkpoint import file_sha256
 from das.io.microdata import InputError
@@ -41,7 +41,7 @@ def two_states(tmp: Path) -> Path:
 def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("two_states")
     spec = two_states(tmp / "inputs")
-    result = run(spec, tmp / "run", seed=SEED, workers=1, progress=False, log=quiet)
+    result = run(spec, tmp / "run", seed=SEED, workers=1, progress=False)
     return spec, result
 
 
@@ -75,7 +75,7 @@ def test_the_release_does_not_depend_on_the_workers(reference, tmp_path, monkeyp
     if wide:
         monkeypatch.setattr(das.partitioned, "widths", lambda persons, executor: [2] * len(persons))
     spec, result = reference
-    again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False, log=quiet)
+    again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False)
     assert again.manifest.outputs == result.manifest.outputs
     assert again.manifest.nmf == result.manifest.nmf
 
@@ -141,7 +141,7 @@ def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkey
 
 def _refused(spec: Path, out: Path, match: str, error=RunError, **settings) -> None:
     with pytest.raises(error, match=match):
-        run(spec, out, seed=SEED, progress=False, log=quiet, **{"workers": 1, **settings})
+        run(spec, out, seed=SEED, progress=False, **{"workers": 1, **settings})
     assert not (out / "nmf").exists() and not (out / "manifest.json").exists()  # nothing drawn, nothing written
 
 
@@ -181,13 +181,13 @@ def test_an_input_error_in_one_state_names_its_file_and_row(tmp_path):
     codes[6] = 9  # row 7: not a code of CENHISP
     pq.write_table(table.set_column(table.schema.get_field_index("CENHISP"), "CENHISP", pa.array(codes, pa.int8())), path)
     with pytest.raises(InputError, match=r"persons_50.parquet row 7, column CENHISP: '9'"):
-        run(spec, tmp_path / "out", seed=SEED, workers=2, progress=False, log=quiet)
+        run(spec, tmp_path / "out", seed=SEED, workers=2, progress=False)
     assert not (tmp_path / "out/nmf").exists()
 
 
 def test_das_measure_writes_the_partitioned_nmf(reference, tmp_path):
     spec, result = reference
-    manifest = measure_only(spec, tmp_path / "m", seed=SEED, log=quiet)
+    manifest = measure_only(spec, tmp_path / "m", seed=SEED)
     assert manifest.status == "measured"
     assert manifest.nmf == result.manifest.nmf  # the same draws as the whole run's
 
@@ -295,8 +295,8 @@ def test_an_output_directory_inside_a_partitioned_input_directory_is_refused(tmp
     spec = two_states(tmp_path / "inputs")
     before = sorted(p.name for p in (spec.parent / "persons").rglob("*"))
     out = spec.parent / where / "run"
-    for refuse in (lambda: run(spec, out, seed=SEED, workers=1, progress=False, log=quiet),
-                   lambda: measure_only(spec, out, seed=SEED, log=quiet)):
+    for refuse in (lambda: run(spec, out, seed=SEED, workers=1, progress=False),
+                   lambda: measure_only(spec, out, seed=SEED)):
         with pytest.raises(OutDirError, match=f"is inside {spec.parent / where.split('/')[0]}, an input"):
             refuse()
     assert not out.exists() and sorted(p.name for p in (spec.parent / "persons").rglob("*")) == before

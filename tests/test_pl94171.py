@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main
 from das.io.microdata import InputError
@@ -56,7 +56,7 @@ def bg_release(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bg")
     spec = _spec(tmp, "vt_grand_isle", ["nation", "state", "county", "tract", "block_group", "block"],
                  ("pl94_production_2020", "h1_units"), pl94171=True)
-    result = run(spec, tmp / "run", seed=16, workers=1, progress=False, log=quiet)
+    result = run(spec, tmp / "run", seed=16, workers=1, progress=False)
     assert result.valid
     return result.out_dir
 
@@ -64,7 +64,7 @@ def bg_release(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_release(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "run"
-    result = run("tiny", out, seed=7, workers=1, progress=False, log=quiet)
+    result = run("tiny", out, seed=7, workers=1, progress=False)
     assert result.valid
     return result.out_dir
 
@@ -395,7 +395,7 @@ def test_r_reader_reads_a_multi_county_release(r_library, tiny_release, tmp_path
 @pytest.mark.slow
 def test_r_reader_reads_the_vermont_demo_release(r_library, tmp_path):
     """scripts/demo's release (das run vt_demo), written by `das tables`, read by PL94171."""
-    result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False, log=quiet)
+    result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False)
     assert result.valid
     assert main(["tables", str(result.out_dir), "--format", "pl94171", "--out", str(tmp_path / "pl")]) == 0
     check_release_with_r(r_library, result.out_dir, tmp_path / "pl", tmp_path / "r")

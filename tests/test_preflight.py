@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 import das.measure
 import das.privacy.accounting
@@ -112,7 +112,7 @@ def test_workers_must_be_positive(spec_dir, capsys, no_noise, workers):
     from das.preflight import PreflightError
 
     with pytest.raises(PreflightError, match=f"--workers must be a positive integer, got {int(workers)}"):
-        run(spec_dir / "spec.toml", spec_dir / "out", seed=1, workers=int(workers), progress=False, log=quiet)
+        run(spec_dir / "spec.toml", spec_dir / "out", seed=1, workers=int(workers), progress=False)
     assert no_noise == [] and not (spec_dir / "out").exists()
     with pytest.raises(SystemExit) as stopped:  # the command line refuses it while parsing
         das_main(["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--workers", workers])
@@ -175,7 +175,7 @@ def test_an_empty_persons_file_is_a_release_with_nobody(spec_dir):
     _empty_persons(spec_dir)
     units = pd.read_csv(spec_dir / "units.csv", dtype=str)
     units[units["RTYPE"] == "2"].assign(HH_STATUS="2").to_csv(spec_dir / "units.csv", index=False)
-    result = run(spec_dir / "spec.toml", spec_dir / "empty", seed=1, workers=1, progress=False, log=lambda *a: None)
+    result = run(spec_dir / "spec.toml", spec_dir / "empty", seed=1, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     assert result.manifest.counts.persons == 0
     assert len(pd.read_parquet(spec_dir / "empty" / "mdf_persons.parquet")) == 0
@@ -191,7 +191,7 @@ def test_not_enough_disk_space_is_refused(spec_dir, capsys, no_noise, monkeypatc
 
 def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys):
     out = spec_dir / "out"
-    assert run(spec_dir / "spec.toml", out, seed=1, progress=False, log=quiet).valid
+    assert run(spec_dir / "spec.toml", out, seed=1, progress=False).valid
     other = _spec(spec_dir, 'delta = "1e-10"', 'delta = "1e-9"')
     code = das_main(["run", str(other), "--resume", str(out)])
     assert code == 2 and "belongs to another run: the run spec differs" in capsys.readouterr().err
@@ -206,7 +206,7 @@ def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
     original_read, original_pool = das.pipeline.read_inputs, das.run.make_executor
     monkeypatch.setattr(das.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
     monkeypatch.setattr(das.run, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
-    run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False, log=quiet)
+    run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False)
     assert order == ["read", "pool"]
     manifest = json.loads((spec_dir / "out" / "manifest.json").read_text())
     assert manifest["status"] == "complete"
@@ -248,7 +248,7 @@ def test_the_disk_estimate_covers_every_file_a_run_writes_with_its_checkpoints(s
     monkeypatch.setattr(das.preflight, "estimate_space", recorded)
     monkeypatch.setattr(das.checkpoint.shutil, "rmtree", removing)
     spec = _spec(spec_dir, extra="\n[output]\npl94171 = true\n")
-    assert run(spec, spec_dir / "out", seed=1, workers=1, progress=False, log=quiet).valid
+    assert run(spec, spec_dir / "out", seed=1, workers=1, progress=False).valid
     written = sum(f.stat().st_size for f in (spec_dir / "out").rglob("*") if f.is_file())
     assert (spec_dir / "out" / "pl94171").is_dir() and written > 500_000
     assert len(estimates) == 1 and max(written, peak[0]) <= estimates[0].needed <= 6 * max(written, peak[0])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main as das_main
 from das.run import RunError, run
@@ -33,7 +33,7 @@ def _inputs(folder: Path) -> Path:
 def release(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("release")
     spec = _inputs(tmp / "inputs")
-    result = run(spec, tmp / "run", seed=7, workers=1, progress=False, log=quiet)
+    result = run(spec, tmp / "run", seed=7, workers=1, progress=False)
     assert result.valid, result.manifest.validation
     return result
 
@@ -128,7 +128,7 @@ def test_overwrite_refuses_a_das_run_that_also_holds_other_files(release, tmp_pa
 def test_overwrite_replaces_a_das_run(release, tmp_path):
     copy = _copy(release, tmp_path)
     spec = release.out_dir.parent / "inputs" / "spec.toml"
-    again = run(spec, copy, seed=8, overwrite=True, progress=False, log=quiet)
+    again = run(spec, copy, seed=8, overwrite=True, progress=False)
     assert again.valid and again.manifest.seed == 8
 
 
@@ -313,7 +313,7 @@ def test_resume_refuses_a_run_without_its_operator_files(release, tmp_path):
 
     copy = _copy(release, tmp_path, operator=False)
     with pytest.raises(RunError, match="operator files are missing"):
-        resume_run(copy, progress=False, log=quiet)
+        resume_run(copy, progress=False)
 
 
 def _rewrite_nmf_and_its_checksum(copy: Path, change) -> None:

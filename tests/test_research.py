@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main as das_main
 from das.geography import Geography
@@ -198,7 +198,7 @@ def test_wls_reproduces_the_truth_without_noise_on_real_shaped_data():
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("study") / "gi"
-    replicate_study(Study("vt_grand_isle", runs=8, seed=11), out, workers=2, log=quiet)
+    replicate_study(Study("vt_grand_isle", runs=8, seed=11), out, workers=2)
     return out
 
 
@@ -224,23 +224,23 @@ def test_replicates_reproduce_the_topdown_bias_and_wls_is_unbiased(study_dir):
 
 def test_seeded_study_resumes_and_reproduces(study_dir, tmp_path):
     before = pd.read_parquet(study_dir / "stats.parquet")
-    meta = replicate_study(Study("vt_grand_isle", runs=8, seed=11), study_dir, workers=1, log=quiet)
+    meta = replicate_study(Study("vt_grand_isle", runs=8, seed=11), study_dir, workers=1)
     assert meta["replicates_run_now"] == 0  # every part was already there: nothing redrawn
     assert len(meta["replicate_timings"]) == 8  # the first invocation's timings are kept
     pd.testing.assert_frame_equal(pd.read_parquet(study_dir / "stats.parquet"), before)
     again = tmp_path / "again"
-    replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1, log=quiet)
+    replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1)
     sub = before[(before["replicate"] < 2) & before["estimator"].isin(["noisy", "wls"])].reset_index(drop=True)
     pd.testing.assert_frame_equal(pd.read_parquet(again / "stats.parquet"), sub, check_exact=False)
     with pytest.raises(OutDirError, match="holds another study .* pass --overwrite"):
-        replicate_study(Study("vt_grand_isle", runs=3, seed=11), again, log=quiet)
+        replicate_study(Study("vt_grand_isle", runs=3, seed=11), again)
 
 
 @pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_budget_sweep_gets_more_accurate_with_more_budget(tmp_path):
     out = tmp_path / "sweep"
     replicate_study(Study("vt_grand_isle", rhos=("1/100", "10"), runs=2, seed=5, estimators=("noisy", "wls")),
-                    out, workers=1, log=quiet)
+                    out, workers=1)
     pooled = pd.read_parquet(out / "metrics.parquet")
     block = pooled[(pooled["level"] == "block") & (pooled["query"] == "total") & (pooled["bin"] == "all")]
     mae = block.set_index(["estimator", "rho"])["mae"]
@@ -273,7 +273,7 @@ def test_bias_table_t_and_p():
 
 
 def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
-    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False)
     meta = evaluate_run(result.out_dir)
     assert meta["replicates"] == 1
     out = metrics_dir(result.out_dir)
@@ -359,7 +359,7 @@ def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(
 
     for workers in (0, -2):
         with pytest.raises(StudyError, match="--workers must be at least 1"):
-            replicate_study(Study(spec="tiny", runs=1), tmp_path / "out", workers=workers, log=quiet)
+            replicate_study(Study(spec="tiny", runs=1), tmp_path / "out", workers=workers)
     with pytest.raises(PreflightError, match=r"--rho rho = 20 is above 10"):
-        replicate_study(Study(spec="tiny", rhos=("1/2", "20"), runs=1), tmp_path / "out", log=quiet)
+        replicate_study(Study(spec="tiny", rhos=("1/2", "20"), runs=1), tmp_path / "out")
     assert not (tmp_path / "out").exists()

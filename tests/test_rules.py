@@ -80,7 +80,7 @@ def test_post_processing_holds_a_new_rule_and_the_validator_checks_it(crowding, 
     text = text.replace('schema = "pl94_persons"', f'schema = "{tmp_path / "pl94_crowding.toml"}"')
     text = text.replace("../../geography_fixtures/tiny/", f"{TINY.resolve()}/")
     spec.write_text(text)
-    result = run(spec, tmp_path / "out", seed=5, workers=1, progress=False, log=lambda *a: None)
+    result = run(spec, tmp_path / "out", seed=5, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:3]
     assert any("crowding" in c and c.startswith("ok") for c in result.manifest.validation.checks)
     mdf = pd.read_parquet(tmp_path / "out" / "mdf_persons.parquet")

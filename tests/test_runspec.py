@@ -3,7 +3,6 @@
 from fractions import Fraction
 
 import pytest
-from conftest import quiet
 
 from das.pipeline import Pipeline
 from das.runspec import load_run_spec
@@ -36,7 +35,7 @@ def _spec(tmp_path, old: str, new: str):
 def test_a_bad_run_spec_is_refused_naming_the_problem(tmp_path, old, new, expected):
     path = _spec(tmp_path, old, new)
     with pytest.raises(SpecError) as e:
-        Pipeline.prepare(path, 1, log=quiet)  # loads the run spec, then its schemas and strategies
+        Pipeline.prepare(path, 1)  # loads the run spec, then its schemas and strategies
     assert str(path) in str(e.value) or "no_such_schema" in str(e.value)
     if expected:
         assert e.match(expected)
@@ -112,14 +111,14 @@ def test_a_spec_refused_opens_no_input(tmp_path, monkeypatch):
     monkeypatch.setattr(microdata, "read_inputs", never)
     path = _spec(tmp_path, 'delta = "1e-10"', 'delta = "1e-10"\nrho = "1/100"')
     with pytest.raises(SpecError):
-        Pipeline.prepare(path, 1, log=quiet)
+        Pipeline.prepare(path, 1)
 
 
 def test_a_budget_as_eps_gives_the_largest_rho_within_it(tmp_path):
     from das.privacy.accounting import eps_for_delta
 
     path = _spec(tmp_path, 'strategy = "pl94_six_level"', 'strategy = "pl94_six_level"\neps = "4"')
-    cert = Pipeline.prepare(path, 1, log=quiet).certificates["persons"]
+    cert = Pipeline.prepare(path, 1).certificates["persons"]
     assert cert.eps <= 4 and eps_for_delta(cert.rho * (1 + Fraction(1, 10**4)), cert.delta) > 4
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import TINY, quiet
+from conftest import TINY
 
 from das.run import run
 from das.validate import GEO, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, ValidationError, validate_run
@@ -19,7 +19,7 @@ from das.validate.registry import select
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return run("tiny", tmp_path_factory.mktemp("tiny") / "run", seed=3, workers=1, progress=False, log=quiet).out_dir
+    return run("tiny", tmp_path_factory.mktemp("tiny") / "run", seed=3, workers=1, progress=False).out_dir
 
 
 def test_the_nmf_check_beside_the_mdf_checks_keeps_its_place_and_fails_first(tiny, tmp_path):

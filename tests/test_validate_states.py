@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, TINY, quiet
+from conftest import ROOT, TINY
 
 from das.checkpoint import file_sha256
 from das.run import run
@@ -66,7 +66,7 @@ def _write_manifest(run_dir, change) -> None:
 
 @pytest.fixture(scope="module")
 def one_state(tmp_path_factory):
-    return run("tiny", tmp_path_factory.mktemp("one") / "run", seed=3, workers=1, progress=False, log=quiet).out_dir
+    return run("tiny", tmp_path_factory.mktemp("one") / "run", seed=3, workers=1, progress=False).out_dir
 
 
 def _two_state_inputs(name: str) -> pd.DataFrame:
@@ -88,7 +88,7 @@ def two_states(tmp_path_factory):
     spec = re.sub(r'persons = ".*?"', 'persons = "persons.parquet"', spec, count=1)
     spec = re.sub(r'units = ".*?"', 'units = "units.parquet"', spec, count=1)
     (inputs / "spec.toml").write_text(spec)
-    result = run(inputs / "spec.toml", inputs.parent / "two", seed=3, workers=1, progress=False, log=quiet)
+    result = run(inputs / "spec.toml", inputs.parent / "two", seed=3, workers=1, progress=False)
     assert result.manifest.invariants.total_population["state"].keys() == set(STATES)
     return result.out_dir
 

@@ -11,6 +11,7 @@ candidates.parquet's `das.confidential`) and go to a directory of their own (das
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,9 @@ from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, expected_hits, match_rate_at, matches, rank_samples, rap_runs
 from das.attack.rap import RapConfig
 from das.attack.workload import build_workload, load_attack_tables
+from das.progress import bar, step
+
+logger = logging.getLogger(__name__)
 
 REPORT_K = (1, 5, 10, 25, 50, 100)
 REPORT_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
@@ -143,18 +147,21 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
 
 
 def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str], options: AuditOptions, *,
-              holdout: PersonRecords | None = None, log=print) -> list[GeounitResult]:
+              holdout: PersonRecords | None = None) -> list[GeounitResult]:
+    """Every geounit attacked and scored, in order; a progress bar (a terminal) or a line per geounit (logging)."""
     tables = load_attack_tables(options.tables or published.schema.name)
-    results = []
-    for i, geocode in enumerate(geounits):
+    for geocode in geounits:
         if len(geocode) != GEOCODE_DIGITS[options.level] or not (geocode.isascii() and geocode.isdigit()):
             raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[options.level]}-digit "
                               f"{options.level} geocode")
-        r = attack_geounit(geocode, published, truth, options, tables=tables, holdout=holdout)
-        rates = ", ".join(f"{m} {match_rate_at(h, max(1, r.distinct_true)):.2f}" for m, h in r.hits.items())
-        log(f"[{i + 1}/{len(geounits)}] {options.level} {geocode}: {r.published_total} published persons, "
-            f"{r.n_queries} queries, {r.seconds:.1f} s; Match-Rate@u: {rates}")
-        results.append(r)
+    results = []
+    with bar(total=len(geounits), desc=f"{options.level}s attacked", unit=options.level) as progress:
+        for geocode in geounits:
+            r = attack_geounit(geocode, published, truth, options, tables=tables, holdout=holdout)
+            rates = ", ".join(f"{m} {match_rate_at(h, max(1, r.distinct_true)):.2f}" for m, h in r.hits.items())
+            step(progress, logger, f"{options.level} {geocode}: {r.published_total} published persons, "
+                                   f"{r.n_queries} queries, {r.seconds:.1f} s; Match-Rate@u: {rates}")
+            results.append(r)
     return results
 
 

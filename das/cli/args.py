@@ -15,11 +15,21 @@ from das.specfile import SHOWN_CHARACTERS, positive_fraction, shown
 MAX_RHO_TEXT = "10"  # das.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each default: a value is shown as "(default: X)"; an option whose default is None (or
+    a flag, off by default) says in its own help what happens without it, so "(default: None)" never shows."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose --help shows every default, and whose errors never echo a value whole."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
@@ -32,6 +42,23 @@ class Parser(argparse.ArgumentParser):
             self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
         return super()._get_values(action, arg_strings)
 
+
+def shipped(kind: str) -> tuple[str, ...]:
+    """The names of the shipped specs of a kind (specs/<kind>/*.toml), for --help and choices: a directory
+    listing, no spec read."""
+    from importlib import resources
+
+    return tuple(sorted(p.name.removesuffix(".toml") for p in resources.files("das.specs").joinpath(kind).iterdir()
+                        if p.name.endswith(".toml")))
+
+
+def spec_help(kind: str = "runs", what: str = "run spec") -> str:
+    """The help of an argument naming a spec: the shipped names, or a .toml path."""
+    return f"{what}: a shipped name ({', '.join(shipped(kind))}) or a .toml path"
+
+
+SEED_HELP = ("replication mode: seeded noise, outputs labelled NOT private (default: none, noise from the operating "
+             "system's CSPRNG)")
 
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
 

@@ -39,7 +39,8 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--multiset", action="store_true", help="score with multiplicities (record, j-th copy)")
     a.add_argument("--baselines", default="tract,county",
                    help="comma-separated reference scopes: tract, county, state, holdout ('' for none)")
-    a.add_argument("--holdout", type=path, default=None, help="persons file of a disjoint holdout population")
+    a.add_argument("--holdout", type=path, default=None,
+                   help="persons file of a disjoint holdout population (default: none; needed by --baselines holdout)")
     a.add_argument("--ip-top", type=nonnegative_int, default=50, help="top candidates whose IP certainty is decided (0: no IP)")
     a.add_argument("--ip-max-persons", type=nonnegative_int, default=60, help="solution variability for blocks up to this size")
     a.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel RAP runs")
@@ -115,8 +116,7 @@ def _cmd_attack(args) -> int:
               file=sys.stderr)
         load_attack_tables(options.tables or schema.name)  # a bad workload spec is refused before anything is written
         claim.start()  # its own earlier output deleted (--overwrite), its record written
-        results = run_audit(truth, published, geounits, options, holdout=holdout,
-                            log=lambda s: print(s, file=sys.stderr, flush=True))
+        results = run_audit(truth, published, geounits, options, holdout=holdout)
         write_outputs(Path(args.out), results, published, options, source=source, seconds=time.perf_counter() - t0)
         claim.finish()
     except (AttackError, SpecError) as e:

@@ -5,7 +5,20 @@ from __future__ import annotations
 import json
 import os
 
-from das.cli.args import add_budget, budget, delta, fraction, integer, nonnegative_int, path, positive_float, positive_int
+from das.cli.args import (
+    SEED_HELP,
+    add_budget,
+    budget,
+    delta,
+    fraction,
+    integer,
+    nonnegative_int,
+    path,
+    positive_float,
+    positive_int,
+    shipped,
+    spec_help,
+)
 
 
 def _cmd_run(args) -> int:
@@ -98,8 +111,12 @@ def _cmd_tables(args) -> int:
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
 
-    return audit_spec_main(args.spec, trials=args.trials, rho=args.rho, delta=args.delta, seed=args.seed,
+    return audit_spec_main(args.spec, trials=args.trials, rho=_text(args.rho), delta=_text(args.delta), seed=args.seed,
                            json_out=args.json, out=args.out, overwrite=args.overwrite)
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
 
 
 def add_parsers(sub) -> None:
@@ -108,7 +125,7 @@ def add_parsers(sub) -> None:
     _add_run(sub)
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
-    v.add_argument("run_dir", type=path, help="a das run directory")
+    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
     v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="also compare the invariants with these confidential inputs (default: the run's "
                         "operator files, when present)")
@@ -117,24 +134,29 @@ def add_parsers(sub) -> None:
     vi = sub.add_parser("validate-input", help="check persons/units microdata files")
     vi.add_argument("persons", type=path, help="persons file (Parquet or CSV)")
     vi.add_argument("units", type=path, help="units file (Parquet or CSV)")
-    vi.add_argument("--schema", type=path, default="pl94_persons", help="persons schema: a name in specs/schemas or a .toml path")
+    vi.add_argument("--schema", type=path, default="pl94_persons",
+                    help=f"persons schema: one of {', '.join(n for n in shipped('schemas') if n.endswith('_persons'))}, "
+                         "or a .toml path")
     vi.set_defaults(func=_cmd_validate_input)
 
     pr = sub.add_parser("privacy", help="the privacy certificate of a run spec, or a budget converted: eps at delta "
                                         "to rho (--eps --delta), rho to eps at delta (--rho --delta)")
-    pr.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name or a .toml path (none: convert --eps or --rho)")
-    pr.add_argument("--rho", type=fraction, default=None, help="a persons budget (with SPEC: over the spec's)")
+    pr.add_argument("spec", type=path, nargs="?",
+                    help=spec_help() + " (default: none, convert the budget given by --eps or --rho)")
+    pr.add_argument("--rho", type=fraction, default=None,
+                    help="a persons budget (with SPEC: over the spec's; default: the spec's)")
     pr.add_argument("--eps", type=fraction, default=None,
-                    help="a budget as eps at --delta: the largest exact rho whose certificate is within (eps, delta)")
-    pr.add_argument("--delta", type=delta, default=None, help="delta, an exact fraction in (0, 1)")
+                    help="a budget as eps at --delta: the largest exact rho whose certificate is within (eps, delta) "
+                         "(default: the spec's)")
+    pr.add_argument("--delta", type=delta, default=None,
+                    help="delta, an exact fraction in (0, 1) (default: the spec's [privacy] delta; required without SPEC)")
     pr.add_argument("--json", action="store_true", help="JSON instead of text")
     pr.set_defaults(func=_cmd_privacy)
 
     m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
-    m.add_argument("spec", type=path, help="run spec: a shipped name or a .toml path")
+    m.add_argument("spec", type=path, help=spec_help())
     m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
-    m.add_argument("--seed", type=nonnegative_int, default=None,
-                   help="replication mode: seeded noise, outputs labelled NOT private")
+    m.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     m.add_argument("--overwrite", action="store_true",
                    help="replace the das run in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
@@ -152,14 +174,16 @@ def add_parsers(sub) -> None:
     t.set_defaults(func=_cmd_tables)
 
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
-    a.add_argument("spec", type=path, help="run spec whose schema, strategy and levels are audited (no input is read)")
+    a.add_argument("spec", type=path, help=spec_help() + ": its schema, strategy and levels are audited (no input is read)")
     a.add_argument("--trials", type=integer(100), default=20_000, help="runs of the measurement per dataset")
-    a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
-    a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
-    a.add_argument("--seed", type=nonnegative_int, default=None, help="seeded noise (reproducible audit)")
+    a.add_argument("--rho", type=fraction, default=None, help="audit budget (default: 1, see docs/privacy.md)")
+    a.add_argument("--delta", type=delta, default=None, help="audit delta (default: 1/100, see docs/privacy.md)")
+    a.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="seeded noise, a reproducible audit (default: none, the operating system's CSPRNG)")
     a.add_argument("--json", action="store_true", help="JSON instead of text")
     a.add_argument("--out", type=path, default=None,
-                   help="also write the report to this directory (audit.json, and audit.md: a short summary)")
+                   help="also write the report to this directory (audit.json, and audit.md: a short summary); "
+                        "default: none, the report is printed only")
     a.add_argument("--overwrite", action="store_true",
                    help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
     a.set_defaults(func=_cmd_audit_privacy)
@@ -168,10 +192,10 @@ def add_parsers(sub) -> None:
 def _add_run(sub) -> None:
     """`das run`: its parser (the largest of the release commands)."""
     r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
-    r.add_argument("spec", type=path, nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
-    r.add_argument("--out", type=path, default=None, help="output directory (default: runs/<spec name>)")
-    r.add_argument("--seed", type=nonnegative_int, default=None,
-                   help="replication mode: seeded noise, outputs labelled NOT private")
+    r.add_argument("spec", type=path, nargs="?", help=spec_help() + " (default with --resume: the run's own)")
+    r.add_argument("--out", type=path, default=None,
+                   help="output directory (default: runs/NAME, NAME being SPEC without its directory and .toml)")
+    r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
     r.add_argument("--overwrite", action="store_true",
                    help="replace the das run in the output directory, deleting only its own files; a directory "
@@ -180,7 +204,7 @@ def _add_run(sub) -> None:
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,
                    help="continue an interrupted run from its stored noisy measurements and checkpoints "
-                        "(never drawing noise again); SPEC defaults to the run's own")
+                        "(never drawing noise again); SPEC defaults to the run's own (default: a new run)")
     r.add_argument("--engine", choices=("local", "dask"), default="local",
                    help="where tasks run: a local process pool, or Dask (pip install 'das[dask]')")
     r.add_argument("--scheduler", metavar="ADDRESS", default=None,

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from das.cli.args import fraction, names, nonnegative_int, path, positive_int
+from das.cli.args import SEED_HELP, fraction, names, nonnegative_int, path, positive_int, spec_help
 from das.research import compare
 from das.research.estimators import ESTIMATORS
 from das.research.replicate import DEFAULT_QUERIES
@@ -56,7 +56,7 @@ def add_parsers(sub) -> None:
     common = {"queries": ",".join(DEFAULT_QUERIES)}
 
     m = sub.add_parser("metrics", help="accuracy of a run's release (and of its NMF) against the true input")
-    m.add_argument("run_dir", type=path, help="a das run directory")
+    m.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
     m.add_argument("--truth", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="confidential input files (default: the run's own inputs, from its manifest)")
     m.add_argument("--out", type=path, default=None,
@@ -69,14 +69,14 @@ def add_parsers(sub) -> None:
     m.set_defaults(func=_cmd_metrics)
 
     r = sub.add_parser("replicate", help="N independent noise draws on the same input, scored per estimator")
-    r.add_argument("spec", type=path, help="run spec (persons release is studied)")
+    r.add_argument("spec", type=path, help=spec_help() + " (its persons release is studied)")
     r.add_argument("--runs", type=positive_int, default=20, help="replicates per budget")
     r.add_argument("--out", type=path, required=True, help="output directory of the study (confidential)")
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="replicates in parallel")
     r.add_argument("--rho", default=None, help="comma list of budgets (exact fractions) to sweep; default the spec's")
     r.add_argument("--allow-large-rho", action="store_true",
                    help="acknowledge a budget above the cap (rho > 10): barely protected")
-    r.add_argument("--seed", type=nonnegative_int, default=None, help="seeded noise (replicable; labelled NOT private)")
+    r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     r.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
@@ -87,7 +87,7 @@ def add_parsers(sub) -> None:
     r.set_defaults(func=_cmd_replicate)
 
     p = sub.add_parser("report", help="HTML + Markdown report with plots of a replicate or metrics directory")
-    p.add_argument("dir", type=path, help="a replicate, metrics or compare directory")
+    p.add_argument("dir", type=path, help="a directory written by das replicate, das metrics or das compare")
     p.add_argument("--out", type=path, default=None,
                    help="report directory (default DIR/report, part of the study); a rerun replaces its own earlier "
                         "report, a directory holding anything else is refused")
@@ -118,7 +118,7 @@ def _cmd_compare(args) -> int:
 def _add_compare(sub) -> None:
     c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
                                        "error, bias, cost and attack match rates side by side")
-    c.add_argument("spec", type=path, help="run spec (its persons release is compared)")
+    c.add_argument("spec", type=path, help=spec_help() + " (its persons release is compared)")
     c.add_argument("--mechanisms", default=compare.TOPDOWN, help=f"comma list of {', '.join(compare.mechanism_names())}")
     c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
     c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from das.cli.args import add_budget, budget, nonnegative_int, path
+from das.cli.args import SEED_HELP, add_budget, budget, nonnegative_int, path, spec_help
 
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
 # (tests/test_mechanisms.py checks they agree)
@@ -18,12 +18,11 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
         description="Run one synthetic-data mechanism on a run spec's persons input, with das's exact accountant, "
                     "and write its release (MDF, tables, manifest with the certificate) like `das run` does. "
                     "See docs/mechanisms.md.")
-    s.add_argument("spec", type=path, help="run spec: a shipped name (see specs/runs) or a .toml path")
+    s.add_argument("spec", type=path, help=spec_help())
     s.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES,
                    help="which mechanism (docs/mechanisms.md); mst and aim need pip install 'das[mbi]'")
     s.add_argument("--out", type=path, required=True, help="output directory")
-    s.add_argument("--seed", type=nonnegative_int, default=None,
-                   help="replication mode: seeded noise, outputs labelled NOT private")
+    s.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     add_budget(s)
     s.add_argument("--overwrite", action="store_true",
                    help="replace the das release in the output directory, deleting only its own files; a directory "

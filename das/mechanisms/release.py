@@ -135,4 +135,4 @@ def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, 
                       holds(plan, synthetic=True), private=cert.private, version=code_version(),
                       mechanism=MechanismRecord(mech.name, mech.summary, mech.geography, cert.budget,
                                                 mech.public_details(result.details)))
-    return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, log=lambda *a, **k: None)
+    return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite)

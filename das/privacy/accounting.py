@@ -403,12 +403,15 @@ def render_certificate(cert: Certificate) -> str:
     lines += textwrap.wrap(cert.convention, 100, initial_indent="convention   ", subsequent_indent=" " * 13)
     if cert.warning:
         lines += textwrap.wrap(cert.warning, 100, initial_indent="WARNING: ", subsequent_indent=" " * 9)
-    header = f"{'level':12s} {'query':{width}s} {'share':>11s} {'rho':>11s} {'sigma^2':>12s} {'sigma':>9s}"
+    shares = [fraction_text(lv.rho_share) for lv in cert.by_level] + [fraction_text(q.share) for lv in cert.by_level
+                                                                      for q in lv.queries]
+    sw = max([11] + [len(text) for text in shares])  # every column as wide as its widest entry: aligned
+    header = f"{'level':12s} {'query':{width}s} {'share':>{sw}s} {'rho':>11s} {'sigma^2':>12s} {'sigma':>9s}"
     lines += ["", header, "-" * len(header)]
     for lv in cert.by_level:
-        lines.append(f"{lv.level:12s} {'(all queries)':{width}s} {fraction_text(lv.rho_share):>11s} {float(lv.rho):11.6f}")
+        lines.append(f"{lv.level:12s} {'(all queries)':{width}s} {fraction_text(lv.rho_share):>{sw}s} {float(lv.rho):11.6f}")
         for q in lv.queries:
-            lines.append(f"{'':12s} {q.query:{width}s} {fraction_text(q.share):>11s} {float(q.rho):11.6f} "
+            lines.append(f"{'':12s} {q.query:{width}s} {fraction_text(q.share):>{sw}s} {float(q.rho):11.6f} "
                          f"{float(q.sigma2):12.3f} {math.sqrt(q.sigma2):9.3f}")
     lines.append("share: of the level's rho (levels: of the total); sigma^2 = 1/rho exactly (see the JSON form)")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ refused unless --overwrite, which deletes only the comparison's own files.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import time
@@ -36,6 +37,7 @@ import pyarrow.parquet as pq
 from das import atomic, outdir, preflight
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
+from das.progress import bar, step
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import combine, metrics
@@ -43,6 +45,7 @@ from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, Study
 from das.research.resources import run_measured
 from das.rundir import RunDir
 
+logger = logging.getLogger(__name__)
 TOPDOWN = "topdown"
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
 LEVELS = ("block", "tract", "county")
@@ -150,7 +153,7 @@ def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
 # memory measured is the release's (not this module's pandas, scipy and matplotlib).
 _TOPDOWN_CHILD = ("import json, sys; from das.run import run; a = json.loads(sys.argv[1]); "
                   "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
-                  "progress=False, allow_large_rho=a['allow_large_rho'], log=lambda *x, **k: None); "
+                  "progress=False, allow_large_rho=a['allow_large_rho']); "
                   "sys.exit(0 if r.valid else 'the release failed validation')")
 _MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
                     "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
@@ -238,7 +241,7 @@ def _open(comparison: Comparison, out_dir: Path, overwrite: bool, protected) -> 
     return claim, (old if same else {})
 
 
-def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False, log=print) -> dict:
+def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False) -> dict:
     """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
     from das.attack.audit import AuditOptions, auto_geounits
     from das.attack.data import read_persons
@@ -255,7 +258,7 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
     out_dir = Path(out_dir)
     spec = load_run_spec(comparison.spec)
     if comparison.rho is None:  # the spec's own budget, under the same cap
-        Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho, log=lambda *a, **k: None)
+        Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho)
     claim, earlier = _open(comparison, out_dir, overwrite, protected_paths(spec))
     ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
     queries = scored_queries(ctx.schema, comparison.queries)
@@ -282,13 +285,16 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
     t0 = time.perf_counter()
     failures = []
     tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
-    for i, (mechanism, seed) in enumerate(tasks, 1):
+    progress = bar(total=len(tasks) + bool(blocks), desc="releases and attacks", unit="task")
+    for mechanism, seed in tasks:
         run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
         done = _part(out_dir, mechanism, seed, "json")
         attack_path = _part(out_dir, mechanism, seed, "attack.parquet")
         want_attack = bool(blocks) and seed < comparison.attacked_seeds
         if done.exists() and (attack_path.exists() or not want_attack):
+            progress.update()
             continue
+        said = []
         done.parent.mkdir(parents=True, exist_ok=True)
         if not done.exists():
             spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
@@ -297,31 +303,33 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
             if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
                 failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
                                  "stderr": measured.stderr})
-                log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
-                    f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
+                logger.warning(f"{mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
+                               f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
+                progress.update()
                 continue
             stats = score_release(ctx, run_dir, mechanism, queries=queries, seed=seed)
             _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
             done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
                                         "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
-            log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: release {measured.seconds:.1f} s, "
-                f"peak {measured.peak_tree_mb:.0f} MB (process tree)")
+            said.append(f"release {measured.seconds:.1f} s, peak {measured.peak_tree_mb:.0f} MB (process tree)")
         if want_attack and not attack_path.exists():
             from das.attack.data import read_release
 
             options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=seed, workers=workers, ip_top=0)
             frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options=options, tables=tables)
             _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
-            log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: attack on {len(blocks)} blocks, "
-                f"{frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
+            said.append(f"attack on {len(blocks)} blocks, {frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
+        step(progress, logger, f"{mechanism} seed {seed}: {'; '.join(said)}")
     exact_path = _part(out_dir, EXACT, 0, "attack.parquet")
     if blocks and not exact_path.exists():
         exact_path.parent.mkdir(parents=True, exist_ok=True)
         options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=0, workers=workers, ip_top=0)
         _write_parquet(attack_release(truth, truth, blocks, options=options, tables=tables).assign(mechanism=EXACT, seed=0),
                        exact_path)
-
-        log(f"  exact tables: attack on {len(blocks)} blocks")
+        step(progress, logger, f"exact tables: attack on {len(blocks)} blocks")
+    elif blocks:
+        progress.update()
+    progress.close()
     meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
     (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
     meta.update(summarize(out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm import tqdm
 
 from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
 from das.executors import IN_FLIGHT_PER_SLOT, first_done, local_executor
 from das.geography import Geography
 from das.io import nmf
 from das.io.nmf import NoisyAnswers
+from das.progress import bar
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.rundir import nmf_level_path
 from das.schema import Schema
@@ -450,9 +450,8 @@ def _solve_levels(job: _Release, names: list[str], top: sp.csr_matrix, *, checkp
     try:
         batches = _Batches(job, _plan_levels(job, names, getattr(executor, "slots", 1)), top, checkpoints)
         plans = batches.plans
-        with tqdm(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
-                  desc=f"{job.name} post-processing", unit="batch", disable=None if options.progress else True,
-                  leave=False) as progress:
+        with bar(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
+                 desc=f"post-processing {job.name}", unit="batch", shown=options.progress, leave=False) as progress:
             while len(batches.reports) < len(plans):
                 batches.submit_ready(executor)
                 for future in first_done(executor, list(batches.running)) if batches.running else ():

@@ -529,9 +529,9 @@ def _snap(values: np.ndarray) -> np.ndarray:
 _banner_shown = []  # HiGHS prints its banner to the process's stdout once, from the first Highs()
 
 
-def _quiet_highs() -> highspy.Highs:
+def quiet_highs() -> highspy.Highs:
     """A Highs with no output; the first one of the process is built with stdout closed, so its banner
-    does not land in the run summary (once per worker process before)."""
+    does not land in a command's output (the run summary, the attack's report): every HiGHS model of das is built here."""
     if _banner_shown:
         h = highspy.Highs()
     else:
@@ -550,7 +550,7 @@ def _quiet_highs() -> highspy.Highs:
 
 
 def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, *, col_upper, integer: bool):
-    h = _quiet_highs()
+    h = quiet_highs()
     h.setOptionValue("threads", 1)
     n = len(cost)
     lp = highspy.HighsLp()

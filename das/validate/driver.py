@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from das.executors import largest_first
+from das.progress import bar
 from das.rundir import Manifest, RunDir, RunDirError
 from das.validate.inputs import by_state, operator_inputs
 from das.validate.registry import TOPDOWN_HOLDS, Check, claims, needs, select
@@ -108,7 +109,7 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
     parts: dict | None = None
     alongside: dict = {}
     try:
-        for i, check in enumerate(checks):
+        for i, check in enumerate(bar(checks, desc="validating", unit="check", leave=False)):
             if parts is None and (check.state is not None or check.alongside is not None):
                 release, parts, alongside = _run_states(release, checks[i:], inputs=inputs, executor=executor,
                                                         persons_limit=persons_limit)
