@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight
+from das import bundle, callable_module, preflight
 from das.checkpoint import Checkpoints, file_sha256, is_disk_full
 from das.executors import make_executor
 from das.frame import (
@@ -425,3 +425,6 @@ def render_summary(manifest: Manifest) -> str:
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)
+
+
+callable_module(__name__)  # `das.run(spec, ...)` is das.api.run: the library's release (see das/__init__.py)

@@ -15,10 +15,12 @@ length (`shown`).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
@@ -137,6 +139,59 @@ def load_toml(path: Path) -> dict:
         raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
     except ValueError as e:  # tomllib's own limits, e.g. an integer of more than 4300 digits
         raise SpecError(f"{path}: not valid TOML: {str(e)[:200]}") from None
+
+
+def toml_text(data: Mapping) -> str:
+    """A spec made in Python (a dict of what a spec file holds) as TOML text that `load_toml` reads back equal:
+    strings, integers, booleans, Fractions (as "a/b" strings: exact), lists and tables. A float is refused: it is
+    not exact (write "0.25" or Fraction(1, 4)), as in a spec file.
+
+    >>> print(toml_text({"name": "x", "levels": ["state", "county"], "persons": {"rho": Fraction(1, 2)}}))
+    name = "x"
+    levels = ["state", "county"]
+    <BLANKLINE>
+    [persons]
+    rho = "1/2"
+    <BLANKLINE>
+    """
+    lines: list[str] = []
+    _toml_table(data, (), lines)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _toml_table(data: Mapping, where: tuple[str, ...], lines: list[str]) -> None:
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{'.'.join(where) or 'the spec'}: expected a table (a dict), got {type(data).__name__}")
+    tables = {k: v for k, v in data.items() if isinstance(v, Mapping)}
+    if where and (len(tables) < len(data) or not data):
+        lines += ["", f"[{'.'.join(_toml_key(k) for k in where)}]"]
+    for key, value in data.items():
+        if key not in tables:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value, (*where, str(key)))}")
+    for key, value in tables.items():
+        _toml_table(value, (*where, str(key)), lines)
+
+
+def _toml_key(key) -> str:
+    if not isinstance(key, str):
+        raise SpecError(f"a spec's keys are strings, got {shown(key)}")
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _toml_value(value, where: tuple[str, ...]) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Fraction):
+        return json.dumps(str(value))
+    if isinstance(value, (str, Path)):
+        return json.dumps(str(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v, where) for v in value) + "]"
+    hint = '; a float is not exact: write it as a string like "0.25"' if isinstance(value, float) else ""
+    raise SpecError(f"{'.'.join(where)}: {shown(value)} cannot be written to a spec (expected a string, an integer, "
+                    f"true or false, a Fraction, a list or a table{hint})")
 
 
 def check(data: dict, model: type[BaseModel], source: str) -> BaseModel:

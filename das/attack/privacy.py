@@ -44,6 +44,7 @@ from das.measure import Measurement, measure_in_memory, plan_for, true_answers
 from das.privacy.accounting import eps_for_delta
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
+from das.progress import bar
 from das.runspec import load_run_spec
 from das.schema import Schema, SpecError, load_schema
 
@@ -187,6 +188,7 @@ class Trials:
     rho: Fraction
     mechanism: Mechanism = measure_in_memory
     alpha: float = 0.05
+    done: Callable[[int], object] | None = None  # told the trials run after each chunk (a progress bar's update)
 
 
 def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], rng,
@@ -204,6 +206,8 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
             stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
             outputs = how.mechanism(geography, histograms, schema, plan, rng=stream, trials=min(chunk, trials - start))
             parts.append(llr_scores(outputs, truth_d, truth_p))
+            if how.done is not None:
+                how.done(min(chunk, trials - start))
         return np.concatenate(parts)
 
     s_d, s_p = scores(pair.d, "D"), scores(pair.d_prime, "D'")
@@ -294,10 +298,12 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     rng = make_random_source(seed)
     report = {"spec": spec.name, "rho": str(rho), "delta": str(delta), "trials": trials,
               "private_randomness": rng.private, "strategies": {}}
-    for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
-        plan, _ = plan_for(s, rho, spec.levels)
-        results = audit(geography, data, schema, plan, rng.spawn(name), Trials(trials, delta, rho))
-        report["strategies"][name] = [r.__dict__ for r in results]
+    pairs = sum(pair.name in NEIGHBOURS for pair in neighbour_pairs(data, schema, geography))
+    with bar(total=2 * pairs * 2 * trials, desc="audit trials", unit="trial", unit_scale=True) as progress:
+        for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
+            plan, _ = plan_for(s, rho, spec.levels)
+            results = audit(geography, data, schema, plan, rng.spawn(name), Trials(trials, delta, rho, done=progress.update))
+            report["strategies"][name] = [r.__dict__ for r in results]
     return report
 
 

@@ -43,8 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "run" and args.out is None and args.spec is not None:  # `das run`'s default --out
-        args.out = os.path.join("runs", args.spec.rsplit("/", 1)[-1].removesuffix(".toml"))
     from das.progress import configure
 
     configure(args.verbosity)

@@ -22,7 +22,8 @@ from das.cli.args import (
 
 
 def _cmd_run(args) -> int:
-    from das.run import RunError, resume_run, run
+    import das
+    from das.run import RunError, resume_run
 
     if args.resume:
         if args.overwrite:
@@ -30,15 +31,25 @@ def _cmd_run(args) -> int:
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
                             progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
                             allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
+        release = das.Release(result.out_dir, result.manifest)
     else:
         if args.spec is None:
             raise RunError("das run needs a SPEC (or --resume RUN_DIR)")
-        result = run(args.spec, args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
-                     progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                     allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
-    print(result.summary)
-    print(f"wrote {result.out_dir}")
-    return 0 if result.valid else 1
+        release = das.run(args.spec, out=args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
+                          progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
+                          allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, rho=args.rho, eps=args.eps,
+                          delta=args.delta)
+    print(release.summary)
+    print(f"wrote {release.path}")
+    return 0 if release.valid else 1
+
+
+def _cmd_init(args) -> int:
+    import das
+
+    das.init_spec(args.persons, args.units, out=args.out, name=args.name, schema=args.schema)
+    print(f"wrote {args.out}: check it (das privacy {args.out}), then release (das run {args.out} --out DIR)")
+    return 0
 
 
 def _cmd_validate(args) -> int:
@@ -103,7 +114,7 @@ def _cmd_measure(args) -> int:
 def _cmd_tables(args) -> int:
     from das.summary_files import convert
 
-    written = convert(args.source, args.out, args.format)
+    written = convert(args.source, args.out, args.format, names=args.names)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
     return 0
 
@@ -123,6 +134,7 @@ def add_parsers(sub) -> None:
     """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
 
     _add_run(sub)
+    _add_init(sub)
 
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
     v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
@@ -168,6 +180,10 @@ def add_parsers(sub) -> None:
                    help="a das run directory, or a directory of PL 94-171 files (das's or the Census Bureau's)")
     t.add_argument("--format", choices=("pl94171", "parquet"), default="pl94171",
                    help="pl94171: the 2020 legacy summary files (4 per state); parquet: one file per table, PL layout")
+    t.add_argument("--names", choices=("readable", "pl"), default="readable",
+                   help="--format parquet's column names: readable, as in a release's tables/ (cenrace=White; a PL cell "
+                        "das does not have by its PL label), or pl, the PL 94-171 field names (P0010003); see "
+                        "docs/formats.md")
     t.add_argument("--out", type=path, required=True,
                    help="output directory, outside the source; a rerun replaces its own earlier tables, a directory "
                         "holding anything else is refused")
@@ -189,12 +205,30 @@ def add_parsers(sub) -> None:
     a.set_defaults(func=_cmd_audit_privacy)
 
 
+def _add_init(sub) -> None:
+    """`das init`: a commented spec for your own inputs (docs/walkthrough.md)."""
+    i = sub.add_parser("init", help="write a commented run spec for your own persons and units files (checked first)",
+                       description="Read the persons and units files with das's validating reader (every problem is "
+                                   "listed, and nothing is written, when das cannot release them), then write a run "
+                                   "spec for them: schema, strategy, levels, tables and budget, commented with what "
+                                   "the files hold. See docs/walkthrough.md.")
+    i.add_argument("persons", type=path, help="persons file (Parquet or CSV; columns: docs/formats.md)")
+    i.add_argument("units", type=path, help="units file (Parquet or CSV; columns: docs/formats.md)")
+    i.add_argument("--out", type=path, required=True, help="the spec file to write (.toml; an existing file is refused)")
+    i.add_argument("--name", default=None, help="the release's name (default: the --out file's name without .toml)")
+    i.add_argument("--schema", choices=("pl94_persons", "dhc_persons"), default="pl94_persons",
+                   help="pl94_persons: the PL 94-171 redistricting data; dhc_persons: also sex and single year of "
+                        "age (needs QSEX and QAGE)")
+    i.set_defaults(func=_cmd_init)
+
+
 def _add_run(sub) -> None:
     """`das run`: its parser (the largest of the release commands)."""
     r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
     r.add_argument("spec", type=path, nargs="?", help=spec_help() + " (default with --resume: the run's own)")
     r.add_argument("--out", type=path, default=None,
-                   help="output directory (default: runs/NAME, NAME being SPEC without its directory and .toml)")
+                   help="output directory (default: runs/NAME, NAME being the spec's name: its `name` key, else its "
+                        "file name without .toml)")
     r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
     r.add_argument("--overwrite", action="store_true",

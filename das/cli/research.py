@@ -4,44 +4,55 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from das.cli.args import SEED_HELP, fraction, names, nonnegative_int, path, positive_int, spec_help
-from das.research import compare
-from das.research.estimators import ESTIMATORS
-from das.research.replicate import DEFAULT_QUERIES
+from das.cli.synth import MECHANISM_NAMES
+
+# das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
+# imports nothing heavy (tests/test_cli_research.py checks they agree)
+ESTIMATORS = ("topdown", "noisy", "wls")
+DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _cmd_metrics(args) -> int:
-    from das.research.evaluate import evaluate_run, metrics_dir
+def _headline(study, what: str) -> None:
+    """A few lines on the terminal: the MAE of total population by level per estimator (details in files)."""
+    from das.research.metrics import headline, text_table
 
-    out = args.out or metrics_dir(args.run_dir)
-    meta = evaluate_run(args.run_dir, truth=tuple(args.truth) if args.truth else None, out=out,
-                        estimators=args.estimators, queries=_names(args.queries), keep=_names(args.keep))
-    with open(os.path.join(out, "metrics.md")) as f:
-        print(f.read())
-    print(f"wrote metrics for {meta['spec_name']} to {out} (stats, errors, metrics, bias as Parquet; metrics.md)")
+    meta = study.meta
+    print(f"{what} {meta['spec_name']}: MAE of total population per geounit (rho {meta['rhos'][0]})")
+    print(text_table(headline(study.metrics, meta["levels"])))
+
+
+def _cmd_metrics(args) -> int:
+    import das
+
+    study = das.metrics(args.run_dir, truth=args.truth, out=args.out, estimators=args.estimators,
+                        queries=_names(args.queries), keep=_names(args.keep))
+    _headline(study, "das metrics")
+    print(f"details (every query, level and size bin; the bias by true size): {study.path / 'metrics.md'}; "
+          f"tables as Parquet in {study.path} (confidential)")
     return 0
 
 
 def _cmd_replicate(args) -> int:
-    from das.research.replicate import Study, replicate_study, rho_list
+    import das
+    from das.research.replicate import rho_list
 
-    study = Study(spec=args.spec, rhos=rho_list(args.rho), runs=args.runs, estimators=args.estimators,
-                  queries=_names(args.queries), keep=_names(args.keep), seed=args.seed)
-    meta = replicate_study(study, args.out, workers=args.workers, overwrite=args.overwrite,
-                           allow_large_rho=args.allow_large_rho)
+    rhos = [r for r in rho_list(args.rho) if r != "spec"] or None
+    study = das.replicate(args.spec, out=args.out, runs=args.runs, rho=rhos, seed=args.seed, estimators=args.estimators,
+                          queries=_names(args.queries), keep=_names(args.keep), workers=args.workers,
+                          overwrite=args.overwrite, allow_large_rho=args.allow_large_rho)
+    meta = study.meta
     print(f"{meta['replicates']} replicate(s) per budget of {meta['spec_name']} in {meta['wall_seconds']:.1f} s "
           f"({args.workers} worker(s)); noise: {meta['randomness']}")
-    print(f"wrote {args.out}: study.json, stats.parquet, errors.parquet, metrics.parquet, bias.parquet, metrics.md")
+    _headline(study, "das replicate")
+    print(f"details: {study.path / 'metrics.md'}; tables as Parquet in {study.path} (confidential)")
     if args.report:
-        from das.research.report import build_report
-
-        print(f"report: {build_report(args.out)}")
+        print(f"report: {study.report()}")
     return 0
 
 
@@ -97,18 +108,21 @@ def add_parsers(sub) -> None:
 
 
 def _cmd_compare(args) -> int:
-    mechanisms = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
-    comparison = compare.Comparison(spec=args.spec, mechanisms=mechanisms, seeds=args.seeds,
-                                    rho=None if args.rho is None else str(args.rho),
-                                    attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds,
-                                    attack_runs=args.attack_runs, attack_relaxed=args.attack_relaxed,
-                                    attack_steps=args.attack_steps, attack_tables=args.tables,
-                                    allow_large_rho=args.allow_large_rho)
-    meta = compare.run_comparison(comparison, args.out, workers=args.workers, overwrite=args.overwrite)
+    import das
+    from das.research.compare import short_table
+    from das.research.metrics import text_table
+
+    study = das.compare(args.spec, out=args.out, mechanisms=args.mechanisms, seeds=args.seeds, rho=args.rho,
+                        attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds, attack_runs=args.attack_runs,
+                        attack_relaxed=args.attack_relaxed, attack_steps=args.attack_steps, tables=args.tables,
+                        workers=args.workers, overwrite=args.overwrite, allow_large_rho=args.allow_large_rho)
+    meta = study.meta
     if meta["rows"]:
-        print((Path(args.out) / "comparison.md").read_text())
-    print(f"wrote {args.out}: comparison.parquet/.md, metrics, bias, runs, attack (Parquet), report/ "
-          f"({meta['wall_seconds_this_call']:.0f} s)")
+        print(f"das compare {meta['spec_name']}: MAE of total population per geounit, median seconds per release, "
+              "RAP-Rank Match-Rate@u")
+        print(text_table(short_table(study.frame("comparison"))))
+    print(f"details: {study.path / 'comparison.md'} (every column), {study.path / 'report' / 'index.html'} (figures); "
+          f"tables as Parquet in {study.path} (confidential; {meta['wall_seconds_this_call']:.0f} s)")
     for failure in meta["failures"]:
         print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
               file=sys.stderr)
@@ -119,7 +133,8 @@ def _add_compare(sub) -> None:
     c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
                                        "error, bias, cost and attack match rates side by side")
     c.add_argument("spec", type=path, help=spec_help() + " (its persons release is compared)")
-    c.add_argument("--mechanisms", default=compare.TOPDOWN, help=f"comma list of {', '.join(compare.mechanism_names())}")
+    c.add_argument("--mechanisms", default="topdown",
+                   help=f"comma list of topdown, {', '.join(MECHANISM_NAMES)} (mst and aim need pip install 'das[mbi]')")
     c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
     c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
     c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")

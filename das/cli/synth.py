@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from das.cli.args import SEED_HELP, add_budget, budget, nonnegative_int, path, spec_help
+from das.cli.args import SEED_HELP, add_budget, nonnegative_int, path, spec_help
 
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
 # (tests/test_mechanisms.py checks they agree)
@@ -32,19 +32,19 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_synth(args) -> int:
-    from das.mechanisms import MechanismError, synthesize
+    import das
+    from das.mechanisms import MechanismError
     from das.privacy.certificate import delta_text, fraction_text
     from das.run import NOT_PRIVATE
-    from das.rundir import RunDir
     from das.specfile import cut_long_words
 
     try:
-        out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, overwrite=args.overwrite,
-                         allow_large_rho=args.allow_large_rho, budget=budget(args))
+        release = das.synth(args.spec, mechanism=args.mechanism, out=args.out, seed=args.seed, overwrite=args.overwrite,
+                            allow_large_rho=args.allow_large_rho, rho=args.rho, eps=args.eps, delta=args.delta)
     except MechanismError as e:
         print(f"das synth: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
-    manifest = RunDir(out).read()
+    out, manifest = release.path, release.manifest
     cert = manifest.certificate("persons")
     print(f"das synth {args.mechanism} {manifest.spec_name}: {manifest.counts.persons:,} persons in "
           f"{manifest.counts.blocks:,} blocks")

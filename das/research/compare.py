@@ -413,3 +413,11 @@ def summarize(out_dir: Path, comparison: Comparison) -> dict:
     build_compare_report(out_dir)
     return {"rows": len(table), "seeds_scored": int(stats["replicate"].nunique()),
             "seeds_attacked": int(attack["seed"].nunique()) if len(attack) else 0}
+
+
+def short_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The comparison as the terminal shows it: per estimator, MAE of total population at block, tract and county,
+    the median seconds of a release and RAP-Rank's Match-Rate@u (comparison.md has every column)."""
+    columns = {"estimator": "estimator", **{f"mae_{lv}": f"MAE {lv}" for lv in LEVELS},
+               "release_seconds": "s/release", "rap_rank_at_u": "RAP@u"}
+    return table[[c for c in columns if c in table.columns]].rename(columns=columns)
