@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -58,19 +59,22 @@ def bar(iterable=None, *, total: int | float | None = None, desc: str = "", unit
     """
     wanted = shown and _SETTINGS["bars"] and multiprocessing.parent_process() is None
     disable = None if wanted else True  # None: tqdm shows it only on a terminal
-    return tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=disable, dynamic_ncols=True,
-                **options)
+    progress = tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=disable, dynamic_ncols=True,
+                    **options)
+    progress.das_started = time.perf_counter()  # `step` estimates the time left from it when no bar is drawn
+    return progress
 
 
 def step(progress: tqdm, logger: logging.Logger, text: str, n: int = 1) -> None:
     """One item of `progress` done, and `text` about it logged: at DEBUG under a bar on screen (the bar says
     it), else at INFO as a line with the count and an estimate of the time left (a pipe or a log file)."""
-    progress.update(n)
     if not progress.disable:
+        progress.update(n)
         logger.debug(text)
         return
+    progress.n += n  # a bar not drawn counts nothing itself
     done, total = progress.n, progress.total
-    elapsed = progress.format_dict.get("elapsed", 0.0)
+    elapsed = time.perf_counter() - getattr(progress, "das_started", time.perf_counter())
     left = f", about {_duration(elapsed / done * (total - done))} left" if total and done and done < total else ""
     logger.info(f"[{done}/{total}{left}] {text}" if total else text)
 

@@ -8,28 +8,30 @@ import pytest
 from conftest import ROOT
 
 LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from its own layer or above
-    {"das", "das.progress", "das.specfile", "das.schema", "das.geography", "das.rules", "das.atomic", "das.histogram", "das.specs",
-     "das.attack", "das.io", "das.privacy", "das.research", "das.topdown"},  # the packages' (empty) __init__
+    {"das", "das.progress", "das.specfile", "das.schema", "das.geography", "das.rules", "das.atomic", "das.histogram",
+     "das.specs", "das.attack", "das.io", "das.privacy", "das.research", "das.topdown"},  # the packages' (empty) __init__
     {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",
      "das.privacy.randomness",
      "das.privacy.exponential"},
     {"das.io.microdata", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171", "das.io.validation", "das.io.parts",
-     "das.io.outputs", "das.rundir", "das.outdir", "das.partitions"},
+     "das.io.outputs", "das.io.table_names", "das.rundir", "das.outdir", "das.partitions"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.checkpoint", "das.executors", "das.distributed"},
     {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.frame", "das.run",
      "das.summary_files", "das.validate", "das.validate.report", "das.validate.registry", "das.validate.reading",
      "das.validate.release", "das.validate.files", "das.validate.certificate", "das.validate.epnum",
      "das.validate.records", "das.validate.nmf", "das.validate.tables", "das.validate.invariants", "das.validate.rules",
-     "das.validate.inputs", "das.validate.driver"},
+     "das.validate.inputs", "das.validate.driver", "das.newspec"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
-     "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.workload", "das.attack.privacy",
+     "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.command", "das.attack.workload",
+     "das.attack.privacy",
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat",
      "das.mechanisms.stability", "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn",
      "das.mechanisms.pgm", "das.mechanisms.registry", "das.mechanisms.release"},
-    {"das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
+    {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init",
+     "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
 ]
 
 
@@ -43,6 +45,11 @@ def _modules() -> dict[str, ast.Module]:
 
 
 MODULES = _modules()
+
+
+# The package's face: das/__init__.py imports the API (das.api, the top layer) lazily, when one of its names is
+# first used (`das.run(...)`), so `import das` stays light; this one edge goes up the layers.
+LAZY_FACE = ("das", "das.api")
 
 
 def _imports(tree: ast.Module) -> list[tuple[str, list[str]]]:
@@ -71,12 +78,13 @@ def test_every_module_is_in_a_layer():
 
 def test_modules_import_only_from_their_layer_or_above():
     wrong = [f"{m} imports {target}" for m, tree in MODULES.items() for target, _ in _imports(tree)
-             if target in MODULES and _layer(target) > _layer(m)]
+             if target in MODULES and _layer(target) > _layer(m) and (m, target) != LAZY_FACE]
     assert wrong == []
 
 
 def test_there_is_no_import_cycle():
-    graph = {m: {t for t, _ in _imports(tree) if t in MODULES and t != m} for m, tree in MODULES.items()}
+    graph = {m: {t for t, _ in _imports(tree) if t in MODULES and t != m and (m, t) != LAZY_FACE}
+             for m, tree in MODULES.items()}
     state: dict[str, int] = {}
 
     def visit(m, path):

@@ -344,7 +344,7 @@ def test_ip_ambiguous_block_is_not_certain(block_workload):
 
 def test_cli_attack_writes_outputs(tmp_path, capsys):
     out = tmp_path / "audit"
-    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits",
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--schema", "dhc_persons", "--geounits",
                  "500130202002042", "--runs", "2", "--steps", "60", "--relaxed", "100", "--workers", "1",
                  "--baselines", "tract,county", "--out", str(out)])
     assert code == 0
@@ -362,9 +362,9 @@ def test_cli_attack_writes_outputs(tmp_path, capsys):
 
 def test_cli_attack_with_the_sf1_2010_tables(tmp_path):
     out = tmp_path / "audit"
-    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits", "500130202002042",
-                 "--tables", "dhc_sf1_2010", "--runs", "2", "--steps", "30", "--relaxed", "60", "--workers", "1",
-                 "--baselines", "county", "--ip-top", "5", "--out", str(out)])
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--schema", "dhc_persons",
+                 "--geounits", "500130202002042", "--tables", "dhc_sf1_2010", "--runs", "2", "--steps", "30",
+                 "--relaxed", "60", "--workers", "1", "--baselines", "county", "--ip-top", "5", "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["options"]["tables"] == "dhc_sf1_2010" and summary["geounits"][0]["queries"] == 698

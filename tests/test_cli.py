@@ -10,7 +10,7 @@ from conftest import ROOT, cli_commands
 
 from das.cli import attack, build_parser, main, release, research, synth
 
-COMMANDS = {"run", "validate", "validate-input", "privacy", "measure", "tables", "audit-privacy",
+COMMANDS = {"run", "init", "validate", "validate-input", "privacy", "measure", "tables", "audit-privacy",
             "metrics", "replicate", "report", "compare", "attack", "synth"}
 
 
@@ -21,17 +21,21 @@ def test_every_command_is_registered_once():
     assert sum(len(f) for f in families) == len(COMMANDS)  # no command in two families
 
 
-def test_a_spec_without_out_writes_under_runs_named_after_the_spec(monkeypatch):
+def test_a_spec_without_out_writes_under_runs_named_after_the_spec(monkeypatch, tmp_path):
+    import das.run as run_module
+
     seen = []
 
-    def recorded(args) -> int:
-        seen.append(args.out)
-        return 0
+    def recorded(spec, out_dir, **settings):
+        seen.append(str(out_dir))
+        raise run_module.RunError("stop here")
 
-    monkeypatch.setattr(release, "_cmd_run", recorded)  # the parser is built per call, so it takes this one
-    assert main(["run", "specs/runs/tiny.toml"]) == 0
-    assert main(["run", "tiny", "--out", "elsewhere"]) == 0
-    assert seen == [os.path.join("runs", "tiny"), "elsewhere"]
+    monkeypatch.setattr(run_module, "run", recorded)
+    spec = tmp_path / "file_name.toml"  # its `name` key says "tiny": the spec's name, as --help says
+    spec.write_text((ROOT / "specs/runs/tiny.toml").read_text().replace("../../", f"{ROOT}/"))
+    for argv in (["run", "specs/runs/tiny.toml"], ["run", "tiny", "--out", "elsewhere"], ["run", str(spec)]):
+        assert main(argv) == 2
+    assert seen == [os.path.join("runs", "tiny"), "elsewhere", os.path.join("runs", "tiny")]
 
 
 

@@ -30,6 +30,7 @@ BASES = {  # a command that refuses after parsing: a spec, run directory or inpu
     "compare": ["compare", f"{NOWHERE}/spec.toml", "--out", f"{NOWHERE}/out"],
     "attack": ["attack", "--truth", f"{NOWHERE}/p.parquet", "--published", f"{NOWHERE}/run", "--out", f"{NOWHERE}/out"],
     "synth": ["synth", f"{NOWHERE}/spec.toml", "--mechanism", "flat", "--out", f"{NOWHERE}/out"],
+    "init": ["init", f"{NOWHERE}/p.csv", f"{NOWHERE}/u.csv", "--out", f"{NOWHERE}/spec.toml"],
 }
 HOSTILE = ["0", "-1", "1.5", "abc", "", " ", "\uff11\uff12", "\u0663", "1/0", "0/0", "nan", "inf", "-inf", "1e400",
            "1e-400", "9" * 5000, "--", "-x", "/", "\x00", "\udcff", "1/3", "2", "10**9", "NaN", "١", "0x10", "1_000",

@@ -26,7 +26,10 @@ PARSED = [  # (argv, handler, what the parsed arguments hold)
     (["measure", "tiny", "--out", "o", "--seed", "3"], "_cmd_measure",
      {"spec": "tiny", "out": "o", "seed": 3, "overwrite": False, "allow_large_rho": False}),
     (["tables", "RUN", "--out", "o"], "_cmd_tables", {"source": "RUN", "out": "o", "format": "pl94171"}),
-    (["tables", "PL", "--out", "o", "--format", "parquet"], "_cmd_tables", {"format": "parquet"}),
+    (["tables", "PL", "--out", "o", "--format", "parquet"], "_cmd_tables", {"format": "parquet", "names": "readable"}),
+    (["tables", "PL", "--out", "o", "--format", "parquet", "--names", "pl"], "_cmd_tables", {"names": "pl"}),
+    (["init", "p.csv", "u.csv", "--out", "s.toml"], "_cmd_init",
+     {"persons": "p.csv", "units": "u.csv", "out": "s.toml", "name": None, "schema": "pl94_persons"}),
     (["audit-privacy", "tiny"], "_cmd_audit_privacy",
      {"spec": "tiny", "trials": 20_000, "rho": None, "delta": None, "seed": None, "json": False}),
 ]

@@ -202,10 +202,19 @@ def test_round_trip_gives_identical_records_and_bytes(tiny_release, bg_release, 
 def test_cli_tables_writes_pl_files_and_reads_them_into_parquet(tiny_release, layout, tmp_path, capsys):
     assert main(["tables", str(tiny_release), "--format", "pl94171", "--out", str(tmp_path / "pl")]) == 0
     assert "ri000012020.pl" in capsys.readouterr().out
-    assert main(["tables", str(tmp_path / "pl"), "--format", "parquet", "--out", str(tmp_path / "pq")]) == 0
+    assert main(["tables", str(tmp_path / "pl"), "--format", "parquet", "--names", "pl", "--out", str(tmp_path / "pq")]) == 0
     p2 = pd.read_parquet(tmp_path / "pq" / "P2.parquet")
     assert list(p2.columns[:4]) == ["level", "sumlev", "geocode", "P0020001"] and len(p2.columns) == 76
     np.testing.assert_array_equal(p2.iloc[:, 3:].to_numpy(), run_records(tiny_release, layout).cells["P2"])
+    # the default: the columns named as the release's own tables name them, the cells the same
+    assert main(["tables", str(tmp_path / "pl"), "--format", "parquet", "--out", str(tmp_path / "readable")]) == 0
+    readable = pd.read_parquet(tmp_path / "readable" / "P2.parquet")
+    np.testing.assert_array_equal(readable.iloc[:, 3:].to_numpy(), p2.iloc[:, 3:].to_numpy())
+    released = pd.read_parquet(tiny_release / "tables" / "P2.parquet")
+    shared = [c for c in readable.columns[3:] if c in released.columns]
+    assert len(shared) == 72 and "hispanic=Not Hispanic or Latino|cenrace=White" in shared  # all but the PL's derived cell
+    both = readable.merge(released, on=["level", "geocode"], suffixes=("", "_released"))
+    assert len(both) == len(readable) and all((both[c] == both[f"{c}_released"]).all() for c in shared)
 
 
 def test_cli_tables_replaces_its_own_tables_and_nothing_else(tiny_release, tmp_path, capsys):
