@@ -5,8 +5,8 @@ line (`das --help`) and as a Python library:
     release = das.run("tiny", persons=persons, units=units, out="runs/tiny_api", seed=7)
     release.certificate.eps, release.tables["P1"], release.mdf, release.validate().ok
 
-The library's names (das.api): run, synth, validate, metrics, replicate, compare, attack, Release, Study,
-AttackConfig, AttackResult, eps_for_rho, rho_for_eps, init_spec. `import das` reads nothing heavy: each name is
+The library's names (das.api): run, synth, validate, certificates, metrics, replicate, compare, attack, init_spec,
+eps_for_rho, rho_for_eps, Release, Study, AttackConfig, AttackResult. `import das` reads nothing heavy: each name is
 imported when first used. `das.run`, `das.validate` and `das.attack` are also the modules of those names; calling
 one calls the API's function (`das.run(...)` is `das.api.run(...)`). Reference: docs/api.md.
 """
@@ -16,7 +16,7 @@ import types
 __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-       "replicate", "rho_for_eps", "run", "synth", "validate")
+       "certificates", "replicate", "rho_for_eps", "run", "synth", "validate")
 _MODULES = ("run", "validate", "attack")  # names that are modules of das too (callable: the API's function)
 
 

@@ -12,7 +12,7 @@ DataFrames, read by the same validating reader as files. Each function's argumen
 Messages go to the "das" logger (`logging`); see docs/api.md.
 """
 
-from das.api.budget import eps_for_rho, rho_for_eps
+from das.api.budget import certificates, eps_for_rho, rho_for_eps
 from das.api.init import init_spec
 from das.api.release import Release, run, synth, validate
 from das.api.studies import Study, compare, metrics, replicate
@@ -32,4 +32,4 @@ def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
 
 
 __all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-           "replicate", "rho_for_eps", "run", "synth", "validate"]
+           "certificates", "replicate", "rho_for_eps", "run", "synth", "validate"]

@@ -27,3 +27,18 @@ def rho_for_eps(eps, delta) -> Fraction:
     from das.privacy.accounting import rho_for_eps as largest_rho
 
     return largest_rho(exact(eps, "eps"), exact(delta, "delta"))
+
+
+def certificates(spec, *, rho=None, eps=None, delta=None) -> dict:
+    """`das privacy SPEC`: the certificate of each release of a spec (a name, a path or a dict), at its own budget or
+    at `rho` (or `eps` at `delta`) for the persons: release name -> Certificate (exact). Nothing is read but the spec.
+
+    >>> certificates("tiny")["persons"].eps
+    17.1436
+    """
+    from das.api.inputs import prepared
+    from das.api.release import budget_given
+    from das.pipeline import Pipeline
+
+    with prepared(spec, name="spec") as ready:  # printing a certificate spends nothing: no cap
+        return Pipeline.prepare(ready.spec, seed=None, allow_large_rho=True, budget=budget_given(rho, eps, delta)).certificates

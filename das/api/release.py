@@ -37,7 +37,8 @@ def exact(value, name: str) -> Fraction | None:
     return parse_fraction(value, name)
 
 
-def _budget(rho, eps, delta):
+def budget_given(rho, eps, delta):
+    """The command line's budget arguments as das.runspec.Budget (None when none is given)."""
     from das.runspec import Budget
 
     given = Budget(rho=exact(rho, "rho"), eps=exact(eps, "eps"), delta=exact(delta, "delta"))
@@ -193,7 +194,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
         result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers or os.cpu_count() or 1,
                              overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
-                             budget=_budget(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb)
+                             budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb)
     if not result.valid:
         logger.error(f"the release in {result.out_dir} FAILED validation: {list(result.manifest.validation.violations[:3])}")
     return Release(result.out_dir, result.manifest)
@@ -209,7 +210,7 @@ def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | 
 
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
         out_dir = synthesize(ready.spec, mechanism, _out(out, ready.spec), seed=seed, overwrite=overwrite,
-                             allow_large_rho=allow_large_rho, budget=_budget(rho, eps, delta))
+                             allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta))
     return Release.open(out_dir)
 
 

@@ -81,9 +81,11 @@ class AttackConfig:
 
     @property
     def exact(self) -> bool:
+        """Whether exact tables are attacked (published="exact"), not a release."""
         return str(self.published) == EXACT
 
     def options(self) -> AuditOptions:
+        """The audit's own options (das.attack.audit) from the flags."""
         return AuditOptions(level=self.level, runs=self.runs, seed=self.seed, workers=self.workers,
                             rap=RapConfig(n_relaxed=self.relaxed, steps=self.steps, batch_size=self.batch,
                                           learning_rate=self.learning_rate),

@@ -65,13 +65,12 @@ def _cmd_validate_input(args) -> int:
 
 
 def _cmd_privacy(args) -> int:
-    from das.pipeline import Pipeline
+    import das
     from das.privacy.accounting import render_certificate
 
     if args.spec is None:
         return _budget_conversion(args)
-    certs = Pipeline.prepare(args.spec, seed=None, allow_large_rho=True,  # printing a certificate spends nothing
-                             budget=budget(args)).certificates
+    certs = das.certificates(args.spec, rho=args.rho, eps=args.eps, delta=args.delta)
     if args.json:
         print(json.dumps({name: cert.to_dict() for name, cert in certs.items()}, indent=2))
     else:
@@ -83,15 +82,15 @@ def _cmd_privacy(args) -> int:
 
 def _budget_conversion(args) -> int:
     """`das privacy --eps E --delta D` (the largest rho within it) or `--rho R --delta D` (its eps): no spec."""
-    from das.privacy.accounting import eps_for_delta, rho_for_eps
+    import das
     from das.privacy.certificate import delta_text, fraction_text
     from das.run import RunError
 
     if args.delta is None or (args.rho is None) == (args.eps is None):
         raise RunError("das privacy needs a SPEC (its certificate), or --eps E --delta D (the largest rho within "
                        "them), or --rho R --delta D (the eps of rho at delta)")
-    rho = args.rho if args.rho is not None else rho_for_eps(args.eps, args.delta)
-    eps = eps_for_delta(rho, args.delta)
+    rho = args.rho if args.rho is not None else das.rho_for_eps(args.eps, args.delta)
+    eps = das.eps_for_rho(rho, args.delta)
     if args.json:
         print(json.dumps({"rho": fraction_text(rho), "eps": eps, "delta": delta_text(args.delta)}, indent=2))
     elif args.eps is not None:
