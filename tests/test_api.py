@@ -15,6 +15,7 @@ import pytest
 from conftest import ROOT, TINY
 
 import das
+import das.api
 from das.io.microdata import InputError, collect_problems
 from das.schema import SpecError, load_schema
 from das.specfile import load_toml, toml_text
