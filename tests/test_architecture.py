@@ -24,6 +24,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.validate.inputs", "das.validate.driver", "das.newspec"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
+     "das.research.series",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
      "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.command", "das.attack.workload",
      "das.attack.privacy",

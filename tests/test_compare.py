@@ -163,3 +163,57 @@ def test_a_comparison_whose_every_release_failed_summarizes_to_nothing(tmp_path)
     (tmp_path / "parts" / "topdown").mkdir(parents=True)
     (tmp_path / "parts" / "topdown" / "seed0000.json").write_text("{}")  # no scores: every release failed
     assert summarize(tmp_path, Comparison(spec="tiny")) == {"rows": 0, "seeds_scored": 0, "seeds_attacked": 0}
+
+
+def test_every_series_keeps_one_colour_of_its_own():
+    from das.cli.synth import MECHANISM_NAMES
+    from das.research import series
+
+    names = ["topdown", "noisy", "wls", "exact", *MECHANISM_NAMES, "rap_rank",
+             *(f"baseline_{scope}" for scope in ("tract", "county", "state", "holdout"))]
+    assert all(name in series.SERIES for name in names)
+    assert len({series.color(name) for name in names}) == len(names)  # no colour means two things
+
+
+def test_the_comparison_figures_draw_each_series_in_its_colour(tmp_path, monkeypatch):
+    import matplotlib.colors
+    import matplotlib.figure
+
+    from das.research import compare_report, series
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    levels = ("block", "tract", "county")
+    pooled = pd.DataFrame([{"estimator": e, "level": lv, "query": q, "bin": "all", "mae": 0.0 if e == "wls" and
+                            lv == "county" else 1.0 + i} for i, e in enumerate(("flat", "topdown", "wls"))
+                           for lv in levels for q in ("total", "hhgq")])
+    assert compare_report.plot_queries(pooled, tmp_path / "q.png")
+    table = pd.DataFrame([{"estimator": e, "seeds": 3, **{f"mae_{lv}": 1.0 for lv in levels},
+                           **{f"bias_{lv}": 0.5 for lv in levels}} for e in ("mwem", "topdown")])
+    assert compare_report.plot_accuracy(table, tmp_path / "a.png")
+    checked = 0
+    for fig in drawn:
+        for ax in fig.axes:
+            for artist in [*ax.get_lines(), *ax.containers]:
+                name = next((n for n, s in series.SERIES.items() if s.label == artist.get_label()), None)
+                if name is None or not (hasattr(artist, "get_color") or artist.patches):
+                    continue
+                shown = artist.get_color() if hasattr(artist, "get_color") else artist.patches[0].get_facecolor()
+                assert matplotlib.colors.to_hex(shown) == series.color(name).lower(), name  # whichever figure
+                checked += 1
+    assert checked >= 2 * 3 + 3 * 2  # the query panels' lines and the accuracy panels' bars
+    queries_axis = drawn[0].axes[0]
+    assert queries_axis.get_yscale() == "log" and queries_axis.get_ylim()[0] >= 0.5  # the exact 0 set no floor
+
+
+def test_the_comparison_page_tables_fit(tmp_path):
+    from das.research.compare_report import page_tables
+
+    table = pd.DataFrame([{"estimator": "topdown", "mae_block": 1.0, "mae_tract": 2.0, "mae_county": 3.0,
+                           "bias_block": 0.1, "bias_tract": 0.2, "bias_county": 0.3, "bias_block_0": 0.0,
+                           "bias_block_1_9": 0.1, "seeds": 2, "release_seconds": 1.5, "release_cpu_seconds": 1.4,
+                           "peak_tree_mb": 200.0, "attack_seeds": 2, "rap_rank_at_u": 0.5, "baseline_tract_at_u": 0.3,
+                           "baseline_county_at_u": 0.2}])
+    parts = page_tables(table)
+    assert len(parts) == 4 and all(len(part.columns) <= 7 for _, part in parts)
+    assert parts[0][1]["estimator"].tolist() == ["TopDown (released)"]

@@ -250,6 +250,61 @@ def test_budget_sweep_gets_more_accurate_with_more_budget(tmp_path):
     assert (out / "report" / "accuracy_vs_rho.png").exists() and report.exists()
 
 
+def test_a_budget_sweep_shows_every_budget_and_figures_fit_the_page(tmp_path):
+    from PIL import Image
+
+    from das.research.report import PAGE_PX
+
+    out = tmp_path / "sweep"
+    replicate_study(Study("tiny", rhos=("1/10", "1"), runs=2, seed=5, estimators=("topdown", "wls")), out, workers=1)
+    page = build_report(out).read_text()
+    assert "<h2>rho = 1/10</h2>" in page and "<h2>rho = 1</h2>" in page  # a section per budget
+    for stem in ("signed_error_vs_truth", "mae_by_level", "bias_by_size_0", "error_distribution"):
+        assert (out / "report" / f"{stem}.png").exists() and (out / "report" / f"{stem}-rho1.png").exists()
+    assert "Accuracy and bias report" in page and "Replicates per budget: 2" in page
+    for png in (out / "report").glob("*.png"):
+        assert Image.open(png).width <= PAGE_PX, png  # shown at its own size: legible
+
+
+def test_a_single_release_is_never_shown_as_a_study(tmp_path):
+    import matplotlib.figure
+
+    drawn = []
+    original = matplotlib.figure.Figure.savefig
+
+    def recording(fig, *args, **kwargs):
+        drawn.append(fig)
+        return original(fig, *args, **kwargs)
+
+    run_dir = tmp_path / "run"
+    run(ROOT / "specs/runs/tiny.toml", run_dir, seed=4, workers=1, progress=False)
+    evaluate_run(run_dir, out=tmp_path / "m")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", recording)
+        page = build_report(tmp_path / "m").read_text()
+    assert "Accuracy report (one release)" in page and "not a bias" in page and ": t<" not in page
+    titles = [fig.get_suptitle() for fig in drawn]
+    assert not any("Bias" in t or "s.e." in t for t in titles), titles
+    bars = [fig for fig, t in zip(drawn, titles) if t.startswith("Signed error by true size")]
+    assert bars and not any(c.__class__.__name__ == "ErrorbarContainer" for fig in bars for ax in fig.axes
+                            for c in ax.containers)  # no error bars of zero width
+
+
+def test_a_log_axis_floor_is_set_by_the_data_not_by_float_noise():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from das.research.report import log_values, mark_zeros
+
+    fig, ax = plt.subplots()
+    zero = log_values(ax, [0, 1, 2], [1e-13, 0.5, 2.0])  # a WLS MAE of 0 up to float noise
+    mark_zeros(ax, [([0, 1, 2], zero, "red")])
+    assert zero.tolist() == [True, False, False] and ax.get_ylim()[0] == pytest.approx(0.25)
+    plt.close(fig)
+
+
 def test_report_is_self_contained(study_dir):
     index = build_report(study_dir)
     page = index.read_text()

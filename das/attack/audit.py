@@ -234,29 +234,50 @@ def candidates_frame(results: list[GeounitResult], published: PersonRecords, lev
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _mean_and_se(per_geounit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over geounits (rows) at each k, and its standard error (0 with one geounit: no spread to show)."""
+    mean = per_geounit.mean(axis=0)
+    n = per_geounit.shape[0]
+    se = per_geounit.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
+    return mean, se
+
+
 def _plot(curves: pd.DataFrame, path: Path, title: str) -> None:
+    """Match-Rate@k and @(k/u), mean over the geounits attacked with a band of +- 1 standard error, each method in its
+    das.research.series colour and style, named as a reader names it, with n."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    from das.research import series
+
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.0), layout="constrained")
     grid = np.linspace(0.02, 2.0, 100)
-    for method, group in curves.groupby("method"):
-        by_k = group.groupby("k")["match_rate"].mean()
-        axes[0].plot(by_k.index, by_k.values, label=method)
-        rates = [np.mean([np.interp(f, g["k_over_u"], g["match_rate"]) for _, g in group.groupby("geocode")])
-                 for f in grid] if group["k_over_u"].notna().any() else []
-        if rates:
-            axes[1].plot(grid, rates, label=method)
-    axes[0].set(xscale="log", xlabel="k (top candidates)", ylabel="Match-Rate@k (mean over geounits)")
-    axes[1].set(xlabel="k / u (u = distinct true records)", ylabel="Match-Rate@k (mean over geounits)")
+    for method in sorted(set(curves["method"]), key=lambda m: (m != "rap_rank", m)):
+        group = curves[curves["method"] == method]
+        n = group["geocode"].nunique()
+        style = {"color": series.color(method), "ls": series.line(method), "lw": 1.8,
+                 "label": f"{series.label(method)} (n = {n} geounit{'s' if n != 1 else ''})"}
+        by_k = group.pivot_table(index="geocode", columns="k", values="match_rate").to_numpy()
+        mean, se = _mean_and_se(by_k)
+        ks = np.sort(group["k"].unique())
+        axes[0].plot(ks, mean, **style)
+        axes[0].fill_between(ks, mean - se, mean + se, color=series.color(method), alpha=0.15, lw=0)
+        if group["k_over_u"].notna().any():
+            per_unit = np.array([np.interp(grid, g["k_over_u"], g["match_rate"]) for _, g in group.groupby("geocode")
+                                 if g["k_over_u"].notna().all()])
+            mean, se = _mean_and_se(per_unit)
+            axes[1].plot(grid, mean, **style)
+            axes[1].fill_between(grid, mean - se, mean + se, color=series.color(method), alpha=0.15, lw=0)
+    axes[0].set(xscale="log", xlabel="k (top candidates asked for, log scale)", ylabel="Match-Rate@k (mean over geounits)")
+    axes[1].set(xlabel="k / u (u = distinct true records of the geounit)", ylabel="Match-Rate@k (mean over geounits)")
     for ax in axes:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}; bands: +- 1 s.e. over the geounits", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
