@@ -198,3 +198,12 @@ def test_table_names_pl_are_the_same_cells(tmp_path):
     assert "total" in release.table("P5", names="pl").columns  # a cell PL 94-171 lacks keeps its name
     with pytest.raises(SpecError, match="unknown column naming"):
         release.table("P1", names="census")
+
+
+def test_the_walkthrough_python_runs_as_written(tmp_path):
+    code = re.search(r"```python\n(.*?)```", (ROOT / "docs/walkthrough.md").read_text(), re.S).group(1)
+    for name in ("persons.csv", "units.csv"):
+        (tmp_path / name).write_bytes((TINY / name).read_bytes())
+    done = _python(code, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[0] == "17.1436" and (tmp_path / "runs/release-metrics/report/index.html").is_file()

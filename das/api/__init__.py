@@ -19,6 +19,11 @@ from das.api.studies import Study, compare, metrics, replicate
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
 
+WORKERS_NOTE = """Every function runs in one process by default (workers=1). With more, das starts worker processes
+by "spawn", which imports the main module again in each: a script that asks for workers > 1 must keep its top-level
+code under `if __name__ == "__main__":`, as every Python program that uses multiprocessing (a notebook or
+`python -c` need nothing)."""
+
 
 def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
     """`das attack`: the reconstruction audit of a release (or of exact tables: published="exact"), scored against

@@ -169,7 +169,7 @@ def _out(out, spec_file: Path) -> Path:
 
 
 def run(spec, *, persons: Input | None = None, units: Input | None = None, out: str | os.PathLike | None = None,
-        seed: int | None = None, workers: int | None = None, rho=None, eps=None, delta=None, overwrite: bool = False,
+        seed: int | None = None, workers: int = 1, rho=None, eps=None, delta=None, overwrite: bool = False,
         allow_large_rho: bool = False, progress: bool = True, engine: str = "local", scheduler: str | None = None,
         memory_gb: float | None = None) -> Release:
     """A whole TopDown release (measure, post-process, write, validate), as `das run` makes it.
@@ -178,7 +178,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     persons, units: the confidential inputs, paths or pandas DataFrames (read as a CSV file of the same values
     would be: the same checks and errors, a DataFrame's row r being its r-th row); by default the spec's.
     out: the release directory (default: runs/NAME, NAME the spec's name); seed: replication mode (seeded noise,
-    NOT private); workers: solver processes (default: every core); rho, or eps at delta: the persons budget
+    NOT private); workers: solver processes (more than 1: see WORKERS_NOTE); rho, or eps at delta: the persons budget
     (default: the spec's; exact: a Fraction or a string "1/2"); overwrite: replace an earlier das release in out;
     allow_large_rho: acknowledge a budget above the cap; progress: bars on a terminal; engine, scheduler, memory_gb:
     where tasks run (local or dask) and a partitioned run's memory budget (docs/scale.md). Refusals raise das's
@@ -192,7 +192,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     from das.run import run as run_release
 
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
-        result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers or os.cpu_count() or 1,
+        result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers,
                              overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
                              budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb)
     if not result.valid:

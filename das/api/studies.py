@@ -59,7 +59,7 @@ class Study:
 
 def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: int | None = None,
               estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
-              keep: tuple[str, ...] = ("total",), workers: int | None = None, persons=None, units=None,
+              keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
               overwrite: bool = False, allow_large_rho: bool = False) -> Study:
     """`das replicate`: `runs` independent noise draws on the same input per budget, each post-processed and scored
     per estimator (TopDown, the raw noisy measurement, unconstrained WLS). rho: one budget or a list to sweep
@@ -72,7 +72,7 @@ def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: i
     with prepared(spec, persons=persons, units=units, name="study") as ready, said_of_frames(ready.frames):
         design = Design(spec=str(ready.spec), rhos=rhos, runs=runs, estimators=tuple(estimators),
                         queries=tuple(queries), keep=tuple(keep), seed=seed)
-        replicate_study(design, out, workers=workers or os.cpu_count() or 1, overwrite=overwrite,
+        replicate_study(design, out, workers=workers, overwrite=overwrite,
                         allow_large_rho=allow_large_rho)
     return Study(Path(out))
 
@@ -93,7 +93,7 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
 
 def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("topdown",), seeds: int = 20, rho=None,
             attack_blocks: int = 10, attack_seeds: int | None = None, attack_runs: int = 20, attack_relaxed: int = 300,
-            attack_steps: int = 300, tables: str | None = None, workers: int | None = None, overwrite: bool = False,
+            attack_steps: int = 300, tables: str | None = None, workers: int = 1, overwrite: bool = False,
             allow_large_rho: bool = False) -> Study:
     """`das compare`: TopDown, the research estimators and other mechanisms on the same input, budget and seeds:
     error, bias, cost and reconstruction-attack match rates side by side (the arguments are the command's flags)."""
@@ -105,5 +105,5 @@ def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("top
                                       rho=None if rho is None else str(exact(rho, "rho")), attack_blocks=attack_blocks,
                                       attack_seeds=attack_seeds, attack_runs=attack_runs, attack_relaxed=attack_relaxed,
                                       attack_steps=attack_steps, attack_tables=tables, allow_large_rho=allow_large_rho)
-    comparing.run_comparison(comparison, out, workers=workers or os.cpu_count() or 1, overwrite=overwrite)
+    comparing.run_comparison(comparison, out, workers=workers, overwrite=overwrite)
     return Study(Path(out))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +56,7 @@ class AttackConfig:
     holdout: str | os.PathLike | None = None  # persons file of a disjoint population (--baselines holdout)
     ip_top: int = 50  # top candidates whose IP certainty is decided (0: no IP)
     ip_max_persons: int = 60  # solution variability for blocks up to this size
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    workers: int = 1  # parallel RAP runs (the command line's default: every core; in Python see das.api.WORKERS_NOTE)
     seed: int = 0  # of the attack's own randomness
     overwrite: bool = False
 

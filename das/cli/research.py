@@ -19,10 +19,15 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _headline(study, what: str) -> None:
-    """A few lines on the terminal: the MAE of total population by level per estimator (details in files)."""
-    from das.research.metrics import headline, text_table
+    """A few lines on the terminal: the MAE of total population per geounit, by level and estimator for one budget, by
+    budget and estimator at the finest level for a sweep (details in files)."""
+    from das.research.metrics import headline, sweep_headline, text_table
 
     meta = study.meta
+    if len(meta["rhos"]) > 1:
+        print(f"{what} {meta['spec_name']}: MAE of total population per {meta['levels'][-1]}, by budget")
+        print(text_table(sweep_headline(study.metrics, meta["levels"][-1])))
+        return
     print(f"{what} {meta['spec_name']}: MAE of total population per geounit (rho {meta['rhos'][0]})")
     print(text_table(headline(study.metrics, meta["levels"])))
 

@@ -159,3 +159,11 @@ def headline(pooled: pd.DataFrame, levels, *, query: str = "total", rho: str | N
     table = frame.pivot_table(index="level", columns="estimator", values="mae", aggfunc="first", observed=True)
     table = table.reindex(index=[lv for lv in levels if lv in table.index], columns=list(dict.fromkeys(frame["estimator"])))
     return table.reset_index().rename_axis(columns=None)
+
+
+def sweep_headline(pooled: pd.DataFrame, level: str, *, query: str = "total") -> pd.DataFrame:
+    """A budget sweep on the terminal: the MAE of `query` at `level`, a row per budget (rho), a column per estimator."""
+    frame = pooled[(pooled["query"] == query) & (pooled["bin"] == ALL) & (pooled["level"] == level)]
+    table = frame.pivot_table(index="rho", columns="estimator", values="mae", aggfunc="first", observed=True)
+    table = table.reindex(index=list(dict.fromkeys(frame["rho"])), columns=list(dict.fromkeys(frame["estimator"])))
+    return table.reset_index().rename_axis(columns=None)
