@@ -123,6 +123,7 @@ class _Whole:
                                       executor=job.executor, checkpoint_dir=frame.run_dir.checkpoints_dir)
         solved, level_reports = pipe.postprocess(confidential, frame.run_dir.nmf_dir, options)
         t0 = time.perf_counter()
+        logger.info("writing the release: microdata, tables, noisy measurements")
         written = job.frame.write(confidential.solved_release(pipe.schemas, solved))
         pipe.timings["write_outputs"] = time.perf_counter() - t0
         return job.completion(written, level_reports, Counts(int(solved["persons"].sum()), confidential.n_blocks))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -494,3 +495,16 @@ def test_the_attack_plot_names_its_series_with_n_and_uncertainty(tmp_path, monke
     assert all(len(ax.collections) == 2 for ax in fig.axes)  # a band of +- 1 s.e. per series
     assert fig.axes[0].get_lines()[0].get_color() == series.color("rap_rank")
     assert str(tmp_path) not in fig.get_suptitle()
+
+
+def test_no_solver_banner_reaches_the_attack_output(tmp_path):
+    import subprocess
+    import sys
+
+    truth = str(ROOT / "geography_fixtures/tiny/persons.csv")
+    done = subprocess.run([sys.executable, "-m", "das.cli", "attack", "--truth", truth,
+                           "--published", "exact", "--out", str(tmp_path / "a"), "--runs", "2", "--relaxed", "30",
+                           "--steps", "20", "--count", "2", "--workers", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "HiGHS" not in done.stdout + done.stderr  # the IP ran (--ip-top 50) in a fresh process
+    assert "certain" in done.stdout
