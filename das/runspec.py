@@ -142,7 +142,8 @@ class PostprocessSection(Section):
     solver: Annotated[str, AfterValidator(_solver)] = Field(DEFAULT_SOLVER, description="CLARABEL or cvxpy:NAME")
     rounding: Annotated[str, AfterValidator(_rounding)] = Field(DEFAULT_ROUNDING, description="a rounding method")
     passes: Passes = [[]]
-    passes_by_level: dict[str, Passes] = Field({}, description="a table of level = [[query, ...], ...]")
+    passes_by_level: dict[str, Passes] = Field({}, description="a table of level = [[query, ...], ...], each level's "
+                                                               "passes a non-empty list of lists of query names")
 
 
 class RunSpecFile(Section):

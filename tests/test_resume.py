@@ -77,6 +77,8 @@ def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
             levels.add(f"{release_dir.name}/{f.stem}")
         for parts in release_dir.glob("*.parquet.parts"):
             level = parts.name.removesuffix(".parquet.parts")
+            if (release_dir / f"{level}.parquet").is_file():  # complete: killed while its parts were being removed
+                continue
             if not (parts / "plan.json").exists():  # killed between the mkdir and the plan: no chunk committed
                 assert not list(parts.glob("*.nmfpart"))
                 continue
