@@ -15,6 +15,8 @@ from das.privacy.strategy import parse_fraction
 from das.schema import SpecError, load_toml, resolve_spec
 from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
 
+DEFAULT_DELTA = "1e-10"  # [privacy] delta when a spec states none (das validate recomputes certificates with it)
+
 
 @dataclass(frozen=True)
 class Release:
@@ -108,7 +110,7 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
         levels=levels,
         persons=release("persons", True),
         units=release("units", False),
-        delta=parse_fraction(privacy.get("delta", "1e-10"), f"{path}: [privacy] delta"),
+        delta=parse_fraction(privacy.get("delta", DEFAULT_DELTA), f"{path}: [privacy] delta"),
         seed=seed,
         tables=output.get("tables", "pl94"),
         mdf_layout=layout,

@@ -31,10 +31,11 @@ def main(argv=None) -> int:
     from das.research.replicate import StudyError
     from das.run import RunError
     from das.schema import SpecError
+    from das.signing import SigningError
 
     try:
         return args.func(args)
-    except (SpecError, RunError, BudgetError, StudyError, OutDirError) as e:
+    except (SpecError, RunError, BudgetError, StudyError, OutDirError, SigningError) as e:
         print(f"das {args.command}: {e}", file=sys.stderr)
         return 2
     except InputError as e:
