@@ -88,8 +88,8 @@ def _cmd_audit_privacy(args) -> int:
                            json_out=args.json, out=args.out, overwrite=args.overwrite)
 
 
-def add_parsers(sub) -> None:
-    """The release commands: run, validate, keygen, validate-input, privacy, measure, tables, audit-privacy."""
+def _add_run(sub) -> None:
+    """`das run`."""
 
     r = sub.add_parser("run", help="a whole release: measure, post-process, write MDF/tables/NMF, validate")
     r.add_argument("spec", nargs="?", help="run spec: a shipped name (see specs/runs) or a .toml path")
@@ -119,6 +119,9 @@ def add_parsers(sub) -> None:
                         "release's own, kept in its operator files (docs/outputs.md)")
     r.set_defaults(func=_cmd_run)
 
+
+def _add_validate(sub) -> None:
+    """`das validate` and `das keygen` (the key whose public half proves a release's origin)."""
     v = sub.add_parser("validate", help="independently check a run directory's outputs")
     v.add_argument("run_dir")
     v.add_argument("--inputs", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
@@ -133,6 +136,12 @@ def add_parsers(sub) -> None:
     k.add_argument("key", help="where to write the private key (0600); the public key goes to KEY.pub; "
                                "neither may exist")
     k.set_defaults(func=_cmd_keygen)
+
+
+def add_parsers(sub) -> None:
+    """The release commands: run, validate, keygen, validate-input, privacy, measure, tables, audit-privacy."""
+    _add_run(sub)
+    _add_validate(sub)
 
     vi = sub.add_parser("validate-input", help="check persons/units microdata files")
     vi.add_argument("persons")
