@@ -27,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import atomic
+from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
 MANIFEST = "manifest.json"
@@ -367,10 +368,19 @@ class Manifest:
             certificates = {str(k): Certificate.from_dict(v, f"{where}: privacy.{k}") for k, v in privacy.items()}
         except CertificateError as e:
             raise RunDirError(str(e)) from None
+        orphans = [k for k in certificates if k not in ("persons", "units") or data.get(k) is None]
+        if orphans:
+            raise RunDirError(f"{_where(where, 'privacy')}.{orphans[0]}: the certificate of no release of the manifest "
+                              "(expected persons or units, each with its section)")
+        levels = _strings(data, "levels", where)
+        unknown = [lv for lv in levels if lv not in LEVEL_DIGITS]
+        if unknown:
+            raise RunDirError(f"{_where(where, 'levels')}: {unknown[0]!r} is not a geography level (known: "
+                              f"{', '.join(LEVEL_DIGITS)})")
         seed = _get(data, "seed", int, where, optional=True)
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(
-            spec_name=_get(data, "spec_name", str, where), status=status, levels=_strings(data, "levels", where),
+            spec_name=_get(data, "spec_name", str, where), status=status, levels=levels,
             persons=ReleaseInfo.from_dict(data["persons"], f"{where}: persons"), privacy=certificates,
             kind=_get(data, "kind", str, where, optional=True) or RUN_KIND,
             **{k: _get(data, k, str, where, optional=True) or "" for k in

@@ -22,8 +22,8 @@ from das.cli import main as das_main
 from das.cli.synth import MECHANISM_NAMES
 from das.io.tables import load_tables, table_matrix
 from das.mechanisms import synthesize
-from das.rundir import RunDir
 from das.run import resume_run, run
+from das.rundir import RunDir
 from das.schema import load_schema
 from das.signing import SigningError
 from das.validate import validate_run
