@@ -40,9 +40,10 @@ SYNTHETIC_CLAIMS = ("charges_sum_to_rho",)
 # The output directory
 
 
-def protected_paths(spec: RunSpec) -> list[Path]:
-    """What an output directory may neither be, hold nor be inside: the run's spec and inputs."""
-    return [spec.path, spec.persons_path, spec.units_path]
+def protected_paths(spec: RunSpec, signing_key: Path | None = None) -> list[Path]:
+    """What an output directory may neither be, hold nor be inside: the run's spec and inputs, and the
+    operator's signing key."""
+    return [spec.path, spec.persons_path, spec.units_path] + ([Path(signing_key)] if signing_key else [])
 
 
 def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
@@ -121,7 +122,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         signing.read_private_key(signing_key)
     key = bundle.new_key()
     fingerprint = operator_fingerprint(spec, key)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec) + ([Path(signing_key)] if signing_key else []))
+    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
     if files:
         outdir.remove_files(run_dir.path, files)
     run_dir.path.mkdir(parents=True, exist_ok=True)

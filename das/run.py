@@ -73,8 +73,8 @@ class RunResult:
     summary: str
 
 
-def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
-    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path | None = None) -> None:
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
@@ -310,7 +310,7 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
         _check_resumable(run_dir, stored, pipe.spec)
     else:
         preflight.check_writable(run_dir.path)
-        _out_dir(run_dir, options.overwrite, pipe.spec)
+        _out_dir(run_dir, options.overwrite, pipe.spec, options.signing_key)
     shape = _shape(pipe.spec)
     confidential = None if shape.partitioned else shape.read(pipe, run_dir, None, None)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind

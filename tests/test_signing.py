@@ -168,6 +168,18 @@ def test_a_consistent_forgery_passes_without_the_key_and_is_refused_with_it(tiny
     assert "is not the given key's signature of manifest.json" in refused.violations[0]
 
 
+def test_an_output_directory_holding_the_signing_key_is_refused_before_anything_is_drawn(tmp_path, capsys, monkeypatch):
+    import das.mechanisms.release
+
+    out = synthesize("tiny", "flat", tmp_path / "r", seed=4)
+    monkeypatch.setattr(das.mechanisms.release, "read_inputs", lambda *a, **k: pytest.fail("inputs read"))
+    key = out / "operator" / "signing.key"
+    for argv in (["run", "tiny"], ["synth", "tiny", "--mechanism", "flat"]):
+        refused = cli_refused([*argv, "--out", str(out), "--overwrite", "--seed", "1", "--signing-key", str(key)], capsys)
+        assert "signing.key, an input or the spec of this run" in refused
+    assert key.is_file() and validate_run(out, public_key=out / "release.pub").ok
+
+
 def test_a_release_without_a_key_of_the_operators_gets_its_own(tmp_path):
     out = synthesize("tiny", "flat", tmp_path / "r", seed=4)
     run_dir = RunDir(out)

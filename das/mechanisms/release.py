@@ -74,7 +74,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
         signing.read_private_key(signing_key)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
-    _out_dir(run_dir, overwrite, spec)
+    _out_dir(run_dir, overwrite, spec, signing_key)
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -113,8 +113,8 @@ def _mechanism(name: str) -> Mechanism:
     return mech
 
 
-def _out_dir(run_dir: RunDir, overwrite: bool, spec) -> None:
-    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+def _out_dir(run_dir: RunDir, overwrite: bool, spec, signing_key: Path | None = None) -> None:
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
 def _checked(mechanism: str, histograms, shape: tuple[int, int]):
