@@ -8,7 +8,8 @@ into solved histograms; around that they do the same things, here:
                  what the release holds) before any noise is drawn
     write        every wanted output of the registry (das.io.outputs) for a whole release
     complete     digests of what was written, the manifest completed, the checkpoints removed, the
-                 release validated by das.validate and the result recorded
+                 release validated by das.validate and the result recorded; then the manifest signed
+                 (das.signing: the operator's key, or the release's own), the signature written last
 
 A frame is a frozen value: each step returns the frame with its new manifest, written atomically.
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das import bundle, outdir
+from das import bundle, outdir, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
 from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, ValidationRecord
@@ -39,9 +40,10 @@ SYNTHETIC_CLAIMS = ("charges_sum_to_rho",)
 # The output directory
 
 
-def protected_paths(spec: RunSpec) -> list[Path]:
-    """What an output directory may neither be, hold nor be inside: the run's spec and inputs."""
-    return [spec.path, spec.persons_path, spec.units_path]
+def protected_paths(spec: RunSpec, signing_key: Path | None = None) -> list[Path]:
+    """What an output directory may neither be, hold nor be inside: the run's spec and inputs, and the
+    operator's signing key."""
+    return [spec.path, spec.persons_path, spec.units_path] + ([Path(signing_key)] if signing_key else [])
 
 
 def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
@@ -72,6 +74,7 @@ class ReleaseFrame:
     manifest: Manifest
     plan: OutputPlan
     log: Callable = print
+    signing_key: Path | None = None  # the operator's private key; None: the release's own (das.signing)
 
     def recorded(self, manifest: Manifest) -> ReleaseFrame:
         """The frame with `manifest`, written (atomically)."""
@@ -110,18 +113,25 @@ class Opening:
 
 
 def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: OutputPlan, overwrite: bool = False,
-               log: Callable = print) -> ReleaseFrame:
-    """A new release directory: the operator files (paths, keyed fingerprints, key), then the public
-    manifest, which says what runs (spec, certificates, invariants) before any noise is drawn."""
+               log: Callable = print, signing_key: Path | None = None) -> ReleaseFrame:
+    """A new release directory: the operator files (paths, keyed fingerprints, keys), then the public
+    manifest, which says what runs (spec, certificates, invariants) before any noise is drawn.
+    `signing_key`: the operator's Ed25519 key to sign the release with (checked first); None: a key of
+    the release's own, in its operator files."""
+    if signing_key is not None:
+        signing.read_private_key(signing_key)
     key = bundle.new_key()
     fingerprint = operator_fingerprint(spec, key)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
     if files:
         outdir.remove_files(run_dir.path, files)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
                                          "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
-                                         "fingerprint": fingerprint}, key)
+                                         "fingerprint": fingerprint,
+                                         "signing_key": None if signing_key is None else str(Path(signing_key).resolve())},
+                          key)
+    signing_key = signing.signing_key(run_dir, signing_key)
     text = bundle.public_spec_text(spec.text)
     private = opening.private
     manifest = Manifest(
@@ -135,7 +145,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
     )
     if not private:
         log(f"WARNING: {NOT_PRIVATE}")
-    return ReleaseFrame(run_dir, manifest, plan, log).recorded(manifest)
+    return ReleaseFrame(run_dir, manifest, plan, log, signing_key).recorded(manifest)
 
 
 def _digests(run_dir: RunDir, paths) -> dict[str, str]:
@@ -156,7 +166,8 @@ class Completion:
 
 def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | None = None) -> ReleaseFrame:
     """The manifest completed (digests, counts, reports), the checkpoints removed, the release validated
-    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded."""
+    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded;
+    then the manifest, final, signed: the signature is the release's last file."""
     run_dir = frame.run_dir
     frame = frame.recorded(frame.manifest.but(
         status="complete", engine=completion.engine, timings_seconds=dict(completion.timings),
@@ -167,6 +178,8 @@ def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | No
     t0 = time.perf_counter()
     report = validate_run(run_dir.path, **(validate or {}))
     timings = {**frame.manifest.timings_seconds, "validate": time.perf_counter() - t0}
-    return frame.recorded(frame.manifest.but(
+    frame = frame.recorded(frame.manifest.but(
         timings_seconds=timings,
         validation=ValidationRecord(report.ok, tuple(report.checks), tuple(report.violations[:100]))))
+    signing.sign_release(run_dir, frame.signing_key or signing.signing_key(run_dir, None))
+    return frame

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight
+from das import bundle, preflight, signing
 from das.checkpoint import Checkpoints, file_sha256, is_disk_full
 from das.executors import make_executor
 from das.frame import (
@@ -62,6 +62,7 @@ class RunOptions:
     overwrite: bool = False
     allow_large_rho: bool = False
     memory_gb: float | None = None  # a partitioned run's budget for its state tasks (None: no limit)
+    signing_key: Path | None = None  # the operator's Ed25519 key (das keygen); None: the release's own
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,8 @@ class RunResult:
     summary: str
 
 
-def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
-    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path | None = None) -> None:
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
@@ -88,9 +89,9 @@ def _plan(pipe: Pipeline):
     return output_plan(pipe.spec, pipe.tables, pipe.metadata())
 
 
-def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, overwrite: bool) -> ReleaseFrame:
-    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
-                      log=pipe.log)
+def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, options: RunOptions) -> ReleaseFrame:
+    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=options.overwrite,
+                      log=pipe.log, signing_key=options.signing_key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
     executor = make_executor("local", 1)
     try:
         confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
-        frame = _open(pipe, run_dir, confidential, overwrite)
+        frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite))
         shape.measure(pipe, run_dir, confidential, executor)
     finally:
         executor.close()
@@ -298,6 +299,8 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     """
     options = RunOptions(**settings)
     t_start = time.perf_counter()
+    if options.signing_key is not None:  # the operator's key, checked before anything is read
+        signing.read_private_key(options.signing_key)
     run_dir = RunDir(out_dir)
     stored = _load_stored(run_dir) if resume else None
     if stored and stored.manifest.complete and stored.manifest.validation is not None:
@@ -310,7 +313,7 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
         _check_resumable(run_dir, stored, pipe.spec)
     else:
         preflight.check_writable(run_dir.path)
-        _out_dir(run_dir, options.overwrite, pipe.spec)
+        _out_dir(run_dir, options.overwrite, pipe.spec, options.signing_key)
     shape = _shape(pipe.spec)
     confidential = None if shape.partitioned else shape.read(pipe, run_dir, None, None)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
@@ -341,14 +344,16 @@ class _Job:
 
     def start_or_resume(self, run_dir: RunDir, stored: Stored | None, shape, confidential) -> RunResult:
         if stored:
-            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), self.pipe.log)
+            key = self.options.signing_key or stored.operator.get("signing_key")  # else the key it started with
+            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), self.pipe.log,
+                                      signing.signing_key(run_dir, key))
             self.interruption = Interruption(time.strftime("%Y-%m-%dT%H:%M:%S%z"), stored.manifest.status,
                                              _progress_found(run_dir, self.pipe))
             self.pipe.log(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
                           "checkpoints, no noise is drawn again for a committed measurement")
             self.record_interruption(status="running")
         else:
-            self.frame = _open(self.pipe, run_dir, confidential, self.options.overwrite)
+            self.frame = _open(self.pipe, run_dir, confidential, self.options)
         try:
             completion = shape.release(self, confidential)
             self.frame = complete(self.frame, completion, validate={"executor": self.executor,

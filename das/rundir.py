@@ -8,7 +8,8 @@ field checked, so an edited or truncated manifest is a RunDirError naming the fi
 
     RUN_DIR/manifest.json        public: spec (input paths redacted), certificate, checksums, invariants
     RUN_DIR/mdf_*.parquet, tables/, pl94171/, nmf/     public: the release
-    RUN_DIR/operator/            operator only (das.bundle): input paths, keyed fingerprints, the key
+    RUN_DIR/manifest.sig, release.pub    public: the signature of manifest.json and its key (das.signing)
+    RUN_DIR/operator/            operator only (das.bundle): input paths, keyed fingerprints, the keys
     RUN_DIR/checkpoints/         operator only, while a run is unfinished
 
 >>> Manifest.from_dict({"spec_name": "x", "status": "complete", "levels": ["nation"], "persons": {"schema": "s"},
@@ -26,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import atomic
+from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
 MANIFEST = "manifest.json"
@@ -35,6 +37,9 @@ STATUSES = ("running", "measured", "interrupted", "complete")
 OPERATOR_DIR = "operator"
 OPERATOR_FILE = "operator.json"
 KEY_FILE = "fingerprint.key"
+SIGNING_KEY_FILE = "signing.key"  # a release's own Ed25519 key, when the operator names none (das.signing)
+PUBLIC_KEY = "release.pub"  # the public key of the release's signature, published beside it
+SIGNATURE = "manifest.sig"  # the Ed25519 signature of manifest.json's exact bytes, written last
 PARTS_FILE = "parts.json"  # a state's part directory is complete when this is present (das.io.parts)
 
 
@@ -363,10 +368,19 @@ class Manifest:
             certificates = {str(k): Certificate.from_dict(v, f"{where}: privacy.{k}") for k, v in privacy.items()}
         except CertificateError as e:
             raise RunDirError(str(e)) from None
+        orphans = [k for k in certificates if k not in ("persons", "units") or data.get(k) is None]
+        if orphans:
+            raise RunDirError(f"{_where(where, 'privacy')}.{orphans[0]}: the certificate of no release of the manifest "
+                              "(expected persons or units, each with its section)")
+        levels = _strings(data, "levels", where)
+        unknown = [lv for lv in levels if lv not in LEVEL_DIGITS]
+        if unknown:
+            raise RunDirError(f"{_where(where, 'levels')}: {unknown[0]!r} is not a geography level (known: "
+                              f"{', '.join(LEVEL_DIGITS)})")
         seed = _get(data, "seed", int, where, optional=True)
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(
-            spec_name=_get(data, "spec_name", str, where), status=status, levels=_strings(data, "levels", where),
+            spec_name=_get(data, "spec_name", str, where), status=status, levels=levels,
             persons=ReleaseInfo.from_dict(data["persons"], f"{where}: persons"), privacy=certificates,
             kind=_get(data, "kind", str, where, optional=True) or RUN_KIND,
             **{k: _get(data, k, str, where, optional=True) or "" for k in
@@ -538,6 +552,24 @@ class RunDir:
     def key_file(self) -> Path:
         return self.operator_dir / KEY_FILE
 
+    @property
+    def signing_key_file(self) -> Path:
+        """The release's own Ed25519 private key (when the operator names no key of theirs): operator only."""
+        return self.operator_dir / SIGNING_KEY_FILE
+
+    # the signature, published beside the release (it covers the manifest, which lists every file's digest)
+    @property
+    def public_key_file(self) -> Path:
+        return self.path / PUBLIC_KEY
+
+    @property
+    def signature_file(self) -> Path:
+        return self.path / SIGNATURE
+
+    def signature_files(self) -> tuple[Path, Path]:
+        """The files published beside the listed ones: the manifest's signature and its public key."""
+        return self.signature_file, self.public_key_file
+
     # work in progress, removed when the run is complete
     @property
     def checkpoints_dir(self) -> Path:
@@ -579,9 +611,11 @@ class RunDir:
     @staticmethod
     def internal_patterns() -> tuple[str, ...]:
         """Files a run writes besides its release files, relative to its directory (`*` matches across '/'):
-        the manifest, temporaries, committed NMF chunks, checkpoints and per-state work, operator files."""
-        return (MANIFEST, f"{MANIFEST}.partial", "*.partial", "*.partial/*", "nmf/*/*.parquet.parts/*", "checkpoints/*",
-                f"{OPERATOR_DIR}/{OPERATOR_FILE}", f"{OPERATOR_DIR}/{KEY_FILE}")
+        the manifest, its signature and public key, temporaries, committed NMF chunks, checkpoints and
+        per-state work, operator files."""
+        return (MANIFEST, f"{MANIFEST}.partial", SIGNATURE, PUBLIC_KEY, "*.partial", "*.partial/*", "nmf/*/*.parquet.parts/*",
+                "checkpoints/*", f"{OPERATOR_DIR}/{OPERATOR_FILE}", f"{OPERATOR_DIR}/{KEY_FILE}",
+                f"{OPERATOR_DIR}/{SIGNING_KEY_FILE}")
 
     def relative(self, path: Path) -> str:
         return Path(path).relative_to(self.path).as_posix()

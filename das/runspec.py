@@ -19,7 +19,7 @@ from das.schema import SpecError, resolve_spec
 from das.specfile import Exact, Section
 from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
 
-DEFAULT_DELTA = Fraction(1, 10**10)
+DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (das validate recomputes certificates with it)
 
 
 @dataclass(frozen=True)

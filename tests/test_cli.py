@@ -10,7 +10,7 @@ from conftest import ROOT, cli_commands
 
 from das.cli import attack, build_parser, main, release, research, synth
 
-COMMANDS = {"run", "validate", "validate-input", "privacy", "measure", "tables", "audit-privacy",
+COMMANDS = {"run", "validate", "keygen", "validate-input", "privacy", "measure", "tables", "audit-privacy",
             "metrics", "replicate", "report", "compare", "attack", "synth"}
 
 

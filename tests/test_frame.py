@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das import bundle
+from das import bundle, signing
 from das.checkpoint import file_sha256
 from das.frame import Completion as FrameCompletion
 from das.frame import Opening, complete, holds, open_frame, output_plan
 from das.geography import Geography
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
+from das.mechanisms.base import Ledger, mechanism_certificate
 from das.outdir import OutDirError
 from das.pipeline import Pipeline, code_version
 from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
@@ -61,8 +62,13 @@ def test_completing_lists_every_file_written_validates_and_removes_the_checkpoin
     """A synthetic persons release written through the frame by hand: the frame lists, digests and validates it."""
     pipe = Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
     confidential = pipe.read_inputs()
-    plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), pipe.metadata(), synthetic=True)
-    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": pipe.certificates["persons"]},
+    ledger = Ledger(Fraction(1))
+    ledger.gaussian("block", "detailed", Fraction(1))  # a synthetic certificate (charges by level would be TopDown's)
+    cert = mechanism_certificate("identity", pipe.schemas["persons"], pipe.spec.levels, ledger, delta=pipe.spec.delta,
+                                 private=False)
+    metadata = bundle.parquet_metadata(False, {"persons": cert}, pipe.public_spec()[1], code_version())
+    plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), metadata, synthetic=True)
+    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": cert},
                       PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version(),
                       mechanism=MechanismRecord("identity", "the truth itself: a test of the frame", "none", Fraction(1)))
     frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan, log=lambda *a: None)
@@ -81,3 +87,11 @@ def test_completing_lists_every_file_written_validates_and_removes_the_checkpoin
     assert not frame.run_dir.checkpoints_dir.exists() and "validate" in manifest.timings_seconds
     assert json.loads(frame.run_dir.manifest_path.read_text()) == manifest.to_dict()
     assert np.isclose(manifest.counts.persons, truth.sum())
+    # then signed, last: the release's own key (operator only, 0600), its public half beside the release
+    run_dir = frame.run_dir
+    assert signing.verifies(run_dir.public_key_file.read_bytes(), run_dir.signature_file.read_bytes(),
+                            run_dir.manifest_path.read_bytes())
+    assert run_dir.public_key_file.read_bytes() == signing.public_key_pem(signing.read_private_key(run_dir.signing_key_file))
+    assert stat.S_IMODE(os.stat(run_dir.signing_key_file).st_mode) == 0o600
+    last = max(p.stat().st_mtime_ns for p in run_dir.path.rglob("*") if p.is_file() and p != run_dir.signature_file)
+    assert run_dir.signature_file.stat().st_mtime_ns >= last

@@ -1,4 +1,4 @@
-"""`das run`, `validate`, `validate-input`, `privacy`, `measure`, `tables`, `audit-privacy`: releases."""
+"""`das run`, `validate`, `keygen`, `validate-input`, `privacy`, `measure`, `tables`, `audit-privacy`: releases."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ def _cmd_run(args) -> int:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
                             progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
+                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args),
+                            signing_key=args.signing_key)
     else:
         if args.spec is None:
             raise RunError("das run needs a SPEC (or --resume RUN_DIR)")
         result = run(args.spec, args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
                      progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                     allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
+                     allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args),
+                     signing_key=args.signing_key)
     print(result.summary)
     print(f"wrote {result.out_dir}")
     return 0 if result.valid else 1
@@ -31,7 +33,18 @@ def _cmd_run(args) -> int:
 def _cmd_validate(args) -> int:
     from das.validate import main
 
-    return main(args.run_dir, inputs=args.inputs)
+    return main(args.run_dir, inputs=args.inputs, public_key=args.public_key)
+
+
+def _cmd_keygen(args) -> int:
+    from das.signing import keygen
+
+    private, public, fingerprint = keygen(args.key)
+    print(f"wrote {private} (the private key: keep it with the operator, readable by you only) and {public} "
+          f"(the public key: publish it where readers of your releases will find it)")
+    print(f"public key fingerprint (SHA-256): {fingerprint}")
+    print(f"sign a release with it: das run SPEC --signing-key {private}  (or das synth ... --signing-key {private})")
+    return 0
 
 
 def _cmd_validate_input(args) -> int:
@@ -103,7 +116,7 @@ def _cmd_audit_privacy(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
+    """The release commands: run, validate, keygen, validate-input, privacy, measure, tables, audit-privacy."""
 
     _add_run(sub)
 
@@ -112,7 +125,15 @@ def add_parsers(sub) -> None:
     v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="also compare the invariants with these confidential inputs (default: the run's "
                         "operator files, when present)")
+    v.add_argument("--public-key", type=path, metavar="KEY", default=None,
+                   help="the operator's published public key: also prove the release is theirs and unchanged (the "
+                        "signature over manifest.json, then every digest); without it, only internal consistency")
     v.set_defaults(func=_cmd_validate)
+
+    k = sub.add_parser("keygen", help="a new Ed25519 key pair to sign releases with (KEY and KEY.pub)")
+    k.add_argument("key", type=path, help="where to write the private key (0600); the public key goes to KEY.pub; "
+                                          "neither may exist")
+    k.set_defaults(func=_cmd_keygen)
 
     vi = sub.add_parser("validate-input", help="check persons/units microdata files")
     vi.add_argument("persons", type=path, help="persons file (Parquet or CSV)")
@@ -189,4 +210,7 @@ def _add_run(sub) -> None:
                    help="a partitioned run (inputs as one file per state) starts a state's task only while the "
                         "tasks in flight are estimated to fit this much memory with the driver and workers "
                         "(docs/scale.md); default: no limit")
+    r.add_argument("--signing-key", type=path, metavar="KEY", default=None,
+                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                        "release's own, kept in its operator files (docs/outputs.md)")
     r.set_defaults(func=_cmd_run)

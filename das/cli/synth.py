@@ -28,6 +28,9 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true",
                    help="replace the das release in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
+    s.add_argument("--signing-key", metavar="KEY", default=None,
+                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                        "release's own, kept in its operator files (docs/outputs.md)")
     s.set_defaults(func=_cmd_synth)
     return s
 
@@ -41,7 +44,7 @@ def _cmd_synth(args) -> int:
 
     try:
         out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, overwrite=args.overwrite,
-                         allow_large_rho=args.allow_large_rho, budget=budget(args))
+                         allow_large_rho=args.allow_large_rho, budget=budget(args), signing_key=args.signing_key)
     except MechanismError as e:
         print(f"das synth: {cut_long_words(str(e))}", file=sys.stderr)
         return 2

@@ -30,12 +30,19 @@ class Stop(Exception):
 
 @dataclass
 class Report:
+    """A line per check (`checks`), the problems found (`violations`), and what the checks do not prove
+    (`notes`: e.g. no public key was given, so nothing about the release's origin)."""
+
     checks: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def check(self, name: str, problems: list[str]) -> None:
         self.checks.append(f"{'ok ' if not problems else 'FAIL'} {name}")
         self.violations.extend(f"{name}: {p}" for p in problems)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     @property
     def ok(self) -> bool:
