@@ -20,14 +20,18 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import secrets
+import tomllib
 from pathlib import Path
+
+import tomli_w
 
 from das import atomic
 from das.rundir import RunDir
+from das.schema import SpecError
 
 REDACTED = "<operator only>"
+INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
@@ -64,18 +68,60 @@ def spec_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def public_spec(text: str) -> dict:
+    """The run spec as published: parsed, its [input] table (confidential paths) replaced by REDACTED
+    values under the known keys, so no input path and no comment of the text can reach a public file.
+
+    Refused (SpecError) when not TOML, when [input] is not a table, or when an input path also
+    appears elsewhere in the spec (in a key or a string outside [input] it cannot be told from text)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"the run spec is not valid TOML ({e}); it cannot be redacted for publication") from None
+    given = data.get("input")
+    if given is None:
+        return data
+    if not isinstance(given, dict):
+        raise SpecError(f"[input] must be a table of input paths (persons, units), not {type(given).__name__}: "
+                        "written so it cannot be redacted for publication")
+    public = {k: v for k, v in data.items() if k != "input"}
+    paths = {str(v) for v in _leaves(given) if "/" in str(v) or "\\" in str(v)}  # a bare name says nothing
+    found = sorted(p for p in paths if any(p in t for t in _texts(public)))
+    if found:
+        raise SpecError(f"the input path {found[0]!r} also appears outside [input]; it cannot be redacted for "
+                        "publication: keep input paths in [input] alone")
+    return {"input": {k: REDACTED for k in INPUT_KEYS if k in given}, **public}
+
+
 def public_spec_text(text: str) -> str:
-    """The run spec with the values of its [input] section replaced (input paths are operator only)."""
-    out, in_input = [], False
-    for line in text.splitlines(keepends=True):
-        header = re.match(r"\s*\[([^\]]+)\]", line)
-        if header:
-            in_input = header.group(1).strip() == "input"
-        elif in_input and re.match(r"\s*[A-Za-z0-9_\-\"']+\s*=", line):
-            key = line.split("=", 1)[0].rstrip()
-            line = f'{key} = "{REDACTED}"\n'
-        out.append(line)
-    return "".join(out)
+    """The published spec text: `public_spec` written canonically (TOML, no comments, [input] redacted).
+    spec_sha256 in the manifest and in every Parquet file is the digest of this text."""
+    return tomli_w.dumps(public_spec(text))
+
+
+def _leaves(value):
+    """Every scalar in a parsed TOML value (tables and arrays walked)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _texts(value):
+    """Every key and string value in a parsed TOML value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _texts(v)
+    elif isinstance(value, str):
+        yield value
 
 
 def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:

@@ -128,6 +128,7 @@ class Pipeline:
                 allow_large_rho: bool = False, log: Callable = print) -> Pipeline:
         """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here."""
         spec = load_run_spec(spec_path, seed=seed)
+        bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
         wanted = [("persons", spec.persons)] + ([("units", spec.units)] if spec.units else [])
         planned = {}
         for name, release in wanted:

@@ -67,6 +67,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     mech = _mechanism(mechanism)
     t_start = time.perf_counter()
     spec = load_run_spec(spec_path, seed=seed)
+    bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
     schema = load_schema(spec.persons.schema)
     budget = _budget(rho, spec)
     run_dir = RunDir(out_dir)
