@@ -2,7 +2,8 @@
 
     RUN_DIR/manifest.json        public: spec (input paths redacted), certificate, checksums, invariants
     RUN_DIR/mdf_*.parquet, tables/, nmf/      public: the release
-    RUN_DIR/operator/            operator only: input paths, keyed input fingerprints, the key
+    RUN_DIR/operator/            operator only (0700, its files 0600): input paths, keyed input fingerprints,
+                                 the key, how the run went (process.json: timings, interruptions, errors)
     RUN_DIR/checkpoints/         operator only, while a run is unfinished (removed when complete)
 
 Nothing computed from the confidential input files' bytes (a digest would let anyone confirm a
@@ -31,6 +32,7 @@ from das.rundir import RunDir
 from das.schema import SpecError
 
 REDACTED = "<operator only>"
+OWNER_ONLY_FILE, OWNER_ONLY_DIR = 0o600, 0o700  # operator files and their directory
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
@@ -124,15 +126,35 @@ def _texts(value):
         yield value
 
 
-def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
-    """operator/operator.json (and the fingerprint key on first write, readable by the owner only)."""
-    where = RunDir(run_dir)
-    where.operator_dir.mkdir(parents=True, exist_ok=True)
-    if key is not None:
-        fd = os.open(where.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def owner_only_directory(folder: Path) -> Path:
+    """`folder`, created if need be, open to its owner only (0700) whatever the umask."""
+    folder = Path(folder)
+    folder.mkdir(mode=OWNER_ONLY_DIR, parents=True, exist_ok=True)
+    os.chmod(folder, OWNER_ONLY_DIR)  # mkdir's mode is masked by the umask, and an older directory may be wider
+    return folder
+
+
+def operator_directory(run_dir: Path) -> Path:
+    """RUN_DIR/operator, created if need be, open to its owner only (0700)."""
+    return owner_only_directory(RunDir(run_dir).operator_dir)
+
+
+def write_owner_only(path: Path, data: bytes) -> None:
+    """`path` holds `data`, written atomically, readable and writable by its owner only (0600) whatever the umask."""
+    with atomic.replacing(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY_FILE)
         with os.fdopen(fd, "wb") as f:
-            f.write(key)
-    atomic.write_text(where.operator_file, json.dumps(record, indent=2, default=str))
+            os.fchmod(f.fileno(), OWNER_ONLY_FILE)
+            f.write(data)
+
+
+def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
+    """operator/operator.json (and the fingerprint key on first write): owner only, in an owner-only directory."""
+    where = RunDir(run_dir)
+    operator_directory(run_dir)
+    if key is not None:
+        write_owner_only(where.key_file, key)
+    write_owner_only(where.operator_file, json.dumps(record, indent=2, default=str).encode())
 
 
 def read_operator(run_dir: Path) -> tuple[dict, bytes]:
@@ -148,6 +170,24 @@ def read_operator(run_dir: Path) -> tuple[dict, bytes]:
     if not isinstance(record, dict):
         raise BundleError(f"{run_dir}: {where.operator_file} is not a JSON object")
     return record, key
+
+
+def read_process(run_dir: Path) -> dict:
+    """operator/process.json (how the run went: timings, interruptions, errors), or {} when there is none."""
+    try:
+        record = json.loads(RunDir(run_dir).process_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def record_process(run_dir: Path, **fields) -> dict:
+    """operator/process.json with `fields` set (the others kept): what may depend on the data outside the
+    noise (run times, when a run stopped and what it had done, error messages) is the operator's, never public."""
+    record = {**read_process(run_dir), **fields}
+    operator_directory(run_dir)
+    write_owner_only(RunDir(run_dir).process_file, (json.dumps(record, indent=2, default=str) + "\n").encode())
+    return record
 
 
 def input_paths(run_dir: Path) -> dict[str, str]:

@@ -27,7 +27,7 @@ from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
 from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, ValidationRecord
 from das.runspec import RunSpec
-from das.validate import validate_run
+from das.validate import FACILITIES_CHECK, HOUSING_CHECK, validate_run
 
 NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseudo-random "
                "generator. These outputs are NOT private and must not be released.")
@@ -77,6 +77,12 @@ class ReleaseFrame:
         """The frame with `manifest`, written (atomically)."""
         self.run_dir.write(manifest)
         return replace(self, manifest=manifest)
+
+    def noted(self, **fields) -> ReleaseFrame:
+        """The operator's record of how the run goes (timings, interruptions, errors) with `fields` set:
+        das.bundle.record_process, never the public manifest."""
+        bundle.record_process(self.run_dir.path, **fields)
+        return self
 
     def write(self, release: SolvedRelease) -> dict[str, list[Path]]:
         """Every wanted output of a whole release, by manifest field ("outputs", "nmf")."""
@@ -144,29 +150,59 @@ def _digests(run_dir: RunDir, paths) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Completion:
-    """What a release's mechanism reports when its outputs are written (the manifest's closing fields)."""
+    """What a release's mechanism reports when its outputs are written: the manifest's closing fields, and
+    the operator's (run times, per stage and per level: they may depend on the data outside the noise)."""
 
     written: dict[str, list[Path]]  # manifest field -> files
     counts: Counts
-    timings: dict[str, float]
+    timings: dict[str, float]  # operator only
     levels_report: dict | None = None
     failsafe_events: tuple = ()
     engine: object = None
+    level_timings: dict | None = None  # operator only: release -> [{level, seconds, tasks}]
+
+
+# The validator's checks that compare a release with the confidential inputs (das.validate, given the operator
+# files): their result is the operator's; the public record holds only what the published files show.
+INPUT_CHECKS = ("total population invariant against the inputs (nation, state)", HOUSING_CHECK, FACILITIES_CHECK)
+
+
+def split_report(report) -> tuple[ValidationRecord, ValidationRecord]:
+    """A validator's report as (what the published files show, what the comparison with the inputs found)."""
+    def named(line: str) -> str:
+        return line[4:].strip()
+
+    def against_inputs(violation: str) -> bool:
+        return any(violation.startswith(f"{name}: ") for name in INPUT_CHECKS)
+
+    public = [c for c in report.checks if named(c) not in INPUT_CHECKS]
+    operator = [c for c in report.checks if named(c) in INPUT_CHECKS]
+    shown = [v for v in report.violations if not against_inputs(v)]
+    found = [v for v in report.violations if against_inputs(v)]
+    return (ValidationRecord(not shown, tuple(public), tuple(shown[:100])),
+            ValidationRecord(not found, tuple(operator), tuple(found[:100])))
 
 
 def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | None = None) -> ReleaseFrame:
     """The manifest completed (digests, counts, reports), the checkpoints removed, the release validated
-    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded."""
+    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded:
+    what the published files show in the manifest, the comparison with the confidential inputs and the
+    run times in the operator's record."""
     run_dir = frame.run_dir
     frame = frame.recorded(frame.manifest.but(
-        status="complete", engine=completion.engine, timings_seconds=dict(completion.timings),
-        levels_report=completion.levels_report, failsafe_events=tuple(completion.failsafe_events),
+        status="complete", engine=completion.engine, levels_report=completion.levels_report,
+        failsafe_events=tuple(completion.failsafe_events),
         outputs=_digests(run_dir, completion.written.get("outputs", [])),
-        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts, error=None))
+        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts))
     shutil.rmtree(run_dir.checkpoints_dir, ignore_errors=True)  # derived from the outputs now written
     t0 = time.perf_counter()
-    report = validate_run(run_dir.path, **(validate or {}))
-    timings = {**frame.manifest.timings_seconds, "validate": time.perf_counter() - t0}
-    return frame.recorded(frame.manifest.but(
-        timings_seconds=timings,
-        validation=ValidationRecord(report.ok, tuple(report.checks), tuple(report.violations[:100]))))
+    public, against_inputs = split_report(validate_run(run_dir.path, **(validate or {})))
+    frame.noted(timings_seconds={**completion.timings, "validate": time.perf_counter() - t0},
+                levels=completion.level_timings or {}, error=None, validation_against_inputs=against_inputs.to_dict())
+    return frame.recorded(frame.manifest.but(validation=public))
+
+
+def release_valid(frame: ReleaseFrame) -> bool:
+    """Whether a completed release is valid: what its files show, and (the operator's) against the inputs."""
+    against = bundle.read_process(frame.run_dir.path).get("validation_against_inputs") or {}
+    return bool(frame.manifest.validation and frame.manifest.validation.valid and against.get("valid", True))
