@@ -211,9 +211,3 @@ def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, versio
         b"das.version": version.encode(),
     }
 
-
-def with_metadata(table, metadata: dict[bytes, bytes] | None):
-    """An Arrow table with `metadata` added to its schema metadata (pandas' own kept)."""
-    if not metadata:
-        return table
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})

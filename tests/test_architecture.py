@@ -17,7 +17,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.io.outputs", "das.rundir", "das.outdir", "das.partitions"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.checkpoint", "das.executors", "das.distributed"},
-    {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.frame", "das.run",
+    {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.published", "das.frame", "das.run",
      "das.summary_files", "das.validate"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
