@@ -34,6 +34,7 @@ from das.schema import SpecError
 REDACTED = "<operator only>"
 OWNER_ONLY_FILE, OWNER_ONLY_DIR = 0o600, 0o700  # operator files and their directory
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
+CONVENTION_SUMMARY = "rho-zCDP, bounded neighbours that keep the invariants (the certificate's convention)"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
@@ -203,7 +204,7 @@ def input_paths(run_dir: Path) -> dict[str, str]:
 def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, version: str) -> dict[bytes, bytes]:
     """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate),
     spec digest, code version."""
-    summary = {name: {**c.summary(), "convention": "rho-zCDP, bounded neighbours"} for name, c in certificates.items()}
+    summary = {name: {**c.summary(), "convention": CONVENTION_SUMMARY} for name, c in certificates.items()}
     return {
         b"das.privacy": (b"private" if private else NOT_PRIVATE_MARK.encode()),
         b"das.certificate": json.dumps(summary, sort_keys=True).encode(),
