@@ -71,8 +71,16 @@ def _cmd_tables(args) -> int:
 
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
+    from das.attack.release_audit import audit_releases_main
+    from das.schema import SpecError
 
-    return audit_spec_main(args.spec, trials=args.trials, rho=args.rho, delta=args.delta, seed=args.seed,
+    if args.release:  # whole releases, end to end (das.attack.release_audit)
+        try:
+            return audit_releases_main(args.spec, args.release, trials=args.trials or 20, rho=args.rho, delta=args.delta,
+                                       seed=args.seed, json_out=args.json, out=args.out, overwrite=args.overwrite)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+    return audit_spec_main(args.spec, trials=args.trials or 20_000, rho=args.rho, delta=args.delta, seed=args.seed,
                            json_out=args.json, out=args.out, overwrite=args.overwrite)
 
 
@@ -143,7 +151,11 @@ def add_parsers(sub) -> None:
 
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
     a.add_argument("spec", help="run spec whose schema, strategy and levels are audited (no input is read)")
-    a.add_argument("--trials", type=int, default=20_000, help="runs of the measurement per dataset")
+    a.add_argument("--trials", type=int, default=None,
+                   help="runs of the measurement per dataset (default 20,000), or of each release (default 20)")
+    a.add_argument("--release", action="append", default=[], metavar="COMMAND",
+                   help="audit whole releases of this command end to end instead of the measurement: `run`, or a "
+                        "`das synth` mechanism (repeat for several); every public output is tested")
     a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
     a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
     a.add_argument("--seed", type=int, default=None, help="seeded noise (reproducible audit)")
