@@ -15,6 +15,7 @@ from das import published
 from das.mechanisms import MECHANISMS, synthesize
 from das.run import run
 from das.rundir import Manifest, RunDir
+from das.validate import validate_run
 
 SEED = 7
 FAST_MECHANISMS = [m for m, mech in MECHANISMS.items() if mech.extra is None]
@@ -100,6 +101,12 @@ def test_an_undeclared_field_is_named(tiny_pair):
 def test_a_das_run_publishes_only_declared_fields(tiny_pair):
     for out in tiny_pair:
         assert_declared(out)
+    # the validation record is what anyone finds from the published files; the comparison with the inputs is
+    # the operator's
+    report, manifest = validate_run(tiny_pair[0], use_operator=False), RunDir(tiny_pair[0]).read()
+    assert manifest.validation.checks == tuple(report.checks) and manifest.validation.valid == report.ok
+    against = json.loads(RunDir(tiny_pair[0]).process_file.read_text())["validation_against_inputs"]
+    assert against["valid"] and any("against the inputs" in c for c in against["checks"])
     process = json.loads(RunDir(tiny_pair[0]).process_file.read_text())
     assert {"read_inputs", "total", "validate"} <= set(process["timings_seconds"])  # the operator's, not public
     assert [r["level"] for r in process["levels"]["persons"]][0] == "nation"
