@@ -43,9 +43,9 @@ def _bounds(report: dict, tag: str) -> dict[str, float]:
 
 
 def topdown() -> dict:
-    """`das run` (TopDown, tiny's strategy) with 8 trials per dataset: the covered pairs and `added`."""
+    """`das run` (TopDown, tiny's strategy) with 24 trials per dataset: the covered pairs and `added`."""
     t0 = time.perf_counter()
-    report = _audit("run", 8, (*COVERED, "added"))
+    report = _audit("run", 24, (*COVERED, "added"))
     figures = _bounds(report, "")
     figures["nmf_queries_checked"] = float(len(report["noise"]))
     figures["nmf_queries_less_noise"] = float(sum(not c["ok"] for c in report["noise"]))
@@ -54,14 +54,14 @@ def topdown() -> dict:
 
 
 def synthetic() -> dict:
-    """Each mechanism without optional extras, 10 trials per dataset, on the covered pairs."""
+    """Each mechanism without optional extras, 24 trials per dataset, on the covered pairs."""
     from das.mechanisms import MECHANISMS
 
     t0 = time.perf_counter()
     figures: dict[str, float] = {}
     for name, mech in MECHANISMS.items():
         if mech.extra is None:
-            figures.update(_bounds(_audit(name, 10, COVERED), f"{name}_"))
+            figures.update(_bounds(_audit(name, 24, COVERED), f"{name}_"))
     figures["ok"] = float(all(v for k, v in figures.items() if k.endswith("_ok")))
     figures["seconds"] = time.perf_counter() - t0
     return figures
@@ -174,13 +174,13 @@ def planted() -> dict:
 
 
 BENCHES = [
-    Bench("release_audit.topdown", "`das audit-privacy tiny --release run --trials 8`: TopDown end to end on a "
+    Bench("release_audit.topdown", "`das audit-privacy tiny --release run --trials 24`: TopDown end to end on a "
           "handful of tiny blocks at rho = 1, delta = 1/100 (bounds at 1/100, 1/20, 1/10): per pair the eps bound "
-          "found over every public output, the certificate's eps, the largest bound 8 trials can show",
+          "found over every public output, the certificate's eps, the largest bound 24 trials can show",
           topdown, key="ok", higher_is_better=True, repeats=1,
           target="every covered pair: bound <= certified, no deterministic field; `added` (not covered): only "
                  "invariant-derived fields deterministic"),
-    Bench("release_audit.synthetic", "`das audit-privacy tiny --release MECH --trials 10` for flat, stability, mwem, "
+    Bench("release_audit.synthetic", "`das audit-privacy tiny --release MECH --trials 24` for flat, stability, mwem, "
           "privbayes, privsyn: per covered pair and delta the bound found, the certificate, the detectable limit",
           synthetic, key="ok", higher_is_better=True, repeats=1, target="every bound <= certified"),
     Bench("release_audit.mbi", "the same for mst and aim (Private-PGM), 2 trials per dataset, one covered pair",

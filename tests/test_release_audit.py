@@ -63,6 +63,16 @@ def test_a_feature_that_always_differs_is_deterministic_and_reaches_the_detectab
     assert ra.deterministic(rows_d[:1], rows_p[:1]) == ([], [])  # one trial each shows nothing
 
 
+def test_fields_fixed_for_covered_neighbours_are_judged_and_private_selections_by_their_bound():
+    manifest = {"kind": "das run", "counts": {"persons": 3, "blocks": 2, "first_block": 1},
+                "mechanism": {"name": "mst", "details": {"trees": {"44003000300": [[1, 2]]}, "level": "tract"}}}
+    assert ra.fixed("manifest:kind", manifest) and ra.fixed("manifest:counts.first_block", manifest)  # undeclared
+    assert ra.fixed("manifest:mechanism.details.level", manifest)  # a parameter
+    assert not ra.fixed("manifest:mechanism.details.trees.44003000300[0][1]", manifest)  # the exponential mechanism's
+    assert not ra.fixed("manifest:outputs.mdf_persons.parquet", {"outputs": {"mdf_persons.parquet": "ab"}})  # noisy
+    assert ra.fixed("parquet:mdf_persons.parquet:row_groups", manifest) and ra.fixed("files", manifest)
+
+
 def test_the_noise_check_flags_a_query_measured_with_less_noise_than_certified():
     rng = np.random.default_rng(1)
     truth = np.zeros((50, 100), dtype=np.int64)

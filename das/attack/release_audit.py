@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 import shutil
 import tempfile
 import tomllib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -44,6 +45,7 @@ import pyarrow.parquet as pq
 import tomli_w
 from scipy.stats import chi2
 
+from das import published
 from das.attack.privacy import clopper_pearson
 from das.geography import Geography
 from das.io.microdata import read_inputs
@@ -226,6 +228,7 @@ class Side:
     truth: dict  # (release, level, query) -> true answers, rows in the NMF's order
     variances: dict  # (release, level, query) -> certified variance (the NMF's)
     certificate: Certificate | None
+    manifest: dict = field(default_factory=dict)  # a trial's manifest: what each field is declared to derive from
 
 
 def truths(spec: Path) -> dict:
@@ -264,7 +267,7 @@ def run_side(dataset: Dataset, run: Command, seeds: list[int], work: Path) -> Si
         manifest = json.loads(RunDir(out).manifest_path.read_text())
         certificate = Certificate.from_dict(manifest["privacy"]["persons"], "manifest.json: privacy.persons")
         shutil.rmtree(out)
-    return Side(features, answers, truth, variances, certificate)
+    return Side(features, answers, truth, variances, certificate, manifest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +316,35 @@ def deterministic(side_d: list[dict], side_p: list[dict]) -> tuple[list[str], li
         if len(d) == 1 and len(p) == 1 and d != p:
             found.append(name)
     return [n for n in found if n.startswith(STRUCTURAL)], [n for n in found if not n.startswith(STRUCTURAL)]
+
+
+FIXED_SOURCES = ("parameter", "public fact", "invariant")  # das.published: the same for covered neighbours
+
+
+def fixed(name: str, manifest: dict) -> bool:
+    """Whether a structural feature must be the same for neighbours that keep the invariants: a manifest
+    field declared a parameter, public fact or invariant (or a mechanism's detail declared a parameter or
+    computed from the release), an undeclared field, the files and their Parquet structure. A field derived
+    from the noise or from a private selection (the exponential mechanism's choices: few values, so it may
+    look fixed over a few trials) is judged by its bound instead."""
+    if not name.startswith("manifest:"):
+        return True
+    path = re.sub(r"\[\d+\]", "[]", name[len("manifest:"):])
+    mechanism = (manifest.get("mechanism") or {}).get("name")
+    details = _mechanism_details(mechanism) if mechanism else {}
+    source = published.sources(manifest, published.MANIFEST, {"details": details}).get(path, "undeclared")
+    if source is None or source == "undeclared":
+        return True
+    if source == "mechanism":
+        key = path.split(".")[2].split("[")[0]
+        return details.get(key, "parameter").split(":", 1)[0] in ("parameter", "release")
+    return source in FIXED_SOURCES
+
+
+def _mechanism_details(name: str) -> dict:
+    from das.mechanisms import MECHANISMS
+
+    return dict(MECHANISMS[name].details) if name in MECHANISMS else {}
 
 
 def llr(side: Side, truth_d: dict, truth_p: dict) -> np.ndarray:
@@ -454,8 +486,8 @@ class PairResult:
     covered: bool
     trials: int
     bounds: list[dict]  # per delta: bound found, feature, certified eps, detectable limit
-    deterministic: list[str]  # structural features that differed in every trial (unbounded eps)
-    deterministic_cells: list[str]  # cells, counts and answers that did (reported; the bounds judge them)
+    deterministic: list[str]  # fields fixed for covered neighbours that differed in every trial (unbounded eps)
+    deterministic_cells: list[str]  # noisy fields, selections, cells, counts, answers that did (the bounds judge them)
     verdict: str = ""
 
     @property
@@ -481,6 +513,9 @@ def audit_pair(kind: str, side_d: Side, side_p: Side, settings: AuditSettings) -
     names, matrix = names + list(extra), np.column_stack([matrix, *extra.values()])
     d, p = matrix[:n], matrix[n:]
     structural, cells = deterministic(side_d.features, side_p.features)
+    judged = [n for n in structural if fixed(n, side_d.manifest) or fixed(n, side_p.manifest)]
+    cells = [n for n in structural if n not in judged] + cells
+    structural = judged
     bounds = []
     for delta in settings.deltas:
         found = bound(d, p, float(delta), settings.alpha)
