@@ -74,14 +74,15 @@ def _cmd_audit_privacy(args) -> int:
     from das.attack.release_audit import audit_releases_main
     from das.schema import SpecError
 
+    settings = {"rho": args.rho, "delta": args.delta, "seed": args.seed, "json_out": args.json, "out": args.out,
+                "overwrite": args.overwrite}
     if args.release:  # whole releases, end to end (das.attack.release_audit)
         try:
-            return audit_releases_main(args.spec, args.release, trials=args.trials or 20, rho=args.rho, delta=args.delta,
-                                       seed=args.seed, json_out=args.json, out=args.out, overwrite=args.overwrite)
+            return audit_releases_main(args.spec, args.release, trials=20 if args.trials is None else args.trials,
+                                       **settings)
         except ValueError as e:
             raise SpecError(str(e)) from None
-    return audit_spec_main(args.spec, trials=args.trials or 20_000, rho=args.rho, delta=args.delta, seed=args.seed,
-                           json_out=args.json, out=args.out, overwrite=args.overwrite)
+    return audit_spec_main(args.spec, trials=20_000 if args.trials is None else args.trials, **settings)
 
 
 def add_parsers(sub) -> None:
@@ -149,6 +150,11 @@ def add_parsers(sub) -> None:
                         "holding anything else is refused")
     t.set_defaults(func=_cmd_tables)
 
+    _add_audit_privacy(sub)
+
+
+def _add_audit_privacy(sub) -> None:
+    """`das audit-privacy`: of the measurement, or (--release) of whole releases."""
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
     a.add_argument("spec", help="run spec whose schema, strategy and levels are audited (no input is read)")
     a.add_argument("--trials", type=int, default=None,
