@@ -73,6 +73,16 @@ def test_fields_fixed_for_covered_neighbours_are_judged_and_private_selections_b
     assert ra.fixed("parquet:mdf_persons.parquet:row_groups", manifest) and ra.fixed("files", manifest)
 
 
+def test_trial_seeds_are_all_different_and_say_nothing_of_the_dataset():
+    base, d, others = ra.seeds_of(ra.AuditSettings("flat", 30, kinds=("added", "recoded"), seed=5))
+    every = d + [s for seeds in others for s in seeds]
+    assert base == 5 and len(set(every)) == len(every) == 90
+    assert 0.2 < np.mean(np.array(d)[:, None] < np.array(others[0])[None, :]) < 0.8  # interleaved, not in order
+    names, _ = ra.feature_matrix([{"manifest:seed": s, "manifest:randomness": f"seeded (seed {s})", "x": s % 3}
+                                  for s in d])
+    assert names == ["x"]
+
+
 def test_the_noise_check_flags_a_query_measured_with_less_noise_than_certified():
     rng = np.random.default_rng(1)
     truth = np.zeros((50, 100), dtype=np.int64)

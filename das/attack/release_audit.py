@@ -275,6 +275,7 @@ def run_side(dataset: Dataset, run: Command, seeds: list[int], work: Path) -> Si
 
 
 STRUCTURAL = ("manifest:", "files", "parquet:")  # never different between covered neighbours but through the noise
+TRIAL_FEATURES = ("manifest:seed", "manifest:randomness")  # the seed the audit gave the trial: not of the data
 
 
 def _numeric(values: list) -> bool:
@@ -283,8 +284,9 @@ def _numeric(values: list) -> bool:
 
 def feature_matrix(rows: list[dict]) -> tuple[list[str], np.ndarray]:
     """Every trial's features as one matrix (trials x columns): numbers as they are (a missing count 0, any
-    other missing value below every value), anything else as one indicator column per value seen twice."""
-    names = sorted({k for row in rows for k in row})
+    other missing value below every value), anything else as one indicator column per value seen twice; the
+    trial's own seed left out."""
+    names = sorted({k for row in rows for k in row} - set(TRIAL_FEATURES))
     columns, data = [], []
     for name in names:
         values = [row.get(name) for row in rows]
@@ -535,11 +537,14 @@ def audit_pair(kind: str, side_d: Side, side_p: Side, settings: AuditSettings) -
 
 
 def seeds_of(settings: AuditSettings) -> tuple[int, list[int], list[list[int]]]:
-    """(the base seed, D's trial seeds, each neighbour's): every trial its own seed, none shared."""
+    """(the base seed, D's trial seeds, each neighbour's): every trial its own seed, drawn at random from the base
+    seed, none shared. A seed is public in a seeded release: in order (D's below D'), it alone would tell the
+    datasets apart (and TRIAL_FEATURES leaves it out besides)."""
     base = settings.seed if settings.seed is not None else secrets.randbits(40)
-    stride = settings.trials
-    return (base, [base + i for i in range(stride)],
-            [[base + (k + 1) * stride + i for i in range(stride)] for k in range(len(settings.kinds))])
+    drawn = np.random.default_rng(base).choice(1 << 40, size=settings.trials * (1 + len(settings.kinds)), replace=False)
+    seeds = [int(s) for s in drawn]
+    n = settings.trials
+    return base, seeds[:n], [seeds[(k + 1) * n:(k + 2) * n] for k in range(len(settings.kinds))]
 
 
 def audit_release(spec, settings: AuditSettings, *, work: Path | None = None, log=print) -> dict:
