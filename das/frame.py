@@ -81,6 +81,12 @@ class ReleaseFrame:
         self.run_dir.write(manifest)
         return replace(self, manifest=manifest)
 
+    def noted(self, **fields) -> ReleaseFrame:
+        """The operator's record of how the run goes (timings, interruptions, errors) with `fields` set:
+        das.bundle.record_process, never the public manifest."""
+        bundle.record_process(self.run_dir.path, **fields)
+        return self
+
     def write(self, release: SolvedRelease) -> dict[str, list[Path]]:
         """Every wanted output of a whole release, by manifest field ("outputs", "nmf")."""
         return write_release(self.run_dir, release, self.plan, after=lambda name: crash_point("outputs"))
@@ -154,32 +160,49 @@ def _digests(run_dir: RunDir, paths) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Completion:
-    """What a release's mechanism reports when its outputs are written (the manifest's closing fields)."""
+    """What a release's mechanism reports when its outputs are written: the manifest's closing fields, and
+    the operator's (run times, per stage and per level: they may depend on the data outside the noise)."""
 
     written: dict[str, list[Path]]  # manifest field -> files
     counts: Counts
-    timings: dict[str, float]
+    timings: dict[str, float]  # operator only
     levels_report: dict | None = None
     failsafe_events: tuple = ()
     engine: object = None
+    level_timings: dict | None = None  # operator only: release -> [{level, seconds, tasks}]
+
+
+# The validator's checks that compare a release with the confidential inputs (das.validate, given the operator
+# files): their result is the operator's; the public record holds only what the published files show.
+def split_report(report) -> tuple[ValidationRecord, ValidationRecord]:
+    """A validator's report as (what the published files show, what the comparison with the inputs found)."""
+    public, against = report.split()
+    return (ValidationRecord(public.ok, tuple(public.checks), tuple(public.violations[:100])),
+            ValidationRecord(against.ok, tuple(against.checks), tuple(against.violations[:100])))
 
 
 def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | None = None) -> ReleaseFrame:
     """The manifest completed (digests, counts, reports), the checkpoints removed, the release validated
-    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded;
-    then the manifest, final, signed: the signature is the release's last file."""
+    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded:
+    what the published files show in the manifest, the comparison with the confidential inputs and the
+    run times in the operator's record; then the manifest, final, signed: the signature is the release's last file."""
     run_dir = frame.run_dir
     frame = frame.recorded(frame.manifest.but(
-        status="complete", engine=completion.engine, timings_seconds=dict(completion.timings),
-        levels_report=completion.levels_report, failsafe_events=tuple(completion.failsafe_events),
+        status="complete", engine=completion.engine, levels_report=completion.levels_report,
+        failsafe_events=tuple(completion.failsafe_events),
         outputs=_digests(run_dir, completion.written.get("outputs", [])),
-        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts, error=None))
+        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts))
     shutil.rmtree(run_dir.checkpoints_dir, ignore_errors=True)  # derived from the outputs now written
     t0 = time.perf_counter()
-    report = validate_run(run_dir.path, **(validate or {}))
-    timings = {**frame.manifest.timings_seconds, "validate": time.perf_counter() - t0}
-    frame = frame.recorded(frame.manifest.but(
-        timings_seconds=timings,
-        validation=ValidationRecord(report.ok, tuple(report.checks), tuple(report.violations[:100]))))
+    public, against_inputs = split_report(validate_run(run_dir.path, **(validate or {})))
+    frame.noted(timings_seconds={**completion.timings, "validate": time.perf_counter() - t0},
+                levels=completion.level_timings or {}, error=None, validation_against_inputs=against_inputs.to_dict())
+    frame = frame.recorded(frame.manifest.but(validation=public))
     signing.sign_release(run_dir, frame.signing_key or signing.signing_key(run_dir, None))
     return frame
+
+
+def release_valid(frame: ReleaseFrame) -> bool:
+    """Whether a completed release is valid: what its files show, and (the operator's) against the inputs."""
+    against = bundle.read_process(frame.run_dir.path).get("validation_against_inputs") or {}
+    return bool(frame.manifest.validation and frame.manifest.validation.valid and against.get("valid", True))

@@ -31,7 +31,7 @@ PARSED = [  # (argv, handler, what the parsed arguments hold)
     (["tables", "RUN", "--out", "o"], "_cmd_tables", {"source": "RUN", "out": "o", "format": "pl94171"}),
     (["tables", "PL", "--out", "o", "--format", "parquet"], "_cmd_tables", {"format": "parquet"}),
     (["audit-privacy", "tiny"], "_cmd_audit_privacy",
-     {"spec": "tiny", "trials": 20_000, "rho": None, "delta": None, "seed": None, "json": False}),
+     {"spec": "tiny", "trials": None, "rho": None, "delta": None, "seed": None, "json": False, "release": []}),
 ]
 
 

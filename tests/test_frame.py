@@ -49,6 +49,23 @@ def test_opening_writes_the_operator_files_then_the_manifest_before_anything_is_
     assert stat.S_IMODE(os.stat(run_dir.key_file).st_mode) == 0o600
 
 
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o002])
+def test_operator_files_are_the_owners_alone_whatever_the_umask(pipe, tmp_path, umask):
+    plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
+    before = os.umask(umask)
+    try:
+        frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan, log=lambda *a: None)
+        frame.noted(timings_seconds={"total": 1.0})
+    finally:
+        os.umask(before)
+    run_dir = frame.run_dir
+    assert stat.S_IMODE(os.stat(run_dir.operator_dir).st_mode) == 0o700
+    assert sorted(p.name for p in run_dir.operator_dir.iterdir()) == ["fingerprint.key", "operator.json", "process.json"]
+    for path in run_dir.operator_dir.iterdir():
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    assert bundle.read_process(run_dir.path) == {"timings_seconds": {"total": 1.0}}
+
+
 def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
     plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
     (tmp_path / "mine.txt").write_text("precious")
@@ -79,12 +96,13 @@ def test_completing_lists_every_file_written_validates_and_removes_the_checkpoin
     written = frame.write(SolvedRelease(geography, {"persons": pipe.schemas["persons"]}, {"persons": truth}))
     assert set(written) == {"outputs"}  # no NMF and no units MDF: not a measured TopDown release
     frame = complete(frame, FrameCompletion(written, Counts(int(truth.sum()), geography.n_blocks), {"total": 1.0}))
+    out = frame.run_dir.path
     manifest = frame.run_dir.read()
     assert manifest.status == "complete" and manifest.validation.valid, manifest.validation.violations
     assert manifest.outputs == {frame.run_dir.relative(p): file_sha256(p) for p in written["outputs"]}
     assert set(manifest.outputs) == {"mdf_persons.parquet"} | {f"tables/{t}.parquet" for t in ("P1", "P2", "P3", "P4",
                                                                                                    "P5")}
-    assert not frame.run_dir.checkpoints_dir.exists() and "validate" in manifest.timings_seconds
+    assert not frame.run_dir.checkpoints_dir.exists() and "validate" in bundle.read_process(out)["timings_seconds"]
     assert json.loads(frame.run_dir.manifest_path.read_text()) == manifest.to_dict()
     assert np.isclose(manifest.counts.persons, truth.sum())
     # then signed, last: the release's own key (operator only, 0600), its public half beside the release

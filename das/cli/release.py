@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from das.cli.args import add_budget, budget, delta, fraction, integer, nonnegative_int, path, positive_float, positive_int
+from das.cli.args import add_budget, budget, delta, fraction, nonnegative_int, path, positive_float, positive_int
 
 
 def _cmd_run(args) -> int:
@@ -110,9 +110,20 @@ def _cmd_tables(args) -> int:
 
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
+    from das.attack.release_audit import audit_releases_main
+    from das.schema import SpecError
 
-    return audit_spec_main(args.spec, trials=args.trials, rho=args.rho, delta=args.delta, seed=args.seed,
-                           json_out=args.json, out=args.out, overwrite=args.overwrite)
+    settings = {"rho": args.rho, "delta": args.delta, "seed": args.seed, "json_out": args.json, "out": args.out,
+                "overwrite": args.overwrite}
+    if args.release:  # whole releases, end to end (das.attack.release_audit)
+        try:
+            return audit_releases_main(args.spec, args.release, trials=20 if args.trials is None else args.trials,
+                                       **settings)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+    if args.trials is not None and args.trials < 100:
+        raise SpecError(f"--trials {args.trials}: the measurement's audit needs at least 100 trials per dataset")
+    return audit_spec_main(args.spec, trials=20_000 if args.trials is None else args.trials, **settings)
 
 
 def add_parsers(sub) -> None:
@@ -172,9 +183,19 @@ def add_parsers(sub) -> None:
                         "holding anything else is refused")
     t.set_defaults(func=_cmd_tables)
 
+    _add_audit_privacy(sub)
+
+
+def _add_audit_privacy(sub) -> None:
+    """`das audit-privacy`: of the measurement, or (--release) of whole releases."""
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
     a.add_argument("spec", type=path, help="run spec whose schema, strategy and levels are audited (no input is read)")
-    a.add_argument("--trials", type=integer(100), default=20_000, help="runs of the measurement per dataset")
+    a.add_argument("--trials", type=positive_int, default=None,
+                   help="runs of the measurement per dataset (default 20,000; at least 100), or of each release with "
+                        "--release (default 20)")
+    a.add_argument("--release", action="append", default=[], metavar="COMMAND",
+                   help="audit whole releases of this command end to end instead of the measurement: `run`, or a "
+                        "`das synth` mechanism (repeat for several); every public output is tested")
     a.add_argument("--rho", default=None, help="audit budget (default 1: see docs/privacy.md)")
     a.add_argument("--delta", default=None, help="audit delta (default 1/100: see docs/privacy.md)")
     a.add_argument("--seed", type=nonnegative_int, default=None, help="seeded noise (reproducible audit)")

@@ -36,6 +36,7 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 
 
 def _cmd_synth(args) -> int:
+    from das.bundle import read_process
     from das.mechanisms import MechanismError, synthesize
     from das.privacy.certificate import delta_text, fraction_text
     from das.run import NOT_PRIVATE
@@ -54,7 +55,8 @@ def _cmd_synth(args) -> int:
           f"{manifest.counts.blocks:,} blocks")
     print(f"privacy: rho = {fraction_text(cert.rho)} ({float(cert.rho):.4f}), eps = {cert.eps} at delta = "
           f"{delta_text(cert.delta)}; randomness: {manifest.randomness}")
-    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in manifest.timings_seconds.items()))
+    timings = read_process(out).get("timings_seconds") or {}  # the operator's record: never in the manifest
+    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     print(f"validation: {'PASSED' if manifest.validation.valid else 'FAILED'} ({len(manifest.validation.checks)} checks)")
     if not manifest.private:
         print("NOTE: " + NOT_PRIVATE)

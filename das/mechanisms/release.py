@@ -69,6 +69,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     mech = _mechanism(mechanism)
     t_start = time.perf_counter()
     spec = load_run_spec(spec_path, seed=seed, budget=budget)
+    bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
     schema = load_schema(spec.persons.schema)
     budget = _budget(rho, spec)
     preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
