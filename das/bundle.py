@@ -71,9 +71,12 @@ def spec_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def public_spec(text: str) -> dict:
+def public_spec(text: str, *, budget: dict | None = None) -> dict:
     """The run spec as published: parsed, its [input] table (confidential paths) replaced by REDACTED
-    values under the known keys, so no input path and no comment of the text can reach a public file.
+    values under the known keys, so no input path and no comment of the text can reach a public file;
+    `budget` (das.runspec.RunSpec.budget_table: a budget the command line gave) is written into the
+    sections it stands for, replacing the spec's own rho or eps, so the published spec states the
+    budget the release was made with (das validate recomputes the certificate from it).
 
     Refused (SpecError) when not TOML, when [input] is not a table, or when an input path also
     appears elsewhere in the spec (in a key or a string outside [input] it cannot be told from text)."""
@@ -81,6 +84,11 @@ def public_spec(text: str) -> dict:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"the run spec is not valid TOML ({e}); it cannot be redacted for publication") from None
+    for section, values in (budget or {}).items():
+        table = dict(data.get(section) or {})
+        if "rho" in values or "eps" in values:
+            table.pop("rho", None), table.pop("eps", None)
+        data[section] = {**table, **values}
     given = data.get("input")
     if given is None:
         return data
@@ -96,10 +104,10 @@ def public_spec(text: str) -> dict:
     return {"input": {k: REDACTED for k in INPUT_KEYS if k in given}, **public}
 
 
-def public_spec_text(text: str) -> str:
-    """The published spec text: `public_spec` written canonically (TOML, no comments, [input] redacted).
-    spec_sha256 in the manifest and in every Parquet file is the digest of this text."""
-    return tomli_w.dumps(public_spec(text))
+def public_spec_text(text: str, *, budget: dict | None = None) -> str:
+    """The published spec text: `public_spec` written canonically (TOML, no comments, [input] redacted,
+    a command-line budget stated). spec_sha256 in the manifest and in every Parquet file is its digest."""
+    return tomli_w.dumps(public_spec(text, budget=budget))
 
 
 def _leaves(value):

@@ -138,7 +138,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
                                          "signing_key": None if signing_key is None else str(Path(signing_key).resolve())},
                           key)
     signing_key = signing.signing_key(run_dir, signing_key)
-    text = bundle.public_spec_text(spec.text)
+    text = bundle.public_spec_text(spec.text, budget=spec.budget_table())
     private = opening.private
     manifest = Manifest(
         das_version=opening.version, spec_name=spec.name, spec_text=text, spec_sha256=bundle.spec_digest(text),

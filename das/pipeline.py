@@ -176,7 +176,7 @@ class Pipeline:
 
     def public_spec(self) -> tuple[str, str]:
         """The spec text as published (input paths redacted) and its SHA-256."""
-        text = bundle.public_spec_text(self.spec.text)
+        text = bundle.public_spec_text(self.spec.text, budget=self.spec.budget_table())
         return text, bundle.spec_digest(text)
 
     def metadata(self) -> dict[bytes, bytes]:

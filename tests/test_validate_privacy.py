@@ -7,6 +7,7 @@ so each refusal comes from the privacy checks themselves."""
 import io
 import json
 import shutil
+import tomllib
 from fractions import Fraction
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from das.mechanisms import synthesize
 from das.privacy.accounting import eps_for_delta, eps_loose
 from das.privacy.certificate import Certificate, fraction_text
 from das.run import run
+from das.runspec import Budget
 from das.validate import SYNTHETIC_HOLDS, main, validate_run
 from das.validate.certificate import charge_rho
 
@@ -321,3 +323,19 @@ def test_no_edited_field_gives_a_traceback(tiny, synthetic, tmp_path, kind):
             except Exception as e:
                 tracebacks.append(f"manifest field {path} = {value!r}: {type(e).__name__}: {e}")
     assert tracebacks == [], "\n".join(tracebacks)
+
+
+@pytest.mark.parametrize(("budget", "stated"), [
+    (Budget(rho=Fraction(1, 2)), ("persons", "rho", "1/2")),
+    (Budget(eps=Fraction(4), delta=Fraction(1, 10**10)), ("persons", "eps", "4")),
+    (Budget(delta=Fraction(1, 10**6)), ("privacy", "delta", "1e-6")),
+])
+def test_a_budget_given_on_the_command_line_is_stated_in_the_published_spec_and_proved(tmp_path, budget, stated):
+    """--rho, --eps and --delta stand for spec keys: the published spec states them, so the validator's
+    recomputed certificate (from the spec alone) is the release's, and the release is valid."""
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet, budget=budget)
+    assert result.valid, result.manifest.validation.violations[:3]
+    section, key, value = stated
+    published = tomllib.loads(result.manifest.spec_text)
+    assert published[section][key] == value and not ({"rho", "eps"} - {key} & set(published["persons"]))
+    assert validate_run(result.out_dir).ok

@@ -134,8 +134,8 @@ def _checked(mechanism: str, histograms, shape: tuple[int, int]):
 def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, overwrite: bool,
           signing_key: Path | None = None) -> ReleaseFrame:
     """The release's frame: a synthetic release holds what its outputs and its certificate show."""
-    metadata = bundle.parquet_metadata(cert.private, {"persons": cert}, bundle.spec_digest(bundle.public_spec_text(spec.text)),
-                                       code_version())
+    public_text = bundle.public_spec_text(spec.text, budget=spec.budget_table())
+    metadata = bundle.parquet_metadata(cert.private, {"persons": cert}, bundle.spec_digest(public_text), code_version())
     plan = output_plan(spec, load_tables(spec.tables), metadata, synthetic=True)
     opening = Opening({"persons": ReleaseInfo(cert.schema, None, mech.name)}, {"persons": cert}, PublishedInvariants(),
                       holds(plan, synthetic=True), private=cert.private, version=code_version(),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tomllib
 from fractions import Fraction
 
-from das.privacy.accounting import certificate, eps_for_delta, eps_loose
+from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
 from das.privacy.strategy import BudgetError, load_strategy, parse_fraction
 from das.runspec import DEFAULT_DELTA
@@ -142,8 +142,11 @@ def recomputed(release: Release, name: str):
     except SpecError as e:
         raise ValidationError(f"{release.run.manifest_path}: {name} strategy: {e}") from None
     try:
+        delta = _spec_delta(spec)
         rho = parse_fraction(section["rho"], f"[{name}] rho") if "rho" in section else None
-        return certificate(strategy, rho, _spec_delta(spec), release.manifest.levels, schema_name=info.schema,
+        if rho is None and "eps" in section:  # the budget as eps at delta: the largest rho certified within it
+            rho = rho_for_eps(parse_fraction(section["eps"], f"[{name}] eps"), delta)
+        return certificate(strategy, rho, delta, release.manifest.levels, schema_name=info.schema,
                            randomness_private=release.manifest.private)
     except (SpecError, BudgetError) as e:
         raise CertificateError(f"spec_text: {e}") from None
