@@ -136,6 +136,7 @@ def recording(records: list[dict], driver: dict):
 
 def run_partitioned(states: int, workers: int = WORKERS) -> dict:
     """One seeded partitioned `das run` of `states` copies: driver and worker peaks, CPU, the state tasks."""
+    from das.bundle import read_process
     from das.run import run
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,7 +156,7 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         tree = seen.pop("workers_tree_mb", float("nan"))
-        manifest = json.loads((tmp / "out" / "manifest.json").read_text())
+        process = read_process(tmp / "out")  # run times are the operator's, never in the manifest
     blocks, persons = float(counts["blocks"]), float(counts["persons"])
     state_persons = _state_persons(states)
     figures = {"states": float(states), "blocks": blocks, "persons": persons, "valid": float(result.valid),
@@ -174,17 +175,17 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
         figures[f"state_{stage}_over_base_mb"] = max((r["peak_mb"] - r["base_mb"] for r in tasks), default=0.0)
         figures[f"state_{stage}_mb_per_person"] = max(
             (max(0.0, r["peak_mb"] - r["base_mb"]) / state_persons[r["state"]] for r in tasks), default=0.0)
-    for key, value in manifest["timings_seconds"].items():
+    for key, value in process["timings_seconds"].items():
         figures[f"timing_{key}_s"] = value
     # the engine's part of B and C (divisible among a wide state's processes), and its parallel efficiency
     for release, stage in (("persons", "B"), ("units", "C")):
-        below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
+        below = [r["tasks"] for r in process["levels"].get(release, []) if r["level"] not in ("nation", "state")]
         figures[f"state_{stage}_engine_cpu_s"] = sum(t["cpu_seconds"] for t in below)
     # B's measurement runs on a wide state's pool too: B's divisible part is all but its reading (A's work again)
     figures["state_B_divisible_cpu_s"] = max(0.0, figures["state_B_cpu_s"] - figures["state_A_cpu_s"])
     figures["state_C_divisible_cpu_s"] = figures["state_C_engine_cpu_s"]
     for release, stage in (("persons", "B"),):
-        below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
+        below = [r["tasks"] for r in process["levels"].get(release, []) if r["level"] not in ("nation", "state")]
         spans = [(t["started_s"], t["complete_s"]) for t in below if "started_s" in t]
         if spans and stage == "B" and max(r["width"] for r in records if r["stage"] == "B") > 1 and states == 1:
             span = max(b for _, b in spans) - min(a for a, _ in spans)

@@ -139,6 +139,7 @@ class Pipeline:
         """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here.
         `budget`: the command line's persons budget and delta, over the spec's."""
         spec = load_run_spec(spec_path, seed=seed, budget=budget)
+        bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
         wanted = [("persons", spec.persons)] + ([("units", spec.units)] if spec.units else [])
         planned = {}
         for name, release in wanted:
@@ -176,7 +177,7 @@ class Pipeline:
 
     def public_spec(self) -> tuple[str, str]:
         """The spec text as published (input paths redacted) and its SHA-256."""
-        text = bundle.public_spec_text(self.spec.text)
+        text = bundle.public_spec_text(self.spec.text, budget=self.spec.budget_table())
         return text, bundle.spec_digest(text)
 
     def metadata(self) -> dict[bytes, bytes]:

@@ -9,6 +9,7 @@ terminal (and not with `-q`), so a pipe or a log file gets the messages alone.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import sys
@@ -90,3 +91,18 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+@contextlib.contextmanager
+def silenced():
+    """Inside the block, das says only errors and draws no bar: work that runs many small releases (an audit's
+    trials) counts them itself, and each release's own messages (its seeded-mode warning) would bury that."""
+    logger = logging.getLogger("das")
+    level, bars = logger.level, _SETTINGS["bars"]
+    logger.setLevel(logging.ERROR)
+    _SETTINGS["bars"] = False
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        _SETTINGS["bars"] = bars

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, callable_module, preflight
+from das import bundle, callable_module, preflight, signing
 from das.checkpoint import Checkpoints, file_sha256, is_disk_full
 from das.executors import make_executor
 from das.frame import (
@@ -29,6 +29,7 @@ from das.frame import (
     operator_fingerprint,
     output_plan,
     protected_paths,
+    release_valid,
 )
 from das.measure import Target, parts_dir
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
@@ -65,6 +66,7 @@ class RunOptions:
     overwrite: bool = False
     allow_large_rho: bool = False
     memory_gb: float | None = None  # a partitioned run's budget for its state tasks (None: no limit)
+    signing_key: Path | None = None  # the operator's Ed25519 key (das keygen); None: the release's own
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,8 @@ class RunResult:
     summary: str
 
 
-def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
-    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path | None = None) -> None:
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
@@ -91,8 +93,9 @@ def _plan(pipe: Pipeline):
     return output_plan(pipe.spec, pipe.tables, pipe.metadata())
 
 
-def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, overwrite: bool) -> ReleaseFrame:
-    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite)
+def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, options: RunOptions) -> ReleaseFrame:
+    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=options.overwrite,
+                      signing_key=options.signing_key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,12 +176,12 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
     executor = make_executor("local", 1)
     try:
         confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
-        frame = _open(pipe, run_dir, confidential, overwrite)
+        frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite))
         shape.measure(pipe, run_dir, confidential, executor)
     finally:
         executor.close()
     nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
-    return frame.recorded(frame.manifest.but(status="measured", timings_seconds=dict(pipe.timings), nmf=nmf)).manifest
+    return frame.noted(timings_seconds=dict(pipe.timings)).recorded(frame.manifest.but(status="measured", nmf=nmf)).manifest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,19 +304,21 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     """
     options = RunOptions(**settings)
     t_start = time.perf_counter()
+    if options.signing_key is not None:  # the operator's key, checked before anything is read
+        signing.read_private_key(options.signing_key)
     run_dir = RunDir(out_dir)
     stored = _load_stored(run_dir) if resume else None
     if stored and stored.manifest.complete and stored.manifest.validation is not None:
         logger.info(f"{run_dir.path} already holds a complete run; nothing to resume")
-        manifest = stored.manifest
-        return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
+        frame = ReleaseFrame(run_dir, stored.manifest, None)
+        return RunResult(run_dir.path, stored.manifest, release_valid(frame), render_summary(frame))
     pipe = Pipeline.prepare(spec_path, seed, workers=options.workers, engine=options.engine,
                             allow_large_rho=options.allow_large_rho, budget=budget)
     if stored:
         _check_resumable(run_dir, stored, pipe.spec)
     else:
         preflight.check_writable(run_dir.path)
-        _out_dir(run_dir, options.overwrite, pipe.spec)
+        _out_dir(run_dir, options.overwrite, pipe.spec, options.signing_key)
     shape = _shape(pipe.spec)
     confidential = None if shape.partitioned else shape.read(pipe, run_dir, None, None)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
@@ -344,14 +349,16 @@ class _Job:
 
     def start_or_resume(self, run_dir: RunDir, stored: Stored | None, shape, confidential) -> RunResult:
         if stored:
-            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe))
+            key = self.options.signing_key or stored.operator.get("signing_key")  # else the key it started with
+            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), signing.signing_key(run_dir, key))
             self.interruption = Interruption(time.strftime("%Y-%m-%dT%H:%M:%S%z"), stored.manifest.status,
                                              _progress_found(run_dir, self.pipe))
             logger.info(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
                           "checkpoints, no noise is drawn again for a committed measurement")
             self.record_interruption(status="running")
         else:
-            self.frame = _open(self.pipe, run_dir, confidential, self.options.overwrite)
+            self.frame = _open(self.pipe, run_dir, confidential, self.options)
+        bundle.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
         try:
             completion = shape.release(self, confidential)
             self.frame = complete(self.frame, completion, validate={"executor": self.executor,
@@ -363,27 +370,28 @@ class _Job:
                                f"{e.filename or 'an output file'}); everything committed so far is kept: free some "
                                f"space and continue with `das run --resume {run_dir.path}`") from e
             raise
-        manifest = self.frame.manifest
-        return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
+        return RunResult(run_dir.path, self.frame.manifest, release_valid(self.frame), render_summary(self.frame))
 
     def record_interruption(self, **changes) -> None:
-        """This resumption's record in the manifest (appended once, then kept up to date)."""
-        earlier = self.frame.manifest.interruptions or ()
-        if changes:  # the first record of this resumption
-            earlier = (*earlier, self.interruption)
-        else:
-            earlier = (*earlier[:-1], self.interruption)
-        self.frame = self.frame.recorded(self.frame.manifest.but(interruptions=earlier, **changes))
+        """This resumption's record in the operator's files (appended once, then kept up to date); `changes`
+        (the first record of this resumption) go to the manifest."""
+        earlier = list(bundle.read_process(self.frame.run_dir.path).get("interruptions", []))
+        record = self.interruption.to_dict()
+        self.frame.noted(interruptions=[*earlier, record] if changes else [*earlier[:-1], record])
+        if changes:
+            self.frame = self.frame.recorded(self.frame.manifest.but(**changes))
 
     def completion(self, written: dict, level_reports: dict, counts: Counts) -> Completion:
-        """The manifest's closing fields from what the release wrote and its post-processing reports."""
+        """The manifest's closing fields from what the release wrote and its post-processing reports (their
+        times the operator's)."""
         events = tuple(FailsafeRecord(name, r.level, e.parent, e.stage, e.relaxed, e.slack, e.detail)
                        for name, reports in level_reports.items() for r in reports for e in r.failsafe_events)
-        levels = {name: tuple(LevelRecord(r.level, r.parents, r.seconds, len(r.failsafe_events), r.certificate,
-                                          task_summary(r)) for r in reports)
+        levels = {name: tuple(LevelRecord(r.level, r.parents, len(r.failsafe_events), r.certificate) for r in reports)
                   for name, reports in level_reports.items()}
+        times = {name: [{"level": r.level, "seconds": r.seconds, "tasks": task_summary(r)} for r in reports]
+                 for name, reports in level_reports.items()}
         return Completion(written, counts, {**self.pipe.timings, "total": time.perf_counter() - self.t_start},
-                          levels, events, EngineRecord(self.options.engine, self.options.workers))
+                          levels, events, EngineRecord(self.options.engine, self.options.workers), times)
 
     def _persons_limit(self) -> float | None:
         """--memory-gb as persons of the states in flight (das.partitioned's estimate per person)."""
@@ -391,15 +399,19 @@ class _Job:
         return None if budget is None else budget / TASK_MB_PER_PERSON
 
     def _mark_interrupted(self, error: BaseException) -> None:
-        """Best effort (the disk may be full): say in the manifest that the run stopped and why."""
+        """Best effort (the disk may be full): say in the manifest that the run stopped, and in the operator's
+        record why (an error message may name data-dependent figures: never public)."""
         try:
-            self.frame = self.frame.recorded(self.frame.manifest.but(
-                status="interrupted", error=f"{type(error).__name__}: {error}"[:500]))
+            self.frame.noted(error=f"{type(error).__name__}: {error}"[:500])
+            self.frame = self.frame.recorded(self.frame.manifest.but(status="interrupted"))
         except OSError:
             pass
 
 
-def render_summary(manifest: Manifest) -> str:
+def render_summary(frame: ReleaseFrame) -> str:
+    """The terminal summary of a completed run: its manifest, and the run times of the operator's record."""
+    manifest = frame.manifest
+    process = bundle.read_process(frame.run_dir.path)
     cert = manifest.certificate("persons")
     lines = [
         f"das run {manifest.spec_name}: {manifest.counts.persons:,} persons in "
@@ -410,7 +422,7 @@ def render_summary(manifest: Manifest) -> str:
     if "units" in manifest.privacy:
         u = manifest.privacy["units"]
         lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
-    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (manifest.timings_seconds or {}).items()))
+    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
     events = manifest.failsafe_events or ()
     lines.append(f"failsafe: {len(events)} event(s)" + (
         " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
@@ -422,6 +434,11 @@ def render_summary(manifest: Manifest) -> str:
                      f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance")
     v = manifest.validation
     lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
+    against = process.get("validation_against_inputs")
+    if against:
+        lines.append(f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} "
+                     f"({len(against.get('checks', []))} checks)")
+        lines += [f"  {x}" for x in against.get("violations", [])[:5]]
     lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + ", nmf/, manifest.json")
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)

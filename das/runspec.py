@@ -15,11 +15,12 @@ from pydantic import AfterValidator, Field, model_validator
 
 from das import specfile
 from das.geography import DEFAULT_LEVELS, level_digits
+from das.privacy.certificate import delta_text, fraction_text
 from das.schema import SpecError, resolve_spec
 from das.specfile import Exact, Section
 from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
 
-DEFAULT_DELTA = Fraction(1, 10**10)
+DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (das validate recomputes certificates with it)
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,25 @@ class RunSpec:
     text: str  # the spec file verbatim, for the manifest
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes, where they differ
     overrides: str = ""  # a budget given on the command line (--rho, --eps, --delta), as typed
+    budget: Budget | None = None  # that budget itself: the published spec states it (`budget_table`)
 
     @property
     def fingerprint_text(self) -> str:
         """What a resumed run must match: the spec, and any budget the command line gave."""
         return self.text if not self.overrides else f"{self.text}\n# command line: {self.overrides}\n"
+
+    def budget_table(self) -> dict[str, dict[str, str]]:
+        """The command line's budget as the spec keys it stands for ([persons] rho or eps, [privacy] delta),
+        so the published spec states the budget the release was made with (das.bundle.public_spec)."""
+        if not self.budget:
+            return {}
+        table: dict[str, dict[str, str]] = {}
+        if self.budget.rho is not None or self.budget.eps is not None:
+            key, value = ("rho", self.budget.rho) if self.budget.rho is not None else ("eps", self.budget.eps)
+            table["persons"] = {key: fraction_text(value)}
+        if self.budget.delta is not None:
+            table["privacy"] = {"delta": delta_text(self.budget.delta)}
+        return table
 
 
 @dataclass(frozen=True)
@@ -142,7 +157,8 @@ class PostprocessSection(Section):
     solver: Annotated[str, AfterValidator(_solver)] = Field(DEFAULT_SOLVER, description="CLARABEL or cvxpy:NAME")
     rounding: Annotated[str, AfterValidator(_rounding)] = Field(DEFAULT_ROUNDING, description="a rounding method")
     passes: Passes = [[]]
-    passes_by_level: dict[str, Passes] = Field({}, description="a table of level = [[query, ...], ...]")
+    passes_by_level: dict[str, Passes] = Field({}, description="a table of level = [[query, ...], ...], each level's "
+                                                               "passes a non-empty list of lists of query names")
 
 
 class RunSpecFile(Section):
@@ -214,7 +230,7 @@ def with_budget(spec: RunSpec, budget: Budget) -> RunSpec:
     if budget.rho is not None or budget.eps is not None:
         persons = replace(persons, rho=budget.rho, eps=budget.eps)
     delta = budget.delta if budget.delta is not None else spec.delta
-    return replace(spec, persons=persons, delta=delta, overrides=budget.text())
+    return replace(spec, persons=persons, delta=delta, overrides=budget.text(), budget=budget)
 
 
 def _passes(value: list[list[str]]) -> tuple[tuple[str, ...], ...]:

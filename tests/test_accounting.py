@@ -193,6 +193,7 @@ def test_certificate_contents_and_exactness():
     assert cert.rho == PROD_RHO and cert.eps == 17.1436 and cert.eps_loose_bound == 17.9002
     assert cert.delta == Fraction(1, 10**10) and cert.private is True and cert.warning is None
     assert cert.convention == CONVENTION and "1/sigma^2" in CONVENTION and "sensitivity 2" in CONVENTION
+    assert "keep the invariants" in CONVENTION and "not covered" in CONVENTION  # which neighbours it covers
     assert sum(lv.rho for lv in cert.by_level) == PROD_RHO
     assert sum(q.rho for lv in cert.by_level for q in lv.queries) == PROD_RHO
     block = cert.level("block")

@@ -20,6 +20,9 @@ PARSED = [  # (argv, handler, what the parsed arguments hold)
       "no_progress": True}),
     (["validate", "RUN"], "_cmd_validate", {"run_dir": "RUN", "inputs": None}),
     (["validate", "RUN", "--inputs", "p.csv", "u.csv"], "_cmd_validate", {"inputs": ["p.csv", "u.csv"]}),
+    (["validate", "RUN", "--public-key", "k.pub"], "_cmd_validate", {"public_key": "k.pub"}),
+    (["keygen", "k"], "_cmd_keygen", {"key": "k"}),
+    (["run", "tiny", "--signing-key", "k"], "_cmd_run", {"signing_key": "k"}),
     (["validate-input", "p.csv", "u.csv"], "_cmd_validate_input",
      {"persons": "p.csv", "units": "u.csv", "schema": "pl94_persons"}),
     (["privacy", "tiny", "--json"], "_cmd_privacy", {"spec": "tiny", "json": True}),
@@ -31,7 +34,7 @@ PARSED = [  # (argv, handler, what the parsed arguments hold)
     (["init", "p.csv", "u.csv", "--out", "s.toml"], "_cmd_init",
      {"persons": "p.csv", "units": "u.csv", "out": "s.toml", "name": None, "schema": "pl94_persons"}),
     (["audit-privacy", "tiny"], "_cmd_audit_privacy",
-     {"spec": "tiny", "trials": 20_000, "rho": None, "delta": None, "seed": None, "json": False}),
+     {"spec": "tiny", "trials": None, "rho": None, "delta": None, "seed": None, "json": False, "release": []}),
 ]
 
 
@@ -60,6 +63,8 @@ def test_a_release_command_parses(argv, handler, values):
     (["validate"], "the following arguments are required: run_dir"),
     (["validate", "RUN", "--inputs", "p.csv"], "argument --inputs: expected 2 arguments"),
     (["validate-input", "p.csv"], "the following arguments are required: units"),
+    (["keygen"], "the following arguments are required: key"),
+    (["privacy"], "the following arguments are required: spec"),
     (["measure", "tiny"], "the following arguments are required: --out"),
     (["tables", "RUN", "--out", "o", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
     (["audit-privacy", "tiny", "--trials", "many"], "argument --trials: expected an integer, got 'many'"),

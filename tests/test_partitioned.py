@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, resume_recording_draws
 
+from das import signing
 from das.checkpoint import file_sha256
 from das.io.microdata import InputError
 from das.run import RunError, measure_only, run
@@ -65,6 +66,10 @@ def test_a_partitioned_release_is_whole_and_valid(reference):
     levels = [r.level for r in manifest.levels_report["persons"]]
     assert levels == ["nation", "state", "county", "tract", "block_group", "block"]
     assert validate_run(out).ok  # the validator, again, on its own
+    # signed by the driver, last, with the release's own key: proved with its public half (PL 94-171 files included)
+    assert signing.public_key_pem(signing.read_private_key(out / "operator" / "signing.key")) == \
+        (out / "release.pub").read_bytes()
+    assert validate_run(out, public_key=out / "release.pub").ok
 
 
 @pytest.mark.parametrize("wide", [False, True])

@@ -257,7 +257,9 @@ def test_checksum_edited_in_the_manifest_is_caught(release, tmp_path):
     manifest["outputs"]["tables/P1.parquet"] = "0" * 64
     (copy / "manifest.json").write_text(json.dumps(manifest))
     report = validate_run(copy)
-    assert report.violations == ["checksums of every output and NMF file: tables/P1.parquet: SHA-256 differs from "
+    assert report.violations == ["signature: manifest.sig verifies with the release.pub beside it (not a proof of origin): "
+                                 "the signature does not verify: manifest.json was changed after it was signed",
+                                 "checksums of every output and NMF file: tables/P1.parquet: SHA-256 differs from "
                                  "the manifest's (the file was changed after the run)"]
 
 

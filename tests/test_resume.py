@@ -22,6 +22,7 @@ from conftest import ROOT, resume_recording_draws
 
 import das.io.nmf
 import das.measure
+from das.bundle import read_process
 from das.outdir import OutDirError
 from das.run import RunError, resume_run, run
 
@@ -57,6 +58,8 @@ def _same_content(manifest: dict, reference: dict) -> None:
     assert manifest["nmf"] == reference["nmf"]
     assert manifest["failsafe_events"] == reference["failsafe_events"]
     assert manifest["privacy"] == reference["privacy"]  # the certificate: the original's cost
+    # nothing public says the run was interrupted (when, or what it had done by then): the operator's record does
+    assert {k: v for k, v in manifest.items() if k != "engine"} == {k: v for k, v in reference.items() if k != "engine"}
 
 
 def _cli_run(spec: Path, out: Path, crash: str | None = None, batch_children: int = 64) -> subprocess.Popen:
@@ -77,6 +80,8 @@ def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
             levels.add(f"{release_dir.name}/{f.stem}")
         for parts in release_dir.glob("*.parquet.parts"):
             level = parts.name.removesuffix(".parquet.parts")
+            if (release_dir / f"{level}.parquet").is_file():  # complete: killed while its parts were being removed
+                continue
             if not (parts / "plan.json").exists():  # killed between the mkdir and the plan: no chunk committed
                 assert not list(parts.glob("*.nmfpart"))
                 continue
@@ -126,7 +131,7 @@ def test_kill_and_resume_gives_identical_output_without_redrawing(county, tmp_pa
     _same_content(manifest, reference)
     _no_second_draw(levels, streams, drawn)
     assert bool(drawn) == drawn_on_resume
-    record = manifest["interruptions"][0]
+    record = read_process(out)["interruptions"][0]
     assert record["previous_status"] == "running"
     if point.startswith("measure"):
         block = record["measurement"]["persons"]["block"]
@@ -153,7 +158,7 @@ def test_kill_at_a_random_moment_then_resume(county, tmp_path, monkeypatch):
     _same_content(manifest, reference)
     _no_second_draw(levels, streams, drawn)
     if before["status"] != "complete":
-        assert manifest["interruptions"][0]["previous_status"] == "running"
+        assert read_process(out)["interruptions"][0]["previous_status"] == "running"
 
 
 def test_torn_measurement_chunk_is_discarded_and_recorded(county, tmp_path, monkeypatch):
@@ -167,7 +172,7 @@ def test_torn_measurement_chunk_is_discarded_and_recorded(county, tmp_path, monk
     torn.write_bytes(b"PAR1 cut short")
     manifest, drawn = _resume_recording_draws(out, monkeypatch)
     _same_content(manifest, reference)
-    block = manifest["interruptions"][0]["measurement"]["persons"]["block"]
+    block = read_process(out)["interruptions"][0]["measurement"]["persons"]["block"]
     assert block["torn_chunks_discarded"] == [torn.name]
     assert block["reused_chunks"] >= 2
 
@@ -218,10 +223,12 @@ def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
     with pytest.raises(RunError, match=r"disk full .*das run --resume"):
         run(tiny, out, seed=SEED, progress=False)
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    assert "No space left" in read_process(out)["error"]  # the operator's record, never the manifest
     monkeypatch.setattr(das.io.nmf, "write_part", original)
     manifest = resume_run(out, progress=False).manifest.to_dict()
     _same_content(manifest, reference)
-    assert manifest["interruptions"][0]["previous_status"] == "interrupted"
+    process = read_process(out)
+    assert process["interruptions"][0]["previous_status"] == "interrupted" and process["error"] is None
 
 
 def test_unreadable_input_on_resume_leaves_the_run_resumable(tiny, tmp_path):

@@ -90,7 +90,8 @@ def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
     report = validate_run(copy)
     failed = [c for c in report.checks if c.startswith("FAIL")]
     # the file no longer has its listed SHA-256 nor the run's metadata (pandas rewrote it), and its content is wrong
-    assert failed == ["FAIL checksums of every output and NMF file", "FAIL privacy mode and spec digest in every Parquet file",
+    assert failed == ["FAIL checksums of every output and NMF file",
+                      "FAIL privacy mode, certificate and spec digest in every Parquet file",
                       "FAIL table P1 equals the MDF recount", "FAIL table P1 hierarchy sums"], failed
     geocode = p1.loc[row, "geocode"]
     assert any(geocode in v and "'total'" in v for v in report.violations)

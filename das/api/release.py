@@ -80,15 +80,19 @@ class Release:
 
     @property
     def valid(self) -> bool:
-        """Whether the release passed the validation run when it was written."""
-        return bool(self.manifest.validation and self.manifest.validation.valid)
+        """Whether the release passed the validation run when it was written (what its files show, and, the
+        operator's, against the inputs)."""
+        from das.frame import ReleaseFrame, release_valid
+
+        return release_valid(ReleaseFrame(RunDir(self.path), self.manifest, None))
 
     @property
     def summary(self) -> str:
-        """The few lines `das run` prints: counts, budget, timings, failsafe events, validation."""
+        """The few lines `das run` prints: counts, budget, timings (the operator's record), failsafe events, validation."""
+        from das.frame import ReleaseFrame
         from das.run import render_summary
 
-        return render_summary(self.manifest)
+        return render_summary(ReleaseFrame(RunDir(self.path), self.manifest, None))
 
     def table(self, name: str, *, names: str = "readable"):
         """Table `name` as a DataFrame: level, geocode, then a column per cell, named readably (`cenrace=White`) or
@@ -146,10 +150,11 @@ class Release:
             return None
         raise FileNotFoundError(f"{self.path}: no persons MDF")
 
-    def validate(self, *, inputs: tuple[Input, Input] | None = None):
-        """Check the release again from its files (das.validate), and with `inputs` (two paths or DataFrames: the
-        confidential persons and units) against them too. Returns the report: `ok`, `checks`, `violations`."""
-        return validate(self, inputs=inputs)
+    def validate(self, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
+        """Check the release again from its files (das.validate), with `inputs` (two paths or DataFrames: the
+        confidential persons and units) against them too, with `public_key` its signature. Returns the report: `ok`,
+        `checks`, `violations`."""
+        return validate(self, inputs=inputs, public_key=public_key)
 
     def __repr__(self) -> str:
         from das.privacy.certificate import delta_text
@@ -171,7 +176,7 @@ def _out(out, spec_file: Path) -> Path:
 def run(spec, *, persons: Input | None = None, units: Input | None = None, out: str | os.PathLike | None = None,
         seed: int | None = None, workers: int = 1, rho=None, eps=None, delta=None, overwrite: bool = False,
         allow_large_rho: bool = False, progress: bool = True, engine: str = "local", scheduler: str | None = None,
-        memory_gb: float | None = None) -> Release:
+        memory_gb: float | None = None, signing_key: str | os.PathLike | None = None) -> Release:
     """A whole TopDown release (measure, post-process, write, validate), as `das run` makes it.
 
     spec: a shipped name ("tiny", "vt_demo"), a path to a run spec .toml, or a dict of what a spec file holds.
@@ -181,7 +186,8 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     NOT private); workers: solver processes (more than 1: see WORKERS_NOTE); rho, or eps at delta: the persons budget
     (default: the spec's; exact: a Fraction or a string "1/2"); overwrite: replace an earlier das release in out;
     allow_large_rho: acknowledge a budget above the cap; progress: bars on a terminal; engine, scheduler, memory_gb:
-    where tasks run (local or dask) and a partitioned run's memory budget (docs/scale.md). Refusals raise das's
+    where tasks run (local or dask) and a partitioned run's memory budget (docs/scale.md); signing_key: the operator's
+    Ed25519 key to sign the release with (das keygen; default: a key of the release's own). Refusals raise das's
     errors (SpecError, InputError, RunError, OutDirError, BudgetError), each saying what and where, before any
     noise is drawn. A release that fails validation is returned with `valid` False (das run exits 1).
 
@@ -194,7 +200,8 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
         result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers,
                              overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
-                             budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb)
+                             budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb,
+                             signing_key=None if signing_key is None else Path(signing_key))
     if not result.valid:
         logger.error(f"the release in {result.out_dir} FAILED validation: {list(result.manifest.validation.violations[:3])}")
     return Release(result.out_dir, result.manifest)
@@ -202,7 +209,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
 
 def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | None = None,
           out: str | os.PathLike | None = None, seed: int | None = None, rho=None, eps=None, delta=None,
-          overwrite: bool = False, allow_large_rho: bool = False) -> Release:
+          overwrite: bool = False, allow_large_rho: bool = False, signing_key: str | os.PathLike | None = None) -> Release:
     """A private synthetic persons release by another mechanism family (`das synth`): flat, stability, mwem,
     privbayes, privsyn, mst, aim (docs/mechanisms.md). The arguments are `run`'s; `mechanism` names the family.
     Its release has the layout of `das run`'s (MDF, tables, manifest with the certificate), so `Release` reads it."""
@@ -210,14 +217,16 @@ def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | 
 
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
         out_dir = synthesize(ready.spec, mechanism, _out(out, ready.spec), seed=seed, overwrite=overwrite,
-                             allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta))
+                             allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta),
+                             signing_key=None if signing_key is None else Path(signing_key))
     return Release.open(out_dir)
 
 
-def validate(release, *, inputs: tuple[Input, Input] | None = None):
+def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
     """The independent validation of a release (`das validate`): a Release or a run directory's path; `inputs`
-    (paths or DataFrames) add the comparison with the confidential persons and units. Returns das.validate's
-    Report (`ok`, `checks`, `violations`); ValidationError when a file is missing or unreadable.
+    (paths or DataFrames) add the comparison with the confidential persons and units; `public_key` (the operator's,
+    published) proves who signed it. Returns das.validate's Report (`ok`, `checks`, `violations`); ValidationError
+    when a file is missing or unreadable.
 
     >>> validate(run("tiny", out=getfixture("tmp_path") / "t", seed=1, workers=1, progress=False)).ok
     True
@@ -225,7 +234,8 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None):
     from das.validate import validate_run
 
     path = Path(release.path if isinstance(release, Release) else release)
+    key = None if public_key is None else Path(public_key)
     if inputs is None:
-        return validate_run(path)
+        return validate_run(path, public_key=key)
     with input_files(*inputs) as (files, frames), said_of_frames(frames):
-        return validate_run(path, inputs=files)
+        return validate_run(path, inputs=files, public_key=key)

@@ -63,11 +63,12 @@ def _refusals(args) -> int:
     from das.research.replicate import StudyError
     from das.run import RunError
     from das.schema import SpecError
+    from das.signing import SigningError
     from das.specfile import cut_long_words
 
     try:
         return args.func(args)
-    except (SpecError, RunError, BudgetError, StudyError, OutDirError) as e:
+    except (SpecError, RunError, BudgetError, StudyError, OutDirError, SigningError) as e:
         print(f"das {args.command}: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
     except InputError as e:

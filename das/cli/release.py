@@ -1,4 +1,4 @@
-"""`das run`, `validate`, `validate-input`, `privacy`, `measure`, `tables`, `audit-privacy`: releases."""
+"""`das run`, `validate`, `keygen`, `validate-input`, `privacy`, `measure`, `tables`, `audit-privacy`: releases."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from das.cli.args import (
     budget,
     delta,
     fraction,
-    integer,
     nonnegative_int,
     path,
     positive_float,
@@ -30,7 +29,8 @@ def _cmd_run(args) -> int:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
                             progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
-                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args))
+                            allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, budget=budget(args),
+                            signing_key=args.signing_key)
         release = das.Release(result.out_dir, result.manifest)
     else:
         if args.spec is None:
@@ -38,7 +38,7 @@ def _cmd_run(args) -> int:
         release = das.run(args.spec, out=args.out, seed=args.seed, workers=args.workers, overwrite=args.overwrite,
                           progress=not args.no_progress, engine=args.engine, scheduler=args.scheduler,
                           allow_large_rho=args.allow_large_rho, memory_gb=args.memory_gb, rho=args.rho, eps=args.eps,
-                          delta=args.delta)
+                          delta=args.delta, signing_key=args.signing_key)
     print(release.summary)
     print(f"wrote {release.path}")
     return 0 if release.valid else 1
@@ -55,7 +55,18 @@ def _cmd_init(args) -> int:
 def _cmd_validate(args) -> int:
     from das.validate import main
 
-    return main(args.run_dir, inputs=args.inputs)
+    return main(args.run_dir, inputs=args.inputs, public_key=args.public_key)
+
+
+def _cmd_keygen(args) -> int:
+    from das.signing import keygen
+
+    private, public, fingerprint = keygen(args.key)
+    print(f"wrote {private} (the private key: keep it with the operator, readable by you only) and {public} "
+          f"(the public key: publish it where readers of your releases will find it)")
+    print(f"public key fingerprint (SHA-256): {fingerprint}")
+    print(f"sign a release with it: das run SPEC --signing-key {private}  (or das synth ... --signing-key {private})")
+    return 0
 
 
 def _cmd_validate_input(args) -> int:
@@ -120,9 +131,20 @@ def _cmd_tables(args) -> int:
 
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
+    from das.attack.release_audit import audit_releases_main
+    from das.schema import SpecError
 
-    return audit_spec_main(args.spec, trials=args.trials, rho=_text(args.rho), delta=_text(args.delta), seed=args.seed,
-                           json_out=args.json, out=args.out, overwrite=args.overwrite)
+    settings = {"rho": _text(args.rho), "delta": _text(args.delta), "seed": args.seed, "json_out": args.json,
+                "out": args.out, "overwrite": args.overwrite}
+    if args.release:  # whole releases, end to end (das.attack.release_audit)
+        try:
+            return audit_releases_main(args.spec, args.release, trials=20 if args.trials is None else args.trials,
+                                       **settings)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+    if args.trials is not None and args.trials < 100:
+        raise SpecError(f"--trials {args.trials}: the measurement's audit needs at least 100 trials per dataset")
+    return audit_spec_main(args.spec, trials=20_000 if args.trials is None else args.trials, **settings)
 
 
 def _text(value) -> str | None:
@@ -130,7 +152,7 @@ def _text(value) -> str | None:
 
 
 def add_parsers(sub) -> None:
-    """The release commands: run, validate, validate-input, privacy, measure, tables, audit-privacy."""
+    """The release commands: run, validate, keygen, validate-input, privacy, measure, tables, audit-privacy."""
 
     _add_run(sub)
     _add_init(sub)
@@ -140,7 +162,15 @@ def add_parsers(sub) -> None:
     v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="also compare the invariants with these confidential inputs (default: the run's "
                         "operator files, when present)")
+    v.add_argument("--public-key", type=path, metavar="KEY", default=None,
+                   help="the operator's published public key: also prove the release is theirs and unchanged (the "
+                        "signature over manifest.json, then every digest); default: none, internal consistency only")
     v.set_defaults(func=_cmd_validate)
+
+    k = sub.add_parser("keygen", help="a new Ed25519 key pair to sign releases with (KEY and KEY.pub)")
+    k.add_argument("key", type=path, help="where to write the private key (0600); the public key goes to KEY.pub; "
+                                          "neither may exist")
+    k.set_defaults(func=_cmd_keygen)
 
     vi = sub.add_parser("validate-input", help="check persons/units microdata files")
     vi.add_argument("persons", type=path, help="persons file (Parquet or CSV)")
@@ -188,9 +218,19 @@ def add_parsers(sub) -> None:
                         "holding anything else is refused")
     t.set_defaults(func=_cmd_tables)
 
+    _add_audit_privacy(sub)
+
+
+def _add_audit_privacy(sub) -> None:
+    """`das audit-privacy`: of the measurement, or (--release) of whole releases."""
     a = sub.add_parser("audit-privacy", help="empirical lower bound on epsilon from neighbouring datasets")
     a.add_argument("spec", type=path, help=spec_help() + ": its schema, strategy and levels are audited (no input is read)")
-    a.add_argument("--trials", type=integer(100), default=20_000, help="runs of the measurement per dataset")
+    a.add_argument("--trials", type=positive_int, default=None,
+                   help="runs of the measurement per dataset (default: 20,000; at least 100), or of each release with "
+                        "--release (default: 20)")
+    a.add_argument("--release", action="append", default=[], metavar="COMMAND",
+                   help="audit whole releases of this command end to end instead of the measurement: `run`, or a "
+                        "`das synth` mechanism (repeat for several); every public output is tested")
     a.add_argument("--rho", type=fraction, default=None, help="audit budget (default: 1, see docs/privacy.md)")
     a.add_argument("--delta", type=delta, default=None, help="audit delta (default: 1/100, see docs/privacy.md)")
     a.add_argument("--seed", type=nonnegative_int, default=None,
@@ -246,4 +286,7 @@ def _add_run(sub) -> None:
                    help="a partitioned run (inputs as one file per state) starts a state's task only while the "
                         "tasks in flight are estimated to fit this much memory with the driver and workers "
                         "(docs/scale.md); default: no limit")
+    r.add_argument("--signing-key", type=path, metavar="KEY", default=None,
+                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                        "release's own, kept in its operator files (docs/outputs.md)")
     r.set_defaults(func=_cmd_run)

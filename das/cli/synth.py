@@ -27,12 +27,16 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true",
                    help="replace the das release in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
+    s.add_argument("--signing-key", metavar="KEY", default=None,
+                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                        "release's own, kept in its operator files (docs/outputs.md)")
     s.set_defaults(func=_cmd_synth)
     return s
 
 
 def _cmd_synth(args) -> int:
     import das
+    from das.bundle import read_process
     from das.mechanisms import MechanismError
     from das.privacy.certificate import delta_text, fraction_text
     from das.run import NOT_PRIVATE
@@ -40,7 +44,8 @@ def _cmd_synth(args) -> int:
 
     try:
         release = das.synth(args.spec, mechanism=args.mechanism, out=args.out, seed=args.seed, overwrite=args.overwrite,
-                            allow_large_rho=args.allow_large_rho, rho=args.rho, eps=args.eps, delta=args.delta)
+                            allow_large_rho=args.allow_large_rho, rho=args.rho, eps=args.eps, delta=args.delta,
+                            signing_key=args.signing_key)
     except MechanismError as e:
         print(f"das synth: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
@@ -50,7 +55,8 @@ def _cmd_synth(args) -> int:
           f"{manifest.counts.blocks:,} blocks")
     print(f"privacy: rho = {fraction_text(cert.rho)} ({float(cert.rho):.4f}), eps = {cert.eps} at delta = "
           f"{delta_text(cert.delta)}; randomness: {manifest.randomness}")
-    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in manifest.timings_seconds.items()))
+    timings = read_process(out).get("timings_seconds") or {}  # the operator's record: never in the manifest
+    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     print(f"validation: {'PASSED' if manifest.validation.valid else 'FAILED'} ({len(manifest.validation.checks)} checks)")
     if not manifest.private:
         print("NOTE: " + NOT_PRIVATE)

@@ -102,11 +102,9 @@ def compute_table(
 
 
 def arrow_table(frame: pd.DataFrame, metadata: dict | None = None) -> pa.Table:
-    """A table's rows as Arrow, carrying `metadata` in its key-value metadata, as every table file does."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    if metadata:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    return table
+    """A table's rows as Arrow, carrying `metadata` alone in its key-value metadata, as every table file does
+    (not pandas' description of the frame: a public file holds only declared metadata, das.published)."""
+    return pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(metadata or None)
 
 
 def write_tables(

@@ -1,7 +1,9 @@
 """Exact zero-concentrated DP accounting (rho-zCDP) with `Fraction`s end to end.
 
 Convention (stated again in every certificate, `CONVENTION`):
-- Bounded neighbours: two datasets are neighbours if they differ by changing one record.
+- Bounded neighbours that keep the invariants: two datasets are neighbours if they differ by
+  changing one record and have the same invariants (state populations; housing units and GQ
+  facilities per block: published exactly, so a change of one of them is not covered).
   Changing a record moves one unit of count from one cell to another, so a marginal query
   (a vector of counts) has squared L2 sensitivity Delta_2^2 = 1 + 1 = 2.
 - A query answered with discrete Gaussian noise of variance sigma^2 is
@@ -34,7 +36,10 @@ from das.privacy.strategy import BudgetError, Strategy, check_shares
 from das.schema import SpecError
 
 CONVENTION = (
-    "rho-zCDP with bounded neighbours (datasets differ by changing one record): every marginal query has "
+    "rho-zCDP with bounded neighbours that keep the invariants: datasets that differ by changing one record and have "
+    "the same invariants, which are published exactly (the total population of the nation and of each state; housing "
+    "units and group quarters facilities by type in each block), as the Census Bureau states the 2020 guarantee; "
+    "neighbours that change an invariant are not covered. Every marginal query has "
     "squared L2 sensitivity 2, so discrete Gaussian noise of variance sigma^2 costs rho = 2/(2 sigma^2) = 1/sigma^2; "
     "each record is in one geounit per level, and costs add over queries and levels"
 )

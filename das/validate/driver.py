@@ -18,9 +18,10 @@ from pathlib import Path
 from das.executors import largest_first
 from das.progress import bar
 from das.rundir import Manifest, RunDir, RunDirError
+from das.signing import SigningError, read_public_key
 from das.validate.inputs import by_state, operator_inputs
-from das.validate.registry import TOPDOWN_HOLDS, Check, claims, needs, select
-from das.validate.release import Release, StateRows, open_release
+from das.validate.registry import SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
+from das.validate.release import Release, StateRows, is_topdown, open_release
 from das.validate.report import Report, Stop, ValidationError
 
 
@@ -32,12 +33,12 @@ def load_manifest(run: RunDir) -> Manifest:
         raise ValidationError(str(e)) from None
 
 
-def release_claims(manifest: Manifest, report: Report) -> tuple[str, ...]:
-    """What the release claims to hold, reported: its manifest's `holds` (none: a TopDown release's), and
-    every TopDown claim when it is a TopDown release (no mechanism), whatever its manifest says."""
-    held = TOPDOWN_HOLDS if manifest.holds is None else manifest.holds
-    if manifest.mechanism is None:
-        held = tuple(dict.fromkeys([*held, *TOPDOWN_HOLDS]))
+def release_claims(manifest: Manifest, report: Report, *, topdown: bool) -> tuple[str, ...]:
+    """What the release claims to hold, reported: its manifest's `holds`, and every claim of its kind
+    whatever its manifest says (a TopDown release's, das.validate.release.is_topdown, or a synthetic one's):
+    an edited `holds` can add claims, never drop one."""
+    held = () if manifest.holds is None else manifest.holds
+    held = tuple(dict.fromkeys([*held, *(TOPDOWN_HOLDS if topdown else SYNTHETIC_HOLDS)]))
     known = claims()
     held = sorted(held, key=lambda h: known.index(h) if h in known else len(known))  # in the order they are listed
     report.check(f"the release claims {', '.join(held) or 'nothing'}; those are checked",
@@ -88,22 +89,34 @@ def _run_states(release: Release, checks: tuple[Check, ...], *, inputs, executor
     return release, parts, alongside
 
 
+def read_key(public_key: Path | None) -> bytes | None:
+    """The operator's public key given to prove origin (PEM), or ValidationError naming the file."""
+    if public_key is None:
+        return None
+    try:
+        return read_public_key(public_key)
+    except SigningError as e:
+        raise ValidationError(str(e)) from None
+
+
 def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_operator: bool = True,
-                 executor=None, persons_limit: float | None = None) -> Report:
+                 executor=None, persons_limit: float | None = None, public_key: Path | None = None) -> Report:
     """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
-    files) add the comparison with the confidential inputs. Raises ValidationError when a file is
-    missing or unreadable. The states' parts run one after the other here, or as tasks on `executor`
-    (largest first; with `persons_limit`, only while the states in flight hold at most that many
-    persons: a memory budget), each reading only its state's rows."""
+    files) add the comparison with the confidential inputs; `public_key` (the operator's, published) the
+    proof of origin: the signature of the manifest, whose digests the checksums check. Raises
+    ValidationError when a file is missing or unreadable. The states' parts run one after the other
+    here, or as tasks on `executor` (largest first; with `persons_limit`, only while the states in flight
+    hold at most that many persons: a memory budget), each reading only its state's rows."""
     run = RunDir(run_dir)
     report = Report()
+    key = read_key(public_key)
     manifest = load_manifest(run)
     if not manifest.complete:
         report.check("run complete", [f"manifest status is {manifest.status!r}, not 'complete'"])
         return report
-    claimed = release_claims(manifest, report)
+    claimed = release_claims(manifest, report, topdown=is_topdown(run, manifest))
     checks = select(claimed)
-    release = Release(run, manifest, frozenset(claimed), needs(checks))
+    release = Release(run, manifest, frozenset(claimed), needs(checks), public_key=key)
     if not inputs:
         inputs = operator_inputs(run) if use_operator and "inputs" in release.needs else None
     parts: dict | None = None
@@ -119,20 +132,25 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
     return report
 
 
-def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None) -> int:
-    """Print the checks; 0 valid, 1 violations, 2 a file missing or unreadable."""
+def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None, public_key: str | None = None) -> int:
+    """Print the checks and what they do not prove; 0 valid, 1 violations, 2 a file missing or unreadable."""
     out = out or sys.stdout
     try:
-        report = validate_run(Path(run_dir), inputs=tuple(Path(p) for p in inputs) if inputs else None)
+        report = validate_run(Path(run_dir), inputs=tuple(Path(p) for p in inputs) if inputs else None,
+                              public_key=Path(public_key) if public_key else None)
     except ValidationError as e:
         print(f"das validate: {e}", file=sys.stderr)
         return 2
     for line in report.checks:
         print(line, file=out)
+    for note in report.notes:
+        print(f"NOTE {note}", file=out)
     if report.violations:
         print(f"\n{len(report.violations)} violation(s):", file=out)
         for v in report.violations[:50]:
             print(f"  - {v}", file=out)
         return 1
-    print(f"\n{run_dir}: valid ({len(report.checks)} checks)", file=out)
+    proved = ("valid, and signed by the given public key" if public_key else
+              "valid: internally consistent (no --public-key: its origin is not proved)")
+    print(f"\n{run_dir}: {proved} ({len(report.checks)} checks)", file=out)
     return 0

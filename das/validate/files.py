@@ -1,14 +1,18 @@
 """The checks every release is held to, of its files as files: each listed output and NMF file has the
-SHA-256 the manifest lists, nothing unlisted is there, the spec digest is the spec's; and every Parquet
-file says in its own metadata whether it is private and which spec made it."""
+SHA-256 the manifest lists, nothing unlisted is there (but the manifest's signature and its public key,
+das.validate.signature's), the spec digest is the spec's; and every Parquet file says in its own
+metadata whether it is private, the certificate it was made under (the manifest's, as das.bundle
+stamps it) and which spec made it."""
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 
 import pyarrow.parquet as pq
 
+from das.bundle import parquet_metadata
 from das.checkpoint import file_sha256
 from das.outdir import run_files
 from das.validate.nmf import NMF
@@ -19,13 +23,15 @@ from das.validate.report import Report, ValidationError, first
 
 
 def _unlisted(release: Release, listed: dict[str, str]) -> list[str]:
-    """The files of the run directory that the manifest does not list (its own and the operator's aside)."""
+    """The files of the run directory that the manifest does not list (its own, its signature's and the
+    operator's aside)."""
     run = release.run
     own = (run.relative(run.operator_dir) + "/", run.relative(run.checkpoints_dir) + "/")
+    beside = {run.manifest_path, *run.signature_files()}
     problems = []
     for path in sorted(run.path.rglob("*")):
         relative = run.relative(path)
-        if path.is_file() and path != run.manifest_path and not relative.startswith(own) and relative not in listed:
+        if path.is_file() and path not in beside and not relative.startswith(own) and relative not in listed:
             known = any(fnmatch.fnmatchcase(relative, p) for p in run_files())
             problems.append(f"{relative}: not listed in the manifest" + ("" if known else " (not a das output)"))
     return problems
@@ -51,11 +57,22 @@ def check_files(release: Release, parts, report: Report, alongside=None) -> None
     report.check("checksums of every output and NMF file", first(problems))
 
 
+def _certificates(meta: dict) -> object:
+    """The certificates a Parquet file's das.certificate metadata states (None: none, or not JSON)."""
+    try:
+        return json.loads(meta[b"das.certificate"])
+    except (KeyError, ValueError):
+        return None
+
+
 def check_metadata(release: Release, parts, report: Report, alongside=None) -> None:
-    """Every Parquet file says, in its own metadata, whether it is private and which spec made it."""
+    """Every Parquet file says, in its own metadata, whether it is private, the certificate it was made
+    under (the manifest's certificates as das.bundle stamps them) and which spec made it."""
     manifest = release.manifest
     problems = []
     want_private = b"private" if manifest.private else None
+    stamped = parquet_metadata(manifest.private, dict(manifest.privacy), manifest.spec_sha256, manifest.das_version)
+    want_certificates = json.loads(stamped[b"das.certificate"])
     for name in sorted(manifest.listed()):
         if not name.endswith(".parquet"):
             continue
@@ -69,9 +86,12 @@ def check_metadata(release: Release, parts, report: Report, alongside=None) -> N
         elif want_private and mode != want_private or not want_private and b"NOT PRIVATE" not in mode:
             problems.append(f"{name}: das.privacy says {mode.decode(errors='replace')!r}, the manifest says "
                             f"private = {manifest.private}")
+        if _certificates(meta) != want_certificates:
+            problems.append(f"{name}: das.certificate is not the manifest's certificate"
+                            + ("" if b"das.certificate" in meta else " (it has none)"))
         if manifest.spec_sha256 and meta.get(b"das.spec_sha256", b"").decode() != manifest.spec_sha256:
             problems.append(f"{name}: das.spec_sha256 is not the run's spec digest")
-    report.check("privacy mode and spec digest in every Parquet file", first(problems))
+    report.check("privacy mode, certificate and spec digest in every Parquet file", first(problems))
 
 
 CHECKSUMS = Check("checksums", check_files, claim=None, always=True)

@@ -150,9 +150,9 @@ def inputs_combine(release: Release, parts: dict[str, Compared], report: Report,
         expected, out = expected.align(out, fill_value=0)
         for g in sorted(expected.index[expected != out]):
             problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the input")
-    report.check(POPULATION, problems)
+    report.check(POPULATION, problems, operator=True)
     for name in (HOUSING_CHECK, FACILITIES_CHECK):
-        report.check(name, merged((p.findings for p in parts.values()), name))
+        report.check(name, merged((p.findings for p in parts.values()), name), operator=True)
 
 
 INPUTS = Check("matches_inputs", inputs_combine, state=inputs_state, claim="invariants", needs=("units", "inputs"))

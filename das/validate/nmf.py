@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import fraction_text
-from das.schema import Schema, load_schema
+from das.schema import Schema, SpecError, load_schema
 from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
@@ -71,6 +71,8 @@ def _batch_problems(batch: pa.RecordBatch, name: str, level, *, sizes: dict, geo
         if query not in queries:
             problems.append(f"{name}: query {query!r} is not in the certificate")
             continue
+        if query not in sizes:  # not a query of the schema: said once, above
+            continue
         size, start = sizes[query], seen.get(query, 0)
         seen[query] = start + n_rows
         if seen[query] > len(geounits) * size:
@@ -95,9 +97,13 @@ def file_problems(path: Path, name: str, level, schema: Schema, *, geounits: np.
         parquet = pq.ParquetFile(path)
     except Exception as e:
         raise unreadable(path, e) from None
-    sizes = {q.query: schema.query(q.query).size for q in level.queries}
+    sizes, problems = {}, []
+    for q in level.queries:
+        try:
+            sizes[q.query] = schema.query(q.query).size
+        except SpecError:
+            problems.append(f"{name}: the certificate's query {q.query!r} is not a query of schema {schema.name}")
     seen: dict[str, int] = {}
-    problems: list[str] = []
     try:
         for batch in parquet.iter_batches(batch_size=1 << 20,
                                           columns=["query", "geocode", "cell", "variance_num", "variance_den"]):

@@ -29,13 +29,15 @@ Inputs = tuple[Path, Path] | dict[str, tuple[Path, Path]]
 @dataclass(frozen=True)
 class Release:
     """A release being validated: its directory, manifest and claims, what its checks read besides the
-    persons MDF (`needs`: "units", "inputs"), and what the driver found before the states run: its
-    states, its MDFs' columns, the confidential inputs it is compared with (None: none)."""
+    persons MDF (`needs`: "units", "inputs"), the operator's public key it is checked against (PEM; None:
+    no proof of origin), and what the driver found before the states run: its states, its MDFs' columns,
+    the confidential inputs it is compared with (None: none)."""
 
     run: RunDir
     manifest: Manifest
     claims: frozenset[str]
     needs: frozenset[str] = frozenset()
+    public_key: bytes | None = None
     states: tuple[str, ...] = ()
     columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # MDF kind -> its columns
     inputs: Inputs | None = None
@@ -58,8 +60,22 @@ class Release:
         except Exception as e:
             raise ValidationError(f"{self.run.manifest_path}: {e}") from None
 
+    @property
+    def topdown(self) -> bool:
+        """Whether it is a TopDown release (`is_topdown`)."""
+        return is_topdown(self.run, self.manifest)
+
     def but(self, **changes) -> Release:
         return replace(self, **changes)
+
+
+def is_topdown(run: RunDir, manifest: Manifest) -> bool:
+    """A TopDown release (`das run`), whatever its manifest claims: no mechanism named, or anything only
+    TopDown has (an NMF listed or present, a units release, charges by level in a certificate, or a
+    certificate without a synthetic mechanism's charges). A synthetic release (das synth) has none of those."""
+    return (manifest.mechanism is None or bool(manifest.nmf) or manifest.units is not None
+            or any(c.by_level or not c.synthetic for c in manifest.privacy.values())
+            or run.nmf_dir.exists() and any(run.nmf_dir.rglob("*")))
 
 
 def open_release(release: Release) -> Release:

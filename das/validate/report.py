@@ -30,12 +30,34 @@ class Stop(Exception):
 
 @dataclass
 class Report:
+    """A line per check (`checks`), the problems found (`violations`), and what the checks do not prove
+    (`notes`: e.g. no public key was given, so nothing about the release's origin)."""
+
     checks: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    operator: set[str] = field(default_factory=set)  # checks against the confidential inputs: the operator's only
 
-    def check(self, name: str, problems: list[str]) -> None:
+    def check(self, name: str, problems: list[str], *, operator: bool = False) -> None:
+        """A check's line and its problems; `operator`: it compared the release with the confidential inputs,
+        so what it found is never published (das.frame keeps it in the operator's record)."""
         self.checks.append(f"{'ok ' if not problems else 'FAIL'} {name}")
         self.violations.extend(f"{name}: {p}" for p in problems)
+        if operator:
+            self.operator.add(name)
+
+    def split(self) -> tuple[Report, Report]:
+        """(what the published files show, what the comparison with the confidential inputs found)."""
+        public, against = Report(notes=list(self.notes)), Report(operator=set(self.operator))
+        for line in self.checks:
+            (against if line[4:].strip() in self.operator else public).checks.append(line)
+        for violation in self.violations:
+            inputs = any(violation.startswith(f"{name}: ") for name in self.operator)
+            (against if inputs else public).violations.append(violation)
+        return public, against
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     @property
     def ok(self) -> bool:

@@ -15,11 +15,11 @@ import pandas as pd
 
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names, load_tables
-from das.schema import Schema
+from das.schema import Schema, SpecError
 from das.validate.reading import columns, read_rows
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
-from das.validate.report import Report, first
+from das.validate.report import Report, ValidationError, first
 
 
 def prefix_codes(records: pd.DataFrame, geo_levels) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -107,7 +107,11 @@ def hierarchy_messages(parts: list[dict[tuple[str, str], list[str]]], geo_levels
 
 def recounted_tables(release: Release, persons_schema: Schema, units_schema: Schema | None):
     """(spec, "persons" or "units", path) of every table of the release recounted from an MDF."""
-    for spec in load_tables(release.manifest.tables):
+    try:
+        specs = load_tables(release.manifest.tables)
+    except SpecError as e:
+        raise ValidationError(f"{release.run.manifest_path}: tables: {e}") from None
+    for spec in specs:
         if spec.schema == persons_schema.name:
             kind = "persons"
         elif units_schema is not None and spec.schema == units_schema.name:
