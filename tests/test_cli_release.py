@@ -61,11 +61,10 @@ def test_a_release_command_parses(argv, handler, values):
     (["validate", "RUN", "--inputs", "p.csv"], "argument --inputs: expected 2 arguments"),
     (["validate-input", "p.csv"], "the following arguments are required: units"),
     (["keygen"], "the following arguments are required: key"),
-    (["privacy"], "the following arguments are required: spec"),
     (["measure", "tiny"], "the following arguments are required: --out"),
     (["tables", "RUN", "--out", "o", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
     (["audit-privacy", "tiny", "--trials", "many"], "argument --trials: expected an integer, got 'many'"),
-    (["audit-privacy", "tiny", "--trials", "0"], "argument --trials: expected an integer of at least 100, got 0"),
+    (["audit-privacy", "tiny", "--trials", "0"], "argument --trials: expected an integer of at least 1, got 0"),
 ])
 def test_a_malformed_release_command_is_refused_while_parsing(argv, expected, capsys):
     assert expected in cli_refused_by_parser(argv, capsys)
