@@ -61,7 +61,8 @@ def test_das_run_refuses_an_unredactable_spec_before_anything_is_read_or_written
     spec = tmp_path / "spec.toml"
     persons = (TINY / "persons.csv").as_posix()
     text = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/persons.csv", persons)
-    spec.write_text(text.replace('name = "tiny"', f'name = "tiny"\nnote = "read from {persons}"'))
+    spec.write_text(text.replace('name = "tiny"', f'name = "tiny"\ndescription = "read from {persons}"', 1)
+                    .replace('\ndescription = "Tiny', '\n# description = "Tiny', 1))
     message = cli_refused(["run", str(spec), "--out", str(tmp_path / "out"), "--seed", "1"], capsys)
     assert "cannot be redacted" in message and not (tmp_path / "out").exists()
 

@@ -60,7 +60,8 @@ def test_operator_files_are_the_owners_alone_whatever_the_umask(pipe, tmp_path, 
         os.umask(before)
     run_dir = frame.run_dir
     assert stat.S_IMODE(os.stat(run_dir.operator_dir).st_mode) == 0o700
-    assert sorted(p.name for p in run_dir.operator_dir.iterdir()) == ["fingerprint.key", "operator.json", "process.json"]
+    assert sorted(p.name for p in run_dir.operator_dir.iterdir()) == ["fingerprint.key", "operator.json", "process.json",
+                                                                             "signing.key"]
     for path in run_dir.operator_dir.iterdir():
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
     assert bundle.read_process(run_dir.path) == {"timings_seconds": {"total": 1.0}}

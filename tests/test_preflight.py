@@ -250,5 +250,5 @@ def test_the_disk_estimate_covers_every_file_a_run_writes_with_its_checkpoints(s
     spec = _spec(spec_dir, extra="\n[output]\npl94171 = true\n")
     assert run(spec, spec_dir / "out", seed=1, workers=1, progress=False).valid
     written = sum(f.stat().st_size for f in (spec_dir / "out").rglob("*") if f.is_file())
-    assert (spec_dir / "out" / "pl94171").is_dir() and written > 500_000
+    assert (spec_dir / "out" / "pl94171").is_dir() and written > 400_000
     assert len(estimates) == 1 and max(written, peak[0]) <= estimates[0].needed <= 6 * max(written, peak[0])

@@ -20,7 +20,7 @@ from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_fo
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
 from das.privacy.strategy import BudgetError, load_strategy, parse_fraction
 from das.runspec import DEFAULT_DELTA
-from das.schema import SpecError
+from das.schema import SpecError, load_schema
 from das.validate.registry import Check
 from das.validate.release import Release
 from das.validate.report import Report, ValidationError, first
@@ -120,7 +120,9 @@ def _spec(release: Release) -> dict:
 def _spec_delta(spec: dict) -> Fraction:
     privacy = spec.get("privacy") or {}
     try:
-        return parse_fraction(privacy.get("delta", DEFAULT_DELTA) if isinstance(privacy, dict) else None, "[privacy] delta")
+        if isinstance(privacy, dict) and "delta" not in privacy:
+            return DEFAULT_DELTA
+        return parse_fraction(privacy.get("delta") if isinstance(privacy, dict) else None, "[privacy] delta")
     except SpecError as e:
         raise CertificateError(f"spec_text: {e}") from None
 
@@ -139,14 +141,15 @@ def recomputed(release: Release, name: str):
                                f"spec's ({section.get('schema')}, {section.get('strategy')})")
     try:
         strategy = load_strategy(info.strategy)
+        schema_name = load_schema(info.schema).name  # a spec may name its schema by a path
     except SpecError as e:
-        raise ValidationError(f"{release.run.manifest_path}: {name} strategy: {e}") from None
+        raise ValidationError(f"{release.run.manifest_path}: {name} strategy or schema: {e}") from None
     try:
         delta = _spec_delta(spec)
         rho = parse_fraction(section["rho"], f"[{name}] rho") if "rho" in section else None
         if rho is None and "eps" in section:  # the budget as eps at delta: the largest rho certified within it
             rho = rho_for_eps(parse_fraction(section["eps"], f"[{name}] eps"), delta)
-        return certificate(strategy, rho, delta, release.manifest.levels, schema_name=info.schema,
+        return certificate(strategy, rho, delta, release.manifest.levels, schema_name=schema_name,
                            randomness_private=release.manifest.private)
     except (SpecError, BudgetError) as e:
         raise CertificateError(f"spec_text: {e}") from None
