@@ -24,7 +24,7 @@ COVERED = ("moved within", "moved across", "recoded")
 def _audit(command: str, trials: int, kinds: tuple[str, ...], seed: int = 2026) -> dict:
     from das.attack.release_audit import AuditSettings, audit_release
 
-    return audit_release("tiny", AuditSettings(command, trials, kinds=kinds, seed=seed), log=lambda *a: None)
+    return audit_release("tiny", AuditSettings(command, trials, kinds=kinds, seed=seed))
 
 
 def _bounds(report: dict, tag: str) -> dict[str, float]:
