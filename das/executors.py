@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
+from das.progress import bar
+
 IN_FLIGHT_PER_SLOT = 4
 
 
@@ -108,14 +110,21 @@ def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None =
 
 
 def largest_first(executor, fn: Callable, tasks: list, *, sizes: list[float], limit: float | None = None,
-                  widths: list[int] | None = None) -> list:
+                  widths: list[int] | None = None, desc: str | None = None) -> list:
     """fn over tasks on the executor, the largest (by `sizes`) first, results in the tasks' order.
 
     Task i takes widths[i] slots (default 1: it may start a pool of its own that wide); tasks start
     while the slots of those in flight fit the executor's, and with a `limit` only while their sizes
     sum to at most it (a memory budget in the sizes' unit). The largest waiting task goes next, never
-    passed over by smaller ones, and a task alone always starts.
+    passed over by smaller ones, and a task alone always starts. With `desc`, a progress bar counts the
+    tasks done (weighted by their sizes, so its estimate follows the work) on a terminal.
     """
+    with bar(total=float(sum(sizes)), desc=desc or "", shown=desc is not None, leave=False,
+             bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]") as progress:
+        return _largest_first(executor, fn, tasks, sizes=sizes, limit=limit, widths=widths, progress=progress)
+
+
+def _largest_first(executor, fn: Callable, tasks: list, *, sizes, limit, widths, progress) -> list:
     slots = getattr(executor, "slots", 1)
     widths = widths or [1] * len(tasks)
     waiting = sorted(range(len(tasks)), key=lambda i: -sizes[i])
@@ -130,4 +139,5 @@ def largest_first(executor, fn: Callable, tasks: list, *, sizes: list[float], li
             i = running.pop(future)
             found[i] = future.result()
             held, busy = held - sizes[i], busy - widths[i]
+            progress.update(float(sizes[i]))
     return [found[i] for i in range(len(tasks))]

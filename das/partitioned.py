@@ -189,7 +189,7 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
     work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor))
     persons = [input_records(si.persons) for si in inputs]
     tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
-                                      limit=work.persons_limit))
+                                      limit=work.persons_limit, desc="reading the states"))
     where = preflight.nearest_existing(run_dir.path)  # every state's files together, before any noise
     preflight.check_space(preflight.SpaceEstimate(sum(s.bytes_needed for s in tops.states),
                                                   shutil.disk_usage(where).free, where), run_dir.path,
@@ -329,7 +329,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> Non
     """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
-    largest_first(executor, _measured, [(work, si) for si in tops.inputs], sizes=tops.persons)
+    largest_first(executor, _measured, [(work, si) for si in tops.inputs], sizes=tops.persons, desc="measuring the states")
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:
@@ -459,7 +459,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
     width = widths(tops.persons, executor)
     solved_b = largest_first(executor, solve_state,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
-                             sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width)
+                             sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
+                             desc="measuring and solving the states")
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
     logger.info(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
@@ -474,7 +475,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
     done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
-                         sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width)
+                         sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
+                         desc="writing the states")
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0
