@@ -184,3 +184,13 @@ def test_the_rules_see_methods_nested_functions_and_keyword_only_parameters():
     assert [_lines(found[n]) for n in ("mod.C.m", "mod.C.m.inner", "mod.f")] == [4, 2, 3]
     assert len(FUNCTIONS) > 500 and "das.io.nmf.LevelWriter.write_answers" in FUNCTIONS
 
+
+
+def test_every_package_is_listed_for_installation():
+    """pyproject.toml lists its packages explicitly: a package missing there installs from a checkout
+    (editable) but not from a wheel, so CI would not see it."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.relative_to(ROOT).parent.parts) for p in (ROOT / "das").rglob("__init__.py")}
+    assert found - listed == set()
