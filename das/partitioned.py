@@ -173,7 +173,7 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     work, si = task
     inputs, geography, invariants = _read(work, si)
     space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()},
-                                   work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
+                                   out_dir=work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
                                    pl94171=work.outputs.pl94171)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}

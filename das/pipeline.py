@@ -194,7 +194,7 @@ class Pipeline:
         geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
         if out_dir is not None:
             preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
-                                   out_dir, table_columns=table_widths(self.tables, self.schemas),
+                                   out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
                                    pl94171=self.spec.pl94171)
         invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
         histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}

@@ -198,7 +198,7 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
     return problems
 
 
-def check_inputs(schemas: dict, inputs, geography, plans: dict, out_dir: Path, *, table_columns: tuple[int, ...] = (),
+def check_inputs(schemas: dict, inputs, geography, plans: dict, *, out_dir: Path, table_columns: tuple[int, ...] = (),
                  pl94171: bool = False) -> SpaceEstimate:
     """After the inputs are read, before any noise: feasibility of the invariants, and disk space for every
     file the run writes (estimate_space, returned: a partitioned run adds its states' with check_space)."""

@@ -119,15 +119,8 @@ LONG_PENDING = {
     "das.research.compare.run_comparison",  # its output-directory code is being rewritten
 }
 
-# More than four positional parameters, in files others are rewriting now (issue 22): pending.
-POSITIONAL_PENDING = {
-    "das.attack.privacy.epsilon_bound", "das.attack.privacy.audit_pair", "das.attack.privacy.audit",
-    "das.attack.privacy.audit_spec",
-}
-# ... and functions whose positional callers are in those files: make them keyword-only with their callers.
-POSITIONAL_PENDING |= {
-    "das.preflight.check_inputs",  # das/pipeline.py, das/partitioned.py
-}
+# More than four positional parameters: none pending now; a function that needs more takes them keyword-only.
+POSITIONAL_PENDING: set[str] = set()
 
 
 def _functions(node: ast.AST, prefix: str):

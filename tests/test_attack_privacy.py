@@ -31,8 +31,8 @@ def setting():
 
 def _audit(setting, mechanism, kinds=A.NEIGHBOURS, seed=1):
     geography, data, schema, plan = setting
-    return A.audit(geography, data, schema, plan, SeededRandomSource(seed),
-                   A.Trials(TRIALS, A.AUDIT_DELTA, A.AUDIT_RHO, mechanism), kinds=kinds)
+    return A.audit(geography, data, schema, plan, rng=SeededRandomSource(seed),
+                   how=A.Trials(TRIALS, A.AUDIT_DELTA, A.AUDIT_RHO, mechanism), kinds=kinds)
 
 
 def test_the_real_mechanism_stays_within_its_certificate(setting):

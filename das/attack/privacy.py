@@ -94,7 +94,7 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     return lower, upper
 
 
-def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, alpha: float = 0.05,
+def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, *, alpha: float = 0.05,
                   candidates: int = 200) -> tuple[float, float, float, float]:
     """Lower bound on eps from test scores under D and D' (higher = "looks like D'").
 
@@ -191,7 +191,7 @@ class Trials:
     done: Callable[[int], object] | None = None  # told the trials run after each chunk (a progress bar's update)
 
 
-def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], rng,
+def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], *, rng,
                how: Trials) -> AuditResult:
     """Run the mechanism `how.trials` times on each of D and D' and bound eps at `how.delta` from below."""
     trials = how.trials
@@ -211,16 +211,16 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
         return np.concatenate(parts)
 
     s_d, s_p = scores(pair.d, "D"), scores(pair.d_prime, "D'")
-    forward = epsilon_bound(s_d, s_p, float(how.delta), how.alpha)
-    backward = epsilon_bound(-s_p, -s_d, float(how.delta), how.alpha)
+    forward = epsilon_bound(s_d, s_p, float(how.delta), alpha=how.alpha)
+    backward = epsilon_bound(-s_p, -s_d, float(how.delta), alpha=how.alpha)
     eps, threshold, p, q = max(forward, backward, key=lambda r: r[0])
     return AuditResult(pair.name, eps, eps_for_delta(how.rho, how.delta), float(how.delta), trials, threshold, p, q)
 
 
-def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]],
+def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]], *,
           rng, how: Trials, kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
     """The audit for each kind of neighbour (see `neighbour_pairs`)."""
-    return [audit_pair(pair, geography, schema, plan, rng, how)
+    return [audit_pair(pair, geography, schema, plan, rng=rng, how=how)
             for pair in neighbour_pairs(histograms, schema, geography) if pair.name in kinds]
 
 
@@ -277,7 +277,7 @@ def render(results: list[AuditResult], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None) -> dict:
+def audit_spec(spec_path, *, trials: int = 200_000, rho=None, delta=None, seed: int | None = None) -> dict:
     """The audit of a run spec's persons strategy (its shares, at the audit budget) on the synthetic
     neighbourhood, beside the same strategy reduced to its `detailed` query alone (where every
     neighbour changes every measurement, so the bound can approach the certificate)."""
@@ -302,7 +302,8 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     with bar(total=2 * pairs * 2 * trials, desc="audit trials", unit="trial", unit_scale=True) as progress:
         for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
             plan, _ = plan_for(s, rho, spec.levels)
-            results = audit(geography, data, schema, plan, rng.spawn(name), Trials(trials, delta, rho, done=progress.update))
+            results = audit(geography, data, schema, plan, rng=rng.spawn(name),
+                            how=Trials(trials, delta, rho, done=progress.update))
             report["strategies"][name] = [r.__dict__ for r in results]
     return report
 
