@@ -241,21 +241,74 @@ def _open(comparison: Comparison, out_dir: Path, overwrite: bool, protected) -> 
     return claim, (old if same else {})
 
 
+@dataclass(frozen=True)
+class _Work:
+    """What every release and attack of a comparison shares: settings, truth, the attacked blocks."""
+
+    comparison: Comparison
+    out_dir: Path
+    workers: int
+    ctx: object  # das.research.replicate.Context of the truth
+    queries: tuple
+    topdown_spec: str
+    truth: object  # the true persons (das.attack.data)
+    blocks: list
+    tables: tuple
+    rap: object  # das.attack.rap.RapConfig
+
+
 def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False) -> dict:
     """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
-    from das.attack.audit import AuditOptions, auto_geounits
+    from das.run import code_version
+
+    work, claim, earlier, spec = _prepare(comparison, Path(out_dir), workers=workers, overwrite=overwrite)
+    ctx = work.ctx
+    meta = {
+        "settings": comparison.settings(), "mechanisms": sorted(set(earlier.get("mechanisms", [])) | set(comparison.mechanisms)),
+        "seeds": max(earlier.get("seeds", 0), comparison.seeds), "attack_blocks": work.blocks,
+        "spec_name": spec.name, "schema": ctx.schema.name, "levels": list(ctx.geography.levels),
+        "n_blocks": ctx.geography.n_blocks, "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+        "das_version": code_version(), "randomness": "seeded (seeds 0..N-1): NOT private", "notice": CONFIDENTIAL,
+        "confidential": True, "status": "running",
+    }
+    (work.out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    t0 = time.perf_counter()
+    failures = []
+    tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
+    progress = bar(total=len(tasks) + bool(work.blocks), desc="releases and attacks", unit="task")
+    for mechanism, seed in tasks:
+        said = _release_and_attack(work, mechanism, seed, failures)
+        if said:
+            step(progress, logger, f"{mechanism} seed {seed}: {'; '.join(said)}")
+        else:
+            progress.update()
+    if _attack_exact(work):
+        step(progress, logger, f"exact tables: attack on {len(work.blocks)} blocks")
+    elif work.blocks:
+        progress.update()
+    progress.close()
+    meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
+    (work.out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
+    meta.update(summarize(work.out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
+    (work.out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    claim.finish()
+    return meta
+
+
+def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool):
+    """The comparison checked and its directory claimed (nothing drawn yet), the truth read, the blocks chosen."""
+    from das.attack.audit import auto_geounits
     from das.attack.data import read_persons
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
     from das.pipeline import Pipeline
     from das.research.evaluate import truth_context
-    from das.run import code_version, protected_paths
+    from das.run import protected_paths
     from das.runspec import load_run_spec
 
     comparison.check()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise StudyError(f"--workers must be at least 1, not {workers!r}")
-    out_dir = Path(out_dir)
     spec = load_run_spec(comparison.spec)
     if comparison.rho is None:  # the spec's own budget, under the same cap
         Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho)
@@ -273,69 +326,61 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
             if comparison.attack_blocks else []
     tables = load_attack_tables(comparison.attack_tables or ctx.schema.name)
     rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
-    meta = {
-        "settings": comparison.settings(), "mechanisms": sorted(set(earlier.get("mechanisms", [])) | set(comparison.mechanisms)),
-        "seeds": max(earlier.get("seeds", 0), comparison.seeds), "attack_blocks": blocks,
-        "spec_name": spec.name, "schema": ctx.schema.name, "levels": list(ctx.geography.levels),
-        "n_blocks": ctx.geography.n_blocks, "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
-        "das_version": code_version(), "randomness": "seeded (seeds 0..N-1): NOT private", "notice": CONFIDENTIAL,
-        "confidential": True, "status": "running",
-    }
-    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
-    t0 = time.perf_counter()
-    failures = []
-    tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
-    progress = bar(total=len(tasks) + bool(blocks), desc="releases and attacks", unit="task")
-    for mechanism, seed in tasks:
-        run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
-        done = _part(out_dir, mechanism, seed, "json")
-        attack_path = _part(out_dir, mechanism, seed, "attack.parquet")
-        want_attack = bool(blocks) and seed < comparison.attacked_seeds
-        if done.exists() and (attack_path.exists() or not want_attack):
-            progress.update()
-            continue
-        said = []
-        done.parent.mkdir(parents=True, exist_ok=True)
-        if not done.exists():
-            spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
-            measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
-                                                    workers=workers, allow_large_rho=comparison.allow_large_rho))
-            if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
-                failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
-                                 "stderr": measured.stderr})
-                logger.warning(f"{mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
-                               f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
-                progress.update()
-                continue
-            stats = score_release(ctx, run_dir, mechanism, queries=queries, seed=seed)
-            _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
-            done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
-                                        "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
-            said.append(f"release {measured.seconds:.1f} s, peak {measured.peak_tree_mb:.0f} MB (process tree)")
-        if want_attack and not attack_path.exists():
-            from das.attack.data import read_release
+    work = _Work(comparison, out_dir, workers, ctx, queries, topdown_spec, truth, blocks, tables, rap)
+    return work, claim, earlier, spec
 
-            options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=seed, workers=workers, ip_top=0)
-            frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options=options, tables=tables)
-            _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
-            said.append(f"attack on {len(blocks)} blocks, {frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
-        step(progress, logger, f"{mechanism} seed {seed}: {'; '.join(said)}")
-    exact_path = _part(out_dir, EXACT, 0, "attack.parquet")
-    if blocks and not exact_path.exists():
-        exact_path.parent.mkdir(parents=True, exist_ok=True)
-        options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=0, workers=workers, ip_top=0)
-        _write_parquet(attack_release(truth, truth, blocks, options=options, tables=tables).assign(mechanism=EXACT, seed=0),
-                       exact_path)
-        step(progress, logger, f"exact tables: attack on {len(blocks)} blocks")
-    elif blocks:
-        progress.update()
-    progress.close()
-    meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
-    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
-    meta.update(summarize(out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
-    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
-    claim.finish()
-    return meta
+
+def _release_and_attack(work: _Work, mechanism: str, seed: int, failures: list) -> list[str]:
+    """One seed of one mechanism: its release made and scored, then attacked, each unless done before;
+    what was done (empty: nothing left to do, or the release failed and is recorded in `failures`)."""
+    from das.attack.audit import AuditOptions
+
+    comparison, out_dir = work.comparison, work.out_dir
+    run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
+    done = _part(out_dir, mechanism, seed, "json")
+    attack_path = _part(out_dir, mechanism, seed, "attack.parquet")
+    want_attack = bool(work.blocks) and seed < comparison.attacked_seeds
+    said: list[str] = []
+    if done.exists() and (attack_path.exists() or not want_attack):
+        return said
+    done.parent.mkdir(parents=True, exist_ok=True)
+    if not done.exists():
+        spec_for = work.topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
+        measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
+                                                workers=work.workers, allow_large_rho=comparison.allow_large_rho))
+        if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
+            failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode, "stderr": measured.stderr})
+            logger.warning(f"{mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
+                           f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
+            return said
+        stats = score_release(work.ctx, run_dir, mechanism, queries=work.queries, seed=seed)
+        _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
+        done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
+                                    "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
+        said.append(f"release {measured.seconds:.1f} s, peak {measured.peak_tree_mb:.0f} MB (process tree)")
+    if want_attack and not attack_path.exists():
+        from das.attack.data import read_release
+
+        options = AuditOptions(runs=comparison.attack_runs, rap=work.rap, seed=seed, workers=work.workers, ip_top=0)
+        frame = attack_release(read_release(run_dir, work.ctx.schema), work.truth, work.blocks, options=options,
+                               tables=work.tables)
+        _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
+        said.append(f"attack on {len(work.blocks)} blocks, {frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
+    return said
+
+
+def _attack_exact(work: _Work) -> bool:
+    """The exact tables attacked on the same blocks (once), the reference every release is read against."""
+    from das.attack.audit import AuditOptions
+
+    exact_path = _part(work.out_dir, EXACT, 0, "attack.parquet")
+    if not work.blocks or exact_path.exists():
+        return False
+    exact_path.parent.mkdir(parents=True, exist_ok=True)
+    options = AuditOptions(runs=work.comparison.attack_runs, rap=work.rap, seed=0, workers=work.workers, ip_top=0)
+    frame = attack_release(work.truth, work.truth, work.blocks, options=options, tables=work.tables)
+    _write_parquet(frame.assign(mechanism=EXACT, seed=0), exact_path)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
