@@ -88,7 +88,7 @@ def _certificates(problem) -> dict:
                                    answers=answers)
         if answers is not None:  # the dual bound alone (certify keeps the better of it and Frank-Wolfe's)
             value, gap = value, solve._dual_gap(problem, columns, terms, [v - y for v, (_, y, _) in zip(answers, terms)],
-                                                value, parent_sums=parent[1], bounds=bounds, fixed=[],
+                                                value=value, parent_sums=parent[1], bounds=bounds, fixed=[],
                                                 x_total=float(x.sum()))
         figures[f"{name}_gap"], figures[f"{name}_ratio"] = gap, gap / (solve.GAP_TOL * max(value, 1.0))
     figures["objective"] = value

@@ -89,11 +89,11 @@ def recording(records: list[dict], driver: dict):
     import das.validate.driver
 
     def timed_tasks(original: Callable) -> Callable:
-        def wrapper(executor, fn, tasks, *args):
+        def wrapper(executor, fn, tasks, *args, **kwargs):
             name = getattr(fn, "__name__", None) or fn.func.__name__
             if name not in STAGES:
-                return original(executor, fn, tasks, *args)
-            found = original(executor, functools.partial(_timed_task, STAGES[name], fn), tasks, *args)
+                return original(executor, fn, tasks, *args, **kwargs)
+            found = original(executor, functools.partial(_timed_task, STAGES[name], fn), tasks, *args, **kwargs)
             records.extend(record for _, record in found)
             return [result for result, _ in found]
         return wrapper

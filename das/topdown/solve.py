@@ -348,12 +348,12 @@ def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=N
     candidates = [residuals] if answers is None else [residuals, [v - y for v, (_, y, _) in zip(answers, terms)]]
     gap = np.inf
     for r in candidates:
-        gap = min(gap, _dual_gap(problem, columns, terms, r, value, parent_sums=parent_sums, bounds=bounds,
+        gap = min(gap, _dual_gap(problem, columns, terms, r, value=value, parent_sums=parent_sums, bounds=bounds,
                                  fixed=fixed, x_total=float(x.sum())))
     return value, gap
 
 
-def _dual_gap(problem, columns, terms, residuals, value: float, *, parent_sums, bounds, fixed, x_total: float) -> float:
+def _dual_gap(problem, columns, terms, residuals, *, value: float, parent_sums, bounds, fixed, x_total: float) -> float:
     """objective(x) - the Fenchel dual bound at u_q = 2 w_q r_q (`certify`); inf when the set is unbounded below."""
     grad, offset = np.zeros(len(columns)), 0.0
     for (a, y, w), r in zip(terms, residuals):
