@@ -83,6 +83,7 @@ def _timed_task(stage: str, fn: Callable, arg):
 def recording(records: list[dict], driver: dict):
     """Every state task (A, B, C, and V: a state's validation) through `_timed_task` (records appended), the
     driver's stages timed into `driver`."""
+    import das.frame
     import das.io.parts
     import das.partitioned
     import das.run
@@ -126,7 +127,7 @@ def recording(records: list[dict], driver: dict):
                 (das.partitioned, "measure_top", timed(das.partitioned, "measure_top", "top_measure")),
                 (das.partitioned, "solve_top", timed(das.partitioned, "solve_top", "top_solve")),
                 (das.io.parts, "assemble", timed(das.io.parts, "assemble", "assemble")),
-                (das.run, "validate_run", timed(das.run, "validate_run", "validate"))]
+                (das.frame, "validate_run", timed(das.frame, "validate_run", "validate"))]
     try:
         yield
     finally:
