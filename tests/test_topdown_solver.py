@@ -166,7 +166,7 @@ def test_the_dual_certificate_is_a_lower_bound_at_any_answers(seed):
                                        answers=answers)
             assert value - gap <= best * (1 + 1e-9) + 1e-9  # objective - gap never above the optimum
             frank_wolfe = solve.certify(problem, columns, terms, x, parent_sums=sums, bounds=bounds, fixed=[])[1]
-            assert gap <= frank_wolfe  # the better of the two bounds is kept
+            assert gap <= max(frank_wolfe, solve.GAP_TOL * max(value, 1.0))  # within tolerance, or the better bound
 
 
 def test_the_certificate_at_the_solvers_answers_is_not_moved_by_a_shift_of_x():
