@@ -83,17 +83,18 @@ def _timed_task(stage: str, fn: Callable, arg):
 def recording(records: list[dict], driver: dict):
     """Every state task (A, B, C, and V: a state's validation) through `_timed_task` (records appended), the
     driver's stages timed into `driver`."""
+    import das.frame
     import das.io.parts
     import das.partitioned
     import das.run
     import das.validate.driver
 
     def timed_tasks(original: Callable) -> Callable:
-        def wrapper(executor, fn, tasks, *args):
+        def wrapper(executor, fn, tasks, *args, **kwargs):
             name = getattr(fn, "__name__", None) or fn.func.__name__
             if name not in STAGES:
-                return original(executor, fn, tasks, *args)
-            found = original(executor, functools.partial(_timed_task, STAGES[name], fn), tasks, *args)
+                return original(executor, fn, tasks, *args, **kwargs)
+            found = original(executor, functools.partial(_timed_task, STAGES[name], fn), tasks, *args, **kwargs)
             records.extend(record for _, record in found)
             return [result for result, _ in found]
         return wrapper
@@ -126,7 +127,7 @@ def recording(records: list[dict], driver: dict):
                 (das.partitioned, "measure_top", timed(das.partitioned, "measure_top", "top_measure")),
                 (das.partitioned, "solve_top", timed(das.partitioned, "solve_top", "top_solve")),
                 (das.io.parts, "assemble", timed(das.io.parts, "assemble", "assemble")),
-                (das.run, "validate_run", timed(das.run, "validate_run", "validate"))]
+                (das.frame, "validate_run", timed(das.frame, "validate_run", "validate"))]
     try:
         yield
     finally:

@@ -86,6 +86,7 @@ class Work:
     engine: EngineOptions  # a state's subtree is solved in its task (on a pool of its own if it is wide)
     outputs: OutputPlan
     memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
+    spread: bool = False  # a state task submits its chunks and batches to the cluster it runs on (Dask)
 
     @property
     def persons_limit(self) -> float | None:
@@ -93,11 +94,20 @@ class Work:
         return None if self.memory_mb is None else self.memory_mb / TASK_MB_PER_PERSON
 
     @classmethod
-    def of(cls, pipe: Pipeline, run_dir: RunDir, memory_mb: float | None = None) -> Work:
+    def of(cls, pipe: Pipeline, run_dir: RunDir, memory_mb: float | None = None, executor=None) -> Work:
         metadata = pipe.metadata()
         return cls(pipe.spec.levels, pipe.schemas, {n: r.measured for n, r in pipe.releases.items()}, pipe.rng,
                    metadata, run_dir.path, pipe.engine_options(workers=1, progress=False),
-                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb)
+                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb, getattr(executor, "spreads", False))
+
+    def pool(self, width: int):
+        """Where a state task's chunks and batches run: the cluster it runs on (`spread`), a pool of `width`
+        processes of its own, or (width 1) the task itself."""
+        if self.spread:
+            from das.distributed import TaskClient
+
+            return TaskClient()
+        return local_executor(width)
 
     @property
     def nmf_dir(self) -> Path:
@@ -186,10 +196,11 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
     t0 = time.perf_counter()
     check_levels(pipe.spec.levels)
     inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
-    work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor))
+    work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor), executor)
     persons = [input_records(si.persons) for si in inputs]
     tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
-                                      limit=work.persons_limit, desc="reading the states"))
+                                      limit=work.persons_limit, places=worker_budgets(executor),
+                                      desc="reading the states"))
     where = preflight.nearest_existing(run_dir.path)  # every state's files together, before any noise
     preflight.check_space(preflight.SpaceEstimate(sum(s.bytes_needed for s in tops.states),
                                                   shutil.disk_usage(where).free, where), run_dir.path,
@@ -347,9 +358,9 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
         geography, invariants = _state_facts(work, si.state)
         return StateSolved(si.state, [_report(r) for r in meta["reports"]],
                            _units_bounds(work, geography, invariants, persons))
-    pool = local_executor(width)  # a wide state measures and solves on a pool of its own
+    pool = work.pool(width)  # a wide state measures and solves on a pool of its own, or on the cluster
     try:
-        geography, invariants = measure_state((work, si), pool if width > 1 else None)
+        geography, invariants = measure_state((work, si), pool if width > 1 or work.spread else None)
         persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, nmf_dir=work.nmf_dir,
                                        options=replace(_engine(work, si.state, width), executor=pool),
                                        start=("state", row))
@@ -383,10 +394,16 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
     persons, _, _ = load_solved(work.files.solution("persons", state))
     solved, reports = {"persons": persons}, []
     if row is not None:
-        solved["units"], reports = postprocess("units", work.schemas["units"], geography,
-                                               _with_household_persons(work, invariants, persons),
-                                               nmf_dir=work.nmf_dir, options=_engine(work, state, width),
-                                               start=("state", row))
+        pool = work.pool(width) if work.spread else None  # else postprocess starts a pool of `width` itself
+        try:
+            solved["units"], reports = postprocess("units", work.schemas["units"], geography,
+                                                   _with_household_persons(work, invariants, persons),
+                                                   nmf_dir=work.nmf_dir,
+                                                   options=replace(_engine(work, state, width), executor=pool),
+                                                   start=("state", row))
+        finally:
+            if pool is not None:
+                pool.close()
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
     written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas,
                                             geography.blocks, solved, gq_facilities=invariants.gq_facilities,
@@ -409,6 +426,16 @@ def task_budget_mb(memory_gb: float | None, executor) -> float | None:
         raise RunError(f"--memory-gb {memory_gb:g} leaves nothing for the state tasks: the driver and {slots} "
                        f"workers need about {alone / 1024:.1f} GB alone")
     return memory_gb * 1024 - alone
+
+
+def worker_budgets(executor) -> dict[str, float] | None:
+    """What each worker may hold in state tasks, in persons (the budget's unit): its own memory limit less a
+    worker baseline, on an executor whose workers have limits (Dask); None elsewhere, or if a worker has none."""
+    limits = getattr(executor, "memory_limits_mb", None)
+    found = limits() if limits is not None else {}
+    if not found or any(mb is None for mb in found.values()):
+        return None
+    return {worker: max(0.0, mb - WORKER_BASE_MB) / TASK_MB_PER_PERSON for worker, mb in found.items()}
 
 
 def input_records(path: Path) -> int:
@@ -448,7 +475,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
     """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
     Returns the nation's solved histograms (per release), the level reports and the files written
     (by manifest field, das.io.parts.assemble)."""
-    work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor)), run_dir.nmf_dir
+    work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor), executor), run_dir.nmf_dir
+    places = worker_budgets(executor)
     codes = np.array([s.state for s in tops.states])
     options = pipe.engine_options()
 
@@ -460,7 +488,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
     solved_b = largest_first(executor, solve_state,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
                              sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
-                             desc="measuring and solving the states")
+                             places=places, desc="measuring and solving the states")
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
     logger.info(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
@@ -476,7 +504,7 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
     done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
                          sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
-                         desc="writing the states")
+                         places=places, desc="writing the states")
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0
