@@ -11,7 +11,8 @@ wall, CPU of the driver and of the workers, the driver's and every worker's peak
 (A read, B measure and solve persons, C units and parts, V validate) its CPU and its peak over the worker's
 baseline, per person, against the task's admission estimate (das.partitioned.TASK_MB_PER_PERSON); per level the
 largest batch (its parents, children, seconds) and the L2 certificate; the bytes the run read and wrote (every
-process's rchar and wchar, the pollers' own reads left out); whether validation passed.
+process's rchar and wchar, the pollers' own reads left out); whether validation passed; then, in a process of its
+own, the largest county's tract problem alone (benchmarks/largest_parent.py: its peak and its certificate).
 """
 
 from __future__ import annotations
@@ -198,8 +199,20 @@ def run_big() -> dict:
     from benchmarks.projection import project_from
 
     figures = run_state(_input_dir("big"), BIG)
+    figures.update(largest_parent(_input_dir("big"), int(figures["largest_county_tracts"])))
     figures.update(project_from(figures))
     return figures
+
+
+def largest_parent(input_dir: Path, children: int) -> dict:
+    """The largest county's tract problem alone (benchmarks/largest_parent.py), in a process of its own after the
+    run: its peak over the process's baseline, its solve's CPU and its certificate, prefixed `largest_parent_`."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.largest_parent", str(input_dir), str(children)],
+                          check=True, capture_output=True, text=True, cwd=ROOT)
+    f = json.loads(done.stdout)
+    return {"largest_parent_children": float(f["children"]), "largest_parent_peak_mb": f["l2_peak_over_base_mb"],
+            "largest_parent_cpu_s": f["solve_parent_cpu_seconds"], "largest_parent_l2_s": f["l2_seconds"],
+            "largest_parent_gap_ratio": f["dual_at_answers_ratio"]}
 
 
 def run_vermont() -> dict:

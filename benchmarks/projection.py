@@ -5,7 +5,8 @@ Measured (benchmarks/big_state.py, one run): each state task stage's CPU per per
 persons, of which all but reading is divisible among a state's slots; C units and parts, its engine part
 divisible; V validate) and its memory per person over a worker's baseline; the largest batch of each level
 below the county; the largest county's tract problem (2,400 tracts), with its growth exponent measured on
-Honolulu's tracts replicated (benchmarks/largest_parent.py); the driver's serial work (the top's measurement and
+Honolulu's tracts replicated, and its peak memory over a worker's baseline (benchmarks/largest_parent.py on the
+big state's largest county, in a process of its own); the driver's serial work (the top's measurement and
 solves, the assembly, validation's driver part, and the rest of the driver's CPU: fingerprints, digests,
 signing, manifest) per person; the bytes read and written per person.
 
@@ -69,7 +70,8 @@ def rates(f: dict) -> dict:
             "driver_bytes_per_person": (f["driver_bytes_read"] + f["driver_bytes_written"]) / persons,
             "tract_task_s": tract_task, "tract_task_children": f["persons_tract_largest_children"],
             "below_tract_s": f["persons_block_group_largest_task_s"] + f["persons_block_largest_task_s"],
-            "parent_peak_mb": f.get("worker_peak_mb", 0.0), "driver_peak_mb": f["driver_peak_mb"],
+            "parent_peak_mb": f["largest_parent_peak_mb"], "parent_children": f["largest_parent_children"],
+            "driver_peak_mb": f["driver_peak_mb"],
             "efficiency": f.get("engine_efficiency", 0.8),
             "batches_per_person": sum(v for k, v in f.items() if k.endswith("_batches")) / persons}
 
@@ -137,9 +139,12 @@ def project(r: dict, target: Target) -> dict:
     for name, seconds in serial.items():
         out[f"serial_{name}_s"] = seconds
     wall += sum(serial.values())
-    largest = max(out[f"stage_{s}_largest_gb"] for s in "ABCV") + r["parent_peak_mb"] / 1024
-    out.update({"h": wall / 3600, "largest_task_gb": largest, "fits": float(largest * 1024 <= budget),
-                "critical_path_s": max(path_of.values())})
+    # a state task's admission estimate, and beside it on the same worker the largest parent (Los Angeles's tracts,
+    # its measured peak grown linearly in tracts: 976 -> 2,400 measured it so), which a cluster may place anywhere
+    parent_gb = r["parent_peak_mb"] * max(t for _, t in LARGEST_COUNTIES.values()) / r["parent_children"] / 1024
+    largest = max(out[f"stage_{s}_largest_gb"] for s in "ABCV") + parent_gb
+    out.update({"h": wall / 3600, "largest_parent_gb": parent_gb, "largest_task_gb": largest,
+                "fits": float(largest * 1024 <= budget), "critical_path_s": max(path_of.values())})
     return out
 
 

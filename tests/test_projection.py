@@ -15,7 +15,8 @@ def _figures(**changes) -> dict:
          "state_V_kb_per_person": 0.6, "persons_county_cpu_s": 1.0, "persons_tract_cpu_s": 5.0,
          "persons_block_cpu_s": 25.0, "units_tract_cpu_s": 1.0, "units_block_cpu_s": 4.0,
          "persons_tract_largest_task_s": 100.0, "persons_tract_largest_children": 2400.0,
-         "persons_block_group_largest_task_s": 2.0, "persons_block_largest_task_s": 5.0, "worker_peak_mb": 2500.0,
+         "persons_block_group_largest_task_s": 2.0, "persons_block_largest_task_s": 5.0, "largest_parent_peak_mb": 2300.0,
+         "largest_parent_children": 2400.0,
          "persons_block_batches": 100.0}
     return {**f, **changes}
 
