@@ -303,6 +303,28 @@ def test_dense_marg_keeps_pairs_whose_dependency_outweighs_their_noise():
     assert sum(shares) == Fraction(7, 3) and shares[0] < shares[1] < shares[2]
 
 
+def test_privsyn_noise_error_is_the_expected_l1_noise_of_das_measurements():
+    """Under sigma^2 = 1/rho_j a marginal of c cells errs by c sqrt(2 / (pi rho_j)) in L1 (the paper's
+    sqrt(1 / (pi rho_j)) is for sigma^2 = 1/(2 rho_j), half das's variance)."""
+    from das.mechanisms.privsyn import noise_error
+    from das.privacy.sampler import discrete_gaussian
+
+    cells, rho = 50, Fraction(1, 50)  # sigma^2 = 50: the discrete Gaussian's E|Z| is the continuous one's
+    expected = noise_error(cells ** (2 / 3), float(rho))
+    draws = discrete_gaussian(1 / rho, 400 * cells, SeededRandomSource(0))
+    assert abs(np.abs(draws).mean() * cells - expected) < 0.02 * expected
+    assert expected == pytest.approx(cells * np.sqrt(2 / (np.pi * float(rho))))
+
+
+def test_dense_marg_charges_a_pair_the_noise_it_adds_to_the_one_way_marginals():
+    from das.mechanisms.privsyn import dense_marg
+
+    cells = np.array([4])  # its own noise: 4 sqrt(2 / pi) = 3.2; with one-way weight 10 sharing rho: 10.1 more
+    assert dense_marg(np.array([6.0]), cells, 1.0) == [0]
+    assert dense_marg(np.array([6.0]), cells, 1.0, one_way=10.0) == []
+    assert dense_marg(np.array([12.0]), cells, 1.0, one_way=10.0) == [0]
+
+
 def test_privsyn_combines_chosen_pairs_into_cliques_that_fit():
     from das.mechanisms.domain import Domain
     from das.mechanisms.privsyn import combine
