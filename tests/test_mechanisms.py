@@ -151,22 +151,25 @@ def test_integer_projection_keeps_the_rounded_noisy_total():
     assert out.tolist()[1] == [0, 0, 0, 0] and out[0].sum() == 3 and (out >= 0).all()
 
 
-def test_flat_block_totals_are_unbiased_over_seeds():
-    geocodes = blocks(2, 10)
-    truth = np.zeros((20, PL94.size), dtype=np.int64)
+def test_flat_tract_and_county_totals_are_unbiased_with_many_empty_blocks():
+    """Projected per block, an empty block's noisy total (sd 28) is clipped at zero and every tract gains hundreds;
+    projected per tract, the tract total is the rounded sum of its noisy cells: unbiased."""
+    geocodes = blocks(2, 20)
+    truth = np.zeros((40, PL94.size), dtype=np.int64)
     rng = np.random.default_rng(1)
-    for b in range(20):  # about 200 persons a block: the noisy total is never clipped at 0
+    for b in range(0, 40, 4):  # one block in four holds about 200 persons, the rest are empty
         truth[b, rng.choice(PL94.size, 40, replace=False)] = rng.integers(1, 10, 40)
+    tract_of = np.repeat([0, 1], 20)
     errors, ledgers = [], []
     for seed in range(30):
         data = synthetic_input(truth, geocodes, seed=seed)
-        out = run_mechanism("flat", data)
-        errors.append(np.asarray(out.sum(axis=1)).ravel() - truth.sum(axis=1))
+        out = np.asarray(run_mechanism("flat", data).sum(axis=1)).ravel()
+        errors.append(np.bincount(tract_of, weights=out - truth.sum(axis=1)))
         ledgers.append(data.ledger.spent)
     errors = np.concatenate(errors)
-    # one block total: the sum of 2016 noisy cells, sd about sqrt(2016 / rho) = 28
+    # a tract total: the sum of 20 x 2016 noisy cells, sd sqrt(40320 / rho) = 126
     assert abs(errors.mean()) < 4 * errors.std() / np.sqrt(len(errors))
-    assert 20 < errors.std() < 36
+    assert 90 < errors.std() < 160
     assert set(ledgers) == {RHO}
 
 
