@@ -186,20 +186,17 @@ def test_stability_threshold_is_the_smallest_with_delta():
 
 
 def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_unbiased():
-    from das.mechanisms.stability import threshold
+    from das.mechanisms.stability import stability_histogram, threshold
 
     n_single, n_large = 3000, 300
-    geocodes = blocks(1, n_single + n_large)
-    truth = sp.lil_matrix((len(geocodes), PL94.size), dtype=np.int64)
+    truth = sp.lil_matrix((n_single + n_large, PL94.size), dtype=np.int64)
     for b in range(n_single):
         truth[b, 5] = 1
     for b in range(n_single, n_single + n_large):
         truth[b, 7] = 100
-    rho = Fraction(1, 8)  # eps = 1/2, noise exp(-|z|/4)
-    data = SynthesisInput(PL94, Geography.from_blocks(geocodes), truth.tocsr(), rho, Fraction(1, 10),
-                          SeededRandomSource(3), Ledger(rho))
-    out = run_mechanism("stability", data)
-    T = threshold(Fraction(1, 4), Fraction(1, 20))
+    eps_half = Fraction(1, 4)  # noise exp(-|z|/4)
+    T = threshold(eps_half, Fraction(1, 20))
+    out = stability_histogram(truth.tocsr(), eps_half, T, SeededRandomSource(3))
     a = np.exp(-0.25)
     p = a ** (T - 1) / (1 + a)  # P(1 + Z >= T)
     released = (np.asarray(out[:n_single].sum(axis=1)).ravel() > 0).sum()
@@ -208,7 +205,46 @@ def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_un
     assert (large >= T).all()
     assert abs(large.mean() - 100) < 4 * np.sqrt(2 * a / (1 - a) ** 2 / n_large)
     assert out.nnz == released + n_large  # nothing where the truth is zero
-    assert data.ledger.spent == rho and data.ledger.delta_parts == {"stability threshold": Fraction(1, 20)}
+
+
+def test_stability_is_certified_at_topdowns_eps_and_delta_with_charges_summing_to_rho(tmp_path):
+    """Calibrated to the (eps, delta) the nominal rho certifies (17.1436 at 1e-10 for the 2020 budget): the
+    threshold is 4, not the 22 of eps = sqrt(2 rho) converted back through rho, and no weaker than TopDown's."""
+    from das.mechanisms.stability import TOTAL_SHARE, threshold
+    from das.privacy.accounting import eps_for_delta
+
+    out = synthesize("tiny", "stability", tmp_path / "r", seed=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    cert = manifest["privacy"]["persons"]
+    assert cert["eps"] == eps_for_delta(RHO, "1e-10") == 17.1436 and cert["delta"] == "1e-10"
+    assert cert["delta_parts"] == {"stability threshold": "1/10000000000"}
+    assert sum(Fraction(c["rho"]) for c in cert["charges"]) == Fraction(cert["rho"]) == RHO
+    eps = Fraction(171436, 10000)
+    assert manifest["mechanism"]["details"]["threshold"] == threshold((1 - TOTAL_SHARE) * eps / 2, Fraction(1, 10**10)) == 4
+    assert Fraction(manifest["mechanism"]["details"]["eps_totals"]) == eps * TOTAL_SHARE
+    assert validate_run(out).ok
+
+
+def test_stability_tract_totals_are_unbiased_though_small_bins_are_lost():
+    geocodes = blocks(2, 30)
+    rng = np.random.default_rng(5)
+    truth = np.zeros((60, PL94.size), dtype=np.int64)
+    for b in range(60):  # many bins of one or two persons: most fall below the threshold
+        truth[b, rng.choice(PL94.size, 12, replace=False)] = rng.integers(1, 3, 12)
+        truth[b, 0] = 20
+    tract_of = np.repeat([0, 1], 30)
+    errors, lost = [], []
+    for seed in range(40):
+        data = synthetic_input(truth, geocodes, seed=seed)
+        result = MECHANISMS["stability"].run(data)
+        out = np.asarray(result.histograms.sum(axis=1)).ravel()
+        errors.append(np.bincount(tract_of, weights=out - truth.sum(axis=1)))
+        lost.append(result.details["bins_released"])
+        assert data.ledger.spent == RHO
+    errors = np.concatenate(errors)
+    assert max(lost) < 60 * 13 / 2  # the histogram alone loses most small bins ...
+    # ... the tract totals do not: their noise is discrete Laplace of scale 2 / eps_t, sd 2.3, plus rounding
+    assert abs(errors.mean()) < 4 * errors.std() / np.sqrt(len(errors)) + 0.5 and errors.std() < 5
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,6 +51,15 @@ class MechanismError(ValueError):
     """A mechanism cannot run as asked (unknown name, missing optional extra, unusable budget)."""
 
 
+@dataclass(frozen=True)
+class DirectGuarantee:
+    """A mechanism that is (eps, delta)-DP directly (not zCDP), calibrated to and certified at this pair."""
+
+    eps: Fraction
+    delta: Fraction
+    basis: str  # how it holds, as the certificate's `conversion` says it
+
+
 @dataclass
 class Ledger:
     """The charges a mechanism makes, each once, against an exact budget (refuses to overspend)."""
@@ -59,6 +68,7 @@ class Ledger:
     accountant: PrivacyAccountant = None
     entries: list[Charge] = field(default_factory=list)
     delta_parts: dict = field(default_factory=dict)  # approximate-DP steps: name -> delta (Fraction)
+    direct: DirectGuarantee | None = None  # set by a mechanism certified at its own (eps, delta)
 
     def __post_init__(self):
         if self.accountant is None:
@@ -152,21 +162,37 @@ def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, *, 
     """The certificate of a synthetic release: every charge, rho = their exact sum, (eps, delta).
 
     delta is the run's; approximate-DP steps take their delta out of it, and the rest converts the
-    zCDP guarantee (CKS 2020, Cor. 13).
+    zCDP guarantee (CKS 2020, Cor. 13). A mechanism that is (eps, delta)-DP directly (`ledger.direct`)
+    is certified at its own pair, with no conversion; its charges still sum to the nominal rho.
     """
     rho = ledger.spent
+    common = dict(schema=schema.name, strategy=f"mechanism {name}", mechanism=name, levels=tuple(levels),
+                  convention=CONVENTION, budget=ledger.budget, rho=rho, delta=delta, randomness=randomness_text(private),
+                  private=bool(private), charges=tuple(ledger.entries), by_level=(),  # no TopDown measurements (no NMF)
+                  warning=None if private else NOT_PRIVATE_WARNING)
+    if ledger.direct is not None:
+        return _direct_certificate(name, ledger, delta, common)
     delta_steps = sum(ledger.delta_parts.values(), Fraction(0))
     delta_conversion = delta - delta_steps
     if delta_conversion <= 0:
         raise MechanismError(f"{name}: its steps use delta {delta_steps}, not less than the run's delta {delta}")
-    return Certificate(
-        schema=schema.name, strategy=f"mechanism {name}", mechanism=name, levels=tuple(levels), convention=CONVENTION,
-        budget=ledger.budget, rho=rho, delta=delta,
-        delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
-        eps=eps_for_delta(rho, delta_conversion), eps_rounding=EPS_ROUNDING, eps_loose_bound=eps_loose(rho, delta_conversion),
-        conversion=CONVERSION, loose_bound=LOOSE_BOUND, randomness=randomness_text(private), private=bool(private),
-        charges=tuple(ledger.entries), by_level=(),  # no TopDown measurements (no NMF): the charges are the whole budget
-        warning=None if private else NOT_PRIVATE_WARNING)
+    return Certificate(**common, delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
+                       eps=eps_for_delta(rho, delta_conversion), eps_rounding=EPS_ROUNDING,
+                       eps_loose_bound=eps_loose(rho, delta_conversion), conversion=CONVERSION, loose_bound=LOOSE_BOUND)
+
+
+def _direct_certificate(name: str, ledger: Ledger, delta: Fraction, common: dict) -> Certificate:
+    """The certificate of an (eps, delta)-DP mechanism at its own pair: its delta parts are the whole delta."""
+    direct = ledger.direct
+    if direct.delta != delta or sum(ledger.delta_parts.values(), Fraction(0)) != delta:
+        raise MechanismError(f"{name}: certified at its own delta {direct.delta}, its delta parts "
+                             f"{ledger.delta_parts} must sum to the run's delta {delta}")
+    eps = float(direct.eps)  # a decimal of EPS_DECIMALS places: its JSON text is the exact value calibrated to
+    if Fraction(repr(eps)) != direct.eps:
+        raise MechanismError(f"{name}: eps {direct.eps} is not a decimal the certificate can state exactly")
+    return Certificate(**common, delta_parts=dict(ledger.delta_parts), eps=eps,
+                       eps_rounding="exact: the eps the mechanism is calibrated to", eps_loose_bound=eps,
+                       conversion=direct.basis, loose_bound="not applicable: no conversion from rho")
 
 
 def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:
