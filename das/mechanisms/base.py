@@ -3,15 +3,18 @@
 A mechanism is a function `SynthesisInput -> Synthesis`: it reads the true block histograms
 (n_blocks x schema cells), spends budget only through `Ledger.charge` (which refuses to overspend),
 and returns nonnegative integer block histograms. The schedule of charges depends only on public
-things (budget, schema, geography), never on the data.
+things (budget, schema, geography), never on the data; a step whose parameters depend on earlier
+noisy outputs (AIM's annealing) is charged as one filtered step whose cap is fixed in advance.
 
 Neighbours: bounded, change one record (das's convention, docs/privacy.md). A record's block is part
 of the record, so a change may move a person from one geounit to another. A mechanism run
 independently per geounit (parallel composition) then sees one record removed in one geounit and one
-added in another: a step whose cost does not cover both at once (the exponential mechanism) is
-charged twice; a discrete Gaussian measurement of a histogram calibrated to squared L2 sensitivity
+added in another. A discrete Gaussian measurement of a histogram calibrated to squared L2 sensitivity
 2 costs the same either way (rho = 1/sigma^2: within one geounit one change moves two cells; across
-two, each geounit's histogram moves one cell, 1/(2 sigma^2) twice).
+two, each geounit's histogram moves one cell, 1/(2 sigma^2) twice). An exponential-mechanism
+selection calibrated to the change-one sensitivity Delta costs eps^2/8 either way when a record added
+to or removed from a geounit moves every score by at most Delta/sqrt(2) (`Ledger.exponential`, proof
+in docs/mechanisms.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from das.privacy.accounting import (
     randomness_text,
 )
 from das.privacy.certificate import Certificate, Charge, fraction_text
+from das.privacy.exponential import exponential_rho
 from das.privacy.randomness import RandomSource
 from das.schema import Schema
 
@@ -88,12 +92,21 @@ class Ledger:
         return sigma2
 
     def exponential(self, scope: str, step: str, eps: Fraction, sensitivity: Fraction | str, *,
-                    per_geounit: bool) -> None:
-        """Charge an eps exponential-mechanism selection: eps^2/8, twice when run per geounit (a moved record)."""
-        rho = eps * eps / 8 * (2 if per_geounit else 1)
-        self.charge(scope, step, rho, "exponential mechanism", eps=eps, sensitivity=sensitivity,
-                    cost="2 x eps^2/8 (a changed record may move between two geounits)" if per_geounit
-                    else "eps^2/8 (bounded range)")
+                    add_remove: Fraction | None) -> None:
+        """Charge an eps exponential-mechanism selection (calibrated to the change-one `sensitivity` Delta): eps^2/8.
+
+        Run per geounit, `add_remove` bounds how far one record added to or removed from a geounit moves any
+        score, as a fraction r of Delta. A record moving between two geounits makes each selection
+        (r eps)-bounded-range, together 2 (r eps)^2/8 <= eps^2/8 when r^2 <= 1/2; a change within one geounit
+        costs eps^2/8 (docs/mechanisms.md). A larger r is refused. None: one selection over the whole input.
+        """
+        if add_remove is not None:
+            check_add_remove(add_remove, step)
+        cost = ("eps^2/8 (bounded range)" if add_remove is None else
+                f"eps^2/8 (bounded range; a record moving between two geounits moves each one's scores by at most "
+                f"{fraction_text(add_remove)} x Delta: 2 x ({fraction_text(add_remove)} eps)^2/8 <= eps^2/8)")
+        self.charge(scope, step, exponential_rho(eps), "exponential mechanism", eps=eps, sensitivity=sensitivity,
+                    cost=cost)
 
     @property
     def spent(self) -> Fraction:
@@ -193,6 +206,19 @@ def _direct_certificate(name: str, ledger: Ledger, delta: Fraction, common: dict
     return Certificate(**common, delta_parts=dict(ledger.delta_parts), eps=eps,
                        eps_rounding="exact: the eps the mechanism is calibrated to", eps_loose_bound=eps,
                        conversion=direct.basis, loose_bound="not applicable: no conversion from rho")
+
+
+def check_add_remove(add_remove: Fraction, step: str) -> None:
+    """Refuse a per-geounit selection whose scores an added or removed record moves by more than Delta/sqrt(2)
+    (`add_remove` is that bound as a fraction of Delta): eps^2/8 would not cover a record moving between two."""
+    if not 0 <= add_remove * add_remove <= Fraction(1, 2):
+        raise MechanismError(f"{step}: a per-geounit selection whose add/remove sensitivity is {add_remove} x Delta "
+                             "is not covered by eps^2/8 (needs at most Delta/sqrt(2))")
+
+
+def selection_eps(share: Fraction) -> Fraction:
+    """The largest exact eps (a multiple of 2^-20) whose selection costs at most `share` (exponential_rho, eps^2/8)."""
+    return eps_below_sqrt(8 * share)
 
 
 def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:
