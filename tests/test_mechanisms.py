@@ -456,8 +456,12 @@ def test_aim_fits_the_known_dependency_better_with_more_budget():
     errors = {}
     for rho in (Fraction(1, 100), Fraction(200)):
         data = synthetic_input(truth, blocks(1, 3), rho=rho, seed=6)
-        out = MECHANISMS["aim"].run(data).histograms.toarray()
+        result = MECHANISMS["aim"].run(data)
+        out = result.histograms.toarray()
         assert data.ledger.spent == rho
+        (rounds,) = result.details["rounds"].values()  # the filter: the tract's rounds spend exactly the charged cap
+        (cap,) = [e.rho for e in data.ledger.entries if e.step.startswith("adaptive rounds")]
+        assert sum(1 / Fraction(r["sigma2"]) + Fraction(r["eps"]) ** 2 / 8 for r in rounds) == cap
         pair = [np.bincount(levels[1] * 2 + levels[2], weights=h.sum(axis=0), minlength=4) for h in (out, truth)]
         errors[rho] = np.abs(pair[0] - pair[1]).sum()
     assert errors[Fraction(200)] < 0.05 * truth.sum() < errors[Fraction(1, 100)]
