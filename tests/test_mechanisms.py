@@ -437,6 +437,31 @@ def test_mst_tree_holds_the_known_dependency_and_charges_exactly():
     assert data.ledger.spent == Fraction(200)
 
 
+def test_merged_values_count_as_one_and_spread_evenly_back():
+    """MST's compress_domain: marginals over merged values add their members; a joint over them comes back spread
+    evenly over the members, its total kept."""
+    from das.mechanisms.domain import Domain, Merged
+    from das.mechanisms.mst import merged_domain
+
+    domain = Domain(PL94, 2)
+    noisy = {"block": np.array([0, 50]), "hhgq": np.array([90, 1, 0, 8, -2, 0, 0, 0]), "votingage": np.array([40, 50]),
+             "hispanic": np.array([85, 5]), "cenrace": np.r_[np.array([80, 9]), np.zeros(61, dtype=int)]}
+    merged = merged_domain(domain, noisy, Fraction(9))  # 3 sigma = 9: below it, merged (never the block)
+    assert dict(merged.mapping)["hhgq"].tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
+    assert set(dict(merged.mapping)) == {"hhgq", "hispanic", "cenrace"}
+    assert merged.factor_size("cenrace") == 3 and merged.factor_size("block") == 2
+    counts = np.zeros(domain.size)
+    counts[[0, 5, 4000]] = [3, 2, 7]
+    index, size = merged.marginal(("hhgq",))
+    assert np.bincount(index, weights=counts, minlength=size).sum() == 12
+    joint = np.arange(merged.size, dtype=float)
+    spread = merged.expand(joint)
+    assert spread.sum() == pytest.approx(joint.sum())
+    full, _ = merged.marginal(merged.names)
+    assert np.allclose(np.bincount(full, weights=spread, minlength=merged.size), joint)
+    assert isinstance(merged, Merged)
+
+
 @needs_mbi
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mst", "aim"])

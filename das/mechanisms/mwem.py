@@ -158,9 +158,11 @@ def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) ->
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),
-                      "workload": [name for name, _ in workload(Domain(schema, 1))]})
+                      "workload": [name for name, _ in workload(Domain(schema, 1))],
+                      "fit": f"multiplicative weights to convergence (squared residual falling by at most {FIT_TOL:g} of "
+                             f"itself over two sweeps; the final fit {FIT_TOL / 10:g})"})
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: rounds of the schedule",
            "eps_select": "parameter: each selection's eps", "sigma2_measure": "parameter: each measurement's variance",
-           "workload": "parameter: the schema's marginals"}
+           "workload": "parameter: the schema's marginals", "fit": "parameter: how the estimate is fitted"}

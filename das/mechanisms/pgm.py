@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from das.mechanisms.base import MechanismError, round_to_total
-from das.mechanisms.domain import Domain
+from das.mechanisms.domain import Domain, Merged
 from das.privacy.sampler import discrete_gaussian
 
 EXTRA = "mbi"
@@ -46,7 +46,7 @@ def load_mbi():
     return mbi
 
 
-def measure(counts: np.ndarray, domain: Domain, factors: tuple[str, ...], *, sigma2: Fraction, rng) -> np.ndarray:
+def measure(counts: np.ndarray, domain: Domain | Merged, factors: tuple[str, ...], *, sigma2: Fraction, rng) -> np.ndarray:
     """The marginal of `counts` over `factors`, plus discrete Gaussian noise of variance sigma2."""
     index, size = domain.marginal(factors)
     return np.bincount(index, weights=counts, minlength=size).astype(np.int64) + discrete_gaussian(sigma2, size, rng)
@@ -64,9 +64,10 @@ def noisy_total(counts: np.ndarray, sigma2: Fraction, rng) -> int:
 
 
 class Model:
-    """The noisy measurements of one geounit and mbi's model of them."""
+    """The noisy measurements of one geounit and mbi's model of them (over `domain`: a `Domain`, or a `Merged`
+    one whose rare values are merged)."""
 
-    def __init__(self, domain: Domain, total: int):
+    def __init__(self, domain: Domain | Merged, total: int):
         self.mbi = load_mbi()
         self.domain = domain
         self.total = total
@@ -75,8 +76,11 @@ class Model:
         self.model = None
 
     def add(self, factors: tuple[str, ...], noisy: np.ndarray, sigma2: Fraction) -> None:
-        self.measurements.append(self.mbi.LinearMeasurement(noisy.astype(float), factors,
-                                                            stddev=math.sqrt(float(sigma2))))
+        self.add_measurement(self.mbi.LinearMeasurement(noisy.astype(float), factors, stddev=math.sqrt(float(sigma2))))
+
+    def add_measurement(self, measurement) -> None:
+        """An mbi LinearMeasurement as made (e.g. re-expressed over merged values)."""
+        self.measurements.append(measurement)
 
     def fit(self, tol: float = FIT_TOL) -> None:
         """Fit (warm-started from the last fit) until the loss stops improving by more than `tol`."""
@@ -93,8 +97,9 @@ class Model:
         return float(self.mbi.junction_tree.hypothetical_model_size(self.space, list(cliques)))
 
     def joint(self) -> np.ndarray:
-        """The model over the whole domain (block-major, as `Domain`), nonnegative."""
-        return np.maximum(self.marginal(self.domain.names), 0)
+        """The model over the whole original domain (block-major, as `Domain`; merged values spread evenly over
+        their members), nonnegative."""
+        return self.domain.expand(np.maximum(self.marginal(self.domain.names), 0))
 
     def counts(self) -> np.ndarray:
         joint = self.joint()
