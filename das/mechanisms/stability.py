@@ -14,7 +14,8 @@ Nissim, Stemmer 2016; the Harvard CS2080 notes in shared/literature). T is the s
 delta_T <= delta.
 
 Every bin below T is lost, so the released tract totals fall short by hundreds. `TOTAL_SHARE` of eps
-measures every tract's total with discrete Laplace noise of scale 2/eps_t (a changed record moves
+measures every tract's total (per block group where a tract exceeds `MAX_DOMAIN_CELLS` cells, as
+flat projects) with discrete Laplace noise of scale 2/eps_t (a changed record moves
 two tract totals by one: L1 sensitivity 2, eps_t-DP), and post-processing brings each tract to its
 noisy total: the persons missing are spread evenly over the tract's blocks (public) in proportion to
 the tract's released cell counts, or, when the release holds more than the total, the released bins
@@ -40,12 +41,12 @@ import scipy.sparse as sp
 
 from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput, round_to_total
 from das.mechanisms.domain import assemble, geounits
+from das.mechanisms.flat import projection_level
 from das.privacy.accounting import EPS_DECIMALS, eps_for_delta
 from das.privacy.certificate import fraction_text
 from das.privacy.sampler import discrete_laplace_scaled
 
 TOTAL_SHARE = Fraction(1, 20)  # of eps, for the tract totals
-LEVEL = "tract"
 
 
 def threshold(eps_half: Fraction, delta: Fraction) -> int:
@@ -87,19 +88,12 @@ def to_total(released: np.ndarray, total: int) -> np.ndarray:
     return released + round_to_total(extra.ravel()[None, :], np.array([total - have]))[0].reshape(released.shape)
 
 
-def total_level(geography) -> str:
-    """The public units whose totals are measured: tracts, else the lowest level above the block."""
-    if LEVEL in geography.levels:
-        return LEVEL
-    return ([lv for lv in geography.levels if lv != "block"] or ["block"])[-1]
-
-
 def run(data: SynthesisInput) -> Synthesis:
     eps = target_eps(data.budget, data.delta)
     eps_total = eps * TOTAL_SHARE
     eps_half = (eps - eps_total) / 2
     T = threshold(eps_half, data.delta)
-    level = total_level(data.geography)
+    level = projection_level(data.geography, data.schema)
     ledger = data.ledger
     ledger.charge(level, "totals", data.budget * TOTAL_SHARE, "discrete Laplace", eps=eps_total,
                   laplace_scale=2 / eps_total, cost=f"nominal: {fraction_text(TOTAL_SHARE)} of rho as of eps (eps-DP)")
