@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from das.geography import Geography
 from das.mechanisms import MECHANISMS, MechanismError, SynthesisInput, synthesize
 from das.mechanisms.base import Ledger
-from das.mechanisms.flat import nonnegative_integer_projection, project_simplex
+from das.mechanisms.flat import project_simplex
 from das.outdir import OutDirError
 from das.privacy.accounting import BudgetError
 from das.privacy.randomness import SeededRandomSource
@@ -145,10 +145,17 @@ def test_simplex_projection_is_the_euclidean_projection():
             assert np.allclose(theta, theta[0]) and (row[~support] <= theta[0] + 1e-9).all()
 
 
-def test_integer_projection_keeps_the_rounded_noisy_total():
-    noisy = np.array([[2.6, -1.0, 0.7, 0.4], [-3.0, -1.0, 1.0, 0.0]])
-    out = nonnegative_integer_projection(noisy)
-    assert out.tolist()[1] == [0, 0, 0, 0] and out[0].sum() == 3 and (out >= 0).all()
+def test_rounding_by_block_keeps_every_block_total_within_one():
+    """Rounding all cells at once moves persons to the largest fractions wherever they are: here the big block's
+    cells (0.6 each) win and the small blocks (0.3 each) keep two of their six; block totals first keeps them."""
+    from das.mechanisms.base import round_by_block, round_to_total
+
+    expected = np.r_[np.full(10, 0.6), np.full(10, 0.3), np.full(10, 0.3)]  # 3 blocks of 10 cells: totals 6, 3, 3
+    at_once = round_to_total(expected[None, :], np.array([12]))[0].reshape(3, 10).sum(axis=1)
+    by_block = round_by_block(expected, 3, 12).reshape(3, 10)
+    assert at_once.tolist() == [10, 2, 0]  # ties go to the lower index
+    assert by_block.sum(axis=1).tolist() == [6, 3, 3] and (by_block >= 0).all() and by_block.max() == 1
+    assert round_by_block(np.zeros(6), 2, 4).sum() == 4  # no mass: spread evenly
 
 
 def test_flat_tract_and_county_totals_are_unbiased_with_many_empty_blocks():

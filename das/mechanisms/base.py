@@ -226,6 +226,19 @@ def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:
     return Fraction(math.isqrt(x.numerator * (1 << (2 * bits)) // x.denominator), 1 << bits)
 
 
+def round_by_block(expected: np.ndarray, n_blocks: int, total: int) -> np.ndarray:
+    """A geounit's nonnegative expected counts (block-major, n_blocks x cells flattened) -> integers summing to
+    `total`: scaled to it, the block totals rounded first (largest remainders), then each block's cells to its
+    block total. Every block's total is then within one of its expected value; rounding all cells at once
+    instead moves persons to the cells with the largest fractions wherever they are, and block totals drift.
+    """
+    rows = np.asarray(expected, dtype=float).reshape(n_blocks, -1)
+    mass = rows.sum()
+    rows = rows * (total / mass) if mass > 0 else np.full(rows.shape, total / rows.size)
+    block_totals = round_to_total(rows.sum(axis=1)[None, :], np.array([total]))[0]
+    return round_to_total(rows, block_totals).ravel()
+
+
 def round_to_total(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
     """Rows of nonnegative reals -> nonnegative integers summing to `totals` per row (largest remainders).
 

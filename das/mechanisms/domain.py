@@ -128,6 +128,10 @@ class Merged:
         return self.domain.names
 
     @property
+    def n_blocks(self) -> int:
+        return self.domain.n_blocks
+
+    @property
     def size(self) -> int:
         return int(np.prod([self.factor_size(a) for a in self.names]))
 

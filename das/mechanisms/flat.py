@@ -5,8 +5,8 @@ whole budget at the block: blocks are disjoint, so one change costs rho once; sq
 sensitivity 2). Post-processing (no extra budget) per tract, a public unit (per block group where a
 tract would exceed `MAX_DOMAIN_CELLS` cells, as for the full-domain mechanisms): the Euclidean projection
 of the tract's noisy cells (all its blocks together) onto {x >= 0, sum x = N}, N = max(0, round(sum of
-those cells)), an unbiased estimate of the tract total, then integers with the same sum by largest
-remainders. One projection threshold for the whole tract: projecting each block onto its own noisy
+those cells)), an unbiased estimate of the tract total, then integers with the same sum, block totals
+first (base.round_by_block). One projection threshold for the whole tract: projecting each block onto its own noisy
 total instead clips every small block's total at zero (sd sqrt(cells / rho), 28 persons at the 2020
 budget), which biases tract and county totals up by hundreds.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from das.mechanisms.base import MechanismError, Synthesis, SynthesisInput, round_to_total
+from das.mechanisms.base import MechanismError, Synthesis, SynthesisInput, round_by_block
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.privacy.sampler import discrete_gaussian
 
@@ -40,12 +40,6 @@ def project_simplex(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return out
 
 
-def nonnegative_integer_projection(noisy: np.ndarray) -> np.ndarray:
-    """Per row: nonnegative integers summing to max(0, round(row sum)), closest (L2) before rounding."""
-    totals = np.maximum(0, np.rint(noisy.sum(axis=1))).astype(np.int64)
-    return round_to_total(project_simplex(noisy, totals), totals)
-
-
 def projection_level(geography, schema) -> str:
     """The public unit the noisy histograms are projected over: the tract, or the block group where some tract
     has more than MAX_DOMAIN_CELLS cells (decided from the public geography), else the block."""
@@ -63,11 +57,13 @@ def run(data: SynthesisInput) -> Synthesis:
     parts = []
     for _, block_index in geounits(data.geography, level):
         noisy = unit_counts(truth, block_index) + discrete_gaussian(sigma2, len(block_index) * n_cells, data.rng)
-        parts.append((block_index, nonnegative_integer_projection(noisy[None, :])[0]))
+        total = max(0, int(np.rint(noisy.sum())))
+        parts.append((block_index, round_by_block(project_simplex(noisy[None, :], np.array([total]))[0],
+                                                  len(block_index), total)))
     return Synthesis(assemble(n_blocks, n_cells, parts), {
         "sigma2": str(sigma2), "projection_level": level,
         "postprocessing": f"simplex projection of each {level}'s noisy cells to its rounded noisy total, "
-                          "largest-remainder integers"})
+                          "integers by largest remainders, block totals first"})
 
 
 DETAILS = {"sigma2": "parameter: 1/rho", "projection_level": "parameter: the public unit projected over",

@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, round_to_total, selection_eps
+from das.mechanisms.base import Synthesis, SynthesisInput, round_by_block, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
@@ -136,7 +136,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
         measurements.append((index, size, noisy.astype(float)))
         estimate, step, _ = mw_fit(estimate, measurements, float(total), step=step, tol=schedule.tol)
     estimate, _, _ = mw_fit(estimate, measurements, float(total), step=step, tol=schedule.tol / 10)
-    return round_to_total(estimate[None, :], np.array([total]))[0]
+    return round_by_block(estimate, domain.n_blocks, total)
 
 
 def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from das.mechanisms.base import MechanismError, round_to_total
+from das.mechanisms.base import MechanismError, round_by_block
 from das.mechanisms.domain import Domain, Merged
 from das.privacy.sampler import discrete_gaussian
 
@@ -102,6 +102,5 @@ class Model:
         return self.domain.expand(np.maximum(self.marginal(self.domain.names), 0))
 
     def counts(self) -> np.ndarray:
-        joint = self.joint()
-        scaled = joint * self.total / joint.sum() if joint.sum() > 0 else joint
-        return round_to_total(scaled[None, :], np.array([self.total]))[0]
+        """The model's expected counts at the noisy total, rounded block by block (base.round_by_block)."""
+        return round_by_block(self.joint(), self.domain.n_blocks, self.total)

@@ -29,7 +29,7 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, round_to_total, selection_eps
+from das.mechanisms.base import Synthesis, SynthesisInput, round_by_block, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
@@ -105,7 +105,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
         index, size = domain.marginal((child, *parents))
         noisy = np.bincount(index, weights=counts, minlength=size).astype(np.int64) + discrete_gaussian(sigma2, size, rng)
         probability *= conditional(noisy, domain.factor_size(child))[index]
-    out = round_to_total((total * probability / probability.sum())[None, :], np.array([total]))[0]
+    out = round_by_block(probability, domain.n_blocks, total)
     return out, [[child, list(parents)] for child, parents in network]
 
 

@@ -39,7 +39,7 @@ import mpmath
 import numpy as np
 import scipy.sparse as sp
 
-from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput, round_to_total
+from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput, round_by_block
 from das.mechanisms.domain import assemble, geounits
 from das.mechanisms.flat import projection_level
 from das.privacy.accounting import EPS_DECIMALS, eps_for_delta
@@ -77,15 +77,16 @@ def stability_histogram(truth: sp.csr_matrix, eps_half: Fraction, T: int, rng) -
 
 def to_total(released: np.ndarray, total: int) -> np.ndarray:
     """A tract's released (blocks x cells) counts brought to `total`: the persons missing spread evenly over its
-    blocks in proportion to its released cell counts, or the released counts scaled down; integers."""
+    blocks in proportion to its released cell counts, or the released counts scaled down; integers, block totals
+    first (base.round_by_block)."""
     have = int(released.sum())
+    n_blocks = released.shape[0]
     if total <= have:
-        scaled = released * (total / have) if have else released.astype(float)
-        return round_to_total(scaled.ravel()[None, :], np.array([total]))[0].reshape(released.shape)
+        return round_by_block(released.astype(float), n_blocks, total).reshape(released.shape)
     cells = released.sum(axis=0).astype(float)
     cells = cells / cells.sum() if cells.sum() > 0 else np.full(released.shape[1], 1 / released.shape[1])
-    extra = (total - have) * np.outer(np.full(released.shape[0], 1 / released.shape[0]), cells)
-    return released + round_to_total(extra.ravel()[None, :], np.array([total - have]))[0].reshape(released.shape)
+    extra = np.outer(np.full(n_blocks, 1 / n_blocks), cells)
+    return released + round_by_block(extra, n_blocks, total - have).reshape(released.shape)
 
 
 def run(data: SynthesisInput) -> Synthesis:
