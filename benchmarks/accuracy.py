@@ -82,8 +82,16 @@ def score(run_dir: Path, truth_persons: Path) -> dict:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     certs = [r.get("l2_certificate", {}) for r in manifest.get("levels_report", {}).get("persons", [])]
     out["l2_max_rel_gap"] = max((c.get("max_rel_gap", float("nan")) for c in certs), default=float("nan"))
-    out["run_seconds"] = float(manifest["timings_seconds"]["total"])
+    out["run_seconds"] = float(_timings(run_dir, manifest)["total"])
     return out
+
+
+def _timings(run_dir: Path, manifest: dict) -> dict:
+    """A run's stage times: the operator's record (RunDir.process_file), or an older das's manifest."""
+    from das.rundir import RunDir
+
+    process = RunDir(run_dir).process_file
+    return json.loads(process.read_text())["timings_seconds"] if process.is_file() else manifest["timings_seconds"]
 
 
 def _runs(spec: Path, fixture: str, code_root: Path) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import shutil
 import time
@@ -46,17 +47,15 @@ def _compare(spec: str, title: str) -> dict:
     slow = tuple(m for m in mechanisms if m in SLOW)
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    progress = out / "progress.log"  # the harness keeps the child's stdout until it ends: follow this file
-
-    def log(line: str) -> None:
-        with open(progress, "a") as f:
-            f.write(f"{dt.datetime.now():%H:%M:%S} {line}\n")
-
+    progress = logging.FileHandler(out / "progress.log")  # the harness keeps the child's stdout until it ends: follow this
+    progress.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logging.getLogger("das").addHandler(progress)
+    logging.getLogger("das").setLevel(logging.INFO)
     meta = run_comparison(Comparison(spec, mechanisms=fast, seeds=SEEDS, attack_seeds=ATTACK_SEEDS, **ATTACK), out,
-                          workers=WORKERS, log=log)
+                          workers=WORKERS)
     if slow:
         meta = run_comparison(Comparison(spec, mechanisms=slow, seeds=SLOW_SEEDS, attack_seeds=ATTACK_SEEDS, **ATTACK),
-                              out, workers=WORKERS, log=log)
+                              out, workers=WORKERS)
     history_path = out / "bench_invocations.json"
     history = json.loads(history_path.read_text()) if history_path.exists() else []
     history.append({"when": f"{dt.datetime.now():%Y-%m-%d %H:%M}", "seconds": time.perf_counter() - t0,

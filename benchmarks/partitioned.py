@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
-from benchmarks.scale import _cpu, _peak_rss_mb, _quiet, _reset_peak_rss, pollers_cpu, watching_descendants
+from benchmarks.scale import _cpu, _peak_rss_mb, _reset_peak_rss, pollers_cpu, watching_descendants
 
 WORKERS = 2
 SEED = 2020
@@ -83,17 +83,18 @@ def _timed_task(stage: str, fn: Callable, arg):
 def recording(records: list[dict], driver: dict):
     """Every state task (A, B, C, and V: a state's validation) through `_timed_task` (records appended), the
     driver's stages timed into `driver`."""
+    import das.frame
     import das.io.parts
     import das.partitioned
     import das.run
-    import das.validate
+    import das.validate.driver
 
     def timed_tasks(original: Callable) -> Callable:
-        def wrapper(executor, fn, tasks, *args):
+        def wrapper(executor, fn, tasks, *args, **kwargs):
             name = getattr(fn, "__name__", None) or fn.func.__name__
             if name not in STAGES:
-                return original(executor, fn, tasks, *args)
-            found = original(executor, functools.partial(_timed_task, STAGES[name], fn), tasks, *args)
+                return original(executor, fn, tasks, *args, **kwargs)
+            found = original(executor, functools.partial(_timed_task, STAGES[name], fn), tasks, *args, **kwargs)
             records.extend(record for _, record in found)
             return [result for result, _ in found]
         return wrapper
@@ -118,7 +119,7 @@ def recording(records: list[dict], driver: dict):
         setattr(owner, attr, wrapper)
         return original
 
-    patched = [(owner, "largest_first", owner.largest_first) for owner in (das.partitioned, das.validate)]
+    patched = [(owner, "largest_first", owner.largest_first) for owner in (das.partitioned, das.validate.driver)]
     for owner, attr, original in patched:
         setattr(owner, attr, timed_tasks(original))
     patched += [(das.run, "read_states", timed(das.run, "read_states", "read")),
@@ -126,7 +127,7 @@ def recording(records: list[dict], driver: dict):
                 (das.partitioned, "measure_top", timed(das.partitioned, "measure_top", "top_measure")),
                 (das.partitioned, "solve_top", timed(das.partitioned, "solve_top", "top_solve")),
                 (das.io.parts, "assemble", timed(das.io.parts, "assemble", "assemble")),
-                (das.run, "validate_run", timed(das.run, "validate_run", "validate"))]
+                (das.frame, "validate_run", timed(das.frame, "validate_run", "validate"))]
     try:
         yield
     finally:
@@ -136,6 +137,7 @@ def recording(records: list[dict], driver: dict):
 
 def run_partitioned(states: int, workers: int = WORKERS) -> dict:
     """One seeded partitioned `das run` of `states` copies: driver and worker peaks, CPU, the state tasks."""
+    from das.bundle import read_process
     from das.run import run
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,14 +151,13 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
         seen: dict = {}
         t0 = time.perf_counter()
         with watching_descendants(seen), recording(records, driver):
-            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False,
-                         log=_quiet)
+            result = run(tmp / "input" / "spec.toml", tmp / "out", seed=SEED, workers=workers, progress=False)
         seconds = time.perf_counter() - t0
         driver_peak = max(_peak_rss_mb(), driver.pop("overall_peak_mb", 0.0))
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
         tree = seen.pop("workers_tree_mb", float("nan"))
-        manifest = json.loads((tmp / "out" / "manifest.json").read_text())
+        process = read_process(tmp / "out")  # run times are the operator's, never in the manifest
     blocks, persons = float(counts["blocks"]), float(counts["persons"])
     state_persons = _state_persons(states)
     figures = {"states": float(states), "blocks": blocks, "persons": persons, "valid": float(result.valid),
@@ -175,17 +176,17 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
         figures[f"state_{stage}_over_base_mb"] = max((r["peak_mb"] - r["base_mb"] for r in tasks), default=0.0)
         figures[f"state_{stage}_mb_per_person"] = max(
             (max(0.0, r["peak_mb"] - r["base_mb"]) / state_persons[r["state"]] for r in tasks), default=0.0)
-    for key, value in manifest["timings_seconds"].items():
+    for key, value in process["timings_seconds"].items():
         figures[f"timing_{key}_s"] = value
     # the engine's part of B and C (divisible among a wide state's processes), and its parallel efficiency
     for release, stage in (("persons", "B"), ("units", "C")):
-        below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
+        below = [r["tasks"] for r in process["levels"].get(release, []) if r["level"] not in ("nation", "state")]
         figures[f"state_{stage}_engine_cpu_s"] = sum(t["cpu_seconds"] for t in below)
     # B's measurement runs on a wide state's pool too: B's divisible part is all but its reading (A's work again)
     figures["state_B_divisible_cpu_s"] = max(0.0, figures["state_B_cpu_s"] - figures["state_A_cpu_s"])
     figures["state_C_divisible_cpu_s"] = figures["state_C_engine_cpu_s"]
     for release, stage in (("persons", "B"),):
-        below = [r["tasks"] for r in manifest["levels_report"].get(release, []) if r["level"] not in ("nation", "state")]
+        below = [r["tasks"] for r in process["levels"].get(release, []) if r["level"] not in ("nation", "state")]
         spans = [(t["started_s"], t["complete_s"]) for t in below if "started_s" in t]
         if spans and stage == "B" and max(r["width"] for r in records if r["stage"] == "B") > 1 and states == 1:
             span = max(b for _, b in spans) - min(a for a, _ in spans)

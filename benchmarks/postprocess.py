@@ -17,10 +17,6 @@ REFERENCE = "cvxpy:CLARABEL"
 BEFORE = "5c5631d"  # main just before issue 14: cvxpy on the hot path
 
 
-def _quiet(*args, **kwargs):
-    pass
-
-
 def _nmf_dir(spec: str) -> Path:
     return Path(tempfile.gettempdir()) / "das_bench_postprocess" / f"{spec}_seed{SEED}" / "nmf"
 
@@ -33,8 +29,8 @@ def _inputs(spec: str):
     out = _nmf_dir(spec).parent
     manifest = out / "manifest.json"
     if not manifest.is_file() or json.loads(manifest.read_text()).get("status") != "measured":
-        measure_only(ROOT / f"specs/runs/{spec}.toml", out, seed=SEED, overwrite=True, log=_quiet)
-    pipe = Pipeline.prepare(ROOT / f"specs/runs/{spec}.toml", SEED, log=_quiet)
+        measure_only(ROOT / f"specs/runs/{spec}.toml", out, seed=SEED, overwrite=True)
+    pipe = Pipeline.prepare(ROOT / f"specs/runs/{spec}.toml", SEED)
     confidential = pipe.read_inputs()
     return pipe.schemas["persons"], confidential.geography, confidential.invariants, out / "nmf", pipe.spec.passes
 

@@ -39,12 +39,13 @@ def marginal_strategy() -> dict:
     trials = 200_000
     t0 = time.perf_counter()
     figures: dict[str, float] = {}
-    for r in A.audit(geography, data, schema, plan, SystemRandomSource(), A.Trials(trials, A.AUDIT_DELTA, A.AUDIT_RHO)):
+    for r in A.audit(geography, data, schema, plan, rng=SystemRandomSource(),
+                     how=A.Trials(trials, A.AUDIT_DELTA, A.AUDIT_RHO)):
         figures[f"eps_lb_{r.neighbours}"] = r.eps_lower_bound
         figures["eps_certified"] = r.eps_certified
     for label, mechanism in (("variance_halved", A.halved_variance), ("measured_twice", A.measured_twice)):
-        (r,) = A.audit(geography, data, schema, plan, SystemRandomSource(),
-                       A.Trials(trials, A.AUDIT_DELTA, A.AUDIT_RHO, mechanism), kinds=("recoded",))
+        (r,) = A.audit(geography, data, schema, plan, rng=SystemRandomSource(),
+                       how=A.Trials(trials, A.AUDIT_DELTA, A.AUDIT_RHO, mechanism), kinds=("recoded",))
         figures[f"broken_{label}_eps_lb_recoded"] = r.eps_lower_bound
     figures["trials_per_dataset"] = trials
     figures["seconds"] = time.perf_counter() - t0

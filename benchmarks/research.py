@@ -16,10 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 VT_STUDY = ROOT / "runs" / "bias_vt"  # scripts/bias_study writes it; this bench finishes or reuses it
 
 
-def _quiet(*args, **kwargs):
-    pass
-
-
 def _bias_figures(out: Path, levels=("block", "tract", "county")) -> dict:
     """Headline accuracy and bias figures of a finished study (total population)."""
     pooled = pd.read_parquet(out / "metrics.parquet")
@@ -46,7 +42,7 @@ def county_replicates() -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        meta = replicate_study(Study("al_perry", runs=20, seed=1), Path(tmp) / "perry", workers=2, log=_quiet)
+        meta = replicate_study(Study("al_perry", runs=20, seed=1), Path(tmp) / "perry", workers=2)
         seconds = time.perf_counter() - t0
         figures = _bias_figures(Path(tmp) / "perry", levels=("block", "tract"))
     per_rep = [t["total"] for t in meta["replicate_timings"]]
@@ -60,7 +56,7 @@ def one_release() -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        run("al_perry", Path(tmp) / "perry", seed=1, workers=2, progress=False, log=_quiet)
+        run("al_perry", Path(tmp) / "perry", seed=1, workers=2, progress=False)
         seconds = time.perf_counter() - t0
     return {"seconds": seconds * 20, "seconds_per_replicate": seconds}
 
@@ -71,7 +67,7 @@ def vt_study() -> dict:
     from das.research.replicate import Study, replicate_study
     from das.research.report import build_report
 
-    meta = replicate_study(Study("vt_demo", runs=20, seed=2020), VT_STUDY, workers=2, log=_quiet)
+    meta = replicate_study(Study("vt_demo", runs=20, seed=2020), VT_STUDY, workers=2)
     build_report(VT_STUDY)
     per_rep = [t["total"] for t in meta["replicate_timings"]]
     study = json.loads((VT_STUDY / "study.json").read_text())

@@ -7,7 +7,6 @@ memory of the driver and of the largest solver worker. The national projection i
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import tempfile
@@ -19,10 +18,6 @@ from pathlib import Path
 from benchmarks._harness import Bench
 
 WORKERS = 2
-
-
-def _quiet(*args, **kwargs):
-    pass
 
 
 def _cpu(who: int) -> float:
@@ -158,6 +153,7 @@ def _driver_cpu_by_stage(figures: dict):
 
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
     """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
+    from das.bundle import read_process
     from das.run import run
     from das.scale_inputs import write_synthetic
 
@@ -170,12 +166,12 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
         t0 = time.perf_counter()
         with watching_descendants(children), _driver_cpu_by_stage(stages):
             result = run(tmp / "input" / "spec.toml", tmp / "out", seed=2020, workers=workers, progress=False,
-                         log=_quiet, engine=engine)
+                         engine=engine)
         seconds = time.perf_counter() - t0
         driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
         workers_tree_mb = children.pop("workers_tree_mb", float("nan"))
         worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
-        manifest = json.loads((tmp / "out" / "manifest.json").read_text())
+        process = read_process(tmp / "out")  # run times are the operator's, never in the manifest
         nmf_mb = sum(p.stat().st_size for p in (tmp / "out" / "nmf").rglob("*.parquet")) / 2**20
     blocks, persons = counts["blocks"], counts["persons"]
     figures = {
@@ -194,9 +190,9 @@ def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> di
     }
     # the driver's serial work outside validation (reading, truth, NMF assembly, batches, MDF and tables)
     figures["driver_cpu_without_validate_s"] = driver_cpu - stages.get("validate_run_driver_cpu_s", 0.0)
-    for key, value in manifest["timings_seconds"].items():
+    for key, value in process["timings_seconds"].items():
         figures[f"{key}_s"] = value
-    for r in manifest["levels_report"]["persons"]:
+    for r in process["levels"]["persons"]:
         figures[f"persons_{r['level']}_s"] = r["seconds"]
     return figures
 

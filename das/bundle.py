@@ -2,7 +2,8 @@
 
     RUN_DIR/manifest.json        public: spec (input paths redacted), certificate, checksums, invariants
     RUN_DIR/mdf_*.parquet, tables/, nmf/      public: the release
-    RUN_DIR/operator/            operator only: input paths, keyed input fingerprints, the key
+    RUN_DIR/operator/            operator only (0700, its files 0600): input paths, keyed input fingerprints,
+                                 the key, how the run went (process.json: timings, interruptions, errors)
     RUN_DIR/checkpoints/         operator only, while a run is unfinished (removed when complete)
 
 Nothing computed from the confidential input files' bytes (a digest would let anyone confirm a
@@ -20,14 +21,20 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import secrets
+import tomllib
 from pathlib import Path
+
+import tomli_w
 
 from das import atomic
 from das.rundir import RunDir
+from das.schema import SpecError
 
 REDACTED = "<operator only>"
+OWNER_ONLY_FILE, OWNER_ONLY_DIR = 0o600, 0o700  # operator files and their directory
+INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
+CONVENTION_SUMMARY = "rho-zCDP, bounded neighbours that keep the invariants (the certificate's convention)"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
@@ -64,29 +71,99 @@ def spec_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def public_spec_text(text: str) -> str:
-    """The run spec with the values of its [input] section replaced (input paths are operator only)."""
-    out, in_input = [], False
-    for line in text.splitlines(keepends=True):
-        header = re.match(r"\s*\[([^\]]+)\]", line)
-        if header:
-            in_input = header.group(1).strip() == "input"
-        elif in_input and re.match(r"\s*[A-Za-z0-9_\-\"']+\s*=", line):
-            key = line.split("=", 1)[0].rstrip()
-            line = f'{key} = "{REDACTED}"\n'
-        out.append(line)
-    return "".join(out)
+def public_spec(text: str, *, budget: dict | None = None) -> dict:
+    """The run spec as published: parsed, its [input] table (confidential paths) replaced by REDACTED
+    values under the known keys, so no input path and no comment of the text can reach a public file;
+    `budget` (das.runspec.RunSpec.budget_table: a budget the command line gave) is written into the
+    sections it stands for, replacing the spec's own rho or eps, so the published spec states the
+    budget the release was made with (das validate recomputes the certificate from it).
+
+    Refused (SpecError) when not TOML, when [input] is not a table, or when an input path also
+    appears elsewhere in the spec (in a key or a string outside [input] it cannot be told from text)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"the run spec is not valid TOML ({e}); it cannot be redacted for publication") from None
+    for section, values in (budget or {}).items():
+        table = dict(data.get(section) or {})
+        if "rho" in values or "eps" in values:
+            table.pop("rho", None), table.pop("eps", None)
+        data[section] = {**table, **values}
+    given = data.get("input")
+    if given is None:
+        return data
+    if not isinstance(given, dict):
+        raise SpecError(f"[input] must be a table of input paths (persons, units), not {type(given).__name__}: "
+                        "written so it cannot be redacted for publication")
+    public = {k: v for k, v in data.items() if k != "input"}
+    paths = {str(v) for v in _leaves(given) if "/" in str(v) or "\\" in str(v)}  # a bare name says nothing
+    found = sorted(p for p in paths if any(p in t for t in _texts(public)))
+    if found:
+        raise SpecError(f"the input path {found[0]!r} also appears outside [input]; it cannot be redacted for "
+                        "publication: keep input paths in [input] alone")
+    return {"input": {k: REDACTED for k in INPUT_KEYS if k in given}, **public}
+
+
+def public_spec_text(text: str, *, budget: dict | None = None) -> str:
+    """The published spec text: `public_spec` written canonically (TOML, no comments, [input] redacted,
+    a command-line budget stated). spec_sha256 in the manifest and in every Parquet file is its digest."""
+    return tomli_w.dumps(public_spec(text, budget=budget))
+
+
+def _leaves(value):
+    """Every scalar in a parsed TOML value (tables and arrays walked)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _texts(value):
+    """Every key and string value in a parsed TOML value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield str(k)
+            yield from _texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _texts(v)
+    elif isinstance(value, str):
+        yield value
+
+
+def owner_only_directory(folder: Path) -> Path:
+    """`folder`, created if need be, open to its owner only (0700) whatever the umask."""
+    folder = Path(folder)
+    folder.mkdir(mode=OWNER_ONLY_DIR, parents=True, exist_ok=True)
+    os.chmod(folder, OWNER_ONLY_DIR)  # mkdir's mode is masked by the umask, and an older directory may be wider
+    return folder
+
+
+def operator_directory(run_dir: Path) -> Path:
+    """RUN_DIR/operator, created if need be, open to its owner only (0700)."""
+    return owner_only_directory(RunDir(run_dir).operator_dir)
+
+
+def write_owner_only(path: Path, data: bytes) -> None:
+    """`path` holds `data`, written atomically, readable and writable by its owner only (0600) whatever the umask."""
+    with atomic.replacing(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY_FILE)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), OWNER_ONLY_FILE)
+            f.write(data)
 
 
 def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
-    """operator/operator.json (and the fingerprint key on first write, readable by the owner only)."""
+    """operator/operator.json (and the fingerprint key on first write): owner only, in an owner-only directory."""
     where = RunDir(run_dir)
-    where.operator_dir.mkdir(parents=True, exist_ok=True)
+    operator_directory(run_dir)
     if key is not None:
-        fd = os.open(where.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
-    atomic.write_text(where.operator_file, json.dumps(record, indent=2, default=str))
+        write_owner_only(where.key_file, key)
+    write_owner_only(where.operator_file, json.dumps(record, indent=2, default=str).encode())
 
 
 def read_operator(run_dir: Path) -> tuple[dict, bytes]:
@@ -104,6 +181,24 @@ def read_operator(run_dir: Path) -> tuple[dict, bytes]:
     return record, key
 
 
+def read_process(run_dir: Path) -> dict:
+    """operator/process.json (how the run went: timings, interruptions, errors), or {} when there is none."""
+    try:
+        record = json.loads(RunDir(run_dir).process_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def record_process(run_dir: Path, **fields) -> dict:
+    """operator/process.json with `fields` set (the others kept): what may depend on the data outside the
+    noise (run times, when a run stopped and what it had done, error messages) is the operator's, never public."""
+    record = {**read_process(run_dir), **fields}
+    operator_directory(run_dir)
+    write_owner_only(RunDir(run_dir).process_file, (json.dumps(record, indent=2, default=str) + "\n").encode())
+    return record
+
+
 def input_paths(run_dir: Path) -> dict[str, str]:
     """The confidential input paths a run read (from its operator files)."""
     record, _ = read_operator(run_dir)
@@ -117,7 +212,7 @@ def input_paths(run_dir: Path) -> dict[str, str]:
 def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, version: str) -> dict[bytes, bytes]:
     """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate),
     spec digest, code version."""
-    summary = {name: {**c.summary(), "convention": "rho-zCDP, bounded neighbours"} for name, c in certificates.items()}
+    summary = {name: {**c.summary(), "convention": CONVENTION_SUMMARY} for name, c in certificates.items()}
     return {
         b"das.privacy": (b"private" if private else NOT_PRIVATE_MARK.encode()),
         b"das.certificate": json.dumps(summary, sort_keys=True).encode(),
@@ -125,9 +220,3 @@ def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, versio
         b"das.version": version.encode(),
     }
 
-
-def with_metadata(table, metadata: dict[bytes, bytes] | None):
-    """An Arrow table with `metadata` added to its schema metadata (pandas' own kept)."""
-    if not metadata:
-        return table
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
+from das.progress import bar
+
 IN_FLIGHT_PER_SLOT = 4
 
 
@@ -76,7 +78,7 @@ def local_executor(workers: int, fresh: bool = False):
 
 def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None = None, fresh: bool = False):
     """`local` (a process pool of `workers`, or in process for 1; `fresh`: a new process per task) or `dask`
-    (a scheduler address or a local cluster)."""
+    (a scheduler address or a local cluster; `fresh`: each task's memory given back when it ends)."""
     if engine == "local":
         if scheduler:
             raise ValueError("--scheduler needs --engine dask")
@@ -84,7 +86,7 @@ def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None
     if engine == "dask":
         from das.distributed import DaskExecutor
 
-        return DaskExecutor(scheduler=scheduler, workers=workers)
+        return DaskExecutor(scheduler=scheduler, workers=workers, fresh=fresh)
     raise ValueError(f"unknown engine {engine!r}: expected 'local' or 'dask'")
 
 
@@ -107,27 +109,59 @@ def ordered_map(executor, fn: Callable, items: Iterable, in_flight: int | None =
         yield pending.popleft().result()
 
 
-def largest_first(executor, fn: Callable, tasks: list, sizes: list[float], limit: float | None = None,
-                  widths: list[int] | None = None) -> list:
+def largest_first(executor, fn: Callable, tasks: list, *, sizes: list[float], limit: float | None = None,
+                  widths: list[int] | None = None, places: dict[str, float] | None = None,
+                  desc: str | None = None) -> list:
     """fn over tasks on the executor, the largest (by `sizes`) first, results in the tasks' order.
 
     Task i takes widths[i] slots (default 1: it may start a pool of its own that wide); tasks start
     while the slots of those in flight fit the executor's, and with a `limit` only while their sizes
-    sum to at most it (a memory budget in the sizes' unit). The largest waiting task goes next, never
-    passed over by smaller ones, and a task alone always starts.
+    sum to at most it (a memory budget in the sizes' unit). With `places` (a budget per place, e.g.
+    each Dask worker's own memory, in the same unit) a task also starts only on a place whose tasks in
+    flight leave room for it, the one with the most room, or on a place where nothing runs
+    (`executor.submit(fn, arg, place)`). The largest waiting task goes next, never passed over by
+    smaller ones, and a task alone always starts. With `desc`, a progress bar counts the tasks done
+    (weighted by their sizes, so its estimate follows the work) on a terminal.
     """
+    with bar(total=float(sum(sizes)), desc=desc or "", shown=desc is not None, leave=False,
+             bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]") as progress:
+        return _largest_first(executor, fn, tasks, sizes=sizes, limit=limit, widths=widths, places=places,
+                              progress=progress)
+
+
+def _largest_first(executor, fn: Callable, tasks: list, *, sizes, limit, widths, places, progress) -> list:
     slots = getattr(executor, "slots", 1)
     widths = widths or [1] * len(tasks)
     waiting = sorted(range(len(tasks)), key=lambda i: -sizes[i])
     found, running, held, busy = {}, {}, 0.0, 0
+    room = dict(places) if places else None
     while waiting or running:
         while waiting and (not running or busy + widths[waiting[0]] <= slots
                            and (limit is None or held + sizes[waiting[0]] <= limit)):
-            i = waiting.pop(0)
-            running[executor.submit(fn, tasks[i])] = i
+            i = waiting[0]
+            place = _place(room, places, sizes[i])
+            if place is None and room is not None:
+                break  # no worker has room for it now: wait for one to finish
+            waiting.pop(0)
+            future = executor.submit(fn, tasks[i]) if place is None else executor.submit(fn, tasks[i], place)
+            running[future] = (i, place)
             held, busy = held + sizes[i], busy + widths[i]
+            if place is not None:
+                room[place] -= sizes[i]
         for future in first_done(executor, list(running)):
-            i = running.pop(future)
+            i, place = running.pop(future)
             found[i] = future.result()
             held, busy = held - sizes[i], busy - widths[i]
+            if place is not None:
+                room[place] += sizes[i]
+            progress.update(float(sizes[i]))
     return [found[i] for i in range(len(tasks))]
+
+
+def _place(room: dict[str, float] | None, places: dict[str, float] | None, size: float) -> str | None:
+    """The place with the most room left, if the task fits there or nothing runs there (a task alone on a
+    place always starts); None without places, or without room."""
+    if not room:
+        return None
+    best = max(room, key=lambda p: room[p])
+    return best if room[best] >= size or room[best] >= places[best] else None

@@ -8,21 +8,22 @@ into solved histograms; around that they do the same things, here:
                  what the release holds) before any noise is drawn
     write        every wanted output of the registry (das.io.outputs) for a whole release
     complete     digests of what was written, the manifest completed, the checkpoints removed, the
-                 release validated by das.validate and the result recorded
+                 release validated by das.validate and the result recorded; then the manifest signed
+                 (das.signing: the operator's key, or the release's own), the signature written last
 
 A frame is a frozen value: each step returns the frame with its new manifest, written atomically.
 """
 
 from __future__ import annotations
 
+import logging
 import platform
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das import bundle, outdir
+from das import bundle, outdir, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
 from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, ValidationRecord
@@ -33,15 +34,17 @@ NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseud
                "generator. These outputs are NOT private and must not be released.")
 TOPDOWN_CLAIMS = ("invariants", "schema_constraints")  # what TopDown holds beyond its outputs' checks
 SYNTHETIC_CLAIMS = ("charges_sum_to_rho",)
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
 # The output directory
 
 
-def protected_paths(spec: RunSpec) -> list[Path]:
-    """What an output directory may neither be, hold nor be inside: the run's spec and inputs."""
-    return [spec.path, spec.persons_path, spec.units_path]
+def protected_paths(spec: RunSpec, signing_key: Path | None = None) -> list[Path]:
+    """What an output directory may neither be, hold nor be inside: the run's spec and inputs, and the
+    operator's signing key."""
+    return [spec.path, spec.persons_path, spec.units_path] + ([Path(signing_key)] if signing_key else [])
 
 
 def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) -> list[Path]:
@@ -53,7 +56,7 @@ def check_out_dir(out_dir: Path, overwrite: bool, protected: list[Path] = ()) ->
 def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
     """What must not change between a run and its resumption: spec, seed, inputs (keyed digests, operator only)."""
     return {
-        "spec_sha256": bundle.spec_digest(spec.text),
+        "spec_sha256": bundle.spec_digest(spec.fingerprint_text),
         "seed": spec.seed,
         "inputs": {name: bundle.keyed_fingerprint(key, p)
                    for name, p in (("persons", spec.persons_path), ("units", spec.units_path)) if p is not None},
@@ -71,12 +74,18 @@ class ReleaseFrame:
     run_dir: RunDir
     manifest: Manifest
     plan: OutputPlan
-    log: Callable = print
+    signing_key: Path | None = None  # the operator's private key; None: the release's own (das.signing)
 
     def recorded(self, manifest: Manifest) -> ReleaseFrame:
         """The frame with `manifest`, written (atomically)."""
         self.run_dir.write(manifest)
         return replace(self, manifest=manifest)
+
+    def noted(self, **fields) -> ReleaseFrame:
+        """The operator's record of how the run goes (timings, interruptions, errors) with `fields` set:
+        das.bundle.record_process, never the public manifest."""
+        bundle.record_process(self.run_dir.path, **fields)
+        return self
 
     def write(self, release: SolvedRelease) -> dict[str, list[Path]]:
         """Every wanted output of a whole release, by manifest field ("outputs", "nmf")."""
@@ -110,19 +119,26 @@ class Opening:
 
 
 def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: OutputPlan, overwrite: bool = False,
-               log: Callable = print) -> ReleaseFrame:
-    """A new release directory: the operator files (paths, keyed fingerprints, key), then the public
-    manifest, which says what runs (spec, certificates, invariants) before any noise is drawn."""
+               signing_key: Path | None = None) -> ReleaseFrame:
+    """A new release directory: the operator files (paths, keyed fingerprints, keys), then the public
+    manifest, which says what runs (spec, certificates, invariants) before any noise is drawn.
+    `signing_key`: the operator's Ed25519 key to sign the release with (checked first); None: a key of
+    the release's own, in its operator files."""
+    if signing_key is not None:
+        signing.read_private_key(signing_key)
     key = bundle.new_key()
     fingerprint = operator_fingerprint(spec, key)
-    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+    files = check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
     if files:
         outdir.remove_files(run_dir.path, files)
     run_dir.path.mkdir(parents=True, exist_ok=True)
     bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
                                          "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
-                                         "fingerprint": fingerprint}, key)
-    text = bundle.public_spec_text(spec.text)
+                                         "fingerprint": fingerprint,
+                                         "signing_key": None if signing_key is None else str(Path(signing_key).resolve())},
+                          key)
+    signing_key = signing.signing_key(run_dir, signing_key)
+    text = bundle.public_spec_text(spec.text, budget=spec.budget_table())
     private = opening.private
     manifest = Manifest(
         das_version=opening.version, spec_name=spec.name, spec_text=text, spec_sha256=bundle.spec_digest(text),
@@ -134,8 +150,8 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         warning=None if private else NOT_PRIVATE,
     )
     if not private:
-        log(f"WARNING: {NOT_PRIVATE}")
-    return ReleaseFrame(run_dir, manifest, plan, log).recorded(manifest)
+        logger.warning(NOT_PRIVATE)
+    return ReleaseFrame(run_dir, manifest, plan, signing_key).recorded(manifest)
 
 
 def _digests(run_dir: RunDir, paths) -> dict[str, str]:
@@ -144,29 +160,49 @@ def _digests(run_dir: RunDir, paths) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Completion:
-    """What a release's mechanism reports when its outputs are written (the manifest's closing fields)."""
+    """What a release's mechanism reports when its outputs are written: the manifest's closing fields, and
+    the operator's (run times, per stage and per level: they may depend on the data outside the noise)."""
 
     written: dict[str, list[Path]]  # manifest field -> files
     counts: Counts
-    timings: dict[str, float]
+    timings: dict[str, float]  # operator only
     levels_report: dict | None = None
     failsafe_events: tuple = ()
     engine: object = None
+    level_timings: dict | None = None  # operator only: release -> [{level, seconds, tasks}]
+
+
+# The validator's checks that compare a release with the confidential inputs (das.validate, given the operator
+# files): their result is the operator's; the public record holds only what the published files show.
+def split_report(report) -> tuple[ValidationRecord, ValidationRecord]:
+    """A validator's report as (what the published files show, what the comparison with the inputs found)."""
+    public, against = report.split()
+    return (ValidationRecord(public.ok, tuple(public.checks), tuple(public.violations[:100])),
+            ValidationRecord(against.ok, tuple(against.checks), tuple(against.violations[:100])))
 
 
 def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | None = None) -> ReleaseFrame:
     """The manifest completed (digests, counts, reports), the checkpoints removed, the release validated
-    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded."""
+    (`validate`: keyword arguments of das.validate.validate_run, e.g. the executor) and the result recorded:
+    what the published files show in the manifest, the comparison with the confidential inputs and the
+    run times in the operator's record; then the manifest, final, signed: the signature is the release's last file."""
     run_dir = frame.run_dir
     frame = frame.recorded(frame.manifest.but(
-        status="complete", engine=completion.engine, timings_seconds=dict(completion.timings),
-        levels_report=completion.levels_report, failsafe_events=tuple(completion.failsafe_events),
+        status="complete", engine=completion.engine, levels_report=completion.levels_report,
+        failsafe_events=tuple(completion.failsafe_events),
         outputs=_digests(run_dir, completion.written.get("outputs", [])),
-        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts, error=None))
+        nmf=_digests(run_dir, completion.written.get("nmf", [])), counts=completion.counts))
     shutil.rmtree(run_dir.checkpoints_dir, ignore_errors=True)  # derived from the outputs now written
     t0 = time.perf_counter()
-    report = validate_run(run_dir.path, **(validate or {}))
-    timings = {**frame.manifest.timings_seconds, "validate": time.perf_counter() - t0}
-    return frame.recorded(frame.manifest.but(
-        timings_seconds=timings,
-        validation=ValidationRecord(report.ok, tuple(report.checks), tuple(report.violations[:100]))))
+    public, against_inputs = split_report(validate_run(run_dir.path, **(validate or {})))
+    frame.noted(timings_seconds={**completion.timings, "validate": time.perf_counter() - t0},
+                levels=completion.level_timings or {}, error=None, validation_against_inputs=against_inputs.to_dict())
+    frame = frame.recorded(frame.manifest.but(validation=public))
+    signing.sign_release(run_dir, frame.signing_key or signing.signing_key(run_dir, None))
+    return frame
+
+
+def release_valid(frame: ReleaseFrame) -> bool:
+    """Whether a completed release is valid: what its files show, and (the operator's) against the inputs."""
+    against = bundle.read_process(frame.run_dir.path).get("validation_against_inputs") or {}
+    return bool(frame.manifest.validation and frame.manifest.validation.valid and against.get("valid", True))

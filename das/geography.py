@@ -28,6 +28,8 @@ BLOCK_GROUP_COLUMN = "TABBLKGRPCE"  # the first digit of TABBLK: written to the 
 
 def level_digits(levels: tuple[str, ...]) -> tuple[int, ...]:
     """Prefix length of each level; levels must start at nation, end at block, and nest."""
+    if isinstance(levels, str) or not levels:
+        raise ValueError(f"expected a list of levels from nation to block, e.g. {list(DEFAULT_LEVELS)}")
     unknown = [lv for lv in levels if lv not in LEVEL_DIGITS]
     if unknown:
         raise ValueError(f"unknown geography level(s) {unknown}; known: {list(LEVEL_DIGITS)}")

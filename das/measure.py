@@ -27,6 +27,7 @@ from das.io.nmf import NoisyAnswers
 from das.privacy.accounting import Allocation, allocate
 from das.privacy.sampler import discrete_gaussian
 from das.privacy.strategy import Strategy
+from das.progress import bar
 from das.rundir import nmf_level_path
 from das.schema import Schema
 
@@ -233,7 +234,7 @@ def measure_release(what: Measured, geography: Geography, block_histograms: sp.c
     """
     charge(accountant, what.plan, geography.levels)
     written, report = {}, target.report
-    for level in levels or geography.levels:
+    for level in bar(levels or geography.levels, desc=f"measuring {what.release}", unit="level", leave=False):
         path = target.level_path(what.release, level)
         if path.exists():  # a complete level from an earlier, interrupted run: never redraw
             shutil.rmtree(parts_dir(path), ignore_errors=True)  # left if killed just after the rename

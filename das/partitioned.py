@@ -21,6 +21,8 @@ solution, its parts) live under checkpoints/states/<state>/ and go with the chec
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -38,6 +40,7 @@ from das.io import nmf
 from das.io import parts as state_parts
 from das.io.microdata import read_inputs
 from das.io.outputs import NationRelease, OutputPlan, Part
+from das.io.tables import table_widths
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
 from das.pipeline import Pipeline, RunError
@@ -67,6 +70,8 @@ TASK_MB_PER_PERSON = 0.75 / 1024
 WORKER_BASE_MB = 300.0
 DRIVER_MB = 500.0
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Work:
@@ -81,6 +86,7 @@ class Work:
     engine: EngineOptions  # a state's subtree is solved in its task (on a pool of its own if it is wide)
     outputs: OutputPlan
     memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
+    spread: bool = False  # a state task submits its chunks and batches to the cluster it runs on (Dask)
 
     @property
     def persons_limit(self) -> float | None:
@@ -88,11 +94,20 @@ class Work:
         return None if self.memory_mb is None else self.memory_mb / TASK_MB_PER_PERSON
 
     @classmethod
-    def of(cls, pipe: Pipeline, run_dir: RunDir, memory_mb: float | None = None) -> Work:
+    def of(cls, pipe: Pipeline, run_dir: RunDir, memory_mb: float | None = None, executor=None) -> Work:
         metadata = pipe.metadata()
         return cls(pipe.spec.levels, pipe.schemas, {n: r.measured for n, r in pipe.releases.items()}, pipe.rng,
                    metadata, run_dir.path, pipe.engine_options(workers=1, progress=False),
-                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb)
+                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb, getattr(executor, "spreads", False))
+
+    def pool(self, width: int):
+        """Where a state task's chunks and batches run: the cluster it runs on (`spread`), a pool of `width`
+        processes of its own, or (width 1) the task itself."""
+        if self.spread:
+            from das.distributed import TaskClient
+
+            return TaskClient()
+        return local_executor(width)
 
     @property
     def nmf_dir(self) -> Path:
@@ -115,6 +130,7 @@ class StateTop:
     blocks: int
     truth: dict[str, sp.csr_matrix]  # release -> (1 x cells), confidential: never written
     bounds: list[Bounds]             # the persons' bounds of the state, total population invariant included
+    bytes_needed: int = 0            # the disk its part of the release needs (das.preflight.estimate_space)
 
     @property
     def population(self) -> int:
@@ -166,11 +182,13 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
     work, si = task
     inputs, geography, invariants = _read(work, si)
-    preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()}, work.run_dir)
+    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()},
+                                   out_dir=work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
+                                   pl94171=work.outputs.pl94171)
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}
     return StateTop(si.state, geography.n_blocks, truth,
-                    level_bounds(work.schemas["persons"], invariants, geography, "state"))
+                    level_bounds(work.schemas["persons"], invariants, geography, level="state"), space.needed)
 
 
 def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
@@ -178,11 +196,17 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
     t0 = time.perf_counter()
     check_levels(pipe.spec.levels)
     inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
-    work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor))
+    work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor), executor)
     persons = [input_records(si.persons) for si in inputs]
-    tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], persons, work.persons_limit))
+    tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
+                                      limit=work.persons_limit, places=worker_budgets(executor),
+                                      desc="reading the states"))
+    where = preflight.nearest_existing(run_dir.path)  # every state's files together, before any noise
+    preflight.check_space(preflight.SpaceEstimate(sum(s.bytes_needed for s in tops.states),
+                                                  shutil.disk_usage(where).free, where), run_dir.path,
+                          pl94171=work.outputs.pl94171)
     pipe.timings["read_inputs"] = time.perf_counter() - t0
-    pipe.log(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
+    logger.info(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
              f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
     return tops
 
@@ -295,7 +319,8 @@ def _with_household_persons(work: Work, invariants: Invariants, persons: sp.csr_
 def _units_bounds(work: Work, geography: Geography, invariants: Invariants, persons: sp.csr_matrix):
     if "units" not in work.plans:
         return None
-    return level_bounds(work.schemas["units"], _with_household_persons(work, invariants, persons), geography, "state")
+    return level_bounds(work.schemas["units"], _with_household_persons(work, invariants, persons), geography,
+                        level="state")
 
 
 def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geography, Invariants]:
@@ -315,7 +340,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> Non
     """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
-    largest_first(executor, _measured, [(work, si) for si in tops.inputs], tops.persons)
+    largest_first(executor, _measured, [(work, si) for si in tops.inputs], sizes=tops.persons, desc="measuring the states")
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:
@@ -333,9 +358,9 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
         geography, invariants = _state_facts(work, si.state)
         return StateSolved(si.state, [_report(r) for r in meta["reports"]],
                            _units_bounds(work, geography, invariants, persons))
-    pool = local_executor(width)  # a wide state measures and solves on a pool of its own
+    pool = work.pool(width)  # a wide state measures and solves on a pool of its own, or on the cluster
     try:
-        geography, invariants = measure_state((work, si), pool if width > 1 else None)
+        geography, invariants = measure_state((work, si), pool if width > 1 or work.spread else None)
         persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, nmf_dir=work.nmf_dir,
                                        options=replace(_engine(work, si.state, width), executor=pool),
                                        start=("state", row))
@@ -369,10 +394,16 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
     persons, _, _ = load_solved(work.files.solution("persons", state))
     solved, reports = {"persons": persons}, []
     if row is not None:
-        solved["units"], reports = postprocess("units", work.schemas["units"], geography,
-                                               _with_household_persons(work, invariants, persons),
-                                               nmf_dir=work.nmf_dir, options=_engine(work, state, width),
-                                               start=("state", row))
+        pool = work.pool(width) if work.spread else None  # else postprocess starts a pool of `width` itself
+        try:
+            solved["units"], reports = postprocess("units", work.schemas["units"], geography,
+                                                   _with_household_persons(work, invariants, persons),
+                                                   nmf_dir=work.nmf_dir,
+                                                   options=replace(_engine(work, state, width), executor=pool),
+                                                   start=("state", row))
+        finally:
+            if pool is not None:
+                pool.close()
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
     written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas,
                                             geography.blocks, solved, gq_facilities=invariants.gq_facilities,
@@ -395,6 +426,16 @@ def task_budget_mb(memory_gb: float | None, executor) -> float | None:
         raise RunError(f"--memory-gb {memory_gb:g} leaves nothing for the state tasks: the driver and {slots} "
                        f"workers need about {alone / 1024:.1f} GB alone")
     return memory_gb * 1024 - alone
+
+
+def worker_budgets(executor) -> dict[str, float] | None:
+    """What each worker may hold in state tasks, in persons (the budget's unit): its own memory limit less a
+    worker baseline, on an executor whose workers have limits (Dask); None elsewhere, or if a worker has none."""
+    limits = getattr(executor, "memory_limits_mb", None)
+    found = limits() if limits is not None else {}
+    if not found or any(mb is None for mb in found.values()):
+        return None
+    return {worker: max(0.0, mb - WORKER_BASE_MB) / TASK_MB_PER_PERSON for worker, mb in found.items()}
 
 
 def input_records(path: Path) -> int:
@@ -429,12 +470,13 @@ def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> li
     return merged
 
 
-def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
+def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
                memory_gb: float | None = None) -> tuple[dict, dict[str, list[LevelReport]], dict[str, list[Path]]]:
     """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
     Returns the nation's solved histograms (per release), the level reports and the files written
     (by manifest field, das.io.parts.assemble)."""
-    work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor)), run_dir.nmf_dir
+    work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor), executor), run_dir.nmf_dir
+    places = worker_budgets(executor)
     codes = np.array([s.state for s in tops.states])
     options = pipe.engine_options()
 
@@ -445,9 +487,10 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
     width = widths(tops.persons, executor)
     solved_b = largest_first(executor, solve_state,
                              [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
-                             _task_sizes(tops.persons, width), work.persons_limit, width)
+                             sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
+                             places=places, desc="measuring and solving the states")
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
-    pipe.log(f"measured and post-processed persons in {len(codes)} state(s) "
+    logger.info(f"measured and post-processed persons in {len(codes)} state(s) "
              f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
     reports = {"persons": merge_reports(top_persons, [s.reports for s in solved_b])}
     nation = {"persons": sp.csr_matrix(persons.sum(axis=0))}
@@ -460,7 +503,8 @@ def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor,
         units_rows = [units[i] for i in range(len(codes))]
         nation["units"] = sp.csr_matrix(units.sum(axis=0))
     done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
-                         _task_sizes(tops.persons, width), work.persons_limit, width)
+                         sizes=_task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
+                         places=places, desc="writing the states")
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INPUT_SUFFIXES = (".parquet", ".csv")
-_STATE_AT_END = re.compile(r"(\d{2})$")
+_STATE_AT_END = re.compile(r"(?<![0-9])([0-9]{2})$")  # exactly two ASCII digits at the end: persons_150 is no state
 
 
 class PartitionError(ValueError):

@@ -12,9 +12,9 @@ run these stages; the release frame (das.frame) keeps the run directory around t
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -27,17 +27,19 @@ from das import bundle, preflight
 from das.geography import Geography
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
-from das.io.tables import load_tables
+from das.io.tables import load_tables, table_widths
 from das.measure import Measured, Measurement, Target, measure_release, plan_for
-from das.privacy.accounting import Allocation, PrivacyAccountant, certificate
+from das.privacy.accounting import Allocation, PrivacyAccountant, certificate, rho_for_eps
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.rules import Invariants, household_persons
 from das.rundir import PublishedInvariants
-from das.runspec import Release, RunSpec, load_run_spec
+from das.runspec import Budget, Release, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
+
+logger = logging.getLogger(__name__)
 
 
 class RunError(RuntimeError):
@@ -112,28 +114,38 @@ class Confidential:
         return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities)
 
 
+def release_rho(release: Release, strategy: Strategy, delta: Fraction) -> Fraction | None:
+    """A release's budget: its rho, or the largest rho certified within its eps at delta, or the strategy's."""
+    if release.rho is not None:
+        return release.rho
+    if release.eps is not None:
+        return rho_for_eps(release.eps, delta)
+    return strategy.rho
+
+
 @dataclass
 class Pipeline:
-    """The context of one run: spec, releases (persons first), randomness, tables, a log and timings."""
+    """The context of one run: spec, releases (persons first), randomness, tables and timings."""
 
     spec: RunSpec
     releases: dict[str, ReleasePlan]
     rng: object
     tables: tuple
-    log: Callable = print
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def prepare(cls, spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
-                allow_large_rho: bool = False, log: Callable = print) -> Pipeline:
-        """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here."""
-        spec = load_run_spec(spec_path, seed=seed)
+                allow_large_rho: bool = False, budget: Budget | None = None) -> Pipeline:
+        """Load the spec and pass the spec preflight (das/preflight.py): no input file is opened here.
+        `budget`: the command line's persons budget and delta, over the spec's."""
+        spec = load_run_spec(spec_path, seed=seed, budget=budget)
+        bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
         wanted = [("persons", spec.persons)] + ([("units", spec.units)] if spec.units else [])
         planned = {}
         for name, release in wanted:
             schema, strategy = load_schema(release.schema), load_strategy(release.strategy)
             validate_strategy(strategy, schema, spec.levels)
-            rho = release.rho if release.rho is not None else strategy.rho
+            rho = release_rho(release, strategy, spec.delta)
             plan, allocation = plan_for(strategy, rho, spec.levels)
             planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, None)
         preflight.check_spec(spec, {n: r.schema for n, r in planned.items()},
@@ -145,7 +157,7 @@ class Pipeline:
             cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, schema_name=r.schema.name,
                                randomness_private=rng.private)
             planned[name] = replace(r, certificate=cert)
-        return cls(spec, planned, rng, load_tables(spec.tables), log)
+        return cls(spec, planned, rng, load_tables(spec.tables))
 
     @property
     def schemas(self) -> dict[str, Schema]:
@@ -165,7 +177,7 @@ class Pipeline:
 
     def public_spec(self) -> tuple[str, str]:
         """The spec text as published (input paths redacted) and its SHA-256."""
-        text = bundle.public_spec_text(self.spec.text)
+        text = bundle.public_spec_text(self.spec.text, budget=self.spec.budget_table())
         return text, bundle.spec_digest(text)
 
     def metadata(self) -> dict[bytes, bytes]:
@@ -176,16 +188,18 @@ class Pipeline:
         """Read and validate the inputs. With `out_dir`, the input preflight runs too (feasibility
         of the invariants, disk space): everything here happens before any noise is drawn."""
         t0 = time.perf_counter()
+        logger.info(f"reading and checking the inputs ({self.spec.persons_path.name}, {self.spec.units_path.name})")
         inputs = read_inputs(self.spec.persons_path, self.spec.units_path, self.schemas["persons"],
                              self.schemas.get("units"))
         geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
         if out_dir is not None:
             preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
-                                   out_dir)
+                                   out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
+                                   pl94171=self.spec.pl94171)
         invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
         histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
         self.timings["read_inputs"] = time.perf_counter() - t0
-        self.log(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
+        logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
                  f"({self.timings['read_inputs']:.1f} s)")
         return Confidential(geography, invariants, histograms)
 
@@ -207,7 +221,7 @@ class Pipeline:
             if accountant.spent != r.allocation.rho:
                 raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {r.allocation.rho}")
             self.timings[f"measure_{name}"] = seconds = time.perf_counter() - t0
-            self.log(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
+            logger.info(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
                      f"{len(self.spec.levels)} levels ({seconds:.1f} s)")
 
     def engine_options(self, *, workers: int = 1, progress: bool = False, executor=None,
@@ -234,5 +248,5 @@ class Pipeline:
             self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
             # levels overlap (a batch starts when its parents are solved): when each level was complete
             done_at = ", ".join(f"{lr.level} {(lr.span or (0, lr.seconds))[1]:.1f}" for lr in reports[name])
-            self.log(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
+            logger.info(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
         return solved, reports

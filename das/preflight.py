@@ -29,8 +29,18 @@ from das.schema import SpecError
 MAX_RHO = Fraction(10)  # above this a run needs --allow-large-rho (2020 production persons: 2.56)
 MAX_SIGMA2 = 10**18  # a query noise variance above this (sd 1e9) is refused: useless, and past int64 safety
 INT64_MAX = 2**63 - 1  # the NMF stores each variance as int64 numerator / denominator
-BYTES_PER_ANSWER = 4  # NMF bytes per noisy answer, with room for its committed parts (measured: ~1.5)
-BYTES_PER_RECORD = 16  # MDF bytes per person or unit (measured: ~2-6 in zstd Parquet)
+# The disk estimate (estimate_space): every file a run writes, each term above what the shipped specs' seeded runs
+# wrote (tiny: 0.67 MB; Grand Isle: 1.1 MB; Delaware: 44 MB; docs/scale.md), so a run refused for space is refused
+# before any noise, and one that passes does not run out mid-release.
+BYTES_PER_ANSWER = 2  # NMF bytes per noisy answer, with room for a level's committed parts (measured: 0.8-1)
+BYTES_PER_RECORD = 8  # MDF bytes per person or unit (measured: ~2-3.3 in zstd Parquet)
+FILE_BYTES = 16 * 1024  # every file: its file-system block and its Parquet footer, schema and metadata
+TABLE_COLUMN_BYTES = 2 * 1024  # a table's column: its footer entry and statistics (measured: ~1.3-1.8 KB)
+TABLE_CELL_BYTES = 2  # a table's cell, one geounit x one column (measured: 0.3-1)
+PL_GEOUNIT_BYTES = 2 * 1024  # PL 94-171 bytes per geounit over the four files (measured: ~0.9 KB)
+MANIFEST_BYTES = 64 * 1024  # manifest.json and the operator files (measured: 24-43 KB)
+LEVEL_RECORD_BYTES = 8 * 1024  # the manifest's certificate and timings per release and level
+CHECKPOINT_BYTES_PER_RECORD = 2  # a solved level's checkpoint, kept until the run completes (measured: <= 1.5)
 
 
 class PreflightError(SpecError):
@@ -50,14 +60,23 @@ class SpaceEstimate:
         return self.free >= self.needed
 
 
+ACKNOWLEDGE = "--allow-large-rho"  # the one flag, on every command that spends budget, that acknowledges the cap
+
+
+def check_rho_cap(rho: Fraction, *, allow_large_rho: bool, what: str) -> None:
+    """The one cap of every command that spends budget: rho above MAX_RHO only when acknowledged.
+    `what` names the budget (a spec's section, or an argument)."""
+    if rho > MAX_RHO and not allow_large_rho:
+        raise PreflightError(
+            f"{what} rho = {float(rho):g} is above {MAX_RHO} (the 2020 persons run used 2.56): such a "
+            f"release is barely protected. If that is intended, pass {ACKNOWLEDGE}")
+
+
 def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, *, where: str, allow_large_rho: bool) -> None:
     """rho within [floor, cap] (the cap can be acknowledged), delta in (0, 1), every variance storable."""
     if not 0 < delta < 1:
         raise PreflightError(f"{where}: [privacy] delta must be strictly between 0 and 1, got {float(delta):g}")
-    if rho > MAX_RHO and not allow_large_rho:
-        raise PreflightError(
-            f"{where}: [{name}] rho = {float(rho):g} is above {MAX_RHO} (the 2020 persons run used 2.56): such a "
-            f"release is barely protected. If that is intended, pass --allow-large-rho")
+    check_rho_cap(rho, allow_large_rho=allow_large_rho, what=f"{where}: [{name}]")
     for item in allocation.items:
         sigma2 = item.sigma2
         if sigma2 > MAX_SIGMA2:
@@ -101,7 +120,7 @@ def check_workers(workers: int, engine: str) -> None:
 def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *, workers: int = 1,
                engine: str = "local", allow_large_rho: bool = False) -> None:
     """Everything about the spec and the command line, before any input file is opened."""
-    where = str(prep_spec.path)
+    where = str(prep_spec.path) + (f" ({prep_spec.overrides})" if getattr(prep_spec, "overrides", "") else "")
     measured = {q for s in strategies.values() for lv in s.levels for q, _ in lv.queries}
     by_level = [("passes", prep_spec.passes)] + [(f"passes_by_level.{level}", passes)
                                                  for level, passes in getattr(prep_spec, "passes_by_level", {}).items()]
@@ -116,14 +135,25 @@ def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *,
     check_workers(workers, engine)
 
 
-def estimate_space(geography, schemas: dict, plans: dict, *, n_records: int, out_dir: Path) -> SpaceEstimate:
-    """A generous estimate of the bytes the NMF and MDF need, and the free bytes where they go."""
+def estimate_space(geography, schemas: dict, plans: dict, *, n_records: int, out_dir: Path,
+                   table_columns: tuple[int, ...] = (), pl94171: bool = False) -> SpaceEstimate:
+    """A generous estimate of the bytes a run writes (NMF, MDF, tables, PL 94-171 files, manifest and
+    operator files, checkpoints), and the free bytes where they go. `table_columns`: the columns of each
+    table written; `pl94171`: the PL 94-171 files are written too."""
     answers = 0
     for name, plan in plans.items():
         for level, measurements in plan.items():
             answers += geography.n_units(level) * sum(schemas[name].query(m.query).size for m in measurements)
+    levels = sum(len(plan) for plan in plans.values())  # (release, level) pairs: an NMF file and a checkpoint each
+    geounits = sum(geography.n_units(level) for level in geography.levels)
+    needed = (answers * BYTES_PER_ANSWER + levels * FILE_BYTES  # the NMF
+              + n_records * BYTES_PER_RECORD + len(plans) * FILE_BYTES  # the MDFs
+              + sum(columns * (TABLE_COLUMN_BYTES + geounits * TABLE_CELL_BYTES) + FILE_BYTES for columns in table_columns)
+              + ((geounits * PL_GEOUNIT_BYTES + 4 * FILE_BYTES) if pl94171 else 0)
+              + MANIFEST_BYTES + levels * LEVEL_RECORD_BYTES
+              + levels * (n_records * CHECKPOINT_BYTES_PER_RECORD + FILE_BYTES))  # checkpoints, until the run completes
     base = nearest_existing(out_dir)
-    return SpaceEstimate(answers * BYTES_PER_ANSWER + n_records * BYTES_PER_RECORD, shutil.disk_usage(base).free, base)
+    return SpaceEstimate(needed, shutil.disk_usage(base).free, base)
 
 
 def feasibility_problems(schema, inventory, person_histograms, geography) -> list[str]:
@@ -168,16 +198,29 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
     return problems
 
 
-def check_inputs(schemas: dict, inputs, geography, plans: dict, out_dir: Path) -> None:
-    """After the inputs are read, before any noise: feasibility of the invariants, and disk space."""
+def check_inputs(schemas: dict, inputs, geography, plans: dict, *, out_dir: Path, table_columns: tuple[int, ...] = (),
+                 pl94171: bool = False) -> SpaceEstimate:
+    """After the inputs are read, before any noise: feasibility of the invariants, and disk space for every
+    file the run writes (estimate_space, returned: a partitioned run adds its states' with check_space)."""
     problems = feasibility_problems(schemas["persons"], inputs.inventory, inputs.person_histograms, geography)
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems[:20])
         raise PreflightError(f"the inputs cannot be released as specified (found before any noise was drawn):\n{listed}")
     records = int(inputs.person_histograms.sum()) + int(inputs.inventory.housing_units.sum()) \
         + int(inputs.inventory.gq_facilities.sum())
-    space = estimate_space(geography, schemas, plans, n_records=records, out_dir=out_dir)
+    space = estimate_space(geography, schemas, plans, n_records=records, out_dir=out_dir, table_columns=table_columns,
+                           pl94171=pl94171)
+    check_space(space, out_dir, pl94171=pl94171)
+    return space
 
+
+def check_space(space: SpaceEstimate, out_dir: Path, *, pl94171: bool = False) -> None:
     if not space.enough:
-        raise PreflightError(f"not enough free space for {out_dir}: the outputs need about "
-                             f"{space.needed / 1e9:.2f} GB, {space.where} has {space.free / 1e9:.2f} GB free")
+        raise PreflightError(f"not enough free space for {out_dir}: the outputs need about {_size(space.needed)} "
+                             f"(NMF, MDF, tables, manifest, checkpoints{', PL 94-171 files' if pl94171 else ''}), "
+                             f"{space.where} has {_size(space.free)} free")
+
+
+def _size(n: int) -> str:
+    """Bytes for a person: '0.67 MB', '1.20 GB'."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.2f} MB"

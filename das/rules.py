@@ -211,7 +211,7 @@ def block_bounds(schema: Schema, facts: Invariants, *, inputs_only: bool = False
 BLOCK_SLICE = 1 << 16  # blocks per slice when summing block bounds (memory follows the slice)
 
 
-def unit_bounds(schema: Schema, facts: Invariants, unit_of_block: np.ndarray, n_units: int,
+def unit_bounds(schema: Schema, facts: Invariants, unit_of_block: np.ndarray, n_units: int, *,
                 total: np.ndarray | None = None) -> list[Bounds]:
     """Bounds of n_units geounits from their blocks' facts (unit_of_block: 0..n_units-1, sorted),
     summed slice by slice; `total`, where the population invariant binds, adds its equality."""
@@ -243,20 +243,20 @@ def block_range(geography: Geography, level: str, lo: int, hi: int) -> tuple[int
     return int(np.searchsorted(block_to_unit, lo)), int(np.searchsorted(block_to_unit, hi))
 
 
-def population_total(schema: Schema, facts: Invariants, level: str, lo: int, hi: int) -> np.ndarray | None:
+def population_total(schema: Schema, facts: Invariants, level: str, *, lo: int, hi: int) -> np.ndarray | None:
     """The published total population of geounits lo..hi-1, where it binds this schema's release."""
     if level in facts.total_population and schema.universe == "persons":
         return facts.total_population[level][lo:hi]
     return None
 
 
-def level_bounds(schema: Schema, facts: Invariants, geography: Geography, level: str,
+def level_bounds(schema: Schema, facts: Invariants, geography: Geography, *, level: str,
                  lo: int = 0, hi: int | None = None) -> list[Bounds]:
     """Bounds for the geounits lo..hi-1 (default: all) of `level`: block bounds summed up, plus the total invariant."""
     hi = geography.n_units(level) if hi is None else hi
     b0, b1 = block_range(geography, level, lo, hi)
     return unit_bounds(schema, facts.blocks(b0, b1), geography.block_to_unit(level)[b0:b1] - lo, hi - lo,
-                       population_total(schema, facts, level, lo, hi))
+                       total=population_total(schema, facts, level, lo=lo, hi=hi))
 
 
 def household_persons(persons_schema: Schema, block_histograms) -> np.ndarray:

@@ -8,12 +8,13 @@ order of refusals before anything is drawn, and resumes an interrupted run witho
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight
+from das import bundle, callable_module, preflight, signing
 from das.checkpoint import Checkpoints, file_sha256, is_disk_full
 from das.executors import make_executor
 from das.frame import (
@@ -28,6 +29,7 @@ from das.frame import (
     operator_fingerprint,
     output_plan,
     protected_paths,
+    release_valid,
 )
 from das.measure import Target, parts_dir
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
@@ -45,8 +47,10 @@ from das.rundir import (
     RunDir,
     RunDirError,
 )
-from das.runspec import RunSpec, load_run_spec
+from das.runspec import Budget, RunSpec, load_run_spec
 from das.topdown.engine import task_summary
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run", "run"]
 
@@ -62,6 +66,7 @@ class RunOptions:
     overwrite: bool = False
     allow_large_rho: bool = False
     memory_gb: float | None = None  # a partitioned run's budget for its state tasks (None: no limit)
+    signing_key: Path | None = None  # the operator's Ed25519 key (das keygen); None: the release's own
 
 
 @dataclass(frozen=True)
@@ -72,8 +77,8 @@ class RunResult:
     summary: str
 
 
-def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec) -> None:
-    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path | None = None) -> None:
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
@@ -88,9 +93,9 @@ def _plan(pipe: Pipeline):
     return output_plan(pipe.spec, pipe.tables, pipe.metadata())
 
 
-def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, overwrite: bool) -> ReleaseFrame:
-    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=overwrite,
-                      log=pipe.log)
+def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, options: RunOptions) -> ReleaseFrame:
+    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=options.overwrite,
+                      signing_key=options.signing_key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,6 +126,7 @@ class _Whole:
                                       executor=job.executor, checkpoint_dir=frame.run_dir.checkpoints_dir)
         solved, level_reports = pipe.postprocess(confidential, frame.run_dir.nmf_dir, options)
         t0 = time.perf_counter()
+        logger.info("writing the release: microdata, tables, noisy measurements")
         written = job.frame.write(confidential.solved_release(pipe.schemas, solved))
         pipe.timings["write_outputs"] = time.perf_counter() - t0
         return job.completion(written, level_reports, Counts(int(solved["persons"].sum()), confidential.n_blocks))
@@ -143,7 +149,7 @@ class _Partitioned:
 
     def release(self, job: _Job, tops: Tops) -> Completion:
         nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
-                                                    job.options.memory_gb)
+                                                    memory_gb=job.options.memory_gb)
         return job.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
 
 
@@ -159,10 +165,10 @@ def _shape(spec: RunSpec) -> _Whole | _Partitioned:
 # das measure
 
 
-def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False, log=print,
-                 allow_large_rho: bool = False) -> Manifest:
+def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False,
+                 allow_large_rho: bool = False, budget: Budget | None = None) -> Manifest:
     """`das measure`: the NMF and a manifest, no post-processing."""
-    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, log=log)
+    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, budget=budget)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     _out_dir(run_dir, overwrite, pipe.spec)
@@ -170,12 +176,12 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
     executor = make_executor("local", 1)
     try:
         confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
-        frame = _open(pipe, run_dir, confidential, overwrite)
+        frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite))
         shape.measure(pipe, run_dir, confidential, executor)
     finally:
         executor.close()
     nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
-    return frame.recorded(frame.manifest.but(status="measured", timings_seconds=dict(pipe.timings), nmf=nmf)).manifest
+    return frame.noted(timings_seconds=dict(pipe.timings)).recorded(frame.manifest.but(status="measured", nmf=nmf)).manifest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,7 +249,8 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
     """Refuse to continue a run directory with another spec, seed or input."""
     problems = []
     if what == "spec" and stored.get("spec_sha256") != current["spec_sha256"]:
-        problems.append("the run spec differs from the one the run started with")
+        problems.append("the run spec differs from the one the run started with (a budget given by --rho, --eps "
+                        "or --delta counts: give the same)")
     if what == "spec" and stored.get("seed") != current["seed"]:
         problems.append(f"seed {current['seed']} differs from the run's {stored.get('seed')}")
     if what == "inputs":
@@ -257,7 +264,7 @@ def _check_fingerprint(out_dir: Path, stored: dict, current: dict, what: str) ->
 
 def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
     """The same spec, seed and inputs (keyed fingerprints, read before any input is read)."""
-    current = {"spec_sha256": bundle.spec_digest(spec.text), "seed": spec.seed}
+    current = {"spec_sha256": bundle.spec_digest(spec.fingerprint_text), "seed": spec.seed}
     _check_fingerprint(run_dir.path, stored.operator["fingerprint"], current, "spec")
     for name, path in (("persons", spec.persons_path), ("units", spec.units_path)):
         if not Path(path).exists():  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
@@ -266,27 +273,29 @@ def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
 
 
 def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None,
-               log=print, **settings) -> RunResult:
+               *, budget: Budget | None = None, **settings) -> RunResult:
     """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
     stored = _load_stored(RunDir(run_dir))
     stored_seed = stored.operator["fingerprint"].get("seed")
     if seed is not None and seed != stored_seed:
         raise RunError(f"{run_dir} belongs to another run: seed {seed} differs from the run's {stored_seed}")
     if spec_path is not None:
-        given = load_run_spec(spec_path, seed=stored_seed)
+        given = load_run_spec(spec_path, seed=stored_seed, budget=budget)
         _check_fingerprint(Path(run_dir), stored.operator["fingerprint"],
-                           {"spec_sha256": bundle.spec_digest(given.text), "seed": stored_seed}, "spec")
-    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, log=log, resume=True, **settings)
+                           {"spec_sha256": bundle.spec_digest(given.fingerprint_text), "seed": stored_seed}, "spec")
+    return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, resume=True, budget=budget,
+               **settings)
 
 
 # ---------------------------------------------------------------------------------------------
 # das run
 
 
-def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, log=print, resume: bool = False,
-        **settings) -> RunResult:
+def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, resume: bool = False,
+        budget: Budget | None = None, **settings) -> RunResult:
     """A whole release into out_dir; with resume=True, continue the interrupted run in out_dir.
-    `settings` are RunOptions fields (workers, engine, scheduler, progress, overwrite, allow_large_rho).
+    `settings` are RunOptions fields (workers, engine, scheduler, progress, overwrite, allow_large_rho);
+    `budget` the command line's persons budget and delta (--rho or --eps, --delta), over the spec's.
 
     Order: the spec preflight (no file read), the output directory, the inputs and their
     preflight; only then the worker pool starts and the first noise is drawn. A resumed run
@@ -295,19 +304,21 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
     """
     options = RunOptions(**settings)
     t_start = time.perf_counter()
+    if options.signing_key is not None:  # the operator's key, checked before anything is read
+        signing.read_private_key(options.signing_key)
     run_dir = RunDir(out_dir)
     stored = _load_stored(run_dir) if resume else None
     if stored and stored.manifest.complete and stored.manifest.validation is not None:
-        log(f"{run_dir.path} already holds a complete run; nothing to resume")
-        manifest = stored.manifest
-        return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
+        logger.info(f"{run_dir.path} already holds a complete run; nothing to resume")
+        frame = ReleaseFrame(run_dir, stored.manifest, None)
+        return RunResult(run_dir.path, stored.manifest, release_valid(frame), render_summary(frame))
     pipe = Pipeline.prepare(spec_path, seed, workers=options.workers, engine=options.engine,
-                            allow_large_rho=options.allow_large_rho, log=log)
+                            allow_large_rho=options.allow_large_rho, budget=budget)
     if stored:
         _check_resumable(run_dir, stored, pipe.spec)
     else:
         preflight.check_writable(run_dir.path)
-        _out_dir(run_dir, options.overwrite, pipe.spec)
+        _out_dir(run_dir, options.overwrite, pipe.spec, options.signing_key)
     shape = _shape(pipe.spec)
     confidential = None if shape.partitioned else shape.read(pipe, run_dir, None, None)  # nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
@@ -338,14 +349,16 @@ class _Job:
 
     def start_or_resume(self, run_dir: RunDir, stored: Stored | None, shape, confidential) -> RunResult:
         if stored:
-            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), self.pipe.log)
+            key = self.options.signing_key or stored.operator.get("signing_key")  # else the key it started with
+            self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), signing.signing_key(run_dir, key))
             self.interruption = Interruption(time.strftime("%Y-%m-%dT%H:%M:%S%z"), stored.manifest.status,
                                              _progress_found(run_dir, self.pipe))
-            self.pipe.log(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
+            logger.info(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
                           "checkpoints, no noise is drawn again for a committed measurement")
             self.record_interruption(status="running")
         else:
-            self.frame = _open(self.pipe, run_dir, confidential, self.options.overwrite)
+            self.frame = _open(self.pipe, run_dir, confidential, self.options)
+        bundle.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
         try:
             completion = shape.release(self, confidential)
             self.frame = complete(self.frame, completion, validate={"executor": self.executor,
@@ -357,27 +370,28 @@ class _Job:
                                f"{e.filename or 'an output file'}); everything committed so far is kept: free some "
                                f"space and continue with `das run --resume {run_dir.path}`") from e
             raise
-        manifest = self.frame.manifest
-        return RunResult(run_dir.path, manifest, manifest.validation.valid, render_summary(manifest))
+        return RunResult(run_dir.path, self.frame.manifest, release_valid(self.frame), render_summary(self.frame))
 
     def record_interruption(self, **changes) -> None:
-        """This resumption's record in the manifest (appended once, then kept up to date)."""
-        earlier = self.frame.manifest.interruptions or ()
-        if changes:  # the first record of this resumption
-            earlier = (*earlier, self.interruption)
-        else:
-            earlier = (*earlier[:-1], self.interruption)
-        self.frame = self.frame.recorded(self.frame.manifest.but(interruptions=earlier, **changes))
+        """This resumption's record in the operator's files (appended once, then kept up to date); `changes`
+        (the first record of this resumption) go to the manifest."""
+        earlier = list(bundle.read_process(self.frame.run_dir.path).get("interruptions", []))
+        record = self.interruption.to_dict()
+        self.frame.noted(interruptions=[*earlier, record] if changes else [*earlier[:-1], record])
+        if changes:
+            self.frame = self.frame.recorded(self.frame.manifest.but(**changes))
 
     def completion(self, written: dict, level_reports: dict, counts: Counts) -> Completion:
-        """The manifest's closing fields from what the release wrote and its post-processing reports."""
+        """The manifest's closing fields from what the release wrote and its post-processing reports (their
+        times the operator's)."""
         events = tuple(FailsafeRecord(name, r.level, e.parent, e.stage, e.relaxed, e.slack, e.detail)
                        for name, reports in level_reports.items() for r in reports for e in r.failsafe_events)
-        levels = {name: tuple(LevelRecord(r.level, r.parents, r.seconds, len(r.failsafe_events), r.certificate,
-                                          task_summary(r)) for r in reports)
+        levels = {name: tuple(LevelRecord(r.level, r.parents, len(r.failsafe_events), r.certificate) for r in reports)
                   for name, reports in level_reports.items()}
+        times = {name: [{"level": r.level, "seconds": r.seconds, "tasks": task_summary(r)} for r in reports]
+                 for name, reports in level_reports.items()}
         return Completion(written, counts, {**self.pipe.timings, "total": time.perf_counter() - self.t_start},
-                          levels, events, EngineRecord(self.options.engine, self.options.workers))
+                          levels, events, EngineRecord(self.options.engine, self.options.workers), times)
 
     def _persons_limit(self) -> float | None:
         """--memory-gb as persons of the states in flight (das.partitioned's estimate per person)."""
@@ -385,15 +399,19 @@ class _Job:
         return None if budget is None else budget / TASK_MB_PER_PERSON
 
     def _mark_interrupted(self, error: BaseException) -> None:
-        """Best effort (the disk may be full): say in the manifest that the run stopped and why."""
+        """Best effort (the disk may be full): say in the manifest that the run stopped, and in the operator's
+        record why (an error message may name data-dependent figures: never public)."""
         try:
-            self.frame = self.frame.recorded(self.frame.manifest.but(
-                status="interrupted", error=f"{type(error).__name__}: {error}"[:500]))
+            self.frame.noted(error=f"{type(error).__name__}: {error}"[:500])
+            self.frame = self.frame.recorded(self.frame.manifest.but(status="interrupted"))
         except OSError:
             pass
 
 
-def render_summary(manifest: Manifest) -> str:
+def render_summary(frame: ReleaseFrame) -> str:
+    """The terminal summary of a completed run: its manifest, and the run times of the operator's record."""
+    manifest = frame.manifest
+    process = bundle.read_process(frame.run_dir.path)
     cert = manifest.certificate("persons")
     lines = [
         f"das run {manifest.spec_name}: {manifest.counts.persons:,} persons in "
@@ -404,7 +422,7 @@ def render_summary(manifest: Manifest) -> str:
     if "units" in manifest.privacy:
         u = manifest.privacy["units"]
         lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
-    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (manifest.timings_seconds or {}).items()))
+    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
     events = manifest.failsafe_events or ()
     lines.append(f"failsafe: {len(events)} event(s)" + (
         " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
@@ -416,7 +434,15 @@ def render_summary(manifest: Manifest) -> str:
                      f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance")
     v = manifest.validation
     lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
+    against = process.get("validation_against_inputs")
+    if against:
+        lines.append(f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} "
+                     f"({len(against.get('checks', []))} checks)")
+        lines += [f"  {x}" for x in against.get("violations", [])[:5]]
     lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + ", nmf/, manifest.json")
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)
+
+
+callable_module(__name__)  # `das.run(spec, ...)` is das.api.run: the library's release (see das/__init__.py)

@@ -8,7 +8,9 @@ field checked, so an edited or truncated manifest is a RunDirError naming the fi
 
     RUN_DIR/manifest.json        public: spec (input paths redacted), certificate, checksums, invariants
     RUN_DIR/mdf_*.parquet, tables/, pl94171/, nmf/     public: the release
-    RUN_DIR/operator/            operator only (das.bundle): input paths, keyed fingerprints, the key
+    RUN_DIR/manifest.sig, release.pub    public: the signature of manifest.json and its key (das.signing)
+    RUN_DIR/operator/            operator only (das.bundle): input paths, keyed fingerprints, the keys, how the
+                                 run went (timings, interruptions, errors)
     RUN_DIR/checkpoints/         operator only, while a run is unfinished
 
 >>> Manifest.from_dict({"spec_name": "x", "status": "complete", "levels": ["nation"], "persons": {"schema": "s"},
@@ -26,6 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import atomic
+from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
 MANIFEST = "manifest.json"
@@ -35,6 +38,10 @@ STATUSES = ("running", "measured", "interrupted", "complete")
 OPERATOR_DIR = "operator"
 OPERATOR_FILE = "operator.json"
 KEY_FILE = "fingerprint.key"
+SIGNING_KEY_FILE = "signing.key"  # a release's own Ed25519 key, when the operator names none (das.signing)
+PUBLIC_KEY = "release.pub"  # the public key of the release's signature, published beside it
+SIGNATURE = "manifest.sig"  # the Ed25519 signature of manifest.json's exact bytes, written last
+PROCESS_FILE = "process.json"  # operator only: timings, interruptions, the last error, the checks against the inputs
 PARTS_FILE = "parts.json"  # a state's part directory is complete when this is present (das.io.parts)
 
 
@@ -184,29 +191,25 @@ class EngineRecord:
 
 @dataclass(frozen=True)
 class LevelRecord:
-    """One level of a release's post-processing: parents solved, time, failsafe events, the L2 certificate."""
+    """One level of a release's post-processing: parents solved, failsafe events, the L2 certificate. Its
+    times are the operator's (RunDir.process_file): a run time may depend on the data outside the noise."""
 
     level: str
     parents: int
-    seconds: float
     failsafe_events: int
     l2_certificate: Mapping[str, float]
-    tasks: Mapping[str, float]
 
     def to_dict(self) -> dict:
-        return {"level": self.level, "parents": self.parents, "seconds": self.seconds,
-                "failsafe_events": self.failsafe_events, "l2_certificate": dict(self.l2_certificate),
-                "tasks": dict(self.tasks)}
+        return {"level": self.level, "parents": self.parents, "failsafe_events": self.failsafe_events,
+                "l2_certificate": dict(self.l2_certificate)}
 
     @classmethod
     def from_dict(cls, data, where: str) -> LevelRecord:
         if not isinstance(data, Mapping):
             raise RunDirError(f"{where}: expected an object")
         return cls(_get(data, "level", str, where), _get(data, "parents", int, where),
-                   _number(_get(data, "seconds", (int, float), where), f"{where}.seconds"),
                    _get(data, "failsafe_events", int, where),
-                   _mapping(data, "l2_certificate", (int, float), where, optional=False),
-                   _mapping(data, "tasks", (int, float), where, optional=False))
+                   _mapping(data, "l2_certificate", (int, float), where, optional=False))
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,9 @@ class MechanismRecord:
 
 @dataclass(frozen=True)
 class Interruption:
-    """One resumption of an interrupted run: when, from which status, what it found and reused."""
+    """One resumption of an interrupted run: when, from which status, what it found and reused. The
+    operator's (RunDir.process_file), never public: when a run stopped and what it had done by then
+    depends on how long its stages took."""
 
     resumed_at: str
     previous_status: str
@@ -290,13 +295,6 @@ class Interruption:
     def to_dict(self) -> dict:
         out = {"resumed_at": self.resumed_at, "previous_status": self.previous_status, "found": dict(self.found)}
         return out | ({"measurement": dict(self.measurement)} if self.measurement is not None else {})
-
-    @classmethod
-    def from_dict(cls, data, where: str) -> Interruption:
-        if not isinstance(data, Mapping):
-            raise RunDirError(f"{where}: expected an object")
-        return cls(_get(data, "resumed_at", str, where), _get(data, "previous_status", str, where),
-                   _get(data, "found", dict, where), _get(data, "measurement", dict, where, optional=True))
 
 
 def _records(kind, data: Mapping, key: str, where: str) -> tuple | None:
@@ -330,16 +328,13 @@ class Manifest:
     seed: int | None = None
     invariants: PublishedInvariants = field(default_factory=PublishedInvariants)
     warning: str | None = None
-    interruptions: tuple[Interruption, ...] | None = None
     engine: EngineRecord | None = None
-    timings_seconds: Mapping[str, float] | None = None
     levels_report: Mapping[str, tuple[LevelRecord, ...]] | None = None
     failsafe_events: tuple[FailsafeRecord, ...] | None = None
     outputs: Mapping[str, str] | None = None  # relative path -> SHA-256, the release files
     nmf: Mapping[str, str] | None = None  # relative path -> SHA-256
     counts: Counts | None = None
     validation: ValidationRecord | None = None
-    error: str | None = None
     mechanism: MechanismRecord | None = None  # a synthetic release (das.mechanisms)
     holds: tuple[str, ...] | None = None  # what the release claims (das.validate); None: a TopDown release
     extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know, kept as they are
@@ -363,10 +358,19 @@ class Manifest:
             certificates = {str(k): Certificate.from_dict(v, f"{where}: privacy.{k}") for k, v in privacy.items()}
         except CertificateError as e:
             raise RunDirError(str(e)) from None
+        orphans = [k for k in certificates if k not in ("persons", "units") or data.get(k) is None]
+        if orphans:
+            raise RunDirError(f"{_where(where, 'privacy')}.{orphans[0]}: the certificate of no release of the manifest "
+                              "(expected persons or units, each with its section)")
+        levels = _strings(data, "levels", where)
+        unknown = [lv for lv in levels if lv not in LEVEL_DIGITS]
+        if unknown:
+            raise RunDirError(f"{_where(where, 'levels')}: {unknown[0]!r} is not a geography level (known: "
+                              f"{', '.join(LEVEL_DIGITS)})")
         seed = _get(data, "seed", int, where, optional=True)
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(
-            spec_name=_get(data, "spec_name", str, where), status=status, levels=_strings(data, "levels", where),
+            spec_name=_get(data, "spec_name", str, where), status=status, levels=levels,
             persons=ReleaseInfo.from_dict(data["persons"], f"{where}: persons"), privacy=certificates,
             kind=_get(data, "kind", str, where, optional=True) or RUN_KIND,
             **{k: _get(data, k, str, where, optional=True) or "" for k in
@@ -377,16 +381,13 @@ class Manifest:
             seed=seed,
             invariants=PublishedInvariants.from_dict(data.get("invariants") or {}, f"{where}: invariants"),
             warning=_get(data, "warning", str, where, optional=True),
-            interruptions=_records(Interruption, data, "interruptions", where),
             engine=None if data.get("engine") is None else EngineRecord.from_dict(data["engine"], f"{where}: engine"),
-            timings_seconds=_mapping(data, "timings_seconds", (int, float), where),
             levels_report=_levels_report(data, where),
             failsafe_events=_records(FailsafeRecord, data, "failsafe_events", where),
             outputs=_mapping(data, "outputs", str, where), nmf=_mapping(data, "nmf", str, where),
             counts=None if data.get("counts") is None else Counts.from_dict(data["counts"], f"{where}: counts"),
             validation=None if data.get("validation") is None
             else ValidationRecord.from_dict(data["validation"], f"{where}: validation"),
-            error=_get(data, "error", str, where, optional=True),
             mechanism=None if data.get("mechanism") is None
             else MechanismRecord.from_dict(data["mechanism"], f"{where}: mechanism"),
             holds=_strings(data, "holds", where, optional=True),
@@ -538,6 +539,30 @@ class RunDir:
     def key_file(self) -> Path:
         return self.operator_dir / KEY_FILE
 
+    @property
+    def signing_key_file(self) -> Path:
+        """The release's own Ed25519 private key (when the operator names no key of theirs): operator only."""
+        return self.operator_dir / SIGNING_KEY_FILE
+
+    # the signature, published beside the release (it covers the manifest, which lists every file's digest)
+    @property
+    def public_key_file(self) -> Path:
+        return self.path / PUBLIC_KEY
+
+    @property
+    def signature_file(self) -> Path:
+        return self.path / SIGNATURE
+
+    def signature_files(self) -> tuple[Path, Path]:
+        """The files published beside the listed ones: the manifest's signature and its public key."""
+        return self.signature_file, self.public_key_file
+
+    @property
+    def process_file(self) -> Path:
+        """How the run went (das.bundle.record_process): timings per stage and level, interruptions, the
+        last error, the validator's checks against the confidential inputs. Never published."""
+        return self.operator_dir / PROCESS_FILE
+
     # work in progress, removed when the run is complete
     @property
     def checkpoints_dir(self) -> Path:
@@ -579,9 +604,11 @@ class RunDir:
     @staticmethod
     def internal_patterns() -> tuple[str, ...]:
         """Files a run writes besides its release files, relative to its directory (`*` matches across '/'):
-        the manifest, temporaries, committed NMF chunks, checkpoints and per-state work, operator files."""
-        return (MANIFEST, f"{MANIFEST}.partial", "*.partial", "*.partial/*", "nmf/*/*.parquet.parts/*", "checkpoints/*",
-                f"{OPERATOR_DIR}/{OPERATOR_FILE}", f"{OPERATOR_DIR}/{KEY_FILE}")
+        the manifest, its signature and public key, temporaries, committed NMF chunks, checkpoints and
+        per-state work, operator files."""
+        return (MANIFEST, f"{MANIFEST}.partial", SIGNATURE, PUBLIC_KEY, "*.partial", "*.partial/*", "nmf/*/*.parquet.parts/*",
+                "checkpoints/*", f"{OPERATOR_DIR}/{OPERATOR_FILE}", f"{OPERATOR_DIR}/{KEY_FILE}",
+                f"{OPERATOR_DIR}/{SIGNING_KEY_FILE}", f"{OPERATOR_DIR}/{PROCESS_FILE}")
 
     def relative(self, path: Path) -> str:
         return Path(path).relative_to(self.path).as_posix()

@@ -6,14 +6,21 @@ Input paths are relative to the spec file (or absolute).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Annotated, Literal
 
+from pydantic import AfterValidator, Field, model_validator
+
+from das import specfile
 from das.geography import DEFAULT_LEVELS, level_digits
-from das.privacy.strategy import parse_fraction
-from das.schema import SpecError, load_toml, resolve_spec
+from das.privacy.certificate import delta_text, fraction_text
+from das.schema import SpecError, resolve_spec
+from das.specfile import Exact, Section
 from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
+
+DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (das validate recomputes certificates with it)
 
 
 @dataclass(frozen=True)
@@ -22,7 +29,8 @@ class Release:
 
     schema: str
     strategy: str
-    rho: Fraction | None  # None: the strategy's own default budget
+    rho: Fraction | None  # None: the strategy's own default budget (or the one `eps` gives)
+    eps: Fraction | None = None  # the budget as eps at the run's delta: the largest rho certified within it
 
 
 @dataclass(frozen=True)
@@ -45,100 +53,187 @@ class RunSpec:
     passes: tuple[tuple[str, ...], ...]  # L2 passes: query names fitted per pass; [] = all remaining
     text: str  # the spec file verbatim, for the manifest
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes, where they differ
+    overrides: str = ""  # a budget given on the command line (--rho, --eps, --delta), as typed
+    budget: Budget | None = None  # that budget itself: the published spec states it (`budget_table`)
+
+    @property
+    def fingerprint_text(self) -> str:
+        """What a resumed run must match: the spec, and any budget the command line gave."""
+        return self.text if not self.overrides else f"{self.text}\n# command line: {self.overrides}\n"
+
+    def budget_table(self) -> dict[str, dict[str, str]]:
+        """The command line's budget as the spec keys it stands for ([persons] rho or eps, [privacy] delta),
+        so the published spec states the budget the release was made with (das.bundle.public_spec)."""
+        if not self.budget:
+            return {}
+        table: dict[str, dict[str, str]] = {}
+        if self.budget.rho is not None or self.budget.eps is not None:
+            key, value = ("rho", self.budget.rho) if self.budget.rho is not None else ("eps", self.budget.eps)
+            table["persons"] = {key: fraction_text(value)}
+        if self.budget.delta is not None:
+            table["privacy"] = {"delta": delta_text(self.budget.delta)}
+        return table
 
 
-def load_run_spec(name_or_path: str | Path, seed: int | None = None) -> RunSpec:
-    path = resolve_spec(name_or_path, "runs").resolve()
-    spec = load_toml(path)
+@dataclass(frozen=True)
+class Budget:
+    """A persons budget (and a delta for the whole run) given on the command line: --rho or --eps, --delta."""
 
-    def section(key: str, required: bool = True) -> dict | None:
-        value = spec.get(key)
-        if value is None and required:
-            raise SpecError(f"{path}: missing section [{key}]")
-        if value is not None and not isinstance(value, dict):
-            raise SpecError(f"{path}: [{key}] must be a table")
-        return value
+    rho: Fraction | None = None
+    eps: Fraction | None = None
+    delta: Fraction | None = None
 
-    def input_path(key: str) -> Path:
-        raw = section("input").get(key)
-        if not raw:
-            raise SpecError(f"{path}: [input] needs `{key}` (a Parquet or CSV file)")
-        p = Path(raw)
-        return p if p.is_absolute() else (path.parent / p).resolve()
+    def __post_init__(self):
+        if self.rho is not None and self.eps is not None:
+            raise SpecError("--rho and --eps both set the persons budget: give one")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise SpecError(f"--delta must be strictly between 0 and 1, got {self.delta}")
 
-    def release(key: str, required: bool) -> Release | None:
-        s = section(key, required)
-        if s is None:
-            return None
-        for name in ("schema", "strategy"):
-            if name not in s:
-                raise SpecError(f"{path}: [{key}] needs `{name}`")
-        rho = parse_fraction(s["rho"], f"{path}: [{key}] rho") if "rho" in s else None
-        return Release(s["schema"], s["strategy"], rho)
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.rho, self.eps, self.delta))
 
-    levels = tuple(spec.get("levels", DEFAULT_LEVELS))
-    try:
-        level_digits(levels)
-    except ValueError as e:
-        raise SpecError(f"{path}: levels: {e}") from None
-    privacy = section("privacy", required=False) or {}
-    output = section("output", required=False) or {}
-    post = section("postprocess", required=False) or {}
-    if seed is None and "seed" in privacy:
-        seed = int(privacy["seed"])
-    layout = output.get("mdf_layout", "parquet")
-    if layout not in ("parquet", "pipe"):
-        raise SpecError(f"{path}: [output] mdf_layout must be 'parquet' or 'pipe', not {layout!r}")
-    try:
-        solver = check_solver(str(post.get("solver", DEFAULT_SOLVER)))
-    except ValueError as e:
-        raise SpecError(f"{path}: [postprocess] solver: {e}") from None
-    try:
-        rounding = check_rounding(str(post.get("rounding", DEFAULT_ROUNDING)))
-    except ValueError as e:
-        raise SpecError(f"{path}: [postprocess] {e}") from None
-    if output.get("pl94171") and spec.get("units") is None:
-        raise SpecError(f"{path}: [output] pl94171 needs a [units] release (the files carry table H1)")
-    return RunSpec(
-        name=spec.get("name", path.stem),
-        description=spec.get("description", ""),
-        path=path,
-        persons_path=input_path("persons"),
-        units_path=input_path("units"),
-        levels=levels,
-        persons=release("persons", True),
-        units=release("units", False),
-        delta=parse_fraction(privacy.get("delta", "1e-10"), f"{path}: [privacy] delta"),
-        seed=seed,
-        tables=output.get("tables", "pl94"),
-        mdf_layout=layout,
-        pl94171=_flag(output, "pl94171", f"{path}: [output] pl94171"),
-        rounding=rounding,
-        solver=solver,
-        passes=_passes(post.get("passes", [[]]), f"{path}: [postprocess] passes"),
-        passes_by_level=_passes_by_level(post.get("passes_by_level", {}), levels, path),
-        text=path.read_text(),
-    )
+    def text(self) -> str:
+        return " ".join(f"--{k} {v}" for k, v in (("rho", self.rho), ("eps", self.eps), ("delta", self.delta))
+                        if v is not None)
 
 
-def _flag(section: dict, key: str, where: str) -> bool:
-    value = section.get(key, False)
-    if not isinstance(value, bool):
-        raise SpecError(f"{where} must be true or false, not {value!r}")
+# ---------------------------------------------------------------------------------------------
+# The spec file, declared once (das.specfile reads it against this, every problem in one pass)
+
+
+def _levels(levels: list[str]) -> list[str]:
+    level_digits(tuple(levels))
+    return levels
+
+
+def _solver(value: str) -> str:
+    return check_solver(value)
+
+
+def _rounding(value: str) -> str:
+    return check_rounding(value)
+
+
+def _below_one(value: Fraction) -> Fraction:
+    if value >= 1:
+        raise ValueError(f"must be strictly between 0 and 1, got {specfile.shown(str(value))}")
     return value
 
 
-def _passes(value, where: str) -> tuple[tuple[str, ...], ...]:
-    """L2 passes: a list of lists of query names (an empty list: every query not fitted yet)."""
-    if not isinstance(value, list) or not value or not all(isinstance(names, list) for names in value):
-        raise SpecError(f"{where}: expected a non-empty list of lists of query names, e.g. [[\"hhgq\"], []]")
-    return tuple(tuple(str(q) for q in names) for names in value)
+Passes = Annotated[list[list[str]], Field(min_length=1, description='a non-empty list of lists of query names, e.g. '
+                                                                    '[["hhgq"], []] ([] = every query not fitted yet)')]
 
 
-def _passes_by_level(value, levels: tuple[str, ...], path: Path) -> dict[str, tuple[tuple[str, ...], ...]]:
-    if not isinstance(value, dict):
-        raise SpecError(f"{path}: [postprocess.passes_by_level] must be a table of level = [[query, ...], ...]")
-    unknown = sorted(set(value) - set(levels))
-    if unknown:
-        raise SpecError(f"{path}: [postprocess.passes_by_level] names {unknown}, not levels of this run {list(levels)}")
-    return {level: _passes(v, f"{path}: [postprocess.passes_by_level] {level}") for level, v in value.items()}
+class InputSection(Section):
+    persons: str = Field(min_length=1, description="a Parquet or CSV file, or a directory of one file per state")
+    units: str = Field(min_length=1, description="a Parquet or CSV file, or a directory of one file per state")
+
+
+class ReleaseSection(Section):
+    schema_name: str = Field(alias="schema", min_length=1, description="a schema name (specs/schemas) or a .toml path")
+    strategy: str = Field(min_length=1, description="a strategy name (specs/strategies) or a .toml path")
+    rho: Exact | None = Field(None, description="the zCDP budget, " + specfile.FRACTION_FORMS)
+    eps: Exact | None = Field(None, description="the budget as eps at [privacy] delta, " + specfile.FRACTION_FORMS)
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        if self.rho is not None and self.eps is not None:
+            raise ValueError("rho and eps both set the budget of a release: give one")
+        return self
+
+
+class PrivacySection(Section):
+    delta: Annotated[Exact, AfterValidator(_below_one)] = Field(DEFAULT_DELTA, description="an exact fraction in (0, 1)")
+    seed: int | None = Field(None, ge=0, description="a nonnegative integer: replication mode, NOT private")
+
+
+class OutputSection(Section):
+    tables: str = Field("pl94", min_length=1, description="a table set of specs/tables (pl94, dhc)")
+    mdf_layout: Literal["parquet", "pipe"] = Field("parquet", description="'parquet' or 'pipe'")
+    pl94171: bool = Field(False, description="true or false")
+
+
+class PostprocessSection(Section):
+    solver: Annotated[str, AfterValidator(_solver)] = Field(DEFAULT_SOLVER, description="CLARABEL or cvxpy:NAME")
+    rounding: Annotated[str, AfterValidator(_rounding)] = Field(DEFAULT_ROUNDING, description="a rounding method")
+    passes: Passes = [[]]
+    passes_by_level: dict[str, Passes] = Field({}, description="a table of level = [[query, ...], ...], each level's "
+                                                               "passes a non-empty list of lists of query names")
+
+
+class RunSpecFile(Section):
+    """A run spec as written (specs/runs/*.toml): every key, its type and its default."""
+
+    name: str | None = Field(None, description="a name")
+    description: str = Field("", description="text")
+    levels: Annotated[list[str], AfterValidator(_levels)] = Field(
+        list(DEFAULT_LEVELS), min_length=1, description=f"a list of levels from nation to block, e.g. {list(DEFAULT_LEVELS)}")
+    input: InputSection = Field(description="[input] persons and units: the confidential files")
+    persons: ReleaseSection = Field(description="[persons] schema and strategy: the persons release")
+    units: ReleaseSection | None = Field(None, description="[units] schema and strategy: the units release")
+    privacy: PrivacySection = PrivacySection()
+    output: OutputSection = OutputSection()
+    postprocess: PostprocessSection = PostprocessSection()
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        unknown = sorted(set(self.postprocess.passes_by_level) - set(self.levels))
+        if unknown:
+            raise ValueError(f"[postprocess.passes_by_level] names {unknown}, not levels of this run {list(self.levels)}")
+        if self.output.pl94171 and self.units is None:
+            raise ValueError("[output] pl94171 needs a [units] release (the files carry table H1)")
+        return self
+
+
+def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Budget | None = None) -> RunSpec:
+    """The run spec of a shipped name or a path, checked whole (every problem in one SpecError) before any
+    input is opened; `seed` and `budget` (the command line's) override the spec's."""
+    path = resolve_spec(name_or_path, "runs")
+    raw = specfile.load_toml(path)  # first: a loop, a directory, no permission or not UTF-8 is named as such
+    path = path.resolve()
+    data = specfile.check(raw, RunSpecFile, str(path))
+
+    def input_path(raw: str) -> Path:
+        p = Path(raw)
+        return p if p.is_absolute() else (path.parent / p).resolve()
+
+    def release(section: ReleaseSection | None) -> Release | None:
+        return None if section is None else Release(section.schema_name, section.strategy, section.rho, section.eps)
+
+    post, output = data.postprocess, data.output
+    spec = RunSpec(
+        name=data.name if data.name is not None else path.stem,
+        description=data.description,
+        path=path,
+        persons_path=input_path(data.input.persons),
+        units_path=input_path(data.input.units),
+        levels=tuple(data.levels),
+        persons=release(data.persons),
+        units=release(data.units),
+        delta=data.privacy.delta,
+        seed=seed if seed is not None else data.privacy.seed,
+        tables=output.tables,
+        mdf_layout=output.mdf_layout,
+        pl94171=output.pl94171,
+        rounding=post.rounding,
+        solver=post.solver,
+        passes=_passes(post.passes),
+        passes_by_level={level: _passes(v) for level, v in post.passes_by_level.items()},
+        text=path.read_text(),
+    )
+    return with_budget(spec, budget) if budget else spec
+
+
+def with_budget(spec: RunSpec, budget: Budget) -> RunSpec:
+    """The spec with the command line's persons budget (--rho or --eps) and delta (--delta)."""
+    persons = spec.persons
+    if budget.rho is not None or budget.eps is not None:
+        persons = replace(persons, rho=budget.rho, eps=budget.eps)
+    delta = budget.delta if budget.delta is not None else spec.delta
+    return replace(spec, persons=persons, delta=delta, overrides=budget.text(), budget=budget)
+
+
+def _passes(value: list[list[str]]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(names) for names in value)
+
+

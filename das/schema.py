@@ -14,22 +14,24 @@ listed, so a cell index and an attribute-level tuple convert with numpy's ravel/
 from __future__ import annotations
 
 import functools
-import tomllib
+import os
 from dataclasses import dataclass
 from importlib import resources
 from itertools import combinations
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
 import scipy.sparse as sp
+from pydantic import Field, PlainValidator
 
-from das import rules
+from das import rules, specfile
+from das.specfile import Section, SpecError, load_toml
+
+__all__ = ["Attribute", "Constraint", "Query", "Recode", "Schema", "SpecError", "load_schema", "load_toml",
+           "parse_query_name", "resolve_spec", "schema_from_dict", "specs_root"]
 
 QUERY_SEPARATOR = " x "
-
-
-class SpecError(ValueError):
-    """A spec file is missing, malformed or inconsistent."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,7 @@ def specs_root() -> Path:
 def resolve_spec(name_or_path: str | Path, kind: str) -> Path:
     """A spec path as given, or the shipped spec `specs/<kind>/<name>.toml`."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" and path.exists():
+    if path.suffix == ".toml" and os.path.lexists(path):  # a loop or an unreadable file: load_toml says which
         return path
     shipped = specs_root() / kind / f"{name_or_path}.toml"
     if shipped.exists():
@@ -241,16 +243,6 @@ def resolve_spec(name_or_path: str | Path, kind: str) -> Path:
     available = sorted(p.stem for p in (specs_root() / kind).glob("*.toml"))
     singular = {"strategies": "strategy", "schemas": "schema", "runs": "run", "tables": "tables"}.get(kind, kind)
     raise SpecError(f"no {singular} spec {str(name_or_path)!r}: not a file, and not one of {available}")
-
-
-def load_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{path}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror}") from None
 
 
 def load_schema(name_or_path: str | Path) -> Schema:
@@ -264,8 +256,67 @@ def _load_schema(path: str) -> Schema:
     return schema_from_dict(load_toml(Path(path)), source=path)
 
 
+def _codes(value) -> list:
+    """An attribute's input codes: a non-empty list of integers or of strings of ASCII digits."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"expected a non-empty list of codes, not {specfile.shown(value)}")
+    for code in value:
+        ok = (isinstance(code, int) and not isinstance(code, bool)) or \
+            (isinstance(code, str) and code.isascii() and code.isdigit())
+        if not ok:
+            raise ValueError(f"code {specfile.shown(code)} is neither an integer nor a string of ASCII digits")
+    return value
+
+
+class AttributeSection(Section):
+    name: str = Field(min_length=1, description="the attribute's name")
+    column: str = Field(min_length=1, description="the input column it is read from")
+    codes: Annotated[list, PlainValidator(_codes)] | None = None
+    code_range: list[int] | None = Field(None, min_length=2, max_length=2, description="[first, last] code")
+    labels: list[str] | None = Field(None, description="one label per code")
+    race_flags: list[str] | None = Field(None, description="the names of the race flags (CENRACE)")
+
+
+class RecodeSection(Section):
+    attribute: str = Field(description="the attribute recoded")
+    bins: list[int] | None = Field(None, min_length=1, description="the first level of each bin, from 0")
+    map: list[int] | None = Field(None, min_length=1, description="the new level of each level")
+    labels: list[str] | None = None
+
+
+class DerivedSection(Section):
+    attribute: str = Field(description="the attribute it is derived from")
+    map: list[int] = Field(description="one value per level of the attribute")
+
+
+class RecordFilterSection(Section):
+    column: str
+    equals: int
+
+
+class ConstraintSection(Section):
+    kind: str = Field(description=f"a kind of das.rules: {', '.join(rules.KINDS)}")
+    query: str = Field(description="a query of the schema")
+    cells: list[list[int]] = []
+
+
+class SchemaFile(Section):
+    """A schema spec as written (specs/schemas/*.toml)."""
+
+    name: str = Field(min_length=1, description="the schema's name")
+    description: str = ""
+    universe: Literal["persons", "units"] = Field("persons", description="'persons' or 'units'")
+    attributes: list[AttributeSection] = Field(min_length=1, description="[[attributes]] tables")
+    recodes: dict[str, RecodeSection] = {}
+    derived: dict[str, DerivedSection] = {}
+    record_filter: RecordFilterSection | None = None
+    constraints: list[ConstraintSection] = []
+
+
 def schema_from_dict(spec: dict, source: str = "<dict>") -> Schema:
-    """The Schema a parsed schema spec describes; every error names `source` and the part at fault."""
+    """The Schema a parsed schema spec describes: its shape checked whole (SchemaFile), then its meaning;
+    every error names `source` and the part at fault."""
+    specfile.check(spec, SchemaFile, source)
     attributes = tuple(_attribute(i, a, source) for i, a in enumerate(_need(spec, "attributes", "the schema", source)))
     by_name = {a.name: a for a in attributes}
     if len(by_name) != len(attributes):

@@ -2,7 +2,9 @@
 
 The source is a das run directory (its tables recounted from its MDF) or a directory of PL 94-171
 files (das's or the Census Bureau's); the output a directory of its own outside the source
-(das.outdir): deterministic, so a rerun replaces its own earlier files and nothing else.
+(das.outdir): deterministic, so a rerun replaces its own earlier files and nothing else. Parquet
+columns are named as every das table file names them (readable: `cenrace=White`), or with `names="pl"`
+by their PL 94-171 fields (`P0010003`); das.io.table_names maps one to the other.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from pathlib import Path
 
 from das import outdir
 from das.io.pl94171 import PLLayout, load_layout, read_pl94171, run_records, write_pl94171
+from das.io.table_names import check_naming, readable_names, renamed
+from das.io.tables import load_tables
 from das.rundir import RunDir
-from das.schema import SpecError
+from das.schema import SpecError, load_schema
 
 
 def tables_owner(layout: PLLayout) -> outdir.Owner:
@@ -21,10 +25,11 @@ def tables_owner(layout: PLLayout) -> outdir.Owner:
     return outdir.Owner("das tables", "tables", pl + tuple(f"{name}.parquet" for name in layout.tables), replaces=True)
 
 
-def convert(source: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
+def convert(source: str | Path, out_dir: str | Path, fmt: str, names: str = "readable") -> list[Path]:
     """`das tables`: a das run directory, or a directory of PL files (das's or the Bureau's), written
-    as PL 94-171 files (`pl94171`) or as one Parquet file per table in the PL layout (`parquet`),
-    into a directory of their own outside the source (das.outdir)."""
+    as PL 94-171 files (`pl94171`) or as one Parquet file per table in the PL layout (`parquet`, its columns
+    named `names`: readable or pl), into a directory of their own outside the source (das.outdir)."""
+    check_naming(names)
     layout = load_layout()
     source, out_dir = Path(source), Path(out_dir)
     if out_dir.resolve() == source.resolve():
@@ -38,7 +43,11 @@ def convert(source: str | Path, out_dir: str | Path, fmt: str) -> list[Path]:
         written = write_pl94171(out_dir, records, layout)
     else:
         written = [out_dir / f"{name}.parquet" for name in layout.tables]
+        readable = {t.name: readable_names(t, load_schema(t.schema), layout) for t in load_tables("pl94")}
         for name, path in zip(layout.tables, written):
-            records.table(name, layout).to_parquet(path, index=False)
+            frame = records.table(name, layout)
+            if names == "readable":
+                frame = renamed(frame, readable[name])
+            frame.to_parquet(path, index=False)
     claim.finish()
     return written

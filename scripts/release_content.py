@@ -72,7 +72,7 @@ def main() -> None:
     else:
         from das.run import run
 
-        run(args.spec, out, seed=args.seed, workers=1, overwrite=True, progress=False, log=lambda *a, **k: None)
+        run(args.spec, out, seed=args.seed, workers=1, overwrite=True, progress=False)
     for relative, digest in content(out).items():
         print(digest[:16], relative)
 

@@ -59,7 +59,7 @@ def main() -> None:
     _fix_version()
     from das.run import run
 
-    run(args.spec, args.out, seed=args.seed, workers=1, overwrite=True, progress=False, log=lambda *a, **k: None)
+    run(args.spec, args.out, seed=args.seed, workers=1, overwrite=True, progress=False)
     for relative, digest in hashes(Path(args.out)).items():
         print(digest[:16], relative)
 

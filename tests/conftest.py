@@ -1,10 +1,12 @@
-"""Shared by the tests: where the repository and its fixtures are, and a silent log.
+"""Shared by the tests: where the repository and its fixtures are, and what das logged.
 
-Tests import these names (`from conftest import ROOT, TINY, quiet`); pytest puts this folder on
+Tests import these names (`from conftest import ROOT, TINY, recorded_logs`); pytest puts this folder on
 the path. Tests run from the repository root (scripts/test does so), where the doctests' relative
 fixture paths resolve too.
 """
 
+import contextlib
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +22,22 @@ FIXTURES = ROOT / "geography_fixtures"
 TINY = FIXTURES / "tiny"
 
 
-def quiet(*args, **kwargs) -> None:
-    """A log that says nothing (runs in tests print no progress)."""
+@contextlib.contextmanager
+def recorded_logs(name: str = "das", level: int = logging.DEBUG):
+    """The messages logger `name` (and its children) logs inside the block, as a list of strings; whatever
+    the das logger's configuration (das.progress.configure stops it from propagating to pytest's)."""
+    records: list[str] = []
+    handler = logging.Handler(level)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger(name)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
 
 
 def cli_commands(family) -> set[str]:
@@ -70,7 +86,7 @@ def resume_recording_draws(out: Path, monkeypatch):
         return original(variance, n, stream)
 
     monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
-    return resume_run(out, workers=1, progress=False, log=quiet), drawn
+    return resume_run(out, workers=1, progress=False), drawn
 
 
 @pytest.fixture(scope="session")

@@ -193,6 +193,7 @@ def test_certificate_contents_and_exactness():
     assert cert.rho == PROD_RHO and cert.eps == 17.1436 and cert.eps_loose_bound == 17.9002
     assert cert.delta == Fraction(1, 10**10) and cert.private is True and cert.warning is None
     assert cert.convention == CONVENTION and "1/sigma^2" in CONVENTION and "sensitivity 2" in CONVENTION
+    assert "keep the invariants" in CONVENTION and "not covered" in CONVENTION  # which neighbours it covers
     assert sum(lv.rho for lv in cert.by_level) == PROD_RHO
     assert sum(q.rho for lv in cert.by_level for q in lv.queries) == PROD_RHO
     block = cert.level("block")
@@ -250,3 +251,29 @@ def test_certificate_refuses_other_levels_or_schema():
         certificate(s, None, None, FIVE[:-1], schema_name="pl94_persons", randomness_private=True)
     with pytest.raises(SpecError, match="is for schema"):
         certificate(s, None, None, FIVE, schema_name="dhc_persons", randomness_private=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A budget by what people mean: eps at delta -> the largest exact rho within it
+
+
+@pytest.mark.parametrize("eps, delta", [("17.1436", "1e-10"), ("1", "1e-10"), ("0.01", "1e-10"), ("100", "1e-6"),
+                                        ("1", "1/2"), ("3.5", "1/100000")])
+def test_rho_for_eps_is_the_largest_grid_rho_whose_certificate_is_within(eps, delta):
+    from das.privacy.accounting import RHO_DIGITS, rho_for_eps
+
+    rho = rho_for_eps(eps, delta)
+    assert isinstance(rho, Fraction) and rho > 0
+    assert Fraction(repr(eps_for_delta(rho, delta))) <= Fraction(eps)  # its certificate is within (eps, delta)
+    step = Fraction(10) ** (math.floor(math.log10(rho)) - RHO_DIGITS + 1)
+    assert Fraction(repr(eps_for_delta(rho + step, delta))) > Fraction(eps)  # one grid step more is not
+    assert delta_for_eps(rho, eps) <= float(Fraction(delta)) * (1 + 1e-3)  # and the other direction agrees
+
+
+def test_rho_for_eps_refuses_what_is_not_a_budget():
+    from das.privacy.accounting import rho_for_eps
+
+    with pytest.raises(BudgetError, match="eps must be positive"):
+        rho_for_eps("0", "1e-10")
+    with pytest.raises(BudgetError, match="delta must be strictly between 0 and 1"):
+        rho_for_eps("1", "1")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.io.nmf import NoisyAnswers
 from das.privacy.accounting import allocate
@@ -141,12 +141,12 @@ def test_a_one_child_chain_uses_the_childs_measurements(tmp_path, monkeypatch):
         return found
 
     # rho 1e6 keeps the lower levels' noise negligible: acknowledged, as the preflight asks
-    result = run(spec, tmp_path / "with", seed=4, workers=1, progress=False, log=quiet, allow_large_rho=True)
+    result = run(spec, tmp_path / "with", seed=4, workers=1, progress=False, allow_large_rho=True)
     assert result.valid, result.manifest.validation.violations[:5]
     assert published_matches(tmp_path / "with") == {"state": True, "county": True, "tract": True}
     # the same run with the chains switched off is decided by the noisy parents: the test can fail
     monkeypatch.setattr(engine, "single_child_chains", lambda *args, **kwargs: [])
-    without = run(spec, tmp_path / "without", seed=4, workers=1, progress=False, log=quiet, allow_large_rho=True)
+    without = run(spec, tmp_path / "without", seed=4, workers=1, progress=False, allow_large_rho=True)
     assert not any(published_matches(tmp_path / "without").values())
     assert without.manifest.nmf == result.manifest.nmf  # the same measurements, only used differently
 
@@ -163,7 +163,7 @@ def test_household_persons_bound_the_occupied_units_of_every_block():
 
 
 def test_persons_and_units_agree_at_every_level_of_a_real_county(tmp_path):
-    result = run("al_perry", tmp_path / "perry", seed=9, workers=1, progress=False, log=quiet)
+    result = run("al_perry", tmp_path / "perry", seed=9, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     assert any("household_persons" in c and c.startswith("ok") for c in result.manifest.validation.checks)
     persons = pd.read_parquet(tmp_path / "perry" / "mdf_persons.parquet")
@@ -188,7 +188,7 @@ def test_persons_and_units_agree_at_every_level_of_a_real_county(tmp_path):
 
 def test_validator_reports_the_persons_units_rule(tmp_path):
     """validate_run re-derives the rule from the files (the run above passes; here a changed MDF fails)."""
-    result = run("tiny", tmp_path / "tiny", seed=2, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path / "tiny", seed=2, workers=1, progress=False)
     units_path = tmp_path / "tiny" / "mdf_units.parquet"
     units = pd.read_parquet(units_path)
     housing = units.index[units["RTYPE"] == 2]
@@ -242,6 +242,6 @@ def test_two_pass_root_with_held_answers_solves_on_a_real_county(tmp_path):
         (tmp_path / f"{name}.parquet").write_bytes((FIXTURES / "al_perry" / f"{name}.parquet").read_bytes())
     spec = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/tiny/", "")
     (tmp_path / "spec.toml").write_text(spec.replace(".csv", ".parquet"))
-    result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=1, progress=False, log=quiet)
+    result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     assert result.manifest.levels_report["persons"][0].l2_certificate["uncertified"] == 0

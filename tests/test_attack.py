@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -344,7 +345,7 @@ def test_ip_ambiguous_block_is_not_certain(block_workload):
 
 def test_cli_attack_writes_outputs(tmp_path, capsys):
     out = tmp_path / "audit"
-    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits",
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--schema", "dhc_persons", "--geounits",
                  "500130202002042", "--runs", "2", "--steps", "60", "--relaxed", "100", "--workers", "1",
                  "--baselines", "tract,county", "--out", str(out)])
     assert code == 0
@@ -362,9 +363,9 @@ def test_cli_attack_writes_outputs(tmp_path, capsys):
 
 def test_cli_attack_with_the_sf1_2010_tables(tmp_path):
     out = tmp_path / "audit"
-    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--geounits", "500130202002042",
-                 "--tables", "dhc_sf1_2010", "--runs", "2", "--steps", "30", "--relaxed", "60", "--workers", "1",
-                 "--baselines", "county", "--ip-top", "5", "--out", str(out)])
+    code = main(["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--schema", "dhc_persons",
+                 "--geounits", "500130202002042", "--tables", "dhc_sf1_2010", "--runs", "2", "--steps", "30",
+                 "--relaxed", "60", "--workers", "1", "--baselines", "county", "--ip-top", "5", "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["options"]["tables"] == "dhc_sf1_2010" and summary["geounits"][0]["queries"] == 698
@@ -374,10 +375,13 @@ def test_cli_attack_with_the_sf1_2010_tables(tmp_path):
     (["--published", "/nonexistent/run"], "no manifest.json"),
     (["--published", "exact", "--geounits", "5001302"], "15-digit block geocode"),
     (["--published", "exact", "--baselines", "planet"], "unknown scope"),
-    (["--published", "exact", "--runs", "0"], "--runs 0"),
+    (["--published", "exact", "--runs", "0"], "argument --runs: expected an integer of at least 1, got 0"),
 ])
 def test_cli_errors_are_clear(tmp_path, capsys, args, message):
-    code = main(["attack", "--truth", str(GRAND_ISLE), "--out", str(tmp_path / "o"), "--workers", "1", *args])
+    try:
+        code = main(["attack", "--truth", str(GRAND_ISLE), "--out", str(tmp_path / "o"), "--workers", "1", *args])
+    except SystemExit as stopped:  # refused while parsing
+        code = stopped.code
     assert code == 2
     assert message in capsys.readouterr().err
 
@@ -429,7 +433,7 @@ def test_cli_tract_attack_on_a_release(tmp_path):
     from das.run import run
 
     release = tmp_path / "release"
-    run(ROOT / "specs/runs/tiny.toml", release, seed=1, workers=1, progress=False, log=lambda *a, **k: None)
+    run(ROOT / "specs/runs/tiny.toml", release, seed=1, workers=1, progress=False)
     out = tmp_path / "audit"
     code = main(["attack", "--truth", str(ROOT / "geography_fixtures/tiny/persons.csv"), "--published", str(release),
                  "--level", "tract", "--count", "1", "--runs", "2", "--steps", "30", "--relaxed", "50",
@@ -452,8 +456,7 @@ def test_cli_attack_output_is_confidential_its_own_and_outside_the_release(tmp_p
     from das.run import run
     from das.validate import validate_run
 
-    release = run(ROOT / "specs/runs/tiny.toml", tmp_path / "release", seed=1, workers=1, progress=False,
-                  log=lambda *a, **k: None).out_dir
+    release = run(ROOT / "specs/runs/tiny.toml", tmp_path / "release", seed=1, workers=1, progress=False).out_dir
     out = tmp_path / "audit"
     argv = ["attack", "--truth", str(ROOT / "geography_fixtures/tiny/persons.csv"), "--published", str(release),
             "--count", "1", "--runs", "2", "--steps", "20", "--relaxed", "50", "--ip-top", "0", "--workers", "1",
@@ -473,3 +476,35 @@ def test_cli_attack_output_is_confidential_its_own_and_outside_the_release(tmp_p
     assert main([*argv, "--overwrite"]) == 0
     assert json.loads((out / "summary.json").read_text())["match_rate"] == summary["match_rate"]  # seeded: the same
     assert validate_run(release).ok  # nothing was written into the release
+
+
+def test_the_attack_plot_names_its_series_with_n_and_uncertainty(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from das.attack.audit import _plot
+    from das.research import series
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    curves = pd.DataFrame([{"geocode": g, "method": m, "k": k, "k_over_u": k / 4, "match_rate": 1 / k}
+                           for g in ("1", "2", "3") for m in ("rap_rank", "baseline_tract") for k in range(1, 9)])
+    _plot(curves, tmp_path / "m.png", "Match-Rate@k, block attack on release r1")
+    fig = drawn[0]
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert labels == ["RAP-Rank (n = 3 geounits)", "baseline: rest of the tract (n = 3 geounits)"]
+    assert all(len(ax.collections) == 2 for ax in fig.axes)  # a band of +- 1 s.e. per series
+    assert fig.axes[0].get_lines()[0].get_color() == series.color("rap_rank")
+    assert str(tmp_path) not in fig.get_suptitle()
+
+
+def test_no_solver_banner_reaches_the_attack_output(tmp_path):
+    import subprocess
+    import sys
+
+    truth = str(ROOT / "geography_fixtures/tiny/persons.csv")
+    done = subprocess.run([sys.executable, "-m", "das.cli", "attack", "--truth", truth,
+                           "--published", "exact", "--out", str(tmp_path / "a"), "--runs", "2", "--relaxed", "30",
+                           "--steps", "20", "--count", "2", "--workers", "1"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "HiGHS" not in done.stdout + done.stderr  # the IP ran (--ip-top 50) in a fresh process
+    assert "certain" in done.stdout

@@ -4,7 +4,6 @@ beside the baselines, and writes the side-by-side table it promises."""
 import json
 
 import pytest
-from conftest import quiet
 
 from das.attack.audit import REPORT_FRACTIONS, REPORT_K
 from das.attack.scenario import comparison_markdown, main
@@ -33,7 +32,7 @@ def scenario(tmp_path_factory):
     from das.run import run
 
     root = tmp_path_factory.mktemp("scenario")
-    release = run("tiny", root / "release", seed=5, workers=1, progress=False, log=quiet).out_dir
+    release = run("tiny", root / "release", seed=5, workers=1, progress=False).out_dir
     out = root / "audit"
     code = main(["--out", str(out), "--release", str(release), "--count", "2", "--runs", "1", "--steps", "20",
                  "--workers", "1", "--seed", "3"])

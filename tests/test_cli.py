@@ -2,6 +2,7 @@
 with the reason. Each family's commands are tested in tests/test_cli_<family>.py."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ from conftest import ROOT, cli_commands
 
 from das.cli import attack, build_parser, main, release, research, synth
 
-COMMANDS = {"run", "validate", "validate-input", "privacy", "measure", "tables", "audit-privacy",
+COMMANDS = {"run", "init", "validate", "keygen", "validate-input", "privacy", "measure", "tables", "audit-privacy",
             "metrics", "replicate", "report", "compare", "attack", "synth"}
 
 
@@ -21,17 +22,21 @@ def test_every_command_is_registered_once():
     assert sum(len(f) for f in families) == len(COMMANDS)  # no command in two families
 
 
-def test_a_spec_without_out_writes_under_runs_named_after_the_spec(monkeypatch):
+def test_a_spec_without_out_writes_under_runs_named_after_the_spec(monkeypatch, tmp_path):
+    import das.run as run_module
+
     seen = []
 
-    def recorded(args) -> int:
-        seen.append(args.out)
-        return 0
+    def recorded(spec, out_dir, **settings):
+        seen.append(str(out_dir))
+        raise run_module.RunError("stop here")
 
-    monkeypatch.setattr(release, "_cmd_run", recorded)  # the parser is built per call, so it takes this one
-    assert main(["run", "specs/runs/tiny.toml"]) == 0
-    assert main(["run", "tiny", "--out", "elsewhere"]) == 0
-    assert seen == [os.path.join("runs", "tiny"), "elsewhere"]
+    monkeypatch.setattr(run_module, "run", recorded)
+    spec = tmp_path / "file_name.toml"  # its `name` key says "tiny": the spec's name, as --help says
+    spec.write_text((ROOT / "specs/runs/tiny.toml").read_text().replace("../../", f"{ROOT}/"))
+    for argv in (["run", "specs/runs/tiny.toml"], ["run", "tiny", "--out", "elsewhere"], ["run", str(spec)]):
+        assert main(argv) == 2
+    assert seen == [os.path.join("runs", "tiny"), "elsewhere", os.path.join("runs", "tiny")]
 
 
 
@@ -56,3 +61,96 @@ def test_an_unknown_command_is_an_argparse_error():
     with pytest.raises(SystemExit) as e:
         main(["no-such-command"])
     assert e.value.code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Usability (issue 27): version, quiet and verbose, a closed pipe, short and aligned output, progress on a terminal
+
+
+def test_version_is_printed(capsys):
+    import das
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"das {das.__version__}"
+
+
+def test_a_closed_pipe_ends_quietly():
+    process = subprocess.Popen([sys.executable, "-m", "das.cli", "privacy", "tiny", "--json"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    process.stdout.readline()  # `| head -1`: one line read, then the pipe is closed
+    process.stdout.close()
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) in (0, 141) and err == "", err
+
+
+def test_quiet_and_verbose(tmp_path, capsys):
+    assert main(["run", "tiny", "--out", str(tmp_path / "a"), "--seed", "1", "--workers", "1", "-q"]) == 0
+    quiet = capsys.readouterr()
+    assert "read 145 persons" not in quiet.err and "WARNING: SEEDED REPLICATION MODE" in quiet.err  # warnings stay
+    assert "validation: PASSED" in quiet.out  # the result is stdout's, whatever the verbosity
+    assert main(["-v", "run", "tiny", "--out", str(tmp_path / "b"), "--seed", "1", "--workers", "1"]) == 0
+    assert "read 145 persons in 12 blocks" in capsys.readouterr().err
+
+
+def test_privacy_columns_are_aligned(capsys):
+    assert main(["privacy", "tiny"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("level "))
+    table = lines[header + 2:next(i for i in range(header, len(lines)) if lines[i].startswith("share:"))]
+    levels = [line for line in table if "(all queries)" in line]  # level, share, rho: right-aligned columns
+    queries = [line for line in table if "(all queries)" not in line]  # ... and sigma^2, sigma
+    assert len(levels) == 6 and len({len(line) for line in levels}) == 1  # the persons release's six levels
+    assert len(queries) > 6 and {len(line) for line in queries} == {len(lines[header])}
+
+
+def test_help_lists_valid_names(capsys):
+    with pytest.raises(SystemExit):
+        main(["validate-input", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "one of dhc_persons, pl94_persons, or a .toml path" in shown
+    with pytest.raises(SystemExit):
+        main(["attack", "--help"])
+    assert "dhc_sf1_2010" in capsys.readouterr().out
+
+
+def test_metrics_prints_a_short_summary(tmp_path, capsys):
+    assert main(["run", "tiny", "--out", str(tmp_path / "r"), "--seed", "1", "--workers", "1", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["metrics", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) <= 10 and out[1].split() == ["level", "topdown", "noisy", "wls"] and "metrics.md" in out[-1]
+
+
+def _in_a_terminal(argv: list[str]) -> str:
+    """What `das ARGV` shows on a terminal (a pseudo-terminal of 120 columns), stdout and stderr together."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal of its own
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.environ["PYTHONPATH"] = str(ROOT)
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "das.cli", *argv])
+    shown = b""
+    while select.select([fd], [], [], 120)[0]:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        shown += data
+    os.waitpid(pid, 0)
+    return shown.decode(errors="replace")
+
+
+def test_long_work_shows_progress_with_an_estimate_on_a_terminal_only(capsys):
+    shown = _in_a_terminal(["audit-privacy", "tiny", "--trials", "300", "--seed", "1"])
+    assert re.search(r"audit trials: +\d+%\|.*\| [\d.]+k?/[\d.]+k? \[\d\d:\d\d<\d\d:\d\d", shown), shown[-2000:]
+    assert main(["audit-privacy", "tiny", "--trials", "300", "--seed", "1"]) == 0  # stderr not a terminal: no bar
+    assert "%|" not in capsys.readouterr().err

@@ -3,7 +3,7 @@ and the reason (never a traceback), before anything is read or written. (Attacks
 tests/test_attack.py.)"""
 
 import pytest
-from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser, quiet
+from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser
 
 from das.cli import attack, build_parser
 
@@ -44,18 +44,19 @@ def test_attack_parses_every_option():
     (["--truth", "p", "--out", "o"], "the following arguments are required: --published"),
     (["--truth", "p", "--published", "exact"], "the following arguments are required: --out"),
     (["--truth", "p", "--published", "exact", "--out", "o", "--level", "county"], "argument --level: invalid choice"),
-    (["--truth", "p", "--published", "exact", "--out", "o", "--runs", "x"], "argument --runs: invalid int value: 'x'"),
+    (["--truth", "p", "--published", "exact", "--out", "o", "--count", "0"], "argument --count: expected an integer of at least"),
+    (["--truth", "p", "--published", "exact", "--out", "o", "--steps", "0"], "argument --steps: expected an integer of at least"),
+    (["--truth", "p", "--published", "exact", "--out", "o", "--min-confidence", "2"],
+     "argument --min-confidence: expected a share between 0 and 1, got '2'"),
+    (["--truth", "p", "--published", "exact", "--out", "o", "--runs", "x"], "argument --runs: expected an integer, got 'x'"),
     (["--truth", "p", "--published", "exact", "--out", "o", "--learning-rate", "fast"],
-     "argument --learning-rate: invalid float value: 'fast'"),
+     "argument --learning-rate: expected a number, got 'fast'"),
 ])
 def test_a_malformed_attack_is_refused_while_parsing(argv, expected, capsys):
     assert expected in cli_refused_by_parser(["attack", *argv], capsys)
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--published", "exact", "--count", "0"], "das attack: --count 0: expected at least 1"),
-    (["--published", "exact", "--steps", "0"], "das attack: --steps 0: expected at least 1"),
-    (["--published", "exact", "--min-confidence", "2"], "das attack: --min-confidence 2.0: expected a share between 0 and 1"),
     (["--published", "exact", "--baselines", "holdout"], "das attack: --baselines holdout needs --holdout PATH"),
     (["--published", "exact", "--geounits", ","], "das attack: --geounits: expected 'auto' or a comma-separated list"),
     (["--published", "exact", "--schema", "nonesuch"], "das attack: no schema spec 'nonesuch'"),
@@ -73,8 +74,19 @@ def test_a_bad_attack_setting_is_refused_before_any_output(args, expected, tmp_p
 def test_a_schema_other_than_the_releases_is_refused(tmp_path, capsys):
     from das.run import run
 
-    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False, log=quiet).out_dir
+    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False).out_dir
     printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--schema", "dhc_persons",
                            "--out", str(tmp_path / "audit")], capsys)
     assert f"das attack: --schema dhc_persons: the release {release} uses schema pl94_persons" in printed
+    assert not (tmp_path / "audit").exists()
+
+
+def test_a_truth_that_does_not_cover_the_releases_geography_is_refused(tmp_path, capsys):
+    from das.run import run
+
+    release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False).out_dir
+    printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--out",
+                           str(tmp_path / "audit"), "--workers", "1"], capsys)  # Vermont's persons, a release of Rhode Island
+    assert f"das attack: --truth {GRAND_ISLE} does not cover the release's geography: it holds no persons in 2 of " \
+           "the release's 2 counties (44001, 44003)" in printed
     assert not (tmp_path / "audit").exists()

@@ -1,6 +1,8 @@
 """das/cli/release.py: every release command parses as documented, and bad values are refused with
 exit code 2 and the reason (never a traceback), before anything is written."""
 
+from fractions import Fraction
+
 import pytest
 from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser
 
@@ -18,15 +20,21 @@ PARSED = [  # (argv, handler, what the parsed arguments hold)
       "no_progress": True}),
     (["validate", "RUN"], "_cmd_validate", {"run_dir": "RUN", "inputs": None}),
     (["validate", "RUN", "--inputs", "p.csv", "u.csv"], "_cmd_validate", {"inputs": ["p.csv", "u.csv"]}),
+    (["validate", "RUN", "--public-key", "k.pub"], "_cmd_validate", {"public_key": "k.pub"}),
+    (["keygen", "k"], "_cmd_keygen", {"key": "k"}),
+    (["run", "tiny", "--signing-key", "k"], "_cmd_run", {"signing_key": "k"}),
     (["validate-input", "p.csv", "u.csv"], "_cmd_validate_input",
      {"persons": "p.csv", "units": "u.csv", "schema": "pl94_persons"}),
     (["privacy", "tiny", "--json"], "_cmd_privacy", {"spec": "tiny", "json": True}),
     (["measure", "tiny", "--out", "o", "--seed", "3"], "_cmd_measure",
      {"spec": "tiny", "out": "o", "seed": 3, "overwrite": False, "allow_large_rho": False}),
     (["tables", "RUN", "--out", "o"], "_cmd_tables", {"source": "RUN", "out": "o", "format": "pl94171"}),
-    (["tables", "PL", "--out", "o", "--format", "parquet"], "_cmd_tables", {"format": "parquet"}),
+    (["tables", "PL", "--out", "o", "--format", "parquet"], "_cmd_tables", {"format": "parquet", "names": "readable"}),
+    (["tables", "PL", "--out", "o", "--format", "parquet", "--names", "pl"], "_cmd_tables", {"names": "pl"}),
+    (["init", "p.csv", "u.csv", "--out", "s.toml"], "_cmd_init",
+     {"persons": "p.csv", "units": "u.csv", "out": "s.toml", "name": None, "schema": "pl94_persons"}),
     (["audit-privacy", "tiny"], "_cmd_audit_privacy",
-     {"spec": "tiny", "trials": 20_000, "rho": None, "delta": None, "seed": None, "json": False}),
+     {"spec": "tiny", "trials": None, "rho": None, "delta": None, "seed": None, "json": False, "release": []}),
 ]
 
 
@@ -42,34 +50,44 @@ def test_a_release_command_parses(argv, handler, values):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["run", "tiny", "--workers", "abc"], "argument --workers: invalid int value: 'abc'"),
-    (["run", "tiny", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["run", "tiny", "--workers", "abc"], "argument --workers: expected an integer, got 'abc'"),
+    (["run", "tiny", "--workers", "0"], "argument --workers: expected an integer of at least 1, got 0"),
+    (["run", "tiny", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+    (["run", "tiny", "--seed", "-1"], "argument --seed: expected an integer of at least 0, got -1"),
     (["run", "tiny", "--engine", "nope"], "argument --engine: invalid choice: 'nope'"),
-    (["run", "tiny", "--memory-gb", "lots"], "argument --memory-gb: invalid float value: 'lots'"),
+    (["run", "tiny", "--memory-gb", "lots"], "argument --memory-gb: expected a number, got 'lots'"),
+    (["run", "tiny", "--memory-gb", "-1"], "argument --memory-gb: expected a positive finite number, got '-1'"),
+    (["run", "tiny", "--rho", "0.1.2"], "argument --rho: '0.1.2' is not an exact fraction"),
+    (["run", "tiny", "--delta", "1"], "argument --delta: must be strictly between 0 and 1, got '1'"),
+    (["run", "tiny", "--rho", "9" * 1000], "(1,000 characters)"),
     (["validate"], "the following arguments are required: run_dir"),
     (["validate", "RUN", "--inputs", "p.csv"], "argument --inputs: expected 2 arguments"),
     (["validate-input", "p.csv"], "the following arguments are required: units"),
-    (["privacy"], "the following arguments are required: spec"),
+    (["keygen"], "the following arguments are required: key"),
     (["measure", "tiny"], "the following arguments are required: --out"),
     (["tables", "RUN", "--out", "o", "--format", "csv"], "argument --format: invalid choice: 'csv'"),
-    (["audit-privacy", "tiny", "--trials", "many"], "argument --trials: invalid int value: 'many'"),
+    (["audit-privacy", "tiny", "--trials", "many"], "argument --trials: expected an integer, got 'many'"),
+    (["audit-privacy", "tiny", "--trials", "0"], "argument --trials: expected an integer of at least 1, got 0"),
+    (["audit-privacy", "tiny", "--rho", "abc"], "argument --rho: 'abc' is not an exact fraction"),
+    (["audit-privacy", "tiny", "--rho", "0"], "argument --rho: must be positive, got '0'"),
+    (["audit-privacy", "tiny", "--delta", "2"], "argument --delta: must be strictly between 0 and 1, got '2'"),
 ])
 def test_a_malformed_release_command_is_refused_while_parsing(argv, expected, capsys):
     assert expected in cli_refused_by_parser(argv, capsys)
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["run", "tiny", "--workers", "0"], "das run: --workers must be a positive integer, got 0"),
-    (["run", "tiny", "--workers", "2", "--memory-gb", "-1"],
-     "das run: --memory-gb -1 leaves nothing for the state tasks: the driver and 2 workers need about 1.1 GB alone"),
+    (["run", "tiny", "--workers", "2", "--memory-gb", "0.5"],
+     "das run: --memory-gb 0.5 leaves nothing for the state tasks: the driver and 2 workers need about 1.1 GB alone"),
+    (["run", "tiny", "--rho", "11"], "(--rho 11): [persons] rho = 11 is above 10"),
+    (["run", "tiny", "--rho", "1/2", "--eps", "1"], "das run: --rho and --eps both set the persons budget: give one"),
+    (["measure", "tiny", "--eps", "200"], "If that is intended, pass --allow-large-rho"),
+    (["privacy"], "das privacy: das privacy needs a SPEC (its certificate), or --eps E --delta D"),
+    (["privacy", "--eps", "1"], "das privacy: das privacy needs a SPEC"),
     (["run"], "das run: das run needs a SPEC (or --resume RUN_DIR)"),
     (["run", "tiny", "--resume", "RUN", "--overwrite"], "--resume continues a run; it cannot be combined with --overwrite"),
     (["privacy", "no_such_spec"], "das privacy: no run spec 'no_such_spec'"),
     (["measure", "no_such_spec"], "das measure: no run spec 'no_such_spec'"),
-    (["audit-privacy", "tiny", "--trials", "0"], "das audit-privacy: --trials must be at least 100, got 0"),
-    (["audit-privacy", "tiny", "--rho", "abc"], "das audit-privacy: --rho: 'abc' is not an exact fraction"),
-    (["audit-privacy", "tiny", "--rho", "0"], "das audit-privacy: --rho: must be positive, got '0'"),
-    (["audit-privacy", "tiny", "--delta", "2"], "das audit-privacy: --delta must be strictly between 0 and 1, got 2"),
     (["audit-privacy", "no_such_spec"], "das audit-privacy: no run spec 'no_such_spec'"),
 ])
 def test_a_bad_value_is_refused_before_anything_is_written(argv, expected, tmp_path, capsys):
@@ -99,3 +117,27 @@ def test_validate_input_names_each_missing_file_and_an_unknown_schema(tmp_path, 
     persons, units = ROOT / "geography_fixtures/tiny/persons.csv", ROOT / "geography_fixtures/tiny/units.csv"
     printed = cli_refused(["validate-input", str(persons), str(units), "--schema", "nonesuch"], capsys)
     assert "das validate-input: no schema spec 'nonesuch'" in printed
+
+
+def test_privacy_converts_a_budget_both_ways(capsys):
+    from das.cli import main
+
+    assert main(["privacy", "--eps", "17.1436", "--delta", "1e-10"]) == 0
+    assert "rho = 255623/100000" in capsys.readouterr().out
+    assert main(["privacy", "--rho", "293764/114921", "--delta", "1e-10"]) == 0
+    assert "eps = 17.1436" in capsys.readouterr().out
+    assert main(["privacy", "tiny", "--eps", "4", "--json"]) == 0
+    import json
+
+    persons = json.loads(capsys.readouterr().out)["persons"]
+    assert persons["eps"] <= 4 and persons["delta"] == "1e-10"
+
+
+def test_measure_spends_the_budget_the_command_line_gives(tmp_path, capsys):
+    from das.cli import main
+    from das.rundir import RunDir
+
+    out = tmp_path / "m"
+    assert main(["measure", "tiny", "--out", str(out), "--seed", "1", "--rho", "1/2", "--delta", "1/1000000"]) == 0
+    cert = RunDir(out).read().certificate("persons")
+    assert (cert.rho, cert.delta) == (Fraction(1, 2), Fraction(1, 10**6))

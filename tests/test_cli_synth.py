@@ -2,6 +2,8 @@
 exit code 2 and the reason (never a traceback), before anything is written. (Releases that run are
 in tests/test_mechanisms.py.)"""
 
+from fractions import Fraction
+
 import pytest
 from conftest import cli_commands, cli_refused, cli_refused_by_parser
 
@@ -23,14 +25,17 @@ def test_synth_parses_every_mechanism_with_its_documented_defaults(mechanism):
 def test_synth_parses_its_options():
     args = build_parser().parse_args(["synth", "tiny", "--mechanism", "flat", "--out", "o", "--seed", "4", "--rho",
                                       "1/2", "--overwrite"])
-    assert (args.seed, args.rho, args.overwrite) == (4, "1/2", True)
+    assert (args.seed, args.rho, args.overwrite, args.allow_large_rho) == (4, Fraction(1, 2), True, False)
 
 
 @pytest.mark.parametrize("argv, expected", [
     (["synth", "tiny", "--out", "o"], "the following arguments are required: --mechanism"),
     (["synth", "tiny", "--mechanism", "flat"], "the following arguments are required: --out"),
     (["synth", "tiny", "--mechanism", "nonesuch", "--out", "o"], "argument --mechanism: invalid choice: 'nonesuch'"),
-    (["synth", "tiny", "--mechanism", "flat", "--out", "o", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["synth", "tiny", "--mechanism", "flat", "--out", "o", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+    (["synth", "tiny", "--mechanism", "flat", "--out", "o", "--rho", "abc"], "argument --rho: 'abc' is not an exact fraction"),
+    (["synth", "tiny", "--mechanism", "flat", "--out", "o", "--rho", "0"], "argument --rho: must be positive, got '0'"),
+    (["synth", "tiny", "--mechanism", "flat", "--out", "o", "--rho=-1/2"], "argument --rho: must be positive, got '-1/2'"),
     (["synth", "--mechanism", "flat", "--out", "o"], "the following arguments are required: spec"),
 ])
 def test_a_malformed_synth_is_refused_while_parsing(argv, expected, capsys):
@@ -38,9 +43,8 @@ def test_a_malformed_synth_is_refused_while_parsing(argv, expected, capsys):
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["tiny", "--rho", "abc"], "das synth: --rho: 'abc' is not an exact fraction"),
-    (["tiny", "--rho", "0"], "das synth: --rho: must be positive, got '0'"),
-    (["tiny", "--rho=-1/2"], "das synth: --rho: must be positive, got '-1/2'"),
+    (["tiny", "--rho", "1000000000"], "das synth: --rho 1000000000: rho = 1e+09 is above 10"),
+    (["tiny", "--eps", "100"], "If that is intended, pass --allow-large-rho"),
     (["no_such_spec"], "das synth: no run spec 'no_such_spec'"),
 ])
 def test_a_bad_synth_value_is_refused_before_anything_is_written(args, expected, tmp_path, capsys):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from conftest import recorded_logs
 
 from das import outdir
 from das.cli import main
@@ -93,9 +94,8 @@ def test_compare_two_mechanisms_two_seeds_then_rerun_skips(tmp_path):
     mechanisms = ("topdown", "flat")
     assert set(mechanisms) <= set(mechanism_names())
     out = tmp_path / "cmp"
-    logs = []
     comparison = Comparison(TINY, mechanisms=mechanisms, seeds=2, rho="2", **ATTACK)
-    run_comparison(comparison, out, workers=1, log=logs.append)
+    run_comparison(comparison, out, workers=1)
     table = pd.read_parquet(out / "comparison.parquet")
     expected = {"estimator", "seeds", "release_seconds", "peak_tree_mb", "attack_seeds", "rap_rank_at_u",
                 "baseline_tract_at_u", "baseline_county_at_u",
@@ -112,8 +112,8 @@ def test_compare_two_mechanisms_two_seeds_then_rerun_skips(tmp_path):
     assert (out / "report" / "index.html").stat().st_size > 0 and (out / "comparison.md").exists()
     # a rerun finds every part done: nothing is made, scored or attacked again, the table is the same
     stamps = {p: p.stat().st_mtime_ns for p in (out / "parts").rglob("*")}
-    logs.clear()
-    run_comparison(comparison, out, workers=1, log=logs.append)
+    with recorded_logs("das.research.compare") as logs:
+        run_comparison(comparison, out, workers=1)
     assert logs == [] and stamps == {p: p.stat().st_mtime_ns for p in (out / "parts").rglob("*")}
     pd.testing.assert_frame_equal(pd.read_parquet(out / "comparison.parquet"), table)
 
@@ -124,7 +124,10 @@ def test_cli_compare_one_seed(tmp_path, capsys):
                  "--attack-blocks", "1", "--attack-runs", "1", "--attack-relaxed", "30", "--attack-steps", "20"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| topdown |" in printed and "| exact |" in printed
+    lines = printed.splitlines()
+    assert len(lines) <= 12 and lines[1].split() == ["estimator", "MAE", "block", "MAE", "tract", "MAE", "county",
+                                                      "s/release", "RAP@u"]
+    assert {"topdown", "exact"} <= {line.split()[0] for line in lines[2:]}  # a short table; comparison.md has the rest
     assert main(["compare", TINY, "--mechanisms", "nonesuch", "--seeds", "1", "--out", str(tmp_path / "x")]) == 2
     # everything it wrote (its release, parts, summaries, report) is its own and says it is confidential
     assert json.loads((out / "compare.json").read_text())["confidential"] is True
@@ -134,3 +137,83 @@ def test_cli_compare_one_seed(tmp_path, capsys):
     removable = outdir.check(out, COMPARE, overwrite=True).remove
     assert {p for p in out.rglob("*") if p.is_file()} == set(removable)
     assert any("releases/topdown/seed0000/mdf_persons.parquet" in str(p) for p in removable)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: every setting checked before anything is made; a comparison whose every release failed
+
+
+def test_bad_settings_are_refused_as_settings_not_tracebacks(tmp_path):
+    from das.schema import SpecError
+
+    with pytest.raises(SpecError, match="--rho: 'abc' is not an exact fraction"):
+        Comparison(spec="tiny", rho="abc").check()
+    with pytest.raises(SpecError, match=r"--rho rho = 11 is above 10.*--allow-large-rho"):
+        Comparison(spec="tiny", rho="11").check()
+    Comparison(spec="tiny", rho="11", allow_large_rho=True).check()
+    for workers in (0, -1, True):
+        with pytest.raises(StudyError, match="--workers must be at least 1"):
+            run_comparison(Comparison(spec="tiny", seeds=1, attack_blocks=0), tmp_path / "out", workers=workers)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_comparison_whose_every_release_failed_summarizes_to_nothing(tmp_path):
+    from das.research.compare import summarize
+
+    (tmp_path / "parts" / "topdown").mkdir(parents=True)
+    (tmp_path / "parts" / "topdown" / "seed0000.json").write_text("{}")  # no scores: every release failed
+    assert summarize(tmp_path, Comparison(spec="tiny")) == {"rows": 0, "seeds_scored": 0, "seeds_attacked": 0}
+
+
+def test_every_series_keeps_one_colour_of_its_own():
+    from das.cli.synth import MECHANISM_NAMES
+    from das.research import series
+
+    names = ["topdown", "noisy", "wls", "exact", *MECHANISM_NAMES, "rap_rank",
+             *(f"baseline_{scope}" for scope in ("tract", "county", "state", "holdout"))]
+    assert all(name in series.SERIES for name in names)
+    assert len({series.color(name) for name in names}) == len(names)  # no colour means two things
+
+
+def test_the_comparison_figures_draw_each_series_in_its_colour(tmp_path, monkeypatch):
+    import matplotlib.colors
+    import matplotlib.figure
+
+    from das.research import compare_report, series
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    levels = ("block", "tract", "county")
+    pooled = pd.DataFrame([{"estimator": e, "level": lv, "query": q, "bin": "all", "mae": 0.0 if e == "wls" and
+                            lv == "county" else 1.0 + i} for i, e in enumerate(("flat", "topdown", "wls"))
+                           for lv in levels for q in ("total", "hhgq")])
+    assert compare_report.plot_queries(pooled, tmp_path / "q.png")
+    table = pd.DataFrame([{"estimator": e, "seeds": 3, **{f"mae_{lv}": 1.0 for lv in levels},
+                           **{f"bias_{lv}": 0.5 for lv in levels}} for e in ("mwem", "topdown")])
+    assert compare_report.plot_accuracy(table, tmp_path / "a.png")
+    checked = 0
+    for fig in drawn:
+        for ax in fig.axes:
+            for artist in [*ax.get_lines(), *ax.containers]:
+                name = next((n for n, s in series.SERIES.items() if s.label == artist.get_label()), None)
+                if name is None or not (hasattr(artist, "get_color") or artist.patches):
+                    continue
+                shown = artist.get_color() if hasattr(artist, "get_color") else artist.patches[0].get_facecolor()
+                assert matplotlib.colors.to_hex(shown) == series.color(name).lower(), name  # whichever figure
+                checked += 1
+    assert checked == 2 * 3 + 2 * 2  # the query panels' lines, and the bars of the accuracy panels with data
+    queries_axis = drawn[0].axes[0]
+    assert queries_axis.get_yscale() == "log" and queries_axis.get_ylim()[0] >= 0.5  # the exact 0 set no floor
+
+
+def test_the_comparison_page_tables_fit(tmp_path):
+    from das.research.compare_report import page_tables
+
+    table = pd.DataFrame([{"estimator": "topdown", "mae_block": 1.0, "mae_tract": 2.0, "mae_county": 3.0,
+                           "bias_block": 0.1, "bias_tract": 0.2, "bias_county": 0.3, "bias_block_0": 0.0,
+                           "bias_block_1_9": 0.1, "seeds": 2, "release_seconds": 1.5, "release_cpu_seconds": 1.4,
+                           "peak_tree_mb": 200.0, "attack_seeds": 2, "rap_rank_at_u": 0.5, "baseline_tract_at_u": 0.3,
+                           "baseline_county_at_u": 0.2}])
+    parts = page_tables(table)
+    assert len(parts) == 4 and all(len(part.columns) <= 7 for _, part in parts)
+    assert parts[0][1]["estimator"].tolist() == ["TopDown (released)"]

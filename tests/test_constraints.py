@@ -35,17 +35,17 @@ def test_block_bounds_follow_the_facility_rules():
 
 def test_bounds_sum_up_the_hierarchy_and_total_is_invariant():
     g = Geography.from_blocks(BLOCKS)
-    county = level_bounds(PL94, invariants(), g, "county")
+    county = level_bounds(PL94, invariants(), g, level="county")
     facilities = county[0]
     assert facilities.lower[0].tolist() == [0, 0, 0, 1, 0, 1, 0, 0]  # county 44001 = blocks 0 and 1
     assert facilities.structural_zeros()[1].tolist() == [False] + [True] * 7
-    state = level_bounds(PL94, invariants(), g, "state")
+    state = level_bounds(PL94, invariants(), g, level="state")
     assert state[-1].query == "total" and state[-1].lower[0, 0] == state[-1].upper[0, 0] == 30
 
 
 def test_holds_reports_violations():
     g = Geography.from_blocks(BLOCKS)
-    bounds = level_bounds(PL94, invariants(), g, "block")
+    bounds = level_bounds(PL94, invariants(), g, level="block")
     good = np.zeros((3, PL94.size), dtype=np.int64)
     good[0, PL94.cell_index((3, 1, 0, 0))] = 2   # adults in the nursing home
     good[0, PL94.cell_index((0, 0, 0, 0))] = 5   # household persons where housing units exist

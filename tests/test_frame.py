@@ -3,21 +3,23 @@
 import json
 import os
 import stat
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das import bundle
+from das import bundle, signing
 from das.checkpoint import file_sha256
 from das.frame import Completion as FrameCompletion
 from das.frame import Opening, complete, holds, open_frame, output_plan
 from das.geography import Geography
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
+from das.mechanisms.base import Ledger, mechanism_certificate
 from das.outdir import OutDirError
 from das.pipeline import Pipeline, code_version
-from das.rundir import Counts, PublishedInvariants, ReleaseInfo, RunDir
+from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
 
 
 def _opening(pipe: Pipeline, plan) -> Opening:
@@ -28,12 +30,12 @@ def _opening(pipe: Pipeline, plan) -> Opening:
 
 @pytest.fixture
 def pipe():
-    return Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
+    return Pipeline.prepare("tiny", seed=3)
 
 
 def test_opening_writes_the_operator_files_then_the_manifest_before_anything_is_drawn(pipe, tmp_path):
     plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
-    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan, log=lambda *a: None)
+    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan)
     run_dir = frame.run_dir
     assert sorted(p.name for p in run_dir.path.iterdir()) == ["manifest.json", "operator"]
     manifest = run_dir.read()
@@ -47,6 +49,24 @@ def test_opening_writes_the_operator_files_then_the_manifest_before_anything_is_
     assert stat.S_IMODE(os.stat(run_dir.key_file).st_mode) == 0o600
 
 
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o002])
+def test_operator_files_are_the_owners_alone_whatever_the_umask(pipe, tmp_path, umask):
+    plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
+    before = os.umask(umask)
+    try:
+        frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), _opening(pipe, plan), plan=plan)
+        frame.noted(timings_seconds={"total": 1.0})
+    finally:
+        os.umask(before)
+    run_dir = frame.run_dir
+    assert stat.S_IMODE(os.stat(run_dir.operator_dir).st_mode) == 0o700
+    assert sorted(p.name for p in run_dir.operator_dir.iterdir()) == ["fingerprint.key", "operator.json", "process.json",
+                                                                             "signing.key"]
+    for path in run_dir.operator_dir.iterdir():
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    assert bundle.read_process(run_dir.path) == {"timings_seconds": {"total": 1.0}}
+
+
 def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
     plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
     (tmp_path / "mine.txt").write_text("precious")
@@ -58,12 +78,18 @@ def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
 
 def test_completing_lists_every_file_written_validates_and_removes_the_checkpoints(tmp_path):
     """A synthetic persons release written through the frame by hand: the frame lists, digests and validates it."""
-    pipe = Pipeline.prepare("tiny", seed=3, log=lambda *a, **k: None)
+    pipe = Pipeline.prepare("tiny", seed=3)
     confidential = pipe.read_inputs()
-    plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), pipe.metadata(), synthetic=True)
-    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": pipe.certificates["persons"]},
-                      PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version())
-    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan, log=lambda *a: None)
+    ledger = Ledger(Fraction(1))
+    ledger.gaussian("block", "detailed", Fraction(1))  # a synthetic certificate (charges by level would be TopDown's)
+    cert = mechanism_certificate("identity", pipe.schemas["persons"], pipe.spec.levels, ledger, delta=pipe.spec.delta,
+                                 private=False)
+    metadata = bundle.parquet_metadata(False, {"persons": cert}, pipe.public_spec()[1], code_version())
+    plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), metadata, synthetic=True)
+    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": cert},
+                      PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version(),
+                      mechanism=MechanismRecord("identity", "the truth itself: a test of the frame", "none", Fraction(1)))
+    frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan)
     frame.run_dir.checkpoints_dir.mkdir()
     (frame.run_dir.checkpoints_dir / "x.npz").write_bytes(b"work in progress")
     geography: Geography = confidential.geography
@@ -71,11 +97,20 @@ def test_completing_lists_every_file_written_validates_and_removes_the_checkpoin
     written = frame.write(SolvedRelease(geography, {"persons": pipe.schemas["persons"]}, {"persons": truth}))
     assert set(written) == {"outputs"}  # no NMF and no units MDF: not a measured TopDown release
     frame = complete(frame, FrameCompletion(written, Counts(int(truth.sum()), geography.n_blocks), {"total": 1.0}))
+    out = frame.run_dir.path
     manifest = frame.run_dir.read()
     assert manifest.status == "complete" and manifest.validation.valid, manifest.validation.violations
     assert manifest.outputs == {frame.run_dir.relative(p): file_sha256(p) for p in written["outputs"]}
     assert set(manifest.outputs) == {"mdf_persons.parquet"} | {f"tables/{t}.parquet" for t in ("P1", "P2", "P3", "P4",
                                                                                                    "P5")}
-    assert not frame.run_dir.checkpoints_dir.exists() and "validate" in manifest.timings_seconds
+    assert not frame.run_dir.checkpoints_dir.exists() and "validate" in bundle.read_process(out)["timings_seconds"]
     assert json.loads(frame.run_dir.manifest_path.read_text()) == manifest.to_dict()
     assert np.isclose(manifest.counts.persons, truth.sum())
+    # then signed, last: the release's own key (operator only, 0600), its public half beside the release
+    run_dir = frame.run_dir
+    assert signing.verifies(run_dir.public_key_file.read_bytes(), run_dir.signature_file.read_bytes(),
+                            run_dir.manifest_path.read_bytes())
+    assert run_dir.public_key_file.read_bytes() == signing.public_key_pem(signing.read_private_key(run_dir.signing_key_file))
+    assert stat.S_IMODE(os.stat(run_dir.signing_key_file).st_mode) == 0o600
+    last = max(p.stat().st_mtime_ns for p in run_dir.path.rglob("*") if p.is_file() and p != run_dir.signature_file)
+    assert run_dir.signature_file.stat().st_mtime_ns >= last

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from benchmarks import national
 from benchmarks.national import (
@@ -127,8 +127,7 @@ def test_recording_times_every_task_of_a_tiny_run(tmp_path):
     records: list = []
     reports: dict = {}
     with recording_tasks(records, reports):
-        result = run(ROOT / "specs" / "runs" / "tiny.toml", tmp_path / "out", seed=1, workers=1, progress=False,
-                     log=quiet)
+        result = run(ROOT / "specs" / "runs" / "tiny.toml", tmp_path / "out", seed=1, workers=1, progress=False)
     assert result.valid
     import das.topdown.engine
 

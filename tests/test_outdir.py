@@ -9,7 +9,7 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import TINY, quiet
+from conftest import TINY
 
 from das import outdir
 from das.cli import main as das_main
@@ -229,7 +229,7 @@ def release(tmp_path_factory):
     from das.research.evaluate import evaluate_run, metrics_dir
     from das.run import run
 
-    result = run("tiny", tmp_path_factory.mktemp("outdir") / "run", seed=7, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path_factory.mktemp("outdir") / "run", seed=7, workers=1, progress=False)
     assert result.valid
     evaluate_run(result.out_dir, estimators=("topdown",))
     return result.out_dir, metrics_dir(result.out_dir)
@@ -318,7 +318,7 @@ def test_no_command_writes_inside_a_release(command, release, capsys):
 def test_a_release_stays_valid_after_metrics_attack_tables_and_report(tmp_path, capsys):
     from das.run import run
 
-    run_dir = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet).out_dir
+    run_dir = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False).out_dir
     before = _tree(run_dir)
     assert das_main(["metrics", str(run_dir), "--estimators", "topdown,noisy"]) == 0
     metrics = tmp_path / "run-metrics"

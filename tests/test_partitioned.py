@@ -12,8 +12,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, quiet, resume_recording_draws
+from conftest import ROOT, resume_recording_draws
 
+from das import signing
 from das.checkpoint import file_sha256
 from das.io.microdata import InputError
 from das.run import RunError, measure_only, run
@@ -41,7 +42,7 @@ def two_states(tmp: Path) -> Path:
 def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("two_states")
     spec = two_states(tmp / "inputs")
-    result = run(spec, tmp / "run", seed=SEED, workers=1, progress=False, log=quiet)
+    result = run(spec, tmp / "run", seed=SEED, workers=1, progress=False)
     return spec, result
 
 
@@ -65,6 +66,10 @@ def test_a_partitioned_release_is_whole_and_valid(reference):
     levels = [r.level for r in manifest.levels_report["persons"]]
     assert levels == ["nation", "state", "county", "tract", "block_group", "block"]
     assert validate_run(out).ok  # the validator, again, on its own
+    # signed by the driver, last, with the release's own key: proved with its public half (PL 94-171 files included)
+    assert signing.public_key_pem(signing.read_private_key(out / "operator" / "signing.key")) == \
+        (out / "release.pub").read_bytes()
+    assert validate_run(out, public_key=out / "release.pub").ok
 
 
 @pytest.mark.parametrize("wide", [False, True])
@@ -75,7 +80,7 @@ def test_the_release_does_not_depend_on_the_workers(reference, tmp_path, monkeyp
     if wide:
         monkeypatch.setattr(das.partitioned, "widths", lambda persons, executor: [2] * len(persons))
     spec, result = reference
-    again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False, log=quiet)
+    again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False)
     assert again.manifest.outputs == result.manifest.outputs
     assert again.manifest.nmf == result.manifest.nmf
 
@@ -141,7 +146,7 @@ def test_kill_and_resume_reuses_every_committed_draw(reference, tmp_path, monkey
 
 def _refused(spec: Path, out: Path, match: str, error=RunError, **settings) -> None:
     with pytest.raises(error, match=match):
-        run(spec, out, seed=SEED, progress=False, log=quiet, **{"workers": 1, **settings})
+        run(spec, out, seed=SEED, progress=False, **{"workers": 1, **settings})
     assert not (out / "nmf").exists() and not (out / "manifest.json").exists()  # nothing drawn, nothing written
 
 
@@ -181,13 +186,13 @@ def test_an_input_error_in_one_state_names_its_file_and_row(tmp_path):
     codes[6] = 9  # row 7: not a code of CENHISP
     pq.write_table(table.set_column(table.schema.get_field_index("CENHISP"), "CENHISP", pa.array(codes, pa.int8())), path)
     with pytest.raises(InputError, match=r"persons_50.parquet row 7, column CENHISP: '9'"):
-        run(spec, tmp_path / "out", seed=SEED, workers=2, progress=False, log=quiet)
+        run(spec, tmp_path / "out", seed=SEED, workers=2, progress=False)
     assert not (tmp_path / "out/nmf").exists()
 
 
 def test_das_measure_writes_the_partitioned_nmf(reference, tmp_path):
     spec, result = reference
-    manifest = measure_only(spec, tmp_path / "m", seed=SEED, log=quiet)
+    manifest = measure_only(spec, tmp_path / "m", seed=SEED)
     assert manifest.status == "measured"
     assert manifest.nmf == result.manifest.nmf  # the same draws as the whole run's
 
@@ -239,13 +244,13 @@ def test_state_tasks_start_largest_first_within_the_memory_budget():
 
     persons = [3, 9, 1, 7, 5, 2, 8, 4, 6, 10]
     executor = _Slots(3)
-    results = largest_first(executor, _slow_square, persons, persons, 15)  # room for 9 + 6 at once, never 10 + 9
+    results = largest_first(executor, _slow_square, persons, sizes=persons, limit=15)  # room for 9 + 6 at once, never 10 + 9
     executor.close()
     assert results == [p * p for p in persons]  # in the tasks' order
     assert executor.started == sorted(persons, reverse=True)  # largest first, never passed over
     assert all(held <= 15 or held == started for held, started in zip(executor.seen, executor.started))
     unlimited = _Slots(3)
-    largest_first(unlimited, _slow_square, persons, persons)
+    largest_first(unlimited, _slow_square, persons, sizes=persons)
     unlimited.close()
     assert max(unlimited.seen) > 15  # without a budget the same tasks run together
 
@@ -286,3 +291,17 @@ def test_the_validator_reads_no_mdf_geography_in_the_driver(reference, tmp_path,
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     assert [v for v in validate_run(out).violations if v.startswith("NMF") and "state.parquet" in v][0].startswith(
         "NMF: exactly the certified measurements: nmf/persons/state.parquet")
+
+
+@pytest.mark.parametrize("where", ["persons", "units", "persons/deeper"])
+def test_an_output_directory_inside_a_partitioned_input_directory_is_refused(tmp_path, where):
+    from das.outdir import OutDirError
+
+    spec = two_states(tmp_path / "inputs")
+    before = sorted(p.name for p in (spec.parent / "persons").rglob("*"))
+    out = spec.parent / where / "run"
+    for refuse in (lambda: run(spec, out, seed=SEED, workers=1, progress=False),
+                   lambda: measure_only(spec, out, seed=SEED)):
+        with pytest.raises(OutDirError, match=f"is inside {spec.parent / where.split('/')[0]}, an input"):
+            refuse()
+    assert not out.exists() and sorted(p.name for p in (spec.parent / "persons").rglob("*")) == before

@@ -57,6 +57,10 @@ def test_states_pair_by_the_fips_code_ending_each_name_and_come_sorted(tmp_path)
      r"persons.parquet: the file name must end in the state's 2-digit FIPS code \(e.g. persons_50.parquet\)"),
     (["persons_50.parquet"], ["units_5.csv"],
      r"units_5.csv: the file name must end in the state's 2-digit FIPS code \(e.g. units_50.csv\)"),
+    (["persons_150.parquet"], ["units_50.parquet"],  # three digits: not state 50 (issue 24)
+     r"persons_150.parquet: the file name must end in the state's 2-digit FIPS code"),
+    (["persons_\uff15\uff10.parquet"], ["units_50.parquet"],  # fullwidth digits are not a FIPS code
+     r"the file name must end in the state's 2-digit FIPS code"),
 
     (["persons_50.parquet", "50.csv"], ["units_50.parquet"], r"persons_50.parquet and .*50.csv: two persons files for state 50"),
     ([], ["units_50.parquet"], r"persons: no persons input file \(expected one Parquet or CSV file per state\)"),

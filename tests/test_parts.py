@@ -53,12 +53,12 @@ def _write_directly(run_dir, states, plan):
     blocks, solved, gq = _country(states)
     geography = Geography.from_blocks(blocks, plan.levels)
     for kind in mdf_io.KINDS:
-        mdf_io.write_table(mdf_io.release_mdf(kind, SCHEMAS, blocks, solved, gq), run_dir.mdf(kind),
+        mdf_io.write_table(mdf_io.release_mdf(kind, SCHEMAS, blocks, solved, gq_facilities=gq), run_dir.mdf(kind),
                            metadata=plan.metadata)
         if plan.mdf_layout == "pipe":
             mdf_io.pipe_copy(run_dir.mdf(kind), run_dir.mdf(kind, "pipe"))
     write_tables(run_dir.tables_dir, geography, {s.name: solved[k] for k, s in SCHEMAS.items()},
-                 {s.name: s for s in SCHEMAS.values()}, plan.tables, metadata=plan.metadata)
+                 {s.name: s for s in SCHEMAS.values()}, tables=plan.tables, metadata=plan.metadata)
     pl94171.write_release(run_dir.pl94171_dir, geography, solved, SCHEMAS)
 
 

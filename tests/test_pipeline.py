@@ -5,7 +5,6 @@ from fractions import Fraction
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from conftest import quiet
 
 from das import rules
 from das.measure import Target
@@ -18,7 +17,7 @@ from das.run import run
 def tiny_stages(tmp_path_factory):
     """tiny, seed 3, through the stages by hand: (pipeline, confidential, solved, NMF directory)."""
     nmf_dir = tmp_path_factory.mktemp("stages") / "nmf"
-    pipe = Pipeline.prepare("tiny", 3, log=quiet)
+    pipe = Pipeline.prepare("tiny", 3)
     confidential = pipe.read_inputs()
     pipe.measure(confidential, Target(nmf_dir))
     solved, _ = pipe.postprocess(confidential, nmf_dir, pipe.engine_options())
@@ -26,7 +25,7 @@ def tiny_stages(tmp_path_factory):
 
 
 def test_releases_come_persons_first_with_their_certificates():
-    pipe = Pipeline.prepare("tiny", 3, log=quiet)
+    pipe = Pipeline.prepare("tiny", 3)
     assert list(pipe.releases) == ["persons", "units"]
     persons = pipe.releases["persons"]
     assert persons.certificate.rho == persons.allocation.rho == persons.strategy.rho
@@ -34,7 +33,7 @@ def test_releases_come_persons_first_with_their_certificates():
 
 
 def test_another_budget_keeps_the_shares_and_certifies_the_new_total():
-    pipe = Pipeline.prepare("tiny", 3, log=quiet)
+    pipe = Pipeline.prepare("tiny", 3)
     half = pipe.at_budget("persons", pipe.releases["persons"].allocation.rho / 2)
     assert half.certificate.rho == pipe.releases["persons"].allocation.rho / 2
     for level, measurements in half.plan.items():
@@ -46,7 +45,7 @@ def test_another_budget_keeps_the_shares_and_certifies_the_new_total():
 
 def test_the_stages_by_hand_give_das_runs_release(tiny_stages, tmp_path):
     pipe, confidential, solved, _ = tiny_stages
-    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False)
     assert result.valid
     mdf = pq.read_table(tmp_path / "run" / "mdf_persons.parquet")
     assert mdf.num_rows == int(solved["persons"].sum())
@@ -57,7 +56,7 @@ def test_the_solution_holds_every_rule_at_every_level(tiny_stages):
     pipe, confidential, solved, _ = tiny_stages
     geography, invariants = confidential.geography, confidential.invariants
     for level in geography.levels:
-        bounds = rules.level_bounds(pipe.schemas["persons"], invariants, geography, level)
+        bounds = rules.level_bounds(pipe.schemas["persons"], invariants, geography, level=level)
         assert rules.holds(pipe.schemas["persons"], bounds, geography.aggregate(solved["persons"], level)) == []
     units = rules.household_persons(pipe.schemas["persons"], solved["persons"])
     facts = rules.Invariants(invariants.housing_units, invariants.gq_facilities, {}, units)

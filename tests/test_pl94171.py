@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main
 from das.io.microdata import InputError
@@ -56,7 +56,7 @@ def bg_release(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bg")
     spec = _spec(tmp, "vt_grand_isle", ["nation", "state", "county", "tract", "block_group", "block"],
                  ("pl94_production_2020", "h1_units"), pl94171=True)
-    result = run(spec, tmp / "run", seed=16, workers=1, progress=False, log=quiet)
+    result = run(spec, tmp / "run", seed=16, workers=1, progress=False)
     assert result.valid
     return result.out_dir
 
@@ -64,7 +64,7 @@ def bg_release(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_release(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "run"
-    result = run("tiny", out, seed=7, workers=1, progress=False, log=quiet)
+    result = run("tiny", out, seed=7, workers=1, progress=False)
     assert result.valid
     return result.out_dir
 
@@ -202,10 +202,19 @@ def test_round_trip_gives_identical_records_and_bytes(tiny_release, bg_release, 
 def test_cli_tables_writes_pl_files_and_reads_them_into_parquet(tiny_release, layout, tmp_path, capsys):
     assert main(["tables", str(tiny_release), "--format", "pl94171", "--out", str(tmp_path / "pl")]) == 0
     assert "ri000012020.pl" in capsys.readouterr().out
-    assert main(["tables", str(tmp_path / "pl"), "--format", "parquet", "--out", str(tmp_path / "pq")]) == 0
+    assert main(["tables", str(tmp_path / "pl"), "--format", "parquet", "--names", "pl", "--out", str(tmp_path / "pq")]) == 0
     p2 = pd.read_parquet(tmp_path / "pq" / "P2.parquet")
     assert list(p2.columns[:4]) == ["level", "sumlev", "geocode", "P0020001"] and len(p2.columns) == 76
     np.testing.assert_array_equal(p2.iloc[:, 3:].to_numpy(), run_records(tiny_release, layout).cells["P2"])
+    # the default: the columns named as the release's own tables name them, the cells the same
+    assert main(["tables", str(tmp_path / "pl"), "--format", "parquet", "--out", str(tmp_path / "readable")]) == 0
+    readable = pd.read_parquet(tmp_path / "readable" / "P2.parquet")
+    np.testing.assert_array_equal(readable.iloc[:, 3:].to_numpy(), p2.iloc[:, 3:].to_numpy())
+    released = pd.read_parquet(tiny_release / "tables" / "P2.parquet")
+    shared = [c for c in readable.columns[3:] if c in released.columns]
+    assert len(shared) == 72 and "hispanic=Not Hispanic or Latino|cenrace=White" in shared  # all but the PL's derived cell
+    both = readable.merge(released, on=["level", "geocode"], suffixes=("", "_released"))
+    assert len(both) == len(readable) and all((both[c] == both[f"{c}_released"]).all() for c in shared)
 
 
 def test_cli_tables_replaces_its_own_tables_and_nothing_else(tiny_release, tmp_path, capsys):
@@ -233,7 +242,7 @@ def test_run_spec_option_is_checked(tmp_path):
                  ("pl94_five_level", "h1_units_five_level"), pl94171=True)
     assert load_run_spec(spec).pl94171 and not load_run_spec("tiny").pl94171
     spec.write_text(spec.read_text().replace("pl94171 = true", 'pl94171 = "yes"'))
-    with pytest.raises(SpecError, match=r"\[output\] pl94171 must be true or false"):
+    with pytest.raises(SpecError, match=r"\[output\] pl94171: 'yes' is not valid \(expected true or false\)"):
         load_run_spec(spec)
     text = spec.read_text().replace('pl94171 = "yes"', "pl94171 = true")
     spec.write_text(text.split("[units]")[0] + "[output]\npl94171 = true\n")
@@ -395,7 +404,7 @@ def test_r_reader_reads_a_multi_county_release(r_library, tiny_release, tmp_path
 @pytest.mark.slow
 def test_r_reader_reads_the_vermont_demo_release(r_library, tmp_path):
     """scripts/demo's release (das run vt_demo), written by `das tables`, read by PL94171."""
-    result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False, log=quiet)
+    result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False)
     assert result.valid
     assert main(["tables", str(result.out_dir), "--format", "pl94171", "--out", str(tmp_path / "pl")]) == 0
     check_release_with_r(r_library, result.out_dir, tmp_path / "pl", tmp_path / "r")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 import das.measure
 import das.privacy.accounting
@@ -109,8 +109,14 @@ def test_large_rho_runs_when_acknowledged(spec_dir):
 
 @pytest.mark.parametrize("workers", ["0", "-3"])
 def test_workers_must_be_positive(spec_dir, capsys, no_noise, workers):
-    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1",
-                                "--workers", workers], f"--workers must be a positive integer, got {int(workers)}")
+    from das.preflight import PreflightError
+
+    with pytest.raises(PreflightError, match=f"--workers must be a positive integer, got {int(workers)}"):
+        run(spec_dir / "spec.toml", spec_dir / "out", seed=1, workers=int(workers), progress=False)
+    assert no_noise == [] and not (spec_dir / "out").exists()
+    with pytest.raises(SystemExit) as stopped:  # the command line refuses it while parsing
+        das_main(["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--workers", workers])
+    assert stopped.value.code == 2 and "argument --workers: expected an integer of at least 1" in capsys.readouterr().err
 
 
 def test_unwritable_output_directory_is_refused_before_reading(spec_dir, capsys, no_noise):
@@ -169,7 +175,7 @@ def test_an_empty_persons_file_is_a_release_with_nobody(spec_dir):
     _empty_persons(spec_dir)
     units = pd.read_csv(spec_dir / "units.csv", dtype=str)
     units[units["RTYPE"] == "2"].assign(HH_STATUS="2").to_csv(spec_dir / "units.csv", index=False)
-    result = run(spec_dir / "spec.toml", spec_dir / "empty", seed=1, workers=1, progress=False, log=lambda *a: None)
+    result = run(spec_dir / "spec.toml", spec_dir / "empty", seed=1, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     assert result.manifest.counts.persons == 0
     assert len(pd.read_parquet(spec_dir / "empty" / "mdf_persons.parquet")) == 0
@@ -185,7 +191,7 @@ def test_not_enough_disk_space_is_refused(spec_dir, capsys, no_noise, monkeypatc
 
 def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys):
     out = spec_dir / "out"
-    assert run(spec_dir / "spec.toml", out, seed=1, progress=False, log=quiet).valid
+    assert run(spec_dir / "spec.toml", out, seed=1, progress=False).valid
     other = _spec(spec_dir, 'delta = "1e-10"', 'delta = "1e-9"')
     code = das_main(["run", str(other), "--resume", str(out)])
     assert code == 2 and "belongs to another run: the run spec differs" in capsys.readouterr().err
@@ -200,7 +206,49 @@ def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
     original_read, original_pool = das.pipeline.read_inputs, das.run.make_executor
     monkeypatch.setattr(das.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
     monkeypatch.setattr(das.run, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
-    run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False, log=quiet)
+    run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False)
     assert order == ["read", "pool"]
     manifest = json.loads((spec_dir / "out" / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 24: the disk estimate counts every file a run writes
+
+
+def test_a_disk_too_small_for_the_whole_release_is_refused_before_any_noise(spec_dir, capsys, no_noise, monkeypatch):
+    import das.preflight
+
+    real = shutil.disk_usage
+
+    def small(path):  # a 256 KiB file system: the issue's probe, where the NMF and MDF alone fitted
+        return real(path)._replace(free=256 * 1024)
+
+    monkeypatch.setattr(das.preflight.shutil, "disk_usage", small)
+    _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
+             "not enough free space", "(NMF, MDF, tables, manifest, checkpoints)", "has 0.26 MB free")
+    assert not (spec_dir / "out").exists()
+
+
+def test_the_disk_estimate_covers_every_file_a_run_writes_with_its_checkpoints(spec_dir, monkeypatch):
+    import das.checkpoint
+    import das.preflight
+
+    estimates, peak = [], [0]
+    original_estimate, original_remove = das.preflight.estimate_space, shutil.rmtree
+
+    def recorded(*args, **kwargs):
+        estimates.append(original_estimate(*args, **kwargs))
+        return estimates[-1]
+
+    def removing(path, *args, **kwargs):  # the checkpoints go when the run completes: the peak is just before
+        peak[0] = max(peak[0], sum(f.stat().st_size for f in (spec_dir / "out").rglob("*") if f.is_file()))
+        return original_remove(path, *args, **kwargs)
+
+    monkeypatch.setattr(das.preflight, "estimate_space", recorded)
+    monkeypatch.setattr(das.checkpoint.shutil, "rmtree", removing)
+    spec = _spec(spec_dir, extra="\n[output]\npl94171 = true\n")
+    assert run(spec, spec_dir / "out", seed=1, workers=1, progress=False).valid
+    written = sum(f.stat().st_size for f in (spec_dir / "out").rglob("*") if f.is_file())
+    assert (spec_dir / "out" / "pl94171").is_dir() and written > 400_000
+    assert len(estimates) == 1 and max(written, peak[0]) <= estimates[0].needed <= 6 * max(written, peak[0])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main as das_main
 from das.run import RunError, run
@@ -33,7 +33,7 @@ def _inputs(folder: Path) -> Path:
 def release(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("release")
     spec = _inputs(tmp / "inputs")
-    result = run(spec, tmp / "run", seed=7, workers=1, progress=False, log=quiet)
+    result = run(spec, tmp / "run", seed=7, workers=1, progress=False)
     assert result.valid, result.manifest.validation
     return result
 
@@ -128,7 +128,7 @@ def test_overwrite_refuses_a_das_run_that_also_holds_other_files(release, tmp_pa
 def test_overwrite_replaces_a_das_run(release, tmp_path):
     copy = _copy(release, tmp_path)
     spec = release.out_dir.parent / "inputs" / "spec.toml"
-    again = run(spec, copy, seed=8, overwrite=True, progress=False, log=quiet)
+    again = run(spec, copy, seed=8, overwrite=True, progress=False)
     assert again.valid and again.manifest.seed == 8
 
 
@@ -257,7 +257,9 @@ def test_checksum_edited_in_the_manifest_is_caught(release, tmp_path):
     manifest["outputs"]["tables/P1.parquet"] = "0" * 64
     (copy / "manifest.json").write_text(json.dumps(manifest))
     report = validate_run(copy)
-    assert report.violations == ["checksums of every output and NMF file: tables/P1.parquet: SHA-256 differs from "
+    assert report.violations == ["signature: manifest.sig verifies with the release.pub beside it (not a proof of origin): "
+                                 "the signature does not verify: manifest.json was changed after it was signed",
+                                 "checksums of every output and NMF file: tables/P1.parquet: SHA-256 differs from "
                                  "the manifest's (the file was changed after the run)"]
 
 
@@ -313,7 +315,7 @@ def test_resume_refuses_a_run_without_its_operator_files(release, tmp_path):
 
     copy = _copy(release, tmp_path, operator=False)
     with pytest.raises(RunError, match="operator files are missing"):
-        resume_run(copy, progress=False, log=quiet)
+        resume_run(copy, progress=False)
 
 
 def _rewrite_nmf_and_its_checksum(copy: Path, change) -> None:

@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main as das_main
 from das.geography import Geography
@@ -198,7 +198,7 @@ def test_wls_reproduces_the_truth_without_noise_on_real_shaped_data():
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("study") / "gi"
-    replicate_study(Study("vt_grand_isle", runs=8, seed=11), out, workers=2, log=quiet)
+    replicate_study(Study("vt_grand_isle", runs=8, seed=11), out, workers=2)
     return out
 
 
@@ -224,23 +224,23 @@ def test_replicates_reproduce_the_topdown_bias_and_wls_is_unbiased(study_dir):
 
 def test_seeded_study_resumes_and_reproduces(study_dir, tmp_path):
     before = pd.read_parquet(study_dir / "stats.parquet")
-    meta = replicate_study(Study("vt_grand_isle", runs=8, seed=11), study_dir, workers=1, log=quiet)
+    meta = replicate_study(Study("vt_grand_isle", runs=8, seed=11), study_dir, workers=1)
     assert meta["replicates_run_now"] == 0  # every part was already there: nothing redrawn
     assert len(meta["replicate_timings"]) == 8  # the first invocation's timings are kept
     pd.testing.assert_frame_equal(pd.read_parquet(study_dir / "stats.parquet"), before)
     again = tmp_path / "again"
-    replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1, log=quiet)
+    replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1)
     sub = before[(before["replicate"] < 2) & before["estimator"].isin(["noisy", "wls"])].reset_index(drop=True)
     pd.testing.assert_frame_equal(pd.read_parquet(again / "stats.parquet"), sub, check_exact=False)
     with pytest.raises(OutDirError, match="holds another study .* pass --overwrite"):
-        replicate_study(Study("vt_grand_isle", runs=3, seed=11), again, log=quiet)
+        replicate_study(Study("vt_grand_isle", runs=3, seed=11), again)
 
 
 @pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_budget_sweep_gets_more_accurate_with_more_budget(tmp_path):
     out = tmp_path / "sweep"
     replicate_study(Study("vt_grand_isle", rhos=("1/100", "10"), runs=2, seed=5, estimators=("noisy", "wls")),
-                    out, workers=1, log=quiet)
+                    out, workers=1)
     pooled = pd.read_parquet(out / "metrics.parquet")
     block = pooled[(pooled["level"] == "block") & (pooled["query"] == "total") & (pooled["bin"] == "all")]
     mae = block.set_index(["estimator", "rho"])["mae"]
@@ -248,6 +248,61 @@ def test_budget_sweep_gets_more_accurate_with_more_budget(tmp_path):
         assert mae[(estimator, "10")] < mae[(estimator, "1/100")] / 5
     report = build_report(out)
     assert (out / "report" / "accuracy_vs_rho.png").exists() and report.exists()
+
+
+def test_a_budget_sweep_shows_every_budget_and_figures_fit_the_page(tmp_path):
+    from PIL import Image
+
+    from das.research.report import PAGE_PX
+
+    out = tmp_path / "sweep"
+    replicate_study(Study("tiny", rhos=("1/10", "1"), runs=2, seed=5, estimators=("topdown", "wls")), out, workers=1)
+    page = build_report(out).read_text()
+    assert "<h2>rho = 1/10</h2>" in page and "<h2>rho = 1</h2>" in page  # a section per budget
+    for stem in ("signed_error_vs_truth", "mae_by_level", "bias_by_size_0", "error_distribution"):
+        assert (out / "report" / f"{stem}.png").exists() and (out / "report" / f"{stem}-rho1.png").exists()
+    assert "Accuracy and bias report" in page and "Replicates per budget: 2" in page
+    for png in (out / "report").glob("*.png"):
+        assert Image.open(png).width <= PAGE_PX, png  # shown at its own size: legible
+
+
+def test_a_single_release_is_never_shown_as_a_study(tmp_path):
+    import matplotlib.figure
+
+    drawn = []
+    original = matplotlib.figure.Figure.savefig
+
+    def recording(fig, *args, **kwargs):
+        drawn.append(fig)
+        return original(fig, *args, **kwargs)
+
+    run_dir = tmp_path / "run"
+    run(ROOT / "specs/runs/tiny.toml", run_dir, seed=4, workers=1, progress=False)
+    evaluate_run(run_dir, out=tmp_path / "m")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", recording)
+        page = build_report(tmp_path / "m").read_text()
+    assert "Accuracy report (one release)" in page and "not a bias" in page and ": t<" not in page
+    titles = [fig.get_suptitle() for fig in drawn]
+    assert not any("Bias" in t or "s.e." in t for t in titles), titles
+    bars = [fig for fig, t in zip(drawn, titles) if t.startswith("Signed error by true size")]
+    assert bars and not any(c.__class__.__name__ == "ErrorbarContainer" for fig in bars for ax in fig.axes
+                            for c in ax.containers)  # no error bars of zero width
+
+
+def test_a_log_axis_floor_is_set_by_the_data_not_by_float_noise():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from das.research.report import log_values, mark_zeros
+
+    fig, ax = plt.subplots()
+    zero = log_values(ax, [0, 1, 2], [1e-13, 0.5, 2.0])  # a WLS MAE of 0 up to float noise
+    mark_zeros(ax, [([0, 1, 2], zero, "red")])
+    assert zero.tolist() == [True, False, False] and ax.get_ylim()[0] == pytest.approx(0.25)
+    plt.close(fig)
 
 
 def test_report_is_self_contained(study_dir):
@@ -273,7 +328,7 @@ def test_bias_table_t_and_p():
 
 
 def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
-    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False, log=quiet)
+    result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False)
     meta = evaluate_run(result.out_dir)
     assert meta["replicates"] == 1
     out = metrics_dir(result.out_dir)
@@ -310,8 +365,9 @@ def test_metrics_of_a_run_agree_with_a_direct_recount(tmp_path):
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
-    assert das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--estimators", "topdown,magic"]) == 2
-    assert "unknown estimator" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:  # refused while parsing
+        das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--estimators", "topdown,magic"])
+    assert stopped.value.code == 2 and "unknown name 'magic'" in capsys.readouterr().err
     assert das_main(["replicate", "tiny", "--out", str(tmp_path / "x"), "--rho", "0"]) == 2
     assert "--rho" in capsys.readouterr().err
     assert das_main(["report", str(tmp_path)]) == 2
@@ -350,3 +406,15 @@ def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, cap
     err = capsys.readouterr().err
     assert "estimator wls" in err and "233,856" in err and "leave wls out" in err
     assert not list((out / "parts").glob("*.parquet"))
+
+
+def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(tmp_path):
+    from das.preflight import PreflightError
+    from das.research.replicate import StudyError
+
+    for workers in (0, -2):
+        with pytest.raises(StudyError, match="--workers must be at least 1"):
+            replicate_study(Study(spec="tiny", runs=1), tmp_path / "out", workers=workers)
+    with pytest.raises(PreflightError, match=r"--rho rho = 20 is above 10"):
+        replicate_study(Study(spec="tiny", rhos=("1/2", "20"), runs=1), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

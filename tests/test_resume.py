@@ -13,14 +13,16 @@ import signal
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet, resume_recording_draws
+from conftest import ROOT, resume_recording_draws
 
 import das.io.nmf
 import das.measure
+from das.bundle import read_process
 from das.outdir import OutDirError
 from das.run import RunError, resume_run, run
 
@@ -45,7 +47,7 @@ def county(tmp_path_factory):
     """Perry County AL (511 blocks): its spec and an uninterrupted seeded reference run."""
     tmp = tmp_path_factory.mktemp("perry")
     spec = _spec(tmp / "inputs", "al_perry")
-    reference = run(spec, tmp / "reference", seed=SEED, workers=1, progress=False, log=quiet)
+    reference = run(spec, tmp / "reference", seed=SEED, workers=1, progress=False)
     assert reference.valid
     return spec, reference.manifest.to_dict()
 
@@ -56,6 +58,8 @@ def _same_content(manifest: dict, reference: dict) -> None:
     assert manifest["nmf"] == reference["nmf"]
     assert manifest["failsafe_events"] == reference["failsafe_events"]
     assert manifest["privacy"] == reference["privacy"]  # the certificate: the original's cost
+    # nothing public says the run was interrupted (when, or what it had done by then): the operator's record does
+    assert {k: v for k, v in manifest.items() if k != "engine"} == {k: v for k, v in reference.items() if k != "engine"}
 
 
 def _cli_run(spec: Path, out: Path, crash: str | None = None, batch_children: int = 64) -> subprocess.Popen:
@@ -76,6 +80,8 @@ def _committed_streams(out: Path) -> tuple[set[str], set[str]]:
             levels.add(f"{release_dir.name}/{f.stem}")
         for parts in release_dir.glob("*.parquet.parts"):
             level = parts.name.removesuffix(".parquet.parts")
+            if (release_dir / f"{level}.parquet").is_file():  # complete: killed while its parts were being removed
+                continue
             if not (parts / "plan.json").exists():  # killed between the mkdir and the plan: no chunk committed
                 assert not list(parts.glob("*.nmfpart"))
                 continue
@@ -125,7 +131,7 @@ def test_kill_and_resume_gives_identical_output_without_redrawing(county, tmp_pa
     _same_content(manifest, reference)
     _no_second_draw(levels, streams, drawn)
     assert bool(drawn) == drawn_on_resume
-    record = manifest["interruptions"][0]
+    record = read_process(out)["interruptions"][0]
     assert record["previous_status"] == "running"
     if point.startswith("measure"):
         block = record["measurement"]["persons"]["block"]
@@ -152,7 +158,7 @@ def test_kill_at_a_random_moment_then_resume(county, tmp_path, monkeypatch):
     _same_content(manifest, reference)
     _no_second_draw(levels, streams, drawn)
     if before["status"] != "complete":
-        assert manifest["interruptions"][0]["previous_status"] == "running"
+        assert read_process(out)["interruptions"][0]["previous_status"] == "running"
 
 
 def test_torn_measurement_chunk_is_discarded_and_recorded(county, tmp_path, monkeypatch):
@@ -166,7 +172,7 @@ def test_torn_measurement_chunk_is_discarded_and_recorded(county, tmp_path, monk
     torn.write_bytes(b"PAR1 cut short")
     manifest, drawn = _resume_recording_draws(out, monkeypatch)
     _same_content(manifest, reference)
-    block = manifest["interruptions"][0]["measurement"]["persons"]["block"]
+    block = read_process(out)["interruptions"][0]["measurement"]["persons"]["block"]
     assert block["torn_chunks_discarded"] == [torn.name]
     assert block["reused_chunks"] >= 2
 
@@ -182,28 +188,28 @@ def test_a_directory_is_never_continued_by_another_run(tiny, tmp_path):
     proc = _cli_run(tiny, out, crash="level:persons:county")
     proc.communicate(timeout=120)
     with pytest.raises(OutDirError, match="unfinished run of 'tiny'.*--resume"):
-        run(tiny, out, seed=SEED, progress=False, log=quiet)  # a fresh run into it: refused
+        run(tiny, out, seed=SEED, progress=False)  # a fresh run into it: refused
     other = _spec(tmp_path / "other", "al_perry")
     with pytest.raises(RunError, match="belongs to another run: the run spec differs"):
-        resume_run(out, spec_path=other, progress=False, log=quiet)
+        resume_run(out, spec_path=other, progress=False)
     with pytest.raises(RunError, match="seed 8 differs"):
-        resume_run(out, seed=8, progress=False, log=quiet)
+        resume_run(out, seed=8, progress=False)
     persons = tiny.parent / "persons.csv"
     original = persons.read_bytes()
     persons.write_bytes(original.replace(b"\n", b"\r\n", 1))  # same data, other bytes: still refused
     with pytest.raises(RunError, match="persons input changed"):
-        resume_run(out, progress=False, log=quiet)
+        resume_run(out, progress=False)
     persons.write_bytes(original)
     with pytest.raises(RunError, match="manifest.json not found"):
-        resume_run(tmp_path / "nothing-here", progress=False, log=quiet)
+        resume_run(tmp_path / "nothing-here", progress=False)
     code = subprocess.run([sys.executable, "-m", "das.cli", "run", str(other), "--out", str(out)],
                           capture_output=True, text=True, timeout=60)
     assert code.returncode == 2 and "not empty" in code.stderr
-    assert resume_run(out, progress=False, log=quiet).valid  # the rightful owner continues
+    assert resume_run(out, progress=False).valid  # the rightful owner continues
 
 
 def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
-    reference = run(tiny, tmp_path / "reference", seed=SEED, progress=False, log=quiet).manifest.to_dict()
+    reference = run(tiny, tmp_path / "reference", seed=SEED, progress=False).manifest.to_dict()
     out = tmp_path / "run"
     original, calls = das.io.nmf.write_part, []
 
@@ -215,12 +221,14 @@ def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(das.io.nmf, "write_part", filling)
     with pytest.raises(RunError, match=r"disk full .*das run --resume"):
-        run(tiny, out, seed=SEED, progress=False, log=quiet)
+        run(tiny, out, seed=SEED, progress=False)
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    assert "No space left" in read_process(out)["error"]  # the operator's record, never the manifest
     monkeypatch.setattr(das.io.nmf, "write_part", original)
-    manifest = resume_run(out, progress=False, log=quiet).manifest.to_dict()
+    manifest = resume_run(out, progress=False).manifest.to_dict()
     _same_content(manifest, reference)
-    assert manifest["interruptions"][0]["previous_status"] == "interrupted"
+    process = read_process(out)
+    assert process["interruptions"][0]["previous_status"] == "interrupted" and process["error"] is None
 
 
 def test_unreadable_input_on_resume_leaves_the_run_resumable(tiny, tmp_path):
@@ -235,7 +243,7 @@ def test_unreadable_input_on_resume_leaves_the_run_resumable(tiny, tmp_path):
     assert code.returncode == 2 and "persons.csv" in code.stderr and "not found" in code.stderr
     assert (out / "manifest.json").read_text() == before  # untouched
     persons.with_suffix(".moved").rename(persons)
-    assert resume_run(out, progress=False, log=quiet).valid
+    assert resume_run(out, progress=False).valid
 
 
 @pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
@@ -249,4 +257,17 @@ def test_partial_outputs_never_look_complete(tiny, tmp_path):
     assert not list(out.rglob("*.partial"))  # nothing half-written under a final name either
     mdf = pd.read_parquet(out / "mdf_persons.parquet")  # what exists is whole
     assert len(mdf) == 145
-    assert resume_run(out, progress=False, log=quiet).valid
+    assert resume_run(out, progress=False).valid
+
+
+def test_a_resume_with_another_command_line_budget_is_refused(tmp_path):
+    from das.runspec import Budget
+
+    out = tmp_path / "run"
+    assert run("tiny", out, seed=SEED, workers=1, progress=False, budget=Budget(rho=Fraction(1, 2))).valid
+    manifest = (out / "manifest.json").read_text()
+    with pytest.raises(RunError, match=r"the run spec differs .*--rho, --eps or --delta counts: give the same"):
+        resume_run(out, spec_path="tiny", budget=Budget(rho=Fraction(1, 3)), progress=False)
+    with pytest.raises(RunError, match="the run spec differs"):
+        resume_run(out, spec_path="tiny", progress=False)
+    assert (out / "manifest.json").read_text() == manifest

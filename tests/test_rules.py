@@ -80,7 +80,7 @@ def test_post_processing_holds_a_new_rule_and_the_validator_checks_it(crowding, 
     text = text.replace('schema = "pl94_persons"', f'schema = "{tmp_path / "pl94_crowding.toml"}"')
     text = text.replace("../../geography_fixtures/tiny/", f"{TINY.resolve()}/")
     spec.write_text(text)
-    result = run(spec, tmp_path / "out", seed=5, workers=1, progress=False, log=lambda *a: None)
+    result = run(spec, tmp_path / "out", seed=5, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:3]
     assert any("crowding" in c and c.startswith("ok") for c in result.manifest.validation.checks)
     mdf = pd.read_parquet(tmp_path / "out" / "mdf_persons.parquet")
@@ -118,7 +118,7 @@ def test_range_bounds_equal_whole_level_sums_on_any_range(perry, monkeypatch):
             full.append(("total", total, total.astype(float)))
         n = geography.n_units(level)
         for lo, hi in [(0, n), *((int(a), int(b) + 1) for a, b in np.sort(rng.integers(0, n, (3, 2)), axis=1))]:
-            part = level_bounds(schema, invariants, geography, level, lo, hi)
+            part = level_bounds(schema, invariants, geography, level=level, lo=lo, hi=hi)
             assert [b.query for b in part] == [q for q, _, _ in full]
             for p, (_, lower, upper) in zip(part, full):
                 assert np.array_equal(p.lower, lower[lo:hi]) and np.array_equal(p.upper, upper[lo:hi])

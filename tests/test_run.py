@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, quiet
+from conftest import ROOT
 
 from das.cli import main as das_main
 from das.outdir import OutDirError
@@ -22,7 +22,7 @@ FIXTURES = ROOT / "geography_fixtures"
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "tiny"
-    result = run("tiny", out, seed=7, workers=1, progress=False, log=quiet)
+    result = run("tiny", out, seed=7, workers=1, progress=False)
     return result
 
 
@@ -59,10 +59,10 @@ def test_tiny_run_holds_invariants_against_the_input(tiny_run):
 
 
 def test_seeded_replicates_are_bit_identical(tiny_run, tmp_path):
-    again = run("tiny", tmp_path / "again", seed=7, workers=1, progress=False, log=quiet)
+    again = run("tiny", tmp_path / "again", seed=7, workers=1, progress=False)
     assert again.manifest.outputs == tiny_run.manifest.outputs
     assert again.manifest.nmf == tiny_run.manifest.nmf
-    other = run("tiny", tmp_path / "other", seed=8, workers=1, progress=False, log=quiet)
+    other = run("tiny", tmp_path / "other", seed=8, workers=1, progress=False)
     assert other.manifest.nmf != tiny_run.manifest.nmf
 
 
@@ -90,7 +90,8 @@ def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
     report = validate_run(copy)
     failed = [c for c in report.checks if c.startswith("FAIL")]
     # the file no longer has its listed SHA-256 nor the run's metadata (pandas rewrote it), and its content is wrong
-    assert failed == ["FAIL checksums of every output and NMF file", "FAIL privacy mode and spec digest in every Parquet file",
+    assert failed == ["FAIL checksums of every output and NMF file",
+                      "FAIL privacy mode, certificate and spec digest in every Parquet file",
                       "FAIL table P1 equals the MDF recount", "FAIL table P1 hierarchy sums"], failed
     geocode = p1.loc[row, "geocode"]
     assert any(geocode in v and "'total'" in v for v in report.violations)
@@ -98,7 +99,7 @@ def test_validator_catches_a_tampered_table_cell(tiny_run, tmp_path):
 
 def test_output_directory_of_another_run_is_refused(tiny_run):
     with pytest.raises(OutDirError, match="not empty"):
-        run("tiny", tiny_run.out_dir, seed=1, progress=False, log=quiet)
+        run("tiny", tiny_run.out_dir, seed=1, progress=False)
 
 
 def test_measure_refuses_its_own_earlier_output_unless_overwrite_and_keeps_a_users_file(tmp_path, capsys):
@@ -159,7 +160,7 @@ def test_vermont_county_end_to_end(tmp_path):
         frame[frame["TABBLKCOU"].astype(str) == "013"].to_parquet(tmp_path / f"{name}.parquet")
     spec = (ROOT / "specs/runs/vt_demo.toml").read_text().replace("../../geography_fixtures/vt/", "")
     (tmp_path / "spec.toml").write_text(spec)
-    result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=2, progress=False, log=quiet)
+    result = run(tmp_path / "spec.toml", tmp_path / "out", seed=11, workers=2, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     truth = len(pd.read_parquet(tmp_path / "persons.parquet"))
     assert result.manifest.counts.persons == truth
@@ -169,7 +170,7 @@ def test_vermont_county_end_to_end(tmp_path):
 def test_vermont_demo_end_to_end(tmp_path):
     from das.io import nmf
 
-    result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False, log=quiet)
+    result = run("vt_demo", tmp_path / "vt", seed=2020, workers=2, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     assert result.manifest.counts.persons == 625_741
     p1 = pd.read_parquet(tmp_path / "vt" / "tables" / "P1.parquet", columns=["level", "total"])
@@ -191,7 +192,7 @@ def test_vermont_demo_end_to_end(tmp_path):
 @pytest.mark.slow  # > 10 s (20-40 s on 2 loaded cores)
 def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
     """Schema-generic: DHC persons (233,856 cells) on Grand Isle County, validated."""
-    result = run("vt_grand_isle_dhc", tmp_path / "dhc", seed=3, workers=1, progress=False, log=quiet)
+    result = run("vt_grand_isle_dhc", tmp_path / "dhc", seed=3, workers=1, progress=False)
     assert result.valid, result.manifest.validation.violations[:5]
     mdf = pd.read_parquet(tmp_path / "dhc" / "mdf_persons.parquet")
     assert {"QSEX", "QAGE", "GQTYPE_PL", "CENRACE"} <= set(mdf.columns)
@@ -201,7 +202,7 @@ def test_the_same_engine_runs_the_dhc_schema_on_a_county(tmp_path):
 
 
 def test_process_pool_gives_the_same_release_as_one_process(tiny_run, tmp_path):
-    pooled = run("tiny", tmp_path / "pooled", seed=7, workers=2, progress=False, log=quiet)
+    pooled = run("tiny", tmp_path / "pooled", seed=7, workers=2, progress=False)
     assert pooled.manifest.outputs == tiny_run.manifest.outputs
 
 
@@ -211,7 +212,7 @@ def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path)
     from das.run import measure_only
     from das.rundir import nmf_level_path
 
-    manifest = measure_only("de_production", tmp_path / "de", seed=5, log=quiet)
+    manifest = measure_only("de_production", tmp_path / "de", seed=5)
     assert manifest.status == "measured"
     levels = ["nation", "state", "county", "tract", "block_group", "block"]
     counts = {"nation": 1, "state": 1, "county": 3, "tract": 218, "block_group": 574}

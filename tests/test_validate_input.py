@@ -142,12 +142,12 @@ def test_parquet_column_of_the_wrong_type(tmp_path):
 def test_wrong_geocode_width_and_non_digits(tmp_path):
     p, u = tiny_frames()
     msg = problems_for(tmp_path, persons=edit(edit(p, 2, "TABBLK", "12"), 3, "TABBLKCOU", "1"))
-    assert "persons.csv row 3 (line 4), column TABBLK: '12' is not valid (expected 4 digits, zero-padded)" in msg
-    assert "persons.csv row 4 (line 5), column TABBLKCOU: '1' is not valid (expected 3 digits, zero-padded)" in msg
+    assert "persons.csv row 3 (line 4), column TABBLK: '12' is not valid (expected 4 ASCII digits 0-9, zero-padded)" in msg
+    assert "persons.csv row 4 (line 5), column TABBLKCOU: '1' is not valid (expected 3 ASCII digits 0-9, zero-padded)" in msg
     msg = problems_for(tmp_path, persons=edit(p, 5, "TABTRACTCE", "00a100"))
-    assert "row 6 (line 7), column TABTRACTCE: '00a100' is not valid (expected 6 digits, zero-padded)" in msg
+    assert "row 6 (line 7), column TABTRACTCE: '00a100' is not valid (expected 6 ASCII digits 0-9, zero-padded)" in msg
     msg = problems_for(tmp_path, units=edit(u, 0, "TABBLKST", "4 "))
-    assert "units.csv row 1 (line 2), column TABBLKST: '4 ' is not valid (expected 2 digits, zero-padded)" in msg
+    assert "units.csv row 1 (line 2), column TABBLKST: '4 ' is not valid (expected 2 ASCII digits 0-9, zero-padded)" in msg
     msg = problems_for(tmp_path, persons=edit(p, 0, "TABBLKGRPCE", "7"))
     assert "row 1 (line 2), column TABBLKGRPCE: '7' is not valid (expected the first digit of TABBLK)" in msg
 
@@ -384,3 +384,60 @@ def test_cli_never_prints_a_whole_row(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "p.csv row 5 (line 6), column CENRACE: '64'" in out
     assert lines[5] not in out and ",".join(fields[:5]) not in out
+
+
+# --- issue 24: ASCII digits only, fields of any size, values cut, files that cannot be opened ----
+
+
+@pytest.mark.parametrize("value", ["\uff14\uff14", "\u0664\u0664", "\u096a\u096a"])  # fullwidth, Arabic-Indic, Devanagari
+def test_geocodes_of_other_digits_than_ascii_are_refused(tmp_path, value):
+    p, u = tiny_frames()
+    msg = problems_for(tmp_path, persons=edit(p, 0, "TABBLKST", value))
+    assert f"persons.csv row 1 (line 2), column TABBLKST: {value!r} is not valid (expected 2 ASCII digits 0-9" in msg
+    msg = problems_for(tmp_path, units=edit(u, 0, "RTYPE", "\uff12"))
+    assert "units.csv row 1 (line 2), column RTYPE: '\uff12' is not valid (expected an integer)" in msg
+
+
+@pytest.mark.parametrize("size", [300_000, 5_000_000])  # below and above Arrow's 1 MB block, and Python csv's limit
+def test_a_field_of_any_size_is_read_and_refused_with_row_and_column_cut_short(tmp_path, size):
+    p, _ = tiny_frames()
+    msg = problems_for(tmp_path, persons=edit(p, 0, "CENRACE", "9" * size))
+    assert "persons.csv row 1 (line 2), column CENRACE: '999" in msg and f"... ({size:,} characters) is not valid" in msg
+    assert len(msg) < 400  # the value is cut: never echoed whole
+
+
+def test_a_ragged_row_after_a_huge_field_is_still_located(tmp_path):
+    text = (TINY / "persons.csv").read_text().splitlines()
+    text[1] = text[1] + "," + "9" * 200_000  # one field too many, and larger than Python csv's default limit
+    msg = problems_for(tmp_path, persons="\n".join(text) + "\n")
+    assert "row 1 (line 2)" in msg and "13 comma-separated fields" in msg and len(msg) < 400
+
+
+def test_files_that_cannot_be_opened_say_what_happened(tmp_path, monkeypatch):
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop)
+    assert str(validate_input(loop, TINY / "units.csv", PL94)[0]) == f"{loop}: a symbolic link loop (it never reaches a file)"
+    broken = tmp_path / "broken.csv"
+    broken.symlink_to(tmp_path / "gone.csv")
+    assert "a broken symbolic link (its target does not exist)" in str(validate_input(broken, TINY / "units.csv", PL94)[0])
+    locked = write((TINY / "persons.csv").read_text(), tmp_path / "locked.csv")
+    real_open = open
+
+    def denied(path, *args, **kwargs):  # a file this user may not read (tests run as root, where chmod 000 reads)
+        if str(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", denied)
+    problems = validate_input(locked, TINY / "units.csv", PL94)
+    assert str(problems[0]) == f"{locked}: permission denied: this user may not read the file" and problems[0].unreadable
+
+
+def test_unreadable_files_exit_2_from_the_command_line(tmp_path, capsys):
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop)
+    assert das_main(["validate-input", str(loop), str(TINY / "units.csv")]) == 2
+    assert "a symbolic link loop" in capsys.readouterr().out
+    assert das_main(["validate-input", str(TINY / "persons.csv"), str(TINY / "units.csv"), "--schema", "nonesuch"]) == 2
+    printed = capsys.readouterr()
+    assert "das validate-input: no schema spec 'nonesuch'" in printed.err and "nonesuch" not in printed.out

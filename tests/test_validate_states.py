@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, TINY, quiet
+from conftest import ROOT, TINY
 
 from das.checkpoint import file_sha256
 from das.run import run
@@ -20,12 +20,17 @@ from das.validate import ValidationError, validate_run
 
 STATES = ("44", "45")
 
-# What `das validate` printed for the tiny run (seed 3) before it went state by state.
+# What `das validate` printed for the tiny run (seed 3) before it went state by state (and the signature and
+# certificate checks since).
 TINY_CHECKS = [
     "the release claims mdf_codes, tables_match_mdf, nmf_matches_certificate, units_mdf, invariants, "
     "schema_constraints; those are checked",
+    "signature: manifest.sig verifies with the release.pub beside it (not a proof of origin)",
     "checksums of every output and NMF file",
-    "privacy mode and spec digest in every Parquet file",
+    "privacy mode, certificate and spec digest in every Parquet file",
+    "certificate: rho per level and per query sums exactly to the total, each variance is exactly 1/its rho, eps is "
+    "re-derived from rho and delta",
+    "certificate: what the release's strategy, budget and delta give (recomputed from its spec)",
     "MDF units: valid codes, housing units vs facilities",
     "NMF: exactly the certified measurements",
     "MDF persons: in blocks of the release universe",
@@ -58,6 +63,9 @@ def _copy(run_dir, to):
 
 
 def _write_manifest(run_dir, change) -> None:
+    """The manifest changed, and its signature dropped (it would not verify): an unsigned release."""
+    for signed in ("manifest.sig", "release.pub"):
+        (run_dir / signed).unlink(missing_ok=True)
     path = run_dir / "manifest.json"
     manifest = json.loads(path.read_text())
     change(manifest)
@@ -66,7 +74,7 @@ def _write_manifest(run_dir, change) -> None:
 
 @pytest.fixture(scope="module")
 def one_state(tmp_path_factory):
-    return run("tiny", tmp_path_factory.mktemp("one") / "run", seed=3, workers=1, progress=False, log=quiet).out_dir
+    return run("tiny", tmp_path_factory.mktemp("one") / "run", seed=3, workers=1, progress=False).out_dir
 
 
 def _two_state_inputs(name: str) -> pd.DataFrame:
@@ -88,7 +96,7 @@ def two_states(tmp_path_factory):
     spec = re.sub(r'persons = ".*?"', 'persons = "persons.parquet"', spec, count=1)
     spec = re.sub(r'units = ".*?"', 'units = "units.parquet"', spec, count=1)
     (inputs / "spec.toml").write_text(spec)
-    result = run(inputs / "spec.toml", inputs.parent / "two", seed=3, workers=1, progress=False, log=quiet)
+    result = run(inputs / "spec.toml", inputs.parent / "two", seed=3, workers=1, progress=False)
     assert result.manifest.invariants.total_population["state"].keys() == set(STATES)
     return result.out_dir
 

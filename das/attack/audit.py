@@ -11,6 +11,7 @@ candidates.parquet's `das.confidential`) and go to a directory of their own (das
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,9 @@ from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, expected_hits, match_rate_at, matches, rank_samples, rap_runs
 from das.attack.rap import RapConfig
 from das.attack.workload import build_workload, load_attack_tables
+from das.progress import bar, step
+
+logger = logging.getLogger(__name__)
 
 REPORT_K = (1, 5, 10, 25, 50, 100)
 REPORT_FRACTIONS = (0.1, 0.25, 0.5, 0.75, 1.0)
@@ -143,18 +147,21 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
 
 
 def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str], options: AuditOptions, *,
-              holdout: PersonRecords | None = None, log=print) -> list[GeounitResult]:
+              holdout: PersonRecords | None = None) -> list[GeounitResult]:
+    """Every geounit attacked and scored, in order; a progress bar (a terminal) or a line per geounit (logging)."""
     tables = load_attack_tables(options.tables or published.schema.name)
-    results = []
-    for i, geocode in enumerate(geounits):
-        if len(geocode) != GEOCODE_DIGITS[options.level] or not geocode.isdigit():
+    for geocode in geounits:
+        if len(geocode) != GEOCODE_DIGITS[options.level] or not (geocode.isascii() and geocode.isdigit()):
             raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[options.level]}-digit "
                               f"{options.level} geocode")
-        r = attack_geounit(geocode, published, truth, options, tables=tables, holdout=holdout)
-        rates = ", ".join(f"{m} {match_rate_at(h, max(1, r.distinct_true)):.2f}" for m, h in r.hits.items())
-        log(f"[{i + 1}/{len(geounits)}] {options.level} {geocode}: {r.published_total} published persons, "
-            f"{r.n_queries} queries, {r.seconds:.1f} s; Match-Rate@u: {rates}")
-        results.append(r)
+    results = []
+    with bar(total=len(geounits), desc=f"{options.level}s attacked", unit=options.level) as progress:
+        for geocode in geounits:
+            r = attack_geounit(geocode, published, truth, options, tables=tables, holdout=holdout)
+            rates = ", ".join(f"{m} {match_rate_at(h, max(1, r.distinct_true)):.2f}" for m, h in r.hits.items())
+            step(progress, logger, f"{options.level} {geocode}: {r.published_total} published persons, "
+                                   f"{r.n_queries} queries, {r.seconds:.1f} s; Match-Rate@u: {rates}")
+            results.append(r)
     return results
 
 
@@ -227,29 +234,50 @@ def candidates_frame(results: list[GeounitResult], published: PersonRecords, lev
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _mean_and_se(per_geounit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over geounits (rows) at each k, and its standard error (0 with one geounit: no spread to show)."""
+    mean = per_geounit.mean(axis=0)
+    n = per_geounit.shape[0]
+    se = per_geounit.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
+    return mean, se
+
+
 def _plot(curves: pd.DataFrame, path: Path, title: str) -> None:
+    """Match-Rate@k and @(k/u), mean over the geounits attacked with a band of +- 1 standard error, each method in its
+    das.research.series colour and style, named as a reader names it, with n."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    from das.research import series
+
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.0), layout="constrained")
     grid = np.linspace(0.02, 2.0, 100)
-    for method, group in curves.groupby("method"):
-        by_k = group.groupby("k")["match_rate"].mean()
-        axes[0].plot(by_k.index, by_k.values, label=method)
-        rates = [np.mean([np.interp(f, g["k_over_u"], g["match_rate"]) for _, g in group.groupby("geocode")])
-                 for f in grid] if group["k_over_u"].notna().any() else []
-        if rates:
-            axes[1].plot(grid, rates, label=method)
-    axes[0].set(xscale="log", xlabel="k (top candidates)", ylabel="Match-Rate@k (mean over geounits)")
-    axes[1].set(xlabel="k / u (u = distinct true records)", ylabel="Match-Rate@k (mean over geounits)")
+    for method in sorted(set(curves["method"]), key=lambda m: (m != "rap_rank", m)):
+        group = curves[curves["method"] == method]
+        n = group["geocode"].nunique()
+        style = {"color": series.color(method), "ls": series.line(method), "lw": 1.8,
+                 "label": f"{series.label(method)} (n = {n} geounit{'s' if n != 1 else ''})"}
+        by_k = group.pivot_table(index="geocode", columns="k", values="match_rate").to_numpy()
+        mean, se = _mean_and_se(by_k)
+        ks = np.sort(group["k"].unique())
+        axes[0].plot(ks, mean, **style)
+        axes[0].fill_between(ks, mean - se, mean + se, color=series.color(method), alpha=0.15, lw=0)
+        if group["k_over_u"].notna().any():
+            per_unit = np.array([np.interp(grid, g["k_over_u"], g["match_rate"]) for _, g in group.groupby("geocode")
+                                 if g["k_over_u"].notna().all()])
+            mean, se = _mean_and_se(per_unit)
+            axes[1].plot(grid, mean, **style)
+            axes[1].fill_between(grid, mean - se, mean + se, color=series.color(method), alpha=0.15, lw=0)
+    axes[0].set(xscale="log", xlabel="k (top candidates asked for, log scale)", ylabel="Match-Rate@k (mean over geounits)")
+    axes[1].set(xlabel="k / u (u = distinct true records of the geounit)", ylabel="Match-Rate@k (mean over geounits)")
     for ax in axes:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}; bands: +- 1 s.e. over the geounits", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

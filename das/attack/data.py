@@ -55,6 +55,24 @@ def read_persons(path, schema: Schema) -> PersonRecords:
     return PersonRecords(schema, blocks, block, levels)
 
 
+COVERAGE_LEVEL = "county"  # the truth must hold persons in every county the release does
+SHOWN_GEOUNITS = 5
+
+
+def check_covers(truth: PersonRecords, published: PersonRecords, *, truth_path) -> None:
+    """Refuse (AttackError) a truth that does not cover the release's geography: a county of the release
+    where the truth holds nobody would score 0 matches there, which reads as perfect protection."""
+    have = set(np.unique(truth.geocodes(COVERAGE_LEVEL)).tolist())
+    want = np.unique(published.geocodes(COVERAGE_LEVEL)).tolist()
+    missing = [g for g in want if g not in have]
+    if missing:
+        listed = ", ".join(missing[:SHOWN_GEOUNITS]) + (f" and {len(missing) - SHOWN_GEOUNITS} more" if len(missing) >
+                                                         SHOWN_GEOUNITS else "")
+        raise AttackError(f"--truth {truth_path} does not cover the release's geography: it holds no persons in "
+                          f"{len(missing)} of the release's {len(want)} count{'y' if len(want) == 1 else 'ies'} "
+                          f"({listed}); expected the confidential persons file the release was made from")
+
+
 def release_schema(run_dir) -> Schema:
     """The persons schema of a finished `das run` directory (from its manifest)."""
     try:

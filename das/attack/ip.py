@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.attack.workload import Workload
+from das.topdown.solve import quiet_highs
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,7 @@ class Solver:
     def __init__(self, problem: IpProblem, time_limit: float = 30.0):
         self.problem = problem
         n = len(problem.cells)
-        self.highs = highspy.Highs()
-        self.highs.setOptionValue("output_flag", False)
+        self.highs = quiet_highs()  # no banner on stdout
         self.highs.setOptionValue("threads", 1)
         self.highs.setOptionValue("time_limit", float(time_limit))
         lp = highspy.HighsLp()

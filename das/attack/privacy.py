@@ -44,6 +44,7 @@ from das.measure import Measurement, measure_in_memory, plan_for, true_answers
 from das.privacy.accounting import eps_for_delta
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
+from das.progress import bar
 from das.runspec import load_run_spec
 from das.schema import Schema, SpecError, load_schema
 
@@ -93,7 +94,7 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     return lower, upper
 
 
-def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, alpha: float = 0.05,
+def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, *, alpha: float = 0.05,
                   candidates: int = 200) -> tuple[float, float, float, float]:
     """Lower bound on eps from test scores under D and D' (higher = "looks like D'").
 
@@ -187,9 +188,10 @@ class Trials:
     rho: Fraction
     mechanism: Mechanism = measure_in_memory
     alpha: float = 0.05
+    done: Callable[[int], object] | None = None  # told the trials run after each chunk (a progress bar's update)
 
 
-def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], rng,
+def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], *, rng,
                how: Trials) -> AuditResult:
     """Run the mechanism `how.trials` times on each of D and D' and bound eps at `how.delta` from below."""
     trials = how.trials
@@ -204,19 +206,21 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
             stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
             outputs = how.mechanism(geography, histograms, schema, plan, rng=stream, trials=min(chunk, trials - start))
             parts.append(llr_scores(outputs, truth_d, truth_p))
+            if how.done is not None:
+                how.done(min(chunk, trials - start))
         return np.concatenate(parts)
 
     s_d, s_p = scores(pair.d, "D"), scores(pair.d_prime, "D'")
-    forward = epsilon_bound(s_d, s_p, float(how.delta), how.alpha)
-    backward = epsilon_bound(-s_p, -s_d, float(how.delta), how.alpha)
+    forward = epsilon_bound(s_d, s_p, float(how.delta), alpha=how.alpha)
+    backward = epsilon_bound(-s_p, -s_d, float(how.delta), alpha=how.alpha)
     eps, threshold, p, q = max(forward, backward, key=lambda r: r[0])
     return AuditResult(pair.name, eps, eps_for_delta(how.rho, how.delta), float(how.delta), trials, threshold, p, q)
 
 
-def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]],
+def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]], *,
           rng, how: Trials, kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
     """The audit for each kind of neighbour (see `neighbour_pairs`)."""
-    return [audit_pair(pair, geography, schema, plan, rng, how)
+    return [audit_pair(pair, geography, schema, plan, rng=rng, how=how)
             for pair in neighbour_pairs(histograms, schema, geography) if pair.name in kinds]
 
 
@@ -273,7 +277,7 @@ def render(results: list[AuditResult], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int | None = None) -> dict:
+def audit_spec(spec_path, *, trials: int = 200_000, rho=None, delta=None, seed: int | None = None) -> dict:
     """The audit of a run spec's persons strategy (its shares, at the audit budget) on the synthetic
     neighbourhood, beside the same strategy reduced to its `detailed` query alone (where every
     neighbour changes every measurement, so the bound can approach the certificate)."""
@@ -294,10 +298,13 @@ def audit_spec(spec_path, trials: int = 200_000, rho=None, delta=None, seed: int
     rng = make_random_source(seed)
     report = {"spec": spec.name, "rho": str(rho), "delta": str(delta), "trials": trials,
               "private_randomness": rng.private, "strategies": {}}
-    for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
-        plan, _ = plan_for(s, rho, spec.levels)
-        results = audit(geography, data, schema, plan, rng.spawn(name), Trials(trials, delta, rho))
-        report["strategies"][name] = [r.__dict__ for r in results]
+    pairs = sum(pair.name in NEIGHBOURS for pair in neighbour_pairs(data, schema, geography))
+    with bar(total=2 * pairs * 2 * trials, desc="audit trials", unit="trial", unit_scale=True) as progress:
+        for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
+            plan, _ = plan_for(s, rho, spec.levels)
+            results = audit(geography, data, schema, plan, rng=rng.spawn(name),
+                            how=Trials(trials, delta, rho, done=progress.update))
+            report["strategies"][name] = [r.__dict__ for r in results]
     return report
 
 
@@ -335,11 +342,12 @@ def render_report(report: dict) -> str:
     return "\n".join(parts)
 
 
-def write_audit(out_dir: Path, report: dict, text: str) -> list[Path]:
-    """audit.json (the report) and audit.md (a short summary: the verdict and the rendered bounds)."""
-    ok = within_certificate(report)
+def write_audit(out_dir: Path, report: dict, text: str, *, ok: bool | None = None) -> list[Path]:
+    """audit.json (the report) and audit.md (a short summary: the verdict and the rendered bounds); `ok`: the
+    verdict when it is not the measurement audit's (das.attack.release_audit)."""
+    ok = within_certificate(report) if ok is None else ok
     verdict = "every bound is within the certificate" if ok else "VIOLATION: a bound is above the certificate"
     paths = [out_dir / "audit.json", out_dir / "audit.md"]
-    atomic.write_text(paths[0], json.dumps(report, indent=2) + "\n")
+    atomic.write_text(paths[0], json.dumps(report, indent=2, default=str) + "\n")
     atomic.write_text(paths[1], f"# Empirical privacy audit: {report['spec']}\n\n{verdict}.\n\n```\n{text}\n```\n")
     return paths

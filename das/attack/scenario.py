@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -22,14 +23,14 @@ from das.attack.audit import REPORT_FRACTIONS, REPORT_K, AuditOptions, auto_geou
 from das.attack.data import read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
 from das.privacy.certificate import delta_text, fraction_text
+from das.progress import configure
 from das.rundir import RunDir
 from das.schema import specs_root
 
 SPEC = "vt_grand_isle_dhc"
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 def comparison_markdown(rows: dict[str, dict], blocks: int, runs: int, release_note: str) -> str:
@@ -55,6 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--release", default=None, help="an existing release of vt_grand_isle_dhc (default: run one)")
     p.add_argument("--seed", type=int, default=0, help="the attack's seed (the release uses the OS CSPRNG)")
     args = p.parse_args(argv)
+    configure()  # messages on stderr, a progress bar on a terminal
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -62,9 +64,9 @@ def main(argv=None) -> int:
     if not args.release:
         from das.run import run
 
-        _log(f"release: das run {SPEC} -> {release_dir}")
+        logger.info(f"release: das run {SPEC} -> {release_dir}")
         run(specs_root() / "runs" / f"{SPEC}.toml", release_dir, workers=args.workers, overwrite=True,
-            progress=False, log=lambda *a, **k: None)
+            progress=False)
     schema = release_schema(release_dir)
     manifest = RunDir(release_dir).read_complete()
     cert = manifest.certificate("persons")
@@ -82,9 +84,9 @@ def main(argv=None) -> int:
     summaries = {}
     for name, published, source in (("exact", truth, "exact tables (no protection)"),
                                     ("release", release, f"release {release_dir}")):
-        _log(f"attack on {source}: {len(blocks)} blocks")
+        logger.info(f"attack on {source}: {len(blocks)} blocks")
         start = time.perf_counter()
-        results = run_audit(truth, published, blocks, options, log=_log)
+        results = run_audit(truth, published, blocks, options)
         summaries[name] = write_outputs(out / f"attack_{name}", results, published, options, source=source,
                                         seconds=time.perf_counter() - start)
 

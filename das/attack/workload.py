@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
-from das.schema import Schema, SpecError, load_toml, parse_query_name, resolve_spec
+from das import specfile
+from das.schema import Schema, SpecError, parse_query_name, resolve_spec
+from das.specfile import Section
 
 TABLE_LEVELS = ("block", "tract")
 
@@ -63,11 +66,26 @@ class Workload:
         return inside.astype(float) @ counts.astype(float)
 
 
+class TableSection(Section):
+    title: str | None = None
+    queries: list[str] = Field(min_length=1, description="a nonempty list of query names")
+    where: dict[str, list[int]] = Field({}, description="factor = [level index, ...]")
+
+
+class WorkloadFile(Section):
+    """An attack workload spec as written (specs/attack/*.toml): tables published per block and per tract."""
+
+    block: dict[str, TableSection] = Field({}, description="[block.NAME] tables, published for every block")
+    tract: dict[str, TableSection] = Field({}, description="[tract.NAME] tables, published for every tract")
+
+
 def load_attack_tables(name_or_path: str | Path) -> tuple[AttackTable, ...]:
     """The tables of `specs/attack/<name>.toml` (by schema name) or of a path."""
     path = resolve_spec(name_or_path, "attack")
+    raw = specfile.load_toml(path)
+    specfile.check(raw, WorkloadFile, str(path))
     tables = []
-    for level, group in load_toml(path).items():
+    for level, group in raw.items():
         if level not in TABLE_LEVELS or not isinstance(group, dict):
             raise SpecError(f"{path}: top-level key {level!r}: expected one of {TABLE_LEVELS} (a group of tables)")
         for name, t in group.items():

@@ -1,7 +1,10 @@
 """The `das` command line, one module per family of commands: release (run, validate, measure,
-tables, privacy...), research (metrics, replicate, report), attack, and synth (other mechanism
-families). Each command imports the modules it runs only when it runs, so `das --help` and a
-refused command start quickly.
+tables, privacy, init...), research (metrics, replicate, report, compare), attack, and synth (other
+mechanism families). Each command calls the Python API (das.api) or the layer that owns the work, and
+imports what it runs only when it runs, so `das --help` and a refused command start quickly.
+
+Messages go through `logging` (each module's logger, under "das") to stderr: `-q` keeps warnings and
+errors, `-v` adds details; results go to stdout. Progress bars (das.progress) show on a terminal only.
 """
 
 from __future__ import annotations
@@ -10,35 +13,72 @@ import argparse
 import os
 import sys
 
+import das
 from das.cli import attack, release, research, synth
+from das.cli.args import Parser
+
+
+def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """-v / -q, on the top parser and on every command (`das -q run ...` and `das run ... -q` alike)."""
+    default = 0 if top else argparse.SUPPRESS  # a command's own flag overrides the top's only when given
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
+                       help="say more: every step's details (log level DEBUG)")
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
+                       help="say less: warnings and errors only, no progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="das", description="Disclosure avoidance: TopDown with exact discrete-Gaussian noise.")
+    p.add_argument("--version", action="version", version=f"das {das.__version__}",
+                   help="print das's version and exit")
+    _verbosity(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for family in (release, research, attack, synth):
         family.add_parsers(sub)
+    for command in sub.choices.values():
+        _verbosity(command, top=False)
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "run" and args.out is None and args.spec is not None:  # `das run`'s default --out
-        args.out = os.path.join("runs", args.spec.rsplit("/", 1)[-1].removesuffix(".toml"))
+    from das.progress import configure
+
+    configure(args.verbosity)
+    try:
+        return _refusals(args)
+    except BrokenPipeError:  # `das privacy tiny --json | head`: the reader left; nothing more to say, no traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE, what a shell reports for a command ended by a closed pipe
+
+
+def _refusals(args) -> int:
+    """The command run, every refusal mapped to rc 2 and one message on stderr."""
     from das.io.microdata import InputError
     from das.outdir import OutDirError
     from das.privacy.strategy import BudgetError
     from das.research.replicate import StudyError
     from das.run import RunError
     from das.schema import SpecError
+    from das.signing import SigningError
+    from das.specfile import cut_long_words
 
     try:
         return args.func(args)
-    except (SpecError, RunError, BudgetError, StudyError, OutDirError) as e:
-        print(f"das {args.command}: {e}", file=sys.stderr)
+    except (SpecError, RunError, BudgetError, StudyError, OutDirError, SigningError) as e:
+        print(f"das {args.command}: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
     except InputError as e:
-        print(f"das {args.command}: input is invalid:\n{e}", file=sys.stderr)
+        print(f"das {args.command}: input is invalid:\n{cut_long_words(str(e))}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # a file or directory the system refused (permission, a symbolic link loop, disk full...)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"das {args.command}: {cut_long_words(where + (e.strerror or str(e)))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

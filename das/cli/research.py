@@ -3,41 +3,61 @@
 from __future__ import annotations
 
 import os
+import sys
 
-from das.research import compare
-from das.research.estimators import ESTIMATORS
-from das.research.replicate import DEFAULT_QUERIES
+from das.cli.args import SEED_HELP, fraction, names, nonnegative_int, path, positive_int, spec_help
+from das.cli.synth import MECHANISM_NAMES
+
+# das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
+# imports nothing heavy (tests/test_cli_research.py checks they agree)
+ESTIMATORS = ("topdown", "noisy", "wls")
+DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def _cmd_metrics(args) -> int:
-    from das.research.evaluate import evaluate_run, metrics_dir
+def _headline(study, what: str) -> None:
+    """A few lines on the terminal: the MAE of total population per geounit, by level and estimator for one budget, by
+    budget and estimator at the finest level for a sweep (details in files)."""
+    from das.research.metrics import headline, sweep_headline, text_table
 
-    out = args.out or metrics_dir(args.run_dir)
-    meta = evaluate_run(args.run_dir, truth=tuple(args.truth) if args.truth else None, out=out,
-                        estimators=_names(args.estimators), queries=_names(args.queries), keep=_names(args.keep))
-    with open(os.path.join(out, "metrics.md")) as f:
-        print(f.read())
-    print(f"wrote metrics for {meta['spec_name']} to {out} (stats, errors, metrics, bias as Parquet; metrics.md)")
+    meta = study.meta
+    if len(meta["rhos"]) > 1:
+        print(f"{what} {meta['spec_name']}: MAE of total population per {meta['levels'][-1]}, by budget")
+        print(text_table(sweep_headline(study.metrics, meta["levels"][-1])))
+        return
+    print(f"{what} {meta['spec_name']}: MAE of total population per geounit (rho {meta['rhos'][0]})")
+    print(text_table(headline(study.metrics, meta["levels"])))
+
+
+def _cmd_metrics(args) -> int:
+    import das
+
+    study = das.metrics(args.run_dir, truth=args.truth, out=args.out, estimators=args.estimators,
+                        queries=_names(args.queries), keep=_names(args.keep))
+    _headline(study, "das metrics")
+    print(f"details (every query, level and size bin; the bias by true size): {study.path / 'metrics.md'}; "
+          f"tables as Parquet in {study.path} (confidential)")
     return 0
 
 
 def _cmd_replicate(args) -> int:
-    from das.research.replicate import Study, replicate_study, rho_list
+    import das
+    from das.research.replicate import rho_list
 
-    study = Study(spec=args.spec, rhos=rho_list(args.rho), runs=args.runs, estimators=_names(args.estimators),
-                  queries=_names(args.queries), keep=_names(args.keep), seed=args.seed)
-    meta = replicate_study(study, args.out, workers=args.workers, overwrite=args.overwrite)
+    rhos = [r for r in rho_list(args.rho) if r != "spec"] or None
+    study = das.replicate(args.spec, out=args.out, runs=args.runs, rho=rhos, seed=args.seed, estimators=args.estimators,
+                          queries=_names(args.queries), keep=_names(args.keep), workers=args.workers,
+                          overwrite=args.overwrite, allow_large_rho=args.allow_large_rho)
+    meta = study.meta
     print(f"{meta['replicates']} replicate(s) per budget of {meta['spec_name']} in {meta['wall_seconds']:.1f} s "
           f"({args.workers} worker(s)); noise: {meta['randomness']}")
-    print(f"wrote {args.out}: study.json, stats.parquet, errors.parquet, metrics.parquet, bias.parquet, metrics.md")
+    _headline(study, "das replicate")
+    print(f"details: {study.path / 'metrics.md'}; tables as Parquet in {study.path} (confidential)")
     if args.report:
-        from das.research.report import build_report
-
-        print(f"report: {build_report(args.out)}")
+        print(f"report: {study.report()}")
     return 0
 
 
@@ -49,29 +69,31 @@ def _cmd_report(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    common = {"estimators": ",".join(ESTIMATORS), "queries": ",".join(DEFAULT_QUERIES)}
+    common = {"queries": ",".join(DEFAULT_QUERIES)}
 
     m = sub.add_parser("metrics", help="accuracy of a run's release (and of its NMF) against the true input")
-    m.add_argument("run_dir")
-    m.add_argument("--truth", nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+    m.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
+    m.add_argument("--truth", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="confidential input files (default: the run's own inputs, from its manifest)")
-    m.add_argument("--out", default=None,
+    m.add_argument("--out", type=path, default=None,
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
                         "anything else is refused")
-    m.add_argument("--estimators", default=common["estimators"], help=f"comma list of {', '.join(ESTIMATORS)}")
+    m.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     m.add_argument("--keep", default="total", help="queries whose per-geounit errors are written")
     m.set_defaults(func=_cmd_metrics)
 
     r = sub.add_parser("replicate", help="N independent noise draws on the same input, scored per estimator")
-    r.add_argument("spec", help="run spec (persons release is studied)")
-    r.add_argument("--runs", type=int, default=20, help="replicates per budget")
-    r.add_argument("--out", required=True)
-    r.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="replicates in parallel")
+    r.add_argument("spec", type=path, help=spec_help() + " (its persons release is studied)")
+    r.add_argument("--runs", type=positive_int, default=20, help="replicates per budget")
+    r.add_argument("--out", type=path, required=True, help="output directory of the study (confidential)")
+    r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="replicates in parallel")
     r.add_argument("--rho", default=None, help="comma list of budgets (exact fractions) to sweep; default the spec's")
-    r.add_argument("--seed", type=int, default=None, help="seeded noise (replicable; labelled NOT private)")
-    r.add_argument("--estimators", default=common["estimators"], help=f"comma list of {', '.join(ESTIMATORS)}")
+    r.add_argument("--allow-large-rho", action="store_true",
+                   help="acknowledge a budget above the cap (rho > 10): barely protected")
+    r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
+    r.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
     r.add_argument("--overwrite", action="store_true",
@@ -81,10 +103,59 @@ def add_parsers(sub) -> None:
     r.set_defaults(func=_cmd_replicate)
 
     p = sub.add_parser("report", help="HTML + Markdown report with plots of a replicate or metrics directory")
-    p.add_argument("dir")
-    p.add_argument("--out", default=None,
+    p.add_argument("dir", type=path, help="a directory written by das replicate, das metrics or das compare")
+    p.add_argument("--out", type=path, default=None,
                    help="report directory (default DIR/report, part of the study); a rerun replaces its own earlier "
                         "report, a directory holding anything else is refused")
     p.set_defaults(func=_cmd_report)
 
-    compare.add_parser(sub)
+    _add_compare(sub)
+
+
+def _cmd_compare(args) -> int:
+    import das
+    from das.research.compare import short_table
+    from das.research.metrics import text_table
+
+    study = das.compare(args.spec, out=args.out, mechanisms=args.mechanisms, seeds=args.seeds, rho=args.rho,
+                        attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds, attack_runs=args.attack_runs,
+                        attack_relaxed=args.attack_relaxed, attack_steps=args.attack_steps, tables=args.tables,
+                        workers=args.workers, overwrite=args.overwrite, allow_large_rho=args.allow_large_rho)
+    meta = study.meta
+    if meta["rows"]:
+        print(f"das compare {meta['spec_name']}: MAE of total population per geounit, median seconds per release, "
+              "RAP-Rank Match-Rate@u")
+        print(text_table(short_table(study.frame("comparison"))))
+    print(f"details: {study.path / 'comparison.md'} (every column), {study.path / 'report' / 'index.html'} (figures); "
+          f"tables as Parquet in {study.path} (confidential; {meta['wall_seconds_this_call']:.0f} s)")
+    for failure in meta["failures"]:
+        print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
+              file=sys.stderr)
+    return 1 if meta["failures"] else 0
+
+
+def _add_compare(sub) -> None:
+    c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
+                                       "error, bias, cost and attack match rates side by side")
+    c.add_argument("spec", type=path, help=spec_help() + " (its persons release is compared)")
+    c.add_argument("--mechanisms", default="topdown",
+                   help=f"comma list of topdown, {', '.join(MECHANISM_NAMES)} (mst and aim need pip install 'das[mbi]')")
+    c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
+    c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
+    c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")
+    c.add_argument("--allow-large-rho", action="store_true",
+                   help="acknowledge a budget above the cap (rho > 10): barely protected")
+    c.add_argument("--attack-blocks", type=nonnegative_int, default=10,
+                   help="blocks attacked, across the size range (0: none)")
+    c.add_argument("--attack-seeds", type=nonnegative_int, default=None,
+                   help="attack the releases of the first N seeds (default all)")
+    c.add_argument("--attack-runs", type=positive_int, default=20, help="RAP runs per block")
+    c.add_argument("--attack-relaxed", type=positive_int, default=300, help="K relaxed records per RAP run")
+    c.add_argument("--attack-steps", type=positive_int, default=300, help="Adam steps per RAP run")
+    c.add_argument("--tables", type=path, default=None, help="attack workload spec (default: the schema's)")
+    c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="worker processes of each release and attack")
+    c.add_argument("--overwrite", action="store_true",
+                   help="replace another comparison in --out (deleting only the comparison's own files; a directory "
+                        "holding anything else is refused); without it the same comparison is continued")
+    c.set_defaults(func=_cmd_compare)

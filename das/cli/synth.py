@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from das.cli.args import SEED_HELP, add_budget, nonnegative_int, path, spec_help
+
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
 # (tests/test_mechanisms.py checks they agree)
 MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim")
@@ -16,39 +18,45 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
         description="Run one synthetic-data mechanism on a run spec's persons input, with das's exact accountant, "
                     "and write its release (MDF, tables, manifest with the certificate) like `das run` does. "
                     "See docs/mechanisms.md.")
-    s.add_argument("spec", help="run spec: a shipped name (see specs/runs) or a .toml path")
+    s.add_argument("spec", type=path, help=spec_help())
     s.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES,
                    help="which mechanism (docs/mechanisms.md); mst and aim need pip install 'das[mbi]'")
-    s.add_argument("--out", required=True, help="output directory")
-    s.add_argument("--seed", type=int, default=None, help="replication mode: seeded noise, outputs labelled NOT private")
-    s.add_argument("--rho", default=None, help="zCDP budget as an exact fraction 'a/b' (default: the spec's persons rho)")
+    s.add_argument("--out", type=path, required=True, help="output directory")
+    s.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
+    add_budget(s)
     s.add_argument("--overwrite", action="store_true",
                    help="replace the das release in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
+    s.add_argument("--signing-key", metavar="KEY", default=None,
+                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                        "release's own, kept in its operator files (docs/outputs.md)")
     s.set_defaults(func=_cmd_synth)
     return s
 
 
 def _cmd_synth(args) -> int:
-    from das.mechanisms import MechanismError, synthesize
+    import das
+    from das.bundle import read_process
+    from das.mechanisms import MechanismError
     from das.privacy.certificate import delta_text, fraction_text
-    from das.privacy.strategy import parse_fraction
     from das.run import NOT_PRIVATE
-    from das.rundir import RunDir
+    from das.specfile import cut_long_words
 
-    rho = parse_fraction(args.rho, "--rho") if args.rho is not None else None
     try:
-        out = synthesize(args.spec, args.mechanism, args.out, seed=args.seed, rho=rho, overwrite=args.overwrite)
+        release = das.synth(args.spec, mechanism=args.mechanism, out=args.out, seed=args.seed, overwrite=args.overwrite,
+                            allow_large_rho=args.allow_large_rho, rho=args.rho, eps=args.eps, delta=args.delta,
+                            signing_key=args.signing_key)
     except MechanismError as e:
-        print(f"das synth: {e}", file=sys.stderr)
+        print(f"das synth: {cut_long_words(str(e))}", file=sys.stderr)
         return 2
-    manifest = RunDir(out).read()
+    out, manifest = release.path, release.manifest
     cert = manifest.certificate("persons")
     print(f"das synth {args.mechanism} {manifest.spec_name}: {manifest.counts.persons:,} persons in "
           f"{manifest.counts.blocks:,} blocks")
     print(f"privacy: rho = {fraction_text(cert.rho)} ({float(cert.rho):.4f}), eps = {cert.eps} at delta = "
           f"{delta_text(cert.delta)}; randomness: {manifest.randomness}")
-    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in manifest.timings_seconds.items()))
+    timings = read_process(out).get("timings_seconds") or {}  # the operator's record: never in the manifest
+    print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     print(f"validation: {'PASSED' if manifest.validation.valid else 'FAILED'} ({len(manifest.validation.checks)} checks)")
     if not manifest.private:
         print("NOTE: " + NOT_PRIVATE)

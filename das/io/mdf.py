@@ -109,7 +109,7 @@ def unit_mdf(
     return gq_table
 
 
-def release_mdf(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solved: dict[str, sp.csr_matrix],
+def release_mdf(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solved: dict[str, sp.csr_matrix], *,
                 gq_facilities: np.ndarray) -> pa.Table:
     """The MDF of `kind` ("persons" or "units") from a run's solved block histograms (keyed by release);
     without a units release the units MDF holds the GQ facilities alone."""

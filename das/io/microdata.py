@@ -18,7 +18,10 @@ distinct values of a column, then is broadcast to the rows by index (no per-row 
 from __future__ import annotations
 
 import csv as pycsv
+import errno
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from das import rules
 from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
 from das.histogram import block_histograms
 from das.schema import Schema
+from das.specfile import shown
 
 GEOGRAPHY = GEOCODE_COLUMNS
 BLOCK_GROUP = BLOCK_GROUP_COLUMN  # optional; the first digit of TABBLK
@@ -70,8 +74,8 @@ class Problem:
             where += f" row {self.row}" + (f" (line {self.row + 1})" if self.csv else "")
         if self.column is not None:
             where += f", column {self.column}"
-        if self.value is not None:
-            return f"{where}: {self.value!r} is not valid (expected {self.expected})"
+        if self.value is not None:  # cut to a readable length: a bad value may be megabytes long
+            return f"{where}: {shown(self.value)} is not valid (expected {self.expected})"
         return f"{where}: {self.expected}"
 
 
@@ -148,11 +152,9 @@ class _Collector:
 
 def _load(path: Path, col: _Collector) -> pa.Table | None:
     """A Parquet or CSV file (by extension) as an Arrow table; CSV columns are read as text."""
-    if not path.exists():
-        col.add("file not found", unreadable=True)
-        return None
-    if not path.is_file():
-        col.add("not a file (a directory?): expected a .parquet or .csv file", unreadable=True)
+    unopenable = _unopenable(path)
+    if unopenable:
+        col.add(unopenable, unreadable=True)
         return None
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".csv"):
@@ -162,6 +164,29 @@ def _load(path: Path, col: _Collector) -> pa.Table | None:
         col.add("the file is empty (0 bytes): expected a header and rows")
         return None
     return _load_parquet(path, col) if suffix == ".parquet" else _load_csv(path, col)
+
+
+def _unopenable(path: Path) -> str | None:
+    """Why a file cannot be opened for reading, said as what happened (None: it can be)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return "a broken symbolic link (its target does not exist)" if os.path.lexists(path) else "file not found"
+    except OSError as e:
+        return "a symbolic link loop (it never reaches a file)" if e.errno == errno.ELOOP else \
+            f"cannot be read: {e.strerror or e}"
+    if stat.S_ISDIR(info.st_mode):
+        return "not a file (a directory?): expected a .parquet or .csv file"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file (a pipe or a device?): expected a .parquet or .csv file"
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        return "permission denied: this user may not read the file"
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    return None
 
 
 def _duplicates(names: list[str]) -> list[str]:
@@ -209,9 +234,10 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
         col.add(f"duplicate column name(s) {dupes} in the header: every column must appear once")
         return None
 
-    def read() -> pa.Table:
+    def read(block_size: int | None = None) -> pa.Table:
         return pacsv.read_csv(
             path,
+            read_options=pacsv.ReadOptions(block_size=block_size) if block_size else None,
             convert_options=pacsv.ConvertOptions(
                 column_types={n: pa.string() for n in names}, null_values=[""],
                 strings_can_be_null=True, quoted_strings_can_be_null=True),
@@ -222,7 +248,13 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     # (std::terminate, rc 134, when a run stops early on an input error). Rows with the wrong
     # number of fields are found by a plain scan, only when Arrow refuses the file.
     try:
-        return read()
+        try:
+            return read()
+        except pa.ArrowInvalid as e:
+            if "straddling" not in str(e):
+                raise
+            # a field larger than Arrow's block (1 MB): read again in one block, so the field is read and checked
+            return read(block_size=min(path.stat().st_size + 1, 2**31 - 1))
     except UnicodeDecodeError:  # a malformed row's bytes are not UTF-8
         return _non_utf8(path, col)
     except pa.ArrowException as e:
@@ -245,14 +277,19 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
 def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tuple[int, int]]:
     """(data row, number of fields) of the rows whose width differs from the header's (at most `limit`)."""
     bad = []
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        rows = pycsv.reader(f)
-        next(rows, None)
-        for i, row in enumerate(rows):
-            if row and len(row) != width:
-                bad.append((i, len(row)))
-                if len(bad) >= limit:
-                    break
+    field_limit = pycsv.field_size_limit()
+    pycsv.field_size_limit(max(field_limit, min(path.stat().st_size + 1, 2**31 - 1)))  # a field of any size is read
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            rows = pycsv.reader(f)
+            next(rows, None)
+            for i, row in enumerate(rows):
+                if row and len(row) != width:
+                    bad.append((i, len(row)))
+                    if len(bad) >= limit:
+                        break
+    finally:
+        pycsv.field_size_limit(field_limit)
     return bad
 
 
@@ -354,7 +391,7 @@ def _column(table: pa.Table, name: str, kind: str, col: _Collector, *, needed_fo
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
         enc = _encode(arr)
-        ok = enc.fullmatch(r"-?\d{1,18}")
+        ok = enc.fullmatch(r"-?[0-9]{1,18}")  # ASCII digits: \d would take fullwidth and Arabic-Indic ones
         if not ok.all():
             rows = enc.rows(~ok)
             col.add("an integer", column=name, rows=rows, values=enc.at(rows))
@@ -402,10 +439,10 @@ def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, 
     for name, width in GEOGRAPHY:
         enc = _column(table, name, "text", col, needed_for=f"the block geocode of every {what}")
         if enc is not None:
-            bad = ~enc.fullmatch(rf"\d{{{width}}}")
+            bad = ~enc.fullmatch(rf"[0-9]{{{width}}}")  # ASCII digits only (\d takes any Unicode digit)
             if bad.any():
                 rows = enc.rows(bad)
-                col.add(f"{width} digits, zero-padded", column=name, rows=rows, values=enc.at(rows))
+                col.add(f"{width} ASCII digits 0-9, zero-padded", column=name, rows=rows, values=enc.at(rows))
                 enc = None
         parts.append(enc)
     block = parts[-1]

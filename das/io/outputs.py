@@ -193,7 +193,7 @@ class MdfOutput(Output):
         if kind == "persons":
             return mdf_io.person_mdf(release.schemas["persons"], release.geography.blocks, release.solved["persons"])
         return mdf_io.release_mdf(kind, release.schemas, release.geography.blocks, release.solved,
-                                  release.gq_facilities)
+                                  gq_facilities=release.gq_facilities)
 
     def _pipe(self, run_dir: RunDir, kinds, plan: OutputPlan) -> list[Path]:
         if plan.mdf_layout != "pipe":
@@ -248,7 +248,7 @@ def nation_rows(schema: Schema, spec: TableSpec, nation_histogram):
     """The nation's row of a table (the columns of das.io.tables.compute_table) from its histogram
     (schema.size values, dense or a 1-row sparse matrix)."""
     histogram = sp.csr_matrix(nation_histogram).reshape(1, schema.size)
-    return level_rows(schema, spec, "nation", np.array([""]), table_answers(schema, spec, histogram))
+    return level_rows(schema, spec, "nation", np.array([""]), answers=table_answers(schema, spec, histogram))
 
 
 class TablesOutput(Output):
@@ -266,7 +266,7 @@ class TablesOutput(Output):
         by_schema = release.by_schema()
         with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
             written = write_tables(tmp, release.geography, {k: h for k, (_, h) in by_schema.items()},
-                                   {k: s for k, (s, _) in by_schema.items()}, plan.tables, metadata=plan.metadata)
+                                   {k: s for k, (s, _) in by_schema.items()}, tables=plan.tables, metadata=plan.metadata)
         return [run_dir.tables_dir / p.name for p in written]
 
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
@@ -279,7 +279,7 @@ class TablesOutput(Output):
             if spec.schema not in by_schema:
                 continue
             schema, histograms = by_schema[spec.schema]
-            frames = [arrow_table(f) for f in level_frames(schema, spec, release.geography, histograms, plan.part_levels)]
+            frames = [arrow_table(f) for f in level_frames(schema, spec, release.geography, histograms, levels=plan.part_levels)]
             groups = (f.slice(i, ROW_GROUP_ROWS) for f in frames for i in range(0, max(f.num_rows, 1), ROW_GROUP_ROWS))
             mdf_io.write_batches(groups, frames[0].schema, part.table(spec.name), metadata=plan.metadata,
                                  compression=TABLE_COMPRESSION, whole=True)

@@ -183,11 +183,11 @@ def release_records(layout: PLLayout, geography: Geography, histograms: dict[str
         block_cells = (histograms[t.universe] @ t.matrix(schemas[t.universe]).T).toarray().astype(np.int64)
         cells[name] = np.concatenate([geography.aggregate(block_cells, lv) for lv in levels])[order]
     geocode = geocode.iloc[order].reset_index(drop=True)
-    geo = _geo_header(layout, [layout.summary_levels[lv] for lv in levels], geocode, rank[order], cells)
+    geo = _geo_header(layout, [layout.summary_levels[lv] for lv in levels], geocode, rank[order], cells=cells)
     return PLRecords(geo, cells)
 
 
-def _geo_header(layout: PLLayout, level_specs: list[dict], geocode: pd.Series, rank: np.ndarray,
+def _geo_header(layout: PLLayout, level_specs: list[dict], geocode: pd.Series, rank: np.ndarray, *,
                 cells: dict[str, np.ndarray]) -> pd.DataFrame:
     """The 97 header fields of each record: what das's geocodes and cells determine, "" elsewhere."""
     n = len(geocode)
@@ -308,7 +308,7 @@ class FormatProblem:
 
 
 class _Problems(list):
-    def located(self, path: Path, lines: np.ndarray, field: str | None, values, expected: str) -> None:
+    def located(self, path: Path, lines: np.ndarray, field: str | None, *, values, expected: str) -> None:
         """One problem per bad line (at most MAX_LINES_LISTED), then a count of the rest."""
         for line, value in list(zip(lines, values))[:MAX_LINES_LISTED]:
             self.append(FormatProblem(str(path), int(line), field, str(value), expected))
@@ -331,13 +331,13 @@ def _fields(path: Path, n_fields: int, names: list[str], problems: _Problems) ->
     counts = np.array([line.count("|") + 1 for line in lines])
     bad = np.flatnonzero(counts != n_fields)
     if len(bad):
-        problems.located(path, bad + 1, None, [f"{c} fields" for c in counts[bad]],
-                         f"{n_fields} pipe-delimited fields, {names[0]} .. {names[-1]}")
+        problems.located(path, bad + 1, None, values=[f"{c} fields" for c in counts[bad]],
+                         expected=f"{n_fields} pipe-delimited fields, {names[0]} .. {names[-1]}")
         return None
     return np.array("|".join(lines).split("|"), dtype=object).reshape(len(lines), n_fields)
 
 
-def _integers(path: Path, values: np.ndarray, names: list[str], problems: _Problems,
+def _integers(path: Path, values: np.ndarray, names: list[str], problems: _Problems, *,
               allow_empty: bool = False) -> np.ndarray | None:
     """Nonnegative integer columns (n_lines x k strings) -> int64 (empty -> -1 if allowed), every
     bad cell located. Checked and converted by Arrow: a state's segments parse in a fraction of a second."""
@@ -347,7 +347,7 @@ def _integers(path: Path, values: np.ndarray, names: list[str], problems: _Probl
     if not ok.all():
         for j in np.flatnonzero(~ok.all(axis=0)):
             bad = np.flatnonzero(~ok[:, j])
-            problems.located(path, bad + 1, names[j], values[bad, j], "a nonnegative integer")
+            problems.located(path, bad + 1, names[j], values=values[bad, j], expected="a nonnegative integer")
         return None
     if allow_empty:
         flat = pc.if_else(pc.equal(flat, ""), "-1", flat)
@@ -405,8 +405,8 @@ def read_pl94171(directory: str | Path, layout: PLLayout | None = None) -> PLRec
         logrecno = logrecno[:, 0]
         if len(np.unique(logrecno)) != len(logrecno):
             _, first, counts = np.unique(logrecno, return_index=True, return_counts=True)
-            problems.located(geo_path, first[counts > 1] + 1, "LOGRECNO", logrecno[first[counts > 1]].astype(str),
-                             "a LOGRECNO used once")
+            problems.located(geo_path, first[counts > 1] + 1, "LOGRECNO", values=logrecno[first[counts > 1]].astype(str),
+                             expected="a LOGRECNO used once")
             continue
         state_cells = {}
         for cifsn, tables in layout.segments:
@@ -416,7 +416,7 @@ def read_pl94171(directory: str | Path, layout: PLLayout | None = None) -> PLRec
                 continue
             cifsn_bad = np.flatnonzero(seg[:, 3] != cifsn)
             if len(cifsn_bad):
-                problems.located(path, cifsn_bad + 1, "CIFSN", seg[cifsn_bad, 3], repr(cifsn))
+                problems.located(path, cifsn_bad + 1, "CIFSN", values=seg[cifsn_bad, 3], expected=repr(cifsn))
             key = _integers(path, seg[:, [4]], ["LOGRECNO"], problems)
             values = _integers(path, seg[:, 5:], names[5:], problems)
             if key is None or values is None:
@@ -424,14 +424,16 @@ def read_pl94171(directory: str | Path, layout: PLLayout | None = None) -> PLRec
             position = pd.Index(logrecno).get_indexer(key[:, 0])
             strays = np.flatnonzero(position < 0)
             if len(strays) or len(key) != len(logrecno) or len(np.unique(key)) != len(key):
-                problems.located(path, strays + 1, "LOGRECNO", seg[strays, 4], f"a LOGRECNO of {geo_path.name}")
+                problems.located(path, strays + 1, "LOGRECNO", values=seg[strays, 4],
+                                 expected=f"a LOGRECNO of {geo_path.name}")
                 if not len(strays):
                     problems.append(FormatProblem(str(path), None, "LOGRECNO", None,
                                                   f"each of the {len(logrecno)} LOGRECNOs of {geo_path.name} once"))
                 continue
             stusab_bad = np.flatnonzero(seg[:, 1] != geo["STUSAB"].to_numpy()[position])
             if len(stusab_bad):
-                problems.located(path, stusab_bad + 1, "STUSAB", seg[stusab_bad, 1], f"the STUSAB of {geo_path.name}")
+                problems.located(path, stusab_bad + 1, "STUSAB", values=seg[stusab_bad, 1],
+                                 expected=f"the STUSAB of {geo_path.name}")
             aligned = np.empty_like(values)
             aligned[position] = values
             start = 0

@@ -53,6 +53,12 @@ def column_names(schema: Schema, spec: TableSpec) -> list[str]:
     return names
 
 
+def table_widths(tables: tuple[TableSpec, ...], schemas: dict) -> tuple[int, ...]:
+    """The number of columns of each table a release with these schemas (name -> Schema, any keys) writes."""
+    by_name = {schema.name: schema for schema in schemas.values()}
+    return tuple(len(column_names(by_name[t.schema], t)) for t in tables if t.schema in by_name)
+
+
 def table_matrix(schema: Schema, spec: TableSpec) -> sp.csr_matrix:
     """(n_columns x n_cells): the table's answers as one stacked query matrix, `where` applied."""
     stacked = sp.vstack([schema.query(q).matrix for q in spec.queries]).tocsr()
@@ -69,7 +75,8 @@ def table_answers(schema: Schema, spec: TableSpec, histograms: sp.spmatrix) -> n
     return (histograms @ table_matrix(schema, spec).T.tocsc()).toarray().astype(np.int64)
 
 
-def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray, answers: np.ndarray) -> pd.DataFrame:
+def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray, *,
+               answers: np.ndarray) -> pd.DataFrame:
     """The rows of one level: level, geocode, then a column per answer cell (`column_names`)."""
     frame = pd.DataFrame(answers, columns=column_names(schema, spec))
     frame.insert(0, "geocode", geocodes)
@@ -78,12 +85,12 @@ def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray
 
 
 def level_frames(
-    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix,
+    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix, *,
     levels: tuple[str, ...] | None = None,
 ) -> list[pd.DataFrame]:
     """The table's rows level by level (`levels`, default all of `geography`'s), each sorted by geocode."""
     block_answers = table_answers(schema, spec, block_histograms)
-    return [level_rows(schema, spec, level, geography.units(level), geography.aggregate(block_answers, level))
+    return [level_rows(schema, spec, level, geography.units(level), answers=geography.aggregate(block_answers, level))
             for level in levels or geography.levels]
 
 
@@ -95,11 +102,9 @@ def compute_table(
 
 
 def arrow_table(frame: pd.DataFrame, metadata: dict | None = None) -> pa.Table:
-    """A table's rows as Arrow, carrying `metadata` in its key-value metadata, as every table file does."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    if metadata:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    return table
+    """A table's rows as Arrow, carrying `metadata` alone in its key-value metadata, as every table file does
+    (not pandas' description of the frame: a public file holds only declared metadata, das.published)."""
+    return pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(metadata or None)
 
 
 def write_tables(
@@ -107,6 +112,7 @@ def write_tables(
     geography: Geography,
     histograms: dict[str, sp.csr_matrix],
     schemas: dict[str, Schema],
+    *,
     tables: tuple[TableSpec, ...],
     metadata: dict | None = None,
 ) -> list[Path]:

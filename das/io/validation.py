@@ -44,7 +44,7 @@ def validate_input_main(persons, units, schema_name: str = "pl94_persons", out=N
     try:
         schema = load_schema(schema_name)
     except SpecError as e:
-        print(f"das validate-input: {e}", file=out)
+        print(f"das validate-input: {e}", file=sys.stderr)  # a refusal, not the report
         return 2
     print(f"checking {persons} (persons, schema {schema.name}) and {units} (units)", file=out)
     problems, inputs = collect_problems(Path(persons), Path(units), schema)

@@ -43,7 +43,9 @@ from das.privacy.exponential import exponential_rho
 from das.privacy.randomness import RandomSource
 from das.schema import Schema
 
-CONVENTION = ("rho-zCDP, bounded neighbours (change one record; a record's block is part of the record). "
+CONVENTION = ("rho-zCDP, bounded neighbours (change one record; a record's block is part of the record) that keep "
+              "the block universe (the blocks of the units file, which is public: no invariant of the persons is "
+              "published). "
               "A discrete Gaussian measurement of a marginal with variance sigma^2 costs rho = 1/sigma^2 "
               "(squared L2 sensitivity 2). An eps exponential-mechanism selection costs eps^2/8 (bounded range, "
               "Cesar & Rogers 2021); an eps-DP (pure) step costs eps^2/2 (Bun & Steinke 2016, Prop. 1.4); an "

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.geography import Geography
+from das.progress import bar
 from das.schema import Schema
 
 BLOCK = "block"
@@ -86,13 +87,15 @@ def fitting_level(geography: Geography, schema: Schema, preferred: str = "tract"
                          f"domain (blocks x {schema.size} cells) within {MAX_DOMAIN_CELLS:,} cells")
 
 
-def geounits(geography: Geography, level: str) -> list[tuple[str, np.ndarray]]:
-    """(geocode, its block indices) of every geounit at `level`, blocks in geocode order."""
+def geounits(geography: Geography, level: str):
+    """(geocode, its block indices) of every geounit at `level`, blocks in geocode order: a mechanism's loop over
+    its geounits, counted by a progress bar on a terminal (das.progress)."""
     unit_of_block = geography.block_to_unit(level)
     order = np.argsort(unit_of_block, kind="stable")
     bounds = np.searchsorted(unit_of_block[order], np.arange(geography.n_units(level) + 1))
     codes = geography.units(level)
-    return [(str(codes[u]), order[bounds[u]:bounds[u + 1]]) for u in range(geography.n_units(level))]
+    units = [(str(codes[u]), order[bounds[u]:bounds[u + 1]]) for u in range(geography.n_units(level))]
+    return bar(units, desc=f"synthesizing {level.replace('_', ' ')}s", unit=level.replace("_", " "), leave=False)
 
 
 def unit_counts(histograms: sp.csr_matrix, block_index: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight
+from das import bundle, preflight, signing
 from das.frame import (
     Completion,
     Opening,
@@ -31,19 +31,19 @@ from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import code_version
+from das.pipeline import code_version, release_rho
 from das.privacy.accounting import BudgetError
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
 from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
-from das.runspec import load_run_spec
+from das.runspec import Budget, load_run_spec
 from das.schema import load_schema
 
 
 def _budget(rho, spec) -> Fraction:
     if rho is None:
-        rho = spec.persons.rho if spec.persons.rho is not None else load_strategy(spec.persons.strategy).rho
+        rho = release_rho(spec.persons, load_strategy(spec.persons.strategy), spec.delta)
     if isinstance(rho, (float, bool)):
         raise BudgetError(f"rho must be exact (a Fraction, an int or a string 'a/b'), not {rho!r}")
     try:
@@ -56,22 +56,30 @@ def _budget(rho, spec) -> Fraction:
 
 
 def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, rho: Fraction | None = None,
-               overwrite: bool = False) -> Path:
+               overwrite: bool = False, allow_large_rho: bool = False, budget: Budget | None = None,
+               signing_key: Path | None = None) -> Path:
     """Run `mechanism` on the persons input of run spec `spec_path`; write its release to out_dir.
 
     rho defaults to the spec's persons budget (the 2020 production budget for the shipped specs); a
-    seed (or the spec's) gives the seeded replication mode, marked NOT PRIVATE as in `das run`.
+    seed (or the spec's) gives the seeded replication mode, marked NOT PRIVATE as in `das run`. The
+    release is signed with `signing_key` (the operator's, das keygen) or a key of its own (das.signing).
     Returns out_dir. Raises MechanismError (unknown or unavailable mechanism), BudgetError, SpecError,
-    InputError, RunError (output directory).
+    InputError, RunError (output directory), SigningError (the key).
     """
     mech = _mechanism(mechanism)
     t_start = time.perf_counter()
-    spec = load_run_spec(spec_path, seed=seed)
+    spec = load_run_spec(spec_path, seed=seed, budget=budget)
+    bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
     schema = load_schema(spec.persons.schema)
     budget = _budget(rho, spec)
+    preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
+                            what="--rho:" if rho is not None else f"{spec.overrides}:" if spec.overrides else
+                            f"{spec.path}: [persons]")
+    if signing_key is not None:  # the operator's key (das keygen), checked before anything is read
+        signing.read_private_key(signing_key)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
-    _out_dir(run_dir, overwrite, spec)
+    _out_dir(run_dir, overwrite, spec, signing_key)
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -89,7 +97,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     histograms = _checked(mechanism, result.histograms.tocsr(), (geography.n_blocks, schema.size))
     cert = mechanism_certificate(mechanism, schema, spec.levels, ledger, delta=spec.delta, private=rng.private)
 
-    frame = _open(spec, run_dir, mech, result, cert=cert, overwrite=overwrite)
+    frame = _open(spec, run_dir, mech, result, cert=cert, overwrite=overwrite, signing_key=signing_key)
     t0 = time.perf_counter()
     written = frame.write(SolvedRelease(geography, {"persons": schema}, {"persons": histograms}))
     timings["write_outputs"] = time.perf_counter() - t0
@@ -110,8 +118,8 @@ def _mechanism(name: str) -> Mechanism:
     return mech
 
 
-def _out_dir(run_dir: RunDir, overwrite: bool, spec) -> None:
-    check_out_dir(run_dir.path, overwrite, protected_paths(spec))
+def _out_dir(run_dir: RunDir, overwrite: bool, spec, signing_key: Path | None = None) -> None:
+    check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
 def _checked(mechanism: str, histograms, shape: tuple[int, int]):
@@ -123,13 +131,14 @@ def _checked(mechanism: str, histograms, shape: tuple[int, int]):
     return histograms
 
 
-def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, overwrite: bool) -> ReleaseFrame:
+def _open(spec, run_dir: RunDir, mech: Mechanism, result, *, cert: Certificate, overwrite: bool,
+          signing_key: Path | None = None) -> ReleaseFrame:
     """The release's frame: a synthetic release holds what its outputs and its certificate show."""
-    metadata = bundle.parquet_metadata(cert.private, {"persons": cert}, bundle.spec_digest(bundle.public_spec_text(spec.text)),
-                                       code_version())
+    public_text = bundle.public_spec_text(spec.text, budget=spec.budget_table())
+    metadata = bundle.parquet_metadata(cert.private, {"persons": cert}, bundle.spec_digest(public_text), code_version())
     plan = output_plan(spec, load_tables(spec.tables), metadata, synthetic=True)
     opening = Opening({"persons": ReleaseInfo(cert.schema, None, mech.name)}, {"persons": cert}, PublishedInvariants(),
                       holds(plan, synthetic=True), private=cert.private, version=code_version(),
                       mechanism=MechanismRecord(mech.name, mech.summary, mech.geography, cert.budget,
                                                 mech.public_details(result.details)))
-    return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, log=lambda *a, **k: None)
+    return open_frame(spec, run_dir, opening, plan=plan, overwrite=overwrite, signing_key=signing_key)

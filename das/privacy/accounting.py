@@ -1,7 +1,9 @@
 """Exact zero-concentrated DP accounting (rho-zCDP) with `Fraction`s end to end.
 
 Convention (stated again in every certificate, `CONVENTION`):
-- Bounded neighbours: two datasets are neighbours if they differ by changing one record.
+- Bounded neighbours that keep the invariants: two datasets are neighbours if they differ by
+  changing one record and have the same invariants (state populations; housing units and GQ
+  facilities per block: published exactly, so a change of one of them is not covered).
   Changing a record moves one unit of count from one cell to another, so a marginal query
   (a vector of counts) has squared L2 sensitivity Delta_2^2 = 1 + 1 = 2.
 - A query answered with discrete Gaussian noise of variance sigma^2 is
@@ -34,7 +36,10 @@ from das.privacy.strategy import BudgetError, Strategy, check_shares
 from das.schema import SpecError
 
 CONVENTION = (
-    "rho-zCDP with bounded neighbours (datasets differ by changing one record): every marginal query has "
+    "rho-zCDP with bounded neighbours that keep the invariants: datasets that differ by changing one record and have "
+    "the same invariants, which are published exactly (the total population of the nation and of each state; housing "
+    "units and group quarters facilities by type in each block), as the Census Bureau states the 2020 guarantee; "
+    "neighbours that change an invariant are not covered. Every marginal query has "
     "squared L2 sensitivity 2, so discrete Gaussian noise of variance sigma^2 costs rho = 2/(2 sigma^2) = 1/sigma^2; "
     "each record is in one geounit per level, and costs add over queries and levels"
 )
@@ -284,6 +289,58 @@ def delta_for_eps(rho: Fraction, eps: float | Fraction | str, digits: int = DELT
         return _float_up(_ceil_decimal(delta, exponent - (digits - 1)), delta)
 
 
+RHO_DIGITS = 6  # rho_for_eps gives rho on a grid of this many significant digits
+
+
+def rho_for_eps(eps: Fraction | float | str, delta: Fraction | float | str, digits: int = RHO_DIGITS) -> Fraction:
+    """The largest rho on a grid of `digits` significant digits whose certified eps at `delta` is at most `eps`.
+
+    An exact search: eps_for_delta is increasing in rho, so the largest grid point n x 10^k with
+    eps_for_delta(n x 10^k, delta) <= eps is found by bisection on integers; the next grid point
+    is certified above eps.
+
+    >>> rho = rho_for_eps("17.1436", "1e-10"); rho, eps_for_delta(rho, "1e-10") <= 17.1436
+    (Fraction(255623, 100000), True)
+    """
+    target, d = _exact(eps, "eps"), _exact(delta, "delta")
+    if target <= 0:
+        raise BudgetError(f"eps must be positive, got {eps}")
+    if not 0 < d < 1:
+        raise BudgetError(f"delta must be strictly between 0 and 1, got {delta}")
+
+    def within(rho: Fraction) -> bool:
+        return Fraction(repr(eps_for_delta(rho, d))) <= target
+
+    hi = Fraction(1)  # bracket: hi is certified above eps, hi / 2 within it
+    if within(hi):
+        while within(hi):  # eps_for_delta grows without bound in rho
+            hi *= 2
+    else:
+        while not within(hi / 2):
+            hi /= 2
+            if hi < Fraction(1, 10**30):
+                raise BudgetError(f"no budget: eps = {eps} at delta = {delta} is below the certificate of any rho "
+                                  "above 1e-30")
+    step = Fraction(10) ** (math.floor(math.log10(hi)) - digits + 1)  # the grid: multiples of step
+    lo, top = math.floor(hi / 2 / step), math.ceil(hi / step)  # lo: known within; top: known above
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if within(mid * step):
+            lo = mid
+        else:
+            top = mid
+    return lo * step
+
+
+def _exact(value, name: str) -> Fraction:
+    if isinstance(value, Fraction):
+        return value
+    try:
+        return Fraction(repr(value) if isinstance(value, float) else value)
+    except (ValueError, ZeroDivisionError):
+        raise BudgetError(f"{name} must be an exact number, got {value!r}") from None
+
+
 def eps_loose(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_DECIMALS) -> float:
     """The simple bound eps = rho + 2 sqrt(rho ln(1/delta)) (Bun & Steinke 2016), rounded up; for comparison.
 
@@ -351,12 +408,15 @@ def render_certificate(cert: Certificate) -> str:
     lines += textwrap.wrap(cert.convention, 100, initial_indent="convention   ", subsequent_indent=" " * 13)
     if cert.warning:
         lines += textwrap.wrap(cert.warning, 100, initial_indent="WARNING: ", subsequent_indent=" " * 9)
-    header = f"{'level':12s} {'query':{width}s} {'share':>11s} {'rho':>11s} {'sigma^2':>12s} {'sigma':>9s}"
+    shares = [fraction_text(lv.rho_share) for lv in cert.by_level] + [fraction_text(q.share) for lv in cert.by_level
+                                                                      for q in lv.queries]
+    sw = max([11] + [len(text) for text in shares])  # every column as wide as its widest entry: aligned
+    header = f"{'level':12s} {'query':{width}s} {'share':>{sw}s} {'rho':>11s} {'sigma^2':>12s} {'sigma':>9s}"
     lines += ["", header, "-" * len(header)]
     for lv in cert.by_level:
-        lines.append(f"{lv.level:12s} {'(all queries)':{width}s} {fraction_text(lv.rho_share):>11s} {float(lv.rho):11.6f}")
+        lines.append(f"{lv.level:12s} {'(all queries)':{width}s} {fraction_text(lv.rho_share):>{sw}s} {float(lv.rho):11.6f}")
         for q in lv.queries:
-            lines.append(f"{'':12s} {q.query:{width}s} {fraction_text(q.share):>11s} {float(q.rho):11.6f} "
+            lines.append(f"{'':12s} {q.query:{width}s} {fraction_text(q.share):>{sw}s} {float(q.rho):11.6f} "
                          f"{float(q.sigma2):12.3f} {math.sqrt(q.sigma2):9.3f}")
     lines.append("share: of the level's rho (levels: of the total); sigma^2 = 1/rho exactly (see the JSON form)")
     return "\n".join(lines)

@@ -19,60 +19,35 @@ Fraction(3945, 4097)
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from das.schema import QUERY_SEPARATOR, Schema, SpecError, load_toml, parse_query_name, resolve_spec
+from pydantic import Field
 
-__all__ = ["BudgetError", "LevelShare", "Strategy", "check_shares", "load_strategy", "parse_fraction", "strategy_from_dict",
-           "validate_strategy"]
+from das import specfile
+from das.schema import QUERY_SEPARATOR, Schema, SpecError, parse_query_name, resolve_spec
+from das.specfile import Exact, Section, parse_fraction
 
-STRATEGY_KEYS = {"name", "schema", "description", "rho", "delta", "levels"}
-LEVEL_KEYS = {"rho_share", "queries", "description"}
-
-# An exact rational written as a/b, an integer, or a decimal with optional exponent. No spaces,
-# underscores, "inf" or "nan" (all of which Fraction() would accept or half-accept).
-_FRACTION = re.compile(r"[+-]?\d+/\d+")
-_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+__all__ = ["BudgetError", "LevelShare", "Strategy", "StrategyFile", "check_shares", "load_strategy", "parse_fraction",
+           "strategy_from_dict", "validate_strategy"]
 
 
-def parse_fraction(value, where: str) -> Fraction:
-    """An exact positive rational from a TOML integer or a string: "a/b", "12", "0.25", "1e-10".
+class LevelSection(Section):
+    rho_share: Exact = Field(description="the level's share of rho, " + specfile.FRACTION_FORMS)
+    queries: dict[str, Exact] = Field(min_length=1, description='a non-empty table { "query name" = "share" }')
+    description: str = ""
 
-    `where` names the file and key for the error message. Floats are refused: 0.1 in TOML is
-    already the binary float 0.1000000000000000055..., not 1/10.
 
-    >>> parse_fraction("293764/114921", "x"), parse_fraction("1e-10", "x"), parse_fraction(2, "x")
-    (Fraction(293764, 114921), Fraction(1, 10000000000), Fraction(2, 1))
-    >>> parse_fraction("1/0", "spec.toml: rho")
-    Traceback (most recent call last):
-    ...
-    das.schema.SpecError: spec.toml: rho: '1/0' is not an exact fraction (zero denominator)
-    """
-    if isinstance(value, bool):
-        raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\"")
-    if isinstance(value, float):
-        raise SpecError(f"{where}: write {value!r} as a string like \"1/4\" or \"0.25\" (floats are not exact)")
-    if isinstance(value, int):
-        result = Fraction(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if _FRACTION.fullmatch(text):
-            numerator, denominator = text.split("/")
-            if int(denominator) == 0:
-                raise SpecError(f"{where}: {value!r} is not an exact fraction (zero denominator)")
-            result = Fraction(int(numerator), int(denominator))
-        elif _DECIMAL.fullmatch(text):
-            result = Fraction(text)  # exact: Fraction parses decimal strings without rounding
-        else:
-            raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\" or \"0.25\"")
-    else:
-        raise SpecError(f"{where}: {value!r} is not an exact fraction like \"293764/114921\"")
-    if result <= 0:
-        raise SpecError(f"{where}: must be positive, got {value!r}")
-    return result
+class StrategyFile(Section):
+    """A strategy spec as written (specs/strategies/*.toml)."""
+
+    name: str | None = None
+    schema_name: str = Field(alias="schema", min_length=1, description="the schema this strategy measures")
+    description: str = ""
+    rho: Exact | None = Field(None, description="the default budget, " + specfile.FRACTION_FORMS)
+    delta: Exact | None = Field(None, description="the default delta, " + specfile.FRACTION_FORMS)
+    levels: dict[str, LevelSection] = Field(min_length=1, description="[levels.<name>] tables")
 
 
 class BudgetError(SpecError):
@@ -152,39 +127,20 @@ def load_strategy(name_or_path: str | Path) -> Strategy:
     is not an exact positive fraction. Fitness for a schema and a hierarchy is `validate_strategy`.
     """
     path = resolve_spec(name_or_path, "strategies")
-    return strategy_from_dict(load_toml(path), source=str(path))
+    return strategy_from_dict(specfile.load_toml(path), source=str(path))
 
 
 def strategy_from_dict(spec: dict, source: str = "<dict>") -> Strategy:
-    unknown = sorted(set(spec) - STRATEGY_KEYS)
-    if unknown:
-        raise SpecError(f"{source}: unknown key(s) {unknown}; a strategy has {sorted(STRATEGY_KEYS)}")
-    if "schema" not in spec:
-        raise SpecError(f"{source}: missing `schema` (the schema this strategy measures)")
-    levels_spec = spec.get("levels")
-    if not isinstance(levels_spec, dict) or not levels_spec:
-        raise SpecError(f"{source}: no [levels.<name>] tables")
-    levels = []
-    for level, body in levels_spec.items():
-        key = f"levels.{level}"
-        if not isinstance(body, dict) or "rho_share" not in body or "queries" not in body:
-            raise SpecError(f"{source}: [{key}] needs `rho_share` and a `queries` table")
-        unknown = sorted(set(body) - LEVEL_KEYS)
-        if unknown:
-            raise SpecError(f"{source}: [{key}] has unknown key(s) {unknown}; a level has {sorted(LEVEL_KEYS)}")
-        if not isinstance(body["queries"], dict) or not body["queries"]:
-            raise SpecError(f"{source}: [{key}] queries must be a non-empty table {{ \"query name\" = \"share\" }}")
-        queries = tuple(
-            (str(q), parse_fraction(share, f"{source}: {key}.queries.{q!r}")) for q, share in body["queries"].items()
-        )
-        levels.append(LevelShare(str(level), parse_fraction(body["rho_share"], f"{source}: {key}.rho_share"), queries))
+    """The Strategy a parsed strategy spec describes (checked whole against StrategyFile)."""
+    data = specfile.check(spec, StrategyFile, source)
+    levels = tuple(LevelShare(str(level), body.rho_share, tuple(body.queries.items())) for level, body in data.levels.items())
     return Strategy(
-        name=str(spec.get("name", Path(source).stem)),
-        schema=str(spec["schema"]),
-        description=str(spec.get("description", "")),
-        rho=parse_fraction(spec["rho"], f"{source}: rho") if "rho" in spec else None,
-        delta=parse_fraction(spec["delta"], f"{source}: delta") if "delta" in spec else None,
-        levels=tuple(levels),
+        name=data.name if data.name is not None else Path(source).stem,
+        schema=data.schema_name,
+        description=data.description,
+        rho=data.rho,
+        delta=data.delta,
+        levels=levels,
         source=source,
     )
 

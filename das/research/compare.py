@@ -21,6 +21,7 @@ refused unless --overwrite, which deletes only the comparison's own files.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import time
@@ -33,8 +34,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from das import atomic, outdir
+from das import atomic, outdir, preflight
 from das.privacy.certificate import fraction_text
+from das.privacy.strategy import parse_fraction
+from das.progress import bar, step
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import combine, metrics
@@ -42,6 +45,7 @@ from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, Study
 from das.research.resources import run_measured
 from das.rundir import RunDir
 
+logger = logging.getLogger(__name__)
 TOPDOWN = "topdown"
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
 LEVELS = ("block", "tract", "county")
@@ -88,6 +92,7 @@ class Comparison:
     attack_steps: int = 300
     attack_tables: str | None = None  # attack workload spec; None: the schema's own
     queries: tuple[str, ...] = DEFAULT_QUERIES
+    allow_large_rho: bool = False  # acknowledges a budget above das.preflight.MAX_RHO (not a setting of the parts)
 
     def check(self) -> None:
         known, missing = mechanism_names(), unavailable_mechanisms()
@@ -103,8 +108,8 @@ class Comparison:
             raise StudyError("--attack-blocks and --attack-seeds must be nonnegative")
         if min(self.attack_runs, self.attack_relaxed, self.attack_steps) < 1:
             raise StudyError("--attack-runs, --attack-relaxed and --attack-steps must be at least 1")
-        if self.rho is not None and Fraction(self.rho) <= 0:
-            raise StudyError(f"--rho must be positive, not {self.rho}")
+        if self.rho is not None:
+            preflight.check_rho_cap(parse_fraction(self.rho, "--rho"), allow_large_rho=self.allow_large_rho, what="--rho")
 
     @property
     def attacked_seeds(self) -> int:
@@ -148,16 +153,19 @@ def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
 # memory measured is the release's (not this module's pandas, scipy and matplotlib).
 _TOPDOWN_CHILD = ("import json, sys; from das.run import run; a = json.loads(sys.argv[1]); "
                   "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
-                  "progress=False, log=lambda *x, **k: None); sys.exit(0 if r.valid else 'the release failed validation')")
+                  "progress=False, allow_large_rho=a['allow_large_rho']); "
+                  "sys.exit(0 if r.valid else 'the release failed validation')")
 _MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
                     "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
-                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True)")
+                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True, "
+                    "allow_large_rho=a['allow_large_rho'])")
 
 
-def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int) -> list[str]:
+def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int,
+                    allow_large_rho: bool = False) -> list[str]:
     """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
     args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
-                       "workers": workers})
+                       "workers": workers, "allow_large_rho": allow_large_rho})
     return [sys.executable, "-c", _TOPDOWN_CHILD if mechanism == TOPDOWN else _MECHANISM_CHILD, args]
 
 
@@ -233,19 +241,77 @@ def _open(comparison: Comparison, out_dir: Path, overwrite: bool, protected) -> 
     return claim, (old if same else {})
 
 
-def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False, log=print) -> dict:
+@dataclass(frozen=True)
+class _Work:
+    """What every release and attack of a comparison shares: settings, truth, the attacked blocks."""
+
+    comparison: Comparison
+    out_dir: Path
+    workers: int
+    ctx: object  # das.research.replicate.Context of the truth
+    queries: tuple
+    topdown_spec: str
+    truth: object  # the true persons (das.attack.data)
+    blocks: list
+    tables: tuple
+    rap: object  # das.attack.rap.RapConfig
+
+
+def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False) -> dict:
     """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
-    from das.attack.audit import AuditOptions, auto_geounits
+    from das.run import code_version
+
+    work, claim, earlier, spec = _prepare(comparison, Path(out_dir), workers=workers, overwrite=overwrite)
+    ctx = work.ctx
+    meta = {
+        "settings": comparison.settings(), "mechanisms": sorted(set(earlier.get("mechanisms", [])) | set(comparison.mechanisms)),
+        "seeds": max(earlier.get("seeds", 0), comparison.seeds), "attack_blocks": work.blocks,
+        "spec_name": spec.name, "schema": ctx.schema.name, "levels": list(ctx.geography.levels),
+        "n_blocks": ctx.geography.n_blocks, "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+        "das_version": code_version(), "randomness": "seeded (seeds 0..N-1): NOT private", "notice": CONFIDENTIAL,
+        "confidential": True, "status": "running",
+    }
+    (work.out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    t0 = time.perf_counter()
+    failures = []
+    tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
+    progress = bar(total=len(tasks) + bool(work.blocks), desc="releases and attacks", unit="task")
+    for mechanism, seed in tasks:
+        said = _release_and_attack(work, mechanism, seed, failures)
+        if said:
+            step(progress, logger, f"{mechanism} seed {seed}: {'; '.join(said)}")
+        else:
+            progress.update()
+    if _attack_exact(work):
+        step(progress, logger, f"exact tables: attack on {len(work.blocks)} blocks")
+    elif work.blocks:
+        progress.update()
+    progress.close()
+    meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
+    (work.out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
+    meta.update(summarize(work.out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
+    (work.out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
+    claim.finish()
+    return meta
+
+
+def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool):
+    """The comparison checked and its directory claimed (nothing drawn yet), the truth read, the blocks chosen."""
+    from das.attack.audit import auto_geounits
     from das.attack.data import read_persons
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
+    from das.pipeline import Pipeline
     from das.research.evaluate import truth_context
-    from das.run import code_version, protected_paths
+    from das.run import protected_paths
     from das.runspec import load_run_spec
 
     comparison.check()
-    out_dir = Path(out_dir)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise StudyError(f"--workers must be at least 1, not {workers!r}")
     spec = load_run_spec(comparison.spec)
+    if comparison.rho is None:  # the spec's own budget, under the same cap
+        Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho)
     claim, earlier = _open(comparison, out_dir, overwrite, protected_paths(spec))
     ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
     queries = scored_queries(ctx.schema, comparison.queries)
@@ -260,64 +326,61 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
             if comparison.attack_blocks else []
     tables = load_attack_tables(comparison.attack_tables or ctx.schema.name)
     rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
-    meta = {
-        "settings": comparison.settings(), "mechanisms": sorted(set(earlier.get("mechanisms", [])) | set(comparison.mechanisms)),
-        "seeds": max(earlier.get("seeds", 0), comparison.seeds), "attack_blocks": blocks,
-        "spec_name": spec.name, "schema": ctx.schema.name, "levels": list(ctx.geography.levels),
-        "n_blocks": ctx.geography.n_blocks, "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
-        "das_version": code_version(), "randomness": "seeded (seeds 0..N-1): NOT private", "notice": CONFIDENTIAL,
-        "confidential": True, "status": "running",
-    }
-    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
-    t0 = time.perf_counter()
-    failures = []
-    tasks = [(m, s) for m in comparison.mechanisms for s in range(comparison.seeds)]
-    for i, (mechanism, seed) in enumerate(tasks, 1):
-        run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
-        done = _part(out_dir, mechanism, seed, "json")
-        attack_path = _part(out_dir, mechanism, seed, "attack.parquet")
-        want_attack = bool(blocks) and seed < comparison.attacked_seeds
-        if done.exists() and (attack_path.exists() or not want_attack):
-            continue
-        done.parent.mkdir(parents=True, exist_ok=True)
-        if not done.exists():
-            spec_for = topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
-            measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
-                                                    workers=workers))
-            if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
-                failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode,
-                                 "stderr": measured.stderr})
-                log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
-                    f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
-                continue
-            stats = score_release(ctx, run_dir, mechanism, queries=queries, seed=seed)
-            _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
-            done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
-                                        "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
-            log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: release {measured.seconds:.1f} s, "
-                f"peak {measured.peak_tree_mb:.0f} MB (process tree)")
-        if want_attack and not attack_path.exists():
-            from das.attack.data import read_release
+    work = _Work(comparison, out_dir, workers, ctx, queries, topdown_spec, truth, blocks, tables, rap)
+    return work, claim, earlier, spec
 
-            options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=seed, workers=workers, ip_top=0)
-            frame = attack_release(read_release(run_dir, ctx.schema), truth, blocks, options=options, tables=tables)
-            _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
-            log(f"  [{i}/{len(tasks)}] {mechanism} seed {seed}: attack on {len(blocks)} blocks, "
-                f"{frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
-    exact_path = _part(out_dir, EXACT, 0, "attack.parquet")
-    if blocks and not exact_path.exists():
-        exact_path.parent.mkdir(parents=True, exist_ok=True)
-        options = AuditOptions(runs=comparison.attack_runs, rap=rap, seed=0, workers=workers, ip_top=0)
-        _write_parquet(attack_release(truth, truth, blocks, options=options, tables=tables).assign(mechanism=EXACT, seed=0),
-                       exact_path)
 
-        log(f"  exact tables: attack on {len(blocks)} blocks")
-    meta.update(status="incomplete" if failures else "complete", failures=failures, workers=workers)
-    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))  # the report reads it
-    meta.update(summarize(out_dir, comparison), wall_seconds_this_call=time.perf_counter() - t0)
-    (out_dir / "compare.json").write_text(json.dumps(meta, indent=2))
-    claim.finish()
-    return meta
+def _release_and_attack(work: _Work, mechanism: str, seed: int, failures: list) -> list[str]:
+    """One seed of one mechanism: its release made and scored, then attacked, each unless done before;
+    what was done (empty: nothing left to do, or the release failed and is recorded in `failures`)."""
+    from das.attack.audit import AuditOptions
+
+    comparison, out_dir = work.comparison, work.out_dir
+    run_dir = out_dir / "releases" / mechanism / f"seed{seed:04d}"
+    done = _part(out_dir, mechanism, seed, "json")
+    attack_path = _part(out_dir, mechanism, seed, "attack.parquet")
+    want_attack = bool(work.blocks) and seed < comparison.attacked_seeds
+    said: list[str] = []
+    if done.exists() and (attack_path.exists() or not want_attack):
+        return said
+    done.parent.mkdir(parents=True, exist_ok=True)
+    if not done.exists():
+        spec_for = work.topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
+        measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
+                                                workers=work.workers, allow_large_rho=comparison.allow_large_rho))
+        if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
+            failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode, "stderr": measured.stderr})
+            logger.warning(f"{mechanism} seed {seed}: the release FAILED (exit {measured.returncode}): "
+                           f"{measured.stderr.splitlines()[-1] if measured.stderr else ''}")
+            return said
+        stats = score_release(work.ctx, run_dir, mechanism, queries=work.queries, seed=seed)
+        _write_parquet(stats, _part(out_dir, mechanism, seed, "stats.parquet"))
+        done.write_text(json.dumps({"mechanism": mechanism, "seed": seed, "seconds": measured.seconds,
+                                    "cpu_seconds": measured.cpu_seconds, "peak_tree_mb": measured.peak_tree_mb}))
+        said.append(f"release {measured.seconds:.1f} s, peak {measured.peak_tree_mb:.0f} MB (process tree)")
+    if want_attack and not attack_path.exists():
+        from das.attack.data import read_release
+
+        options = AuditOptions(runs=comparison.attack_runs, rap=work.rap, seed=seed, workers=work.workers, ip_top=0)
+        frame = attack_release(read_release(run_dir, work.ctx.schema), work.truth, work.blocks, options=options,
+                               tables=work.tables)
+        _write_parquet(frame.assign(mechanism=mechanism, seed=seed), attack_path)
+        said.append(f"attack on {len(work.blocks)} blocks, {frame.drop_duplicates('geocode')['seconds'].sum():.0f} s")
+    return said
+
+
+def _attack_exact(work: _Work) -> bool:
+    """The exact tables attacked on the same blocks (once), the reference every release is read against."""
+    from das.attack.audit import AuditOptions
+
+    exact_path = _part(work.out_dir, EXACT, 0, "attack.parquet")
+    if not work.blocks or exact_path.exists():
+        return False
+    exact_path.parent.mkdir(parents=True, exist_ok=True)
+    options = AuditOptions(runs=work.comparison.attack_runs, rap=work.rap, seed=0, workers=work.workers, ip_top=0)
+    frame = attack_release(work.truth, work.truth, work.blocks, options=options, tables=work.tables)
+    _write_parquet(frame.assign(mechanism=EXACT, seed=0), exact_path)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +442,8 @@ def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFra
 def summarize(out_dir: Path, comparison: Comparison) -> dict:
     """Pool the parts into the Parquet tables, comparison.parquet/.md and the report."""
     stats = _read_parts(out_dir, "*/*.stats.parquet")
+    if stats.empty:  # no release was made (each failed, recorded in compare.json): nothing to pool
+        return {"rows": 0, "seeds_scored": 0, "seeds_attacked": 0}
     runs = pd.DataFrame([json.loads(p.read_text()) for p in sorted((out_dir / "parts").glob("*/*.json"))])
     attack = _read_parts(out_dir, "*/*.attack.parquet")
     pooled = metrics(combine(stats, ["estimator", "level", "query", "bin"]))
@@ -395,47 +460,9 @@ def summarize(out_dir: Path, comparison: Comparison) -> dict:
             "seeds_attacked": int(attack["seed"].nunique()) if len(attack) else 0}
 
 
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-
-
-def _cmd_compare(args) -> int:
-    mechanisms = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
-    comparison = Comparison(spec=args.spec, mechanisms=mechanisms, seeds=args.seeds, rho=args.rho,
-                            attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds,
-                            attack_runs=args.attack_runs, attack_relaxed=args.attack_relaxed,
-                            attack_steps=args.attack_steps, attack_tables=args.tables)
-    meta = run_comparison(comparison, args.out, workers=args.workers, overwrite=args.overwrite)
-    print((Path(args.out) / "comparison.md").read_text())
-    print(f"wrote {args.out}: comparison.parquet/.md, metrics, bias, runs, attack (Parquet), report/ "
-          f"({meta['wall_seconds_this_call']:.0f} s)")
-    for failure in meta["failures"]:
-        print(f"FAILED: {failure['mechanism']} seed {failure['seed']} (exit {failure['exit']}): {failure['stderr']}",
-              file=sys.stderr)
-    return 1 if meta["failures"] else 0
-
-
-def add_parser(sub) -> None:
-    import os
-
-    c = sub.add_parser("compare", help="TopDown, the research estimators and other mechanisms on the same input: "
-                                       "error, bias, cost and attack match rates side by side")
-    c.add_argument("spec", help="run spec (its persons release is compared)")
-    c.add_argument("--mechanisms", default=TOPDOWN, help=f"comma list of {', '.join(mechanism_names())}")
-    c.add_argument("--seeds", type=int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
-    c.add_argument("--out", required=True)
-    c.add_argument("--rho", default=None, help="persons budget, an exact fraction (default: the spec's)")
-    c.add_argument("--attack-blocks", type=int, default=10, help="blocks attacked, across the size range (0: none)")
-    c.add_argument("--attack-seeds", type=int, default=None, help="attack the releases of the first N seeds (default all)")
-    c.add_argument("--attack-runs", type=int, default=20, help="RAP runs per block")
-    c.add_argument("--attack-relaxed", type=int, default=300, help="K relaxed records per RAP run")
-    c.add_argument("--attack-steps", type=int, default=300, help="Adam steps per RAP run")
-    c.add_argument("--tables", default=None, help="attack workload spec (default: the schema's)")
-    c.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes of each release and attack")
-    c.add_argument("--overwrite", action="store_true",
-                   help="replace another comparison in --out (deleting only the comparison's own files; a directory "
-                        "holding anything else is refused); without it the same comparison is continued")
-    c.set_defaults(func=_cmd_compare)
-
+def short_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The comparison as the terminal shows it: per estimator, MAE of total population at block, tract and county,
+    the median seconds of a release and RAP-Rank's Match-Rate@u (comparison.md has every column)."""
+    columns = {"estimator": "estimator", **{f"mae_{lv}": f"MAE {lv}" for lv in LEVELS},
+               "release_seconds": "s/release", "rap_rank_at_u": "RAP@u"}
+    return table[[c for c in columns if c in table.columns]].rename(columns=columns)

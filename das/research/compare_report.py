@@ -10,93 +10,136 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.research import series
 from das.research.metrics import markdown_table
 from das.research.replicate import CONFIDENTIAL
-from das.research.report import _finish, _html_table, _img_html, _panels, page_style
+from das.research.report import (
+    PAGE_PX,
+    ZERO,
+    _finish,
+    _html_table,
+    _img_html,
+    _panels,
+    log_values,
+    mark_zeros,
+    page_style,
+)
 
 LEVELS = ("block", "tract", "county")
-PALETTE = ("#c0392b", "#2471a3", "#7f8c8d", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#2c3e50", "#f1c40f",
-           "#e84393", "#6c5ce7", "#00cec9")
-METHODS = {"rap_rank": "RAP-Rank", "baseline_tract": "baseline: rest of tract", "baseline_county": "baseline: rest of county"}
+METHODS = ("rap_rank", "baseline_tract", "baseline_county")
 # the report's files in a compare directory (das.outdir: what `das compare --overwrite` may delete)
 REPORT_FILES = ("report/index.html", "report/report.md", "report/accuracy.png", "report/mae_by_query.png",
                 "report/attack.png", "report/cost.png")
 
 
-def _colors(names) -> dict:
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
-
-
-def _grouped_bars(ax, groups: list[str], series: dict[str, list[float]], colors: dict) -> None:
-    """Bars of each series side by side within each group (NaN: no bar)."""
-    width = 0.8 / max(len(series), 1)
-    for k, (name, values) in enumerate(series.items()):
-        xs = np.arange(len(groups)) + (k - (len(series) - 1) / 2) * width
-        ax.bar(xs, np.asarray(values, dtype=float), width, color=colors.get(name, "black"), label=name)
+def _grouped_bars(ax, groups: list[str], values: dict[str, list[float]], *, log: bool = False) -> None:
+    """Bars of each series (its das.research.series colour) side by side within each group; NaN: no bar; on a log
+    axis an exact 0 is written as "0" where its bar would stand (never a bar driven by float noise)."""
+    width = 0.8 / max(len(values), 1)
+    for k, (name, row) in enumerate(values.items()):
+        xs = np.arange(len(groups)) + (k - (len(values) - 1) / 2) * width
+        row = np.asarray(row, dtype=float)
+        zero = np.abs(row) < ZERO
+        ax.bar(xs, np.where(zero & log, np.nan, row), width, color=series.color(name), label=series.label(name))
+        if log:
+            for x in xs[zero]:
+                ax.annotate("0", (x, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7,
+                            color=series.color(name))
     ax.set_xticks(range(len(groups)), groups)
 
 
+def _one_seed(table: pd.DataFrame) -> bool:
+    return bool(len(table)) and int(table["seeds"].max()) <= 1
+
+
 def plot_accuracy(table: pd.DataFrame, path: Path) -> bool:
-    """MAE and mean signed error of total population by level, and block bias by true size."""
+    """MAE and mean signed error of total population by level, and block signed error by true size."""
     rows = table.set_index("estimator")
     rows = rows[rows[[f"mae_{lv}" for lv in LEVELS]].notna().any(axis=1)]
     estimators = list(rows.index)
     if not estimators:
         return False
-    colors = _colors(estimators)
-    fig, axes = _panels(3, 4.6, 3.8)
-    _grouped_bars(axes[0], list(LEVELS), {e: [rows.loc[e, f"mae_{lv}"] for lv in LEVELS] for e in estimators}, colors)
-    axes[0].set(ylabel="MAE per geounit (log scale; below 0.1: none shown)", title="MAE, total population",
-                yscale="log", ylim=(0.1, None))
-    _grouped_bars(axes[1], list(LEVELS), {e: [rows.loc[e, f"bias_{lv}"] for lv in LEVELS] for e in estimators}, colors)
-    axes[1].set(ylabel="mean signed error (symlog)", title="Bias, total population")
+    word = "signed error, one seed" if _one_seed(table) else "mean signed error"
+    fig, axes = _panels(3, 3.5, 3.4)
+    mae = {e: [rows.loc[e, f"mae_{lv}"] for lv in LEVELS] for e in estimators}
+    _grouped_bars(axes[0], list(LEVELS), mae, log=True)
+    largest = np.nanmax(np.asarray(list(mae.values()), dtype=float))
+    axes[0].set(ylabel="MAE per geounit (persons)", title="MAE (log scale)", yscale="log")
+    if np.isfinite(largest) and largest > 0:
+        axes[0].set_ylim(top=largest * 1.6)
+    _grouped_bars(axes[1], list(LEVELS), {e: [rows.loc[e, f"bias_{lv}"] for lv in LEVELS] for e in estimators})
+    axes[1].set(ylabel=f"{word} (persons)", title="Signed error (symlog scale)")
     bins = [c for c in rows.columns if c.startswith("bias_block_")]
     _grouped_bars(axes[2], [c.removeprefix("bias_block_").replace("_", "-") for c in bins],
-                  {e: [rows.loc[e, c] for c in bins] for e in estimators}, colors)
-    axes[2].set(xlabel="true block population", ylabel="mean signed error (symlog)", title="Block bias by true size")
+                  {e: [rows.loc[e, c] for c in bins] for e in estimators})
+    axes[2].set(xlabel="true block population (persons)", ylabel=f"{word} (persons)",
+                title="Blocks by true size (symlog)")
     for ax in axes[1:]:
         ax.set_yscale("symlog", linthresh=1)
         ax.axhline(0, color="black", lw=0.8)
-    return _finish(fig, axes, "Accuracy of total population (pooled over seeds)", path)
+    seeds = int(table["seeds"].max()) if len(table) else 0
+    return _finish(fig, axes, f"Total population: accuracy per geounit ({seeds} seed(s) per mechanism)", path)
 
 
-def plot_queries(pooled: pd.DataFrame, path: Path) -> bool:
-    """MAE by level for every scored query, one panel per query, one line per estimator."""
+def plot_queries(pooled: pd.DataFrame, path: Path, units: dict | None = None) -> bool:
+    """MAE by level for every scored query, one panel per query, one line per estimator, on log axes whose floor the
+    data set (an exact 0 drawn on it)."""
     frame = pooled[(pooled["bin"] == "all") & pooled["level"].isin(LEVELS)]
     queries = list(dict.fromkeys(frame["query"]))
     if not queries:
         return False
     estimators = list(dict.fromkeys(frame["estimator"]))
-    colors = _colors(estimators)
-    fig, axes = _panels(len(queries), 4.0, 3.6)
+    ticks = [f"{lv}\n{units[lv]:,}" if units and lv in units else lv for lv in LEVELS]
+    fig, axes = _panels(len(queries), 5.0, 3.4)
     for ax, query in zip(axes, queries):
-        for estimator in estimators:
+        zeros = []
+        for k, estimator in enumerate(estimators):
             g = frame[(frame["query"] == query) & (frame["estimator"] == estimator)].set_index("level").reindex(LEVELS)
-            ax.plot(LEVELS, g["mae"], marker="o", color=colors[estimator], label=estimator)
-        ax.set_title(query, fontsize=9)
-        ax.set_ylabel("MAE per cell")
-        ax.set_yscale("log")
-    return _finish(fig, axes, "MAE by level and query", path)
+            x = np.arange(len(LEVELS)) + (k - (len(estimators) - 1) / 2) * 0.05
+            zero = log_values(ax, x, g["mae"], marker="o", color=series.color(estimator), label=series.label(estimator))
+            zeros.append((x, zero, series.color(estimator)))
+        mark_zeros(ax, zeros)
+        ax.set_xticks(range(len(LEVELS)), ticks)
+        ax.set_title(query, fontsize=10)
+        ax.set_ylabel("MAE per cell (persons, log)")
+    return _finish(fig, axes, "MAE by level and query (pooled over seeds; n under each level: geounits)", path)
 
 
-def plot_attack(rates: pd.DataFrame, order: list[str], path: Path) -> bool:
-    """Match-Rate@u and @10 of RAP-Rank on each release (in `order`), beside the baselines."""
+def _rate_se(attack: pd.DataFrame, mechanism: str, column: str, asked) -> float:
+    """The standard error of a pooled Match-Rate: the spread of the per-block rates over blocks and seeds."""
+    part = attack[(attack["mechanism"] == mechanism) & (attack["method"] == "rap_rank")]
+    if len(part) < 2:
+        return np.nan
+    rates = part[column] / (part["u"] if asked == "u" else asked)
+    return float(rates.std(ddof=1) / np.sqrt(len(rates)))
+
+
+def plot_attack(rates: pd.DataFrame, order: list[str], path: Path, attack: pd.DataFrame | None = None) -> bool:
+    """RAP-Rank's Match-Rate@u and @10 on each release (a bar in the mechanism's colour, +- 1 s.e. over the attacked
+    blocks and seeds) and on exact tables; the baselines, which use no release, as lines across."""
     if rates.empty:
         return False
     mechanisms = [m for m in order if m in set(rates["mechanism"])]
-    methods = [m for m in METHODS if m in set(rates["method"])]
-    colors = _colors([METHODS[m] for m in methods])
-    fig, axes = _panels(2, 5.5, 3.8)
-    for ax, column, title in ((axes[0], "rate_at_u", "Match-Rate@u (u = distinct true records)"),
-                              (axes[1], "rate_at_10", "Match-Rate@10")):
-        series = {}
-        for method in methods:
-            g = rates[rates["method"] == method].set_index("mechanism").reindex(mechanisms)
-            series[METHODS[method]] = g[column].tolist()
-        _grouped_bars(ax, mechanisms, series, colors)
+    fig, axes = _panels(2, 5.2, 3.6)
+    rap = rates[rates["method"] == "rap_rank"].set_index("mechanism").reindex(mechanisms)
+    for ax, column, asked, title in ((axes[0], "rate_at_u", "u", "Match-Rate@u (u = distinct true records)"),
+                                     (axes[1], "rate_at_10", 10, "Match-Rate@10")):
+        errors = [_rate_se(attack, m, column.replace("rate", "hits"), asked) if attack is not None and len(attack)
+                  else np.nan for m in mechanisms]
+        for i, mechanism in enumerate(mechanisms):
+            n = int(rap.loc[mechanism, "blocks"]) * int(rap.loc[mechanism, "seeds"])
+            ax.bar(i, rap.loc[mechanism, column], 0.7, color=series.color(mechanism), yerr=errors[i], capsize=3,
+                   label=f"{series.label(mechanism)}")
+            ax.annotate(f"n={n}", (i, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7,
+                        color="white" if rap.loc[mechanism, column] > 0.1 else "#333")
+        for method in METHODS[1:]:
+            value = rates[rates["method"] == method][column].mean()
+            if np.isfinite(value):
+                ax.axhline(value, color=series.color(method), ls=series.line(method), lw=1.6, label=series.label(method))
+        ax.set_xticks(range(len(mechanisms)), mechanisms, rotation=30)
         ax.set(ylim=(0, 1), title=title, ylabel="share of candidates that are true records")
-        ax.tick_params(axis="x", rotation=30)
-    return _finish(fig, axes, "Reconstruction attack on each release (same blocks)", path)
+    return _finish(fig, axes, "RAP-Rank on each release and on exact tables, the same blocks (bars: +- 1 s.e.; n: "
+                              "blocks x seeds)", path)
 
 
 def plot_cost(table: pd.DataFrame, path: Path) -> bool:
@@ -104,15 +147,14 @@ def plot_cost(table: pd.DataFrame, path: Path) -> bool:
     rows = table[table["release_seconds"].notna()]
     if rows.empty:
         return False
-    colors = _colors(list(rows["estimator"]))
-    fig, axes = _panels(2, 4.6, 3.6)
+    fig, axes = _panels(2, 4.4, 3.4)
     for ax, column, label in ((axes[0], "release_seconds", "wall seconds per release (median)"),
                               (axes[1], "peak_tree_mb", "peak MB, whole process tree (median)")):
         for estimator, value in zip(rows["estimator"], rows[column]):
-            ax.bar(estimator, value, color=colors[estimator], label=estimator)
+            ax.bar(estimator, value, color=series.color(estimator), label=series.label(estimator))
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
-    return _finish(fig, axes, "Cost of one release", path)
+    return _finish(fig, axes, f"Cost of one release (median over {int(rows['seeds'].max())} seed(s))", path)
 
 
 TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; "
@@ -136,6 +178,45 @@ def render_table(table: pd.DataFrame) -> str:
     return f"> {CONFIDENTIAL}\n\n" + markdown_table(shown, floatfmt="{:.2f}") + f"\n\n{TABLE_NOTE}"
 
 
+TABLES = (  # the page's tables: each fits the page; comparison.md and comparison.parquet hold every column
+    ("Accuracy of total population per geounit (persons)", {"mae_block": "MAE block", "mae_tract": "MAE tract",
+     "mae_county": "MAE county", "bias_block": "signed error block", "bias_tract": "signed error tract",
+     "bias_county": "signed error county"}),
+    ("Block signed error by true block size (persons)", {"bias_block_0": "0", "bias_block_1_9": "1-9",
+     "bias_block_10_99": "10-99", "bias_block_100_999": "100-999"}),
+    ("Cost of one release (median over seeds)", {"seeds": "seeds", "release_seconds": "wall s",
+     "release_cpu_seconds": "CPU s", "peak_tree_mb": "peak MB"}),
+    ("Reconstruction attack: Match-Rate@u", {"attack_seeds": "seeds attacked", "rap_rank_at_u": "RAP-Rank",
+     "baseline_tract_at_u": "baseline: rest of tract", "baseline_county_at_u": "baseline: rest of county"}),
+)
+
+
+def page_tables(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The comparison as a few narrow tables (a row per estimator, readable names), each fitting the page."""
+    out = []
+    for caption, columns in TABLES:
+        present = {c: name for c, name in columns.items() if c in table.columns}
+        part = table[["estimator", *present]].rename(columns=present)
+        part = part[part[list(present.values())].notna().any(axis=1)] if present else part.iloc[0:0]
+        if len(part):
+            out.append((caption, part.assign(estimator=part["estimator"].map(series.label))))
+    return out
+
+
+def _intro(meta: dict) -> list[str]:
+    settings = meta["settings"]
+    one = " One seed: each mechanism's errors are one draw of noise, not a bias." if meta["seeds"] == 1 else ""
+    intro = [f"Input: run spec `{meta['spec_name']}` ({meta['n_blocks']:,} blocks; levels {' > '.join(meta['levels'])}), "
+             f"schema `{meta['schema']}`; persons budget rho {settings['rho'] or 'of the spec'}.",
+             f"Mechanisms: {', '.join(meta['mechanisms'])}; seeds 0..{meta['seeds'] - 1} for each; noise "
+             f"{meta['randomness']}.{one}",
+             f"Attack: {len(meta['attack_blocks'])} blocks across the size range, the same for every release; "
+             f"{settings['attack_runs']} RAP runs per block, K = {settings['attack_relaxed']}, "
+             f"{settings['attack_steps']} steps, workload `{settings['attack_tables'] or meta['schema']}`."]
+    return intro + [f"FAILED (not in the table; rerun to retry): {f['mechanism']} seed {f['seed']}, exit {f['exit']}: "
+                    f"{f['stderr'].splitlines()[-1] if f['stderr'] else ''}" for f in meta.get("failures", [])]
+
+
 def build_compare_report(out_dir) -> Path:
     """report/index.html (self-contained) and report/report.md (+ PNGs) of a compare directory."""
     out_dir = Path(out_dir)
@@ -143,39 +224,33 @@ def build_compare_report(out_dir) -> Path:
     table = pd.read_parquet(out_dir / "comparison.parquet")
     pooled = pd.read_parquet(out_dir / "metrics.parquet")
     rates = pd.read_parquet(out_dir / "attack_rates.parquet")
+    attack = pd.read_parquet(out_dir / "attack.parquet") if (out_dir / "attack.parquet").exists() else None
     report = out_dir / "report"
     report.mkdir(exist_ok=True)
     figures = []
     for title, name, made in (
             ("Accuracy", "accuracy.png", lambda p: plot_accuracy(table, p)),
-            ("MAE by level and query", "mae_by_query.png", lambda p: plot_queries(pooled, p)),
-            ("Reconstruction attack", "attack.png", lambda p: plot_attack(rates, list(table["estimator"]), p)),
+            ("MAE by level and query", "mae_by_query.png", lambda p: plot_queries(pooled, p, meta.get("units"))),
+            ("Reconstruction attack", "attack.png", lambda p: plot_attack(rates, list(table["estimator"]), p, attack)),
             ("Cost", "cost.png", lambda p: plot_cost(table, p))):
         if made(report / name):
             figures.append((title, report / name))
-    settings = meta["settings"]
-    intro = [f"Input: run spec `{meta['spec_name']}` ({meta['n_blocks']:,} blocks; levels {' > '.join(meta['levels'])}), "
-             f"schema `{meta['schema']}`; persons budget rho {settings['rho'] or 'of the spec'}.",
-             f"Mechanisms: {', '.join(meta['mechanisms'])}; seeds 0..{meta['seeds'] - 1} for each; noise {meta['randomness']}.",
-             f"Attack: {len(meta['attack_blocks'])} blocks across the size range, the same for every release; "
-             f"{settings['attack_runs']} RAP runs per block, K = {settings['attack_relaxed']}, "
-             f"{settings['attack_steps']} steps, workload `{settings['attack_tables'] or meta['schema']}`."]
-    intro += [f"FAILED (not in the table; rerun to retry): {f['mechanism']} seed {f['seed']}, exit {f['exit']}: "
-              f"{f['stderr'].splitlines()[-1] if f['stderr'] else ''}" for f in meta.get("failures", [])]
+    intro = _intro(meta)
     md = [f"# Mechanism comparison: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
     md += [f"- {line}" for line in intro] + ["", "## Table", "", render_table(table), ""]
     for title, path in figures:
         md += [f"## {title}", "", f"![{title}]({path.name})", ""]
     (report / "report.md").write_text("\n".join(md))
-    style = page_style(1300)
     body = [f"<h1>Mechanism comparison: {html.escape(meta['spec_name'])}</h1>",
             f"<p class='notice'>{html.escape(meta['notice'])}</p><h2>What was run</h2><ul>"]
-    body += [f"<li>{html.escape(line)}</li>" for line in intro]
-    body += ["</ul><h2>Table</h2>", _html_table(table), f"<p>{html.escape(TABLE_NOTE)}</p>"]
+    body += [f"<li>{html.escape(line)}</li>" for line in intro] + ["</ul><h2>Tables</h2>"]
+    for caption, part in page_tables(table):
+        body += [f"<h3>{html.escape(caption)}</h3>", _html_table(part)]
+    body += [f"<p class='note'>{html.escape(TABLE_NOTE)} Every column: comparison.md and comparison.parquet.</p>"]
     for title, path in figures:
         body += [f"<h2>{html.escape(title)}</h2>", _img_html(path)]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>das compare {html.escape(meta['spec_name'])}"
-            f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>")
+            f"</title><style>{page_style(PAGE_PX)}</style></head><body>{''.join(body)}</body></html>")
     index = report / "index.html"
     index.write_text(page)
     return index

@@ -66,7 +66,7 @@ def wls_unsupported(schema: Schema, queries_by_level: dict[str, list[str]]) -> s
 def _equalities(schema: Schema, geography: Geography, invariants: Invariants, level: str):
     """(C, D): rows of equalities every geounit at `level` holds, and their (n_units x k) values."""
     rows, values = [], []
-    for b in level_bounds(schema, invariants, geography, level):
+    for b in level_bounds(schema, invariants, geography, level=level):
         fixed = np.isfinite(b.upper) & (b.lower == b.upper)
         columns = np.flatnonzero(fixed.all(axis=0))
         if columns.size:

@@ -43,6 +43,8 @@ METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confiden
 def metrics_dir(run_dir) -> Path:
     """Where `das metrics RUN_DIR` writes by default: `<RUN_DIR>-metrics`, beside the release."""
     run_dir = Path(os.path.normpath(os.path.abspath(run_dir)))
+    if not run_dir.name:
+        raise StudyError(f"{run_dir} is the root: there is no beside to write {run_dir}-metrics; pass --out")
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
@@ -60,6 +62,9 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     """Score a `das run` output directory; writes stats/errors/metrics files to `out` (default
     metrics_dir(run_dir)), replacing only an earlier `das metrics` output there."""
     run_dir = Path(run_dir)
+    unknown = [e for e in estimators if e not in ESTIMATORS]
+    if unknown or not estimators:
+        raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
     try:
         manifest = RunDir(run_dir).read_complete()
     except RunDirError as e:
@@ -75,6 +80,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
     out = Path(out) if out else metrics_dir(run_dir)
     claim = outdir.check(out, METRICS, protected=[run_dir, persons, units])
+    queries = scored_queries(load_schema(manifest.schema("persons")), queries)  # refused before anything is read
     ctx = truth_context(persons, units, manifest.schema("persons"), manifest.levels)
     mdf = RunDir(run_dir).mdf("persons")
     topdown = None
@@ -94,7 +100,6 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
             raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
-    queries = scored_queries(ctx.schema, queries)
     rho = fraction_text(manifest.certificate(RELEASE).rho)
     stats, errors = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
                           tags={"rho": str(rho), "replicate": 0})

@@ -128,3 +128,42 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
              "|" + "|".join("---" for _ in frame.columns) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def text_table(frame: pd.DataFrame, floatfmt: str = "{:.2f}") -> str:
+    """A table for the terminal: columns aligned (text left, numbers right), NaN as '-'.
+
+    >>> print(text_table(pd.DataFrame({"level": ["county", "block"], "mae": [1.5, float("nan")]})))
+    level    mae
+    county  1.50
+    block      -
+    """
+    def cell(v):
+        if isinstance(v, float | np.floating):
+            return "-" if np.isnan(v) else floatfmt.format(v)
+        return str(v)
+
+    columns = [[str(c)] + [cell(v) for v in frame[c]] for c in frame.columns]
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    widths = [max(map(len, col)) for col in columns]
+    rows = zip(*[[v.rjust(w) if num else v.ljust(w) for v in col] for col, w, num in zip(columns, widths, numeric)])
+    return "\n".join("  ".join(row).rstrip() for row in rows)
+
+
+def headline(pooled: pd.DataFrame, levels, *, query: str = "total", rho: str | None = None) -> pd.DataFrame:
+    """The terminal's summary of scores: the MAE of `query` per geounit, a row per level (nation to block, those
+    scored), a column per estimator; the first budget's unless `rho` is given."""
+    frame = pooled[(pooled["query"] == query) & (pooled["bin"] == ALL)]
+    if "rho" in frame and len(frame):
+        frame = frame[frame["rho"] == (rho if rho is not None else frame["rho"].iloc[0])]
+    table = frame.pivot_table(index="level", columns="estimator", values="mae", aggfunc="first", observed=True)
+    table = table.reindex(index=[lv for lv in levels if lv in table.index], columns=list(dict.fromkeys(frame["estimator"])))
+    return table.reset_index().rename_axis(columns=None)
+
+
+def sweep_headline(pooled: pd.DataFrame, level: str, *, query: str = "total") -> pd.DataFrame:
+    """A budget sweep on the terminal: the MAE of `query` at `level`, a row per budget (rho), a column per estimator."""
+    frame = pooled[(pooled["query"] == query) & (pooled["bin"] == ALL) & (pooled["level"] == level)]
+    table = frame.pivot_table(index="rho", columns="estimator", values="mae", aggfunc="first", observed=True)
+    table = table.reindex(index=list(dict.fromkeys(frame["rho"])), columns=list(dict.fromkeys(frame["estimator"])))
+    return table.reset_index().rename_axis(columns=None)

@@ -17,6 +17,7 @@ study's own (das.outdir): a rerun of the same study continues it, another study 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -32,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import atomic, outdir
+from das import atomic, outdir, preflight
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
@@ -41,6 +42,7 @@ from das.pipeline import Pipeline, ReleasePlan, code_version
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import parse_fraction
+from das.progress import bar, step
 from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
 from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
 from das.rules import Invariants
@@ -50,6 +52,7 @@ from das.runspec import load_run_spec
 from das.schema import Schema, SpecError, parse_query_name
 from das.topdown.engine import postprocess
 
+logger = logging.getLogger(__name__)
 RELEASE = "persons"
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
 CONFIDENTIAL = ("Research output computed against the confidential input: it holds true counts "
@@ -109,14 +112,10 @@ class Context:
 
 
 def load_context(spec_path: str, seed: int | None) -> Context:
-    pipe = Pipeline.prepare(spec_path, seed, log=_silent)
+    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=True)  # the cap: replicate_study's, first
     confidential = pipe.read_inputs()
     return Context(pipe, pipe.schemas[RELEASE], confidential.geography, confidential.invariants,
                    confidential.histograms[RELEASE].tocsr())
-
-
-def _silent(*_) -> None:
-    """A study logs its own progress, not each stage of each replicate."""
 
 
 def scored_queries(schema: Schema, queries) -> tuple[str, ...]:
@@ -287,10 +286,16 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
 
 
 def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, overwrite: bool = False,
-                    log=print) -> dict:
-
-    """Run (or finish) a study into out_dir; returns study.json's content."""
+                    allow_large_rho: bool = False) -> dict:
+    """Run (or finish) a study into out_dir; returns study.json's content. Every budget above the cap
+    (das.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget."""
     study.check()
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise StudyError(f"--workers must be at least 1, not {workers!r}")
+    Pipeline.prepare(study.spec, study.seed, allow_large_rho=allow_large_rho)  # the spec's own budget
+    for r in study.rhos:
+        if r != "spec":
+            preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what="--rho")
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
     config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(study).items()}
@@ -319,23 +324,14 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     meta_path.write_text(json.dumps(meta, indent=2))
     tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(study.rhos) for rep in range(study.runs)
              if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
-    log(f"replicate {ctx.pipeline.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
-        f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")
+    logger.info(f"replicate {ctx.pipeline.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
+                f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")
     t0 = time.perf_counter()
     timings = list(earlier)
-    if workers <= 1:
-        _CONTEXT[(study.spec, study.seed)] = ctx
-        results = (_worker(t) for t in tasks)
-        for done, (i, rep, t) in enumerate(results, 1):
+    with bar(total=len(tasks), desc="replicates", unit="replicate") as progress:
+        for i, rep, t in _replicates(ctx, study, tasks, workers):
             timings.append({"rho": rhos[i], "replicate": rep, **t})
-            log(f"  [{done}/{len(tasks)}] rho {rhos[i]} replicate {rep}: {t['total']:.1f} s")
-    else:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads) as pool:
-            futures = [pool.submit(_worker, t) for t in tasks]
-            for done, future in enumerate(as_completed(futures), 1):
-                i, rep, t = future.result()
-                timings.append({"rho": rhos[i], "replicate": rep, **t})
-                log(f"  [{done}/{len(tasks)}] rho {rhos[i]} replicate {rep}: {t['total']:.1f} s")
+            step(progress, logger, f"rho {rhos[i]} replicate {rep}: {t['total']:.1f} s")
     wall = time.perf_counter() - t0
     meta.update(summarize(out_dir))
     meta.update(status="complete", wall_seconds=wall, workers=workers, replicate_timings=timings,
@@ -343,6 +339,17 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     meta_path.write_text(json.dumps(meta, indent=2))
     claim.finish()
     return meta
+
+
+def _replicates(ctx: Context, study: Study, tasks: list, workers: int):
+    """(budget index, replicate, timings) of each task as it finishes: in this process, or on a pool of `workers`."""
+    if workers <= 1:
+        _CONTEXT[(study.spec, study.seed)] = ctx
+        yield from (_worker(t) for t in tasks)
+        return
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads) as pool:
+        futures = [pool.submit(_worker, t) for t in tasks]
+        yield from (future.result() for future in as_completed(futures))
 
 
 def _read_json(path: Path) -> dict:

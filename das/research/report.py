@@ -13,24 +13,30 @@ import numpy as np
 import pandas as pd
 
 from das import outdir
+from das.research import series
 from das.research.metrics import SIZE_BINS, markdown_table
 from das.research.replicate import BIAS_COLUMNS, StudyError
 
-COLORS = {"topdown": "#c0392b", "noisy": "#7f8c8d", "wls": "#2471a3"}
-LABELS = {"topdown": "TopDown (released)", "noisy": "raw noisy measurement", "wls": "unconstrained WLS"}
 STUDY_READ = ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet", "errors.parquet")
-# plots of errors against the truth: confidential, like the study. Deterministic: a rerun replaces it.
-REPORT = outdir.Owner("das report", "report", ("index.html", "report.md", "signed_error_vs_truth.png",
-                                               "bias_by_size_[0-9]*.png", "mae_by_level.png", "error_distribution.png",
+# plots of errors against the truth: confidential, like the study. Deterministic: a rerun replaces it. A budget
+# after the first has its figures named <figure>-rho<i>.png (a sweep shows every budget).
+REPORT = outdir.Owner("das report", "report", ("index.html", "report.md", "signed_error_vs_truth*.png",
+                                               "bias_by_size_[0-9]*.png", "mae_by_level*.png", "error_distribution*.png",
                                                "accuracy_vs_rho.png"), confidential=True, replaces=True)
+PAGE_PX = 1200  # the report's width in CSS pixels; every figure is drawn at most this wide, so its text stays legible
+DPI = 110
+FIGURE_INCHES = (PAGE_PX - 40) / DPI  # the widest figure, in inches (a margin for the page's padding)
+ZERO = 1e-9  # an error below this is an exact 0 (an invariant) up to float noise: never a point on a log axis
 
 
 def page_style(width: int) -> str:
-    """The CSS of a self-contained HTML report (research and compare): `width` px at most."""
+    """The CSS of a self-contained HTML report (research and compare): `width` px at most; tables scroll within it."""
     return (f"body{{font-family:sans-serif;max-width:{width}px;margin:2em auto;padding:0 1em;color:#222}}"
-            "table.t{border-collapse:collapse;font-size:12px}table.t td,table.t th{padding:2px 6px;"
-            "border-bottom:1px solid #ddd;text-align:right}"
-            ".notice{background:#fdecea;padding:.6em;border-left:4px solid #c0392b}")
+            "table.t{border-collapse:collapse;font-size:12px;margin-bottom:.5em}table.t td,table.t th{padding:2px 6px;"
+            "border-bottom:1px solid #ddd;text-align:right}table.t td:first-child,table.t th:first-child{text-align:left}"
+            "div.wide{overflow-x:auto;max-width:100%}"
+            ".notice{background:#fdecea;padding:.6em;border-left:4px solid #c0392b}"
+            ".note{color:#555;font-size:13px}")
 
 
 def _plt():
@@ -43,19 +49,78 @@ def _plt():
 
 
 def _panels(n: int, width: float, height: float):
-    """A figure with one row of n panels (axes as a flat list)."""
-    fig, axes = _plt().subplots(1, n, figsize=(width * n, height), squeeze=False)
-    return fig, list(axes[0])
+    """A figure of n panels of `width` x `height` inches, in rows as wide as the page allows (axes as a flat list)."""
+    cols = max(1, min(n, int(FIGURE_INCHES // width)))
+    rows = -(-n // cols)
+    scale = min(1.0, FIGURE_INCHES / (width * cols))
+    fig, axes = _plt().subplots(rows, cols, figsize=(width * cols * scale, height * rows * scale), squeeze=False,
+                                layout="constrained")
+    flat = list(axes.ravel())
+    for extra in flat[n:]:
+        extra.set_visible(False)
+    return fig, flat[:n]
 
 
 def _finish(fig, axes, title: str, path: Path) -> bool:
-    """Legend on the first panel, title, save as PNG, free the figure."""
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    """One legend for the figure (every series once, below the panels, covering no data), the title, saved as a PNG
+    no wider than the page, the figure freed."""
+    handles: dict = {}
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(name, handle)
+    fig.suptitle(title, fontsize=11)
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(len(handles), 4), fontsize=8,
+                   frameon=False)
+    for ax in axes:
+        if ax.get_yscale() in ("log", "symlog"):  # 2, 5, 10 rather than 2 x 10^0
+            ax.yaxis.set_major_formatter(_plain)
+            ax.yaxis.set_minor_formatter(_plain_minor)
+    fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return True
+
+
+def _plain(value, _position=None) -> str:
+    """A log axis's tick as a number: 0.5, 2, 100."""
+    return f"{value:g}"
+
+
+def _plain_minor(value, _position=None) -> str:
+    """A log axis's minor tick labelled only at 2 and 5 times a power of ten (legible, not crowded)."""
+    leading = value / 10 ** np.floor(np.log10(value)) if value > 0 else 0
+    return f"{value:g}" if round(leading) in (2, 5) else ""
+
+
+def log_values(ax, x, y, **style) -> np.ndarray:
+    """Plot y against x for a log axis: an exact 0 (|y| < ZERO, an invariant's error up to float noise) is no point of
+    the line; returns where y is 0, for `mark_zeros` to draw on the axis floor once the axis is scaled."""
+    y = np.asarray(y, dtype=float)
+    zero = np.abs(y) < ZERO
+    ax.plot(x, np.where(zero, np.nan, y), **style)
+    return zero
+
+
+def mark_zeros(ax, zeros: list[tuple[object, np.ndarray, str]]) -> None:
+    """A log axis whose floor is set by the data (not by float noise), and each series' exact zeros drawn on that floor
+    as open triangles, said in a note."""
+    values = [v for line in ax.get_lines() for v in np.asarray(line.get_ydata(), float) if np.isfinite(v) and v > 0]
+    if not values:  # nothing but zeros: a linear axis shows them plainly
+        for x, zero, color in zeros:
+            ax.plot(np.asarray(x, dtype=object)[zero], np.zeros(zero.sum()), "o", color=color)
+        return
+    ax.set_yscale("log")
+    floor = min(values) / 2
+    ax.set_ylim(bottom=floor)
+    shown = False
+    for x, zero, color in zeros:
+        if zero.any():
+            shown = True
+            ax.plot(np.asarray(x, dtype=object)[zero], np.full(zero.sum(), floor), "v", color=color, mfc="none", ms=7,
+                    clip_on=False)
+    if shown:
+        ax.text(0.99, 0.01, "open triangles at the floor: exactly 0", transform=ax.transAxes, ha="right", va="bottom",
+                fontsize=7, color="#555")
 
 
 def moving_average(x: np.ndarray, y: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,24 +136,34 @@ def _levels_with_units(meta: dict, minimum: int = 10) -> list[str]:
     return [lv for lv in meta["levels"] if meta["units"].get(lv, 0) >= minimum]
 
 
+def replicates(meta: dict) -> int:
+    """Noise draws per budget: 1 for a single release (`das metrics`), whose errors are one draw, not a bias."""
+    return int(meta.get("replicates", meta.get("study", {}).get("runs", 1)))
+
+
+def _draws(meta: dict) -> str:
+    n = replicates(meta)
+    return f"mean over {n} replicates" if n > 1 else "one release"
+
+
 def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
-    """Per-geounit mean signed error of total population against the true count, with moving averages."""
+    """Per-geounit signed error of total population against the true count, with moving averages."""
     frame = errors[(errors["query"] == "total") & (errors["rho"] == rho)]
     levels = [lv for lv in _levels_with_units(meta) if lv in set(frame["level"])]
     if frame.empty or not levels:
         return False
-    fig, axes = _panels(len(levels), 5.2, 4.2)
+    fig, axes = _panels(len(levels), 5.2, 4.0)
     for ax, level in zip(axes, levels):
         part = frame[frame["level"] == level]
         per_unit = part.assign(err=part["estimate"] - part["truth"]).groupby(
             ["estimator", "unit"], observed=True).agg(truth=("truth", "first"), err=("err", "mean")).reset_index()
         alpha = float(np.clip(300 / max(len(per_unit), 1), 0.03, 0.3))
-        for estimator, g in per_unit.groupby("estimator", observed=True):
-            color = COLORS.get(estimator, "black")
-            ax.scatter(g["truth"], g["err"], s=4, alpha=alpha, color=color, linewidths=0)
+        window = 1
+        for estimator, g in per_unit.groupby("estimator", observed=True, sort=False):
+            ax.scatter(g["truth"], g["err"], s=4, alpha=alpha, color=series.color(estimator), linewidths=0)
             window = max(5, min(len(g) // 40, 500))
             mx, my = moving_average(g["truth"].to_numpy(float), g["err"].to_numpy(float), window)
-            ax.plot(mx, my, color=color, lw=2.2, label=LABELS.get(estimator, estimator))
+            ax.plot(mx, my, color=series.color(estimator), lw=2.2, label=series.label(estimator))
         # a few extreme geounits would flatten the curves: show the central 99% and say so
         lim = max(1.0, 1.3 * float(np.quantile(np.abs(per_unit["err"]), 0.99)))
         clipped = int((np.abs(per_unit["err"]) > lim).sum())
@@ -99,122 +174,180 @@ def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) ->
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xscale("symlog", linthresh=10)
         ax.set_xlim(left=-0.5)
-        ax.set_xlabel(f"true {level} population")
-        ax.set_ylabel("signed error (mean over replicates)")
-        ax.set_title(f"{level}: {meta['units'][level]:,} geounits; lines: moving average of {window}", fontsize=10)
-    return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho})", path)
+        ax.set_xlabel(f"true {level} population (persons)")
+        ax.set_ylabel(f"signed error (persons; {_draws(meta)})")
+        ax.set_title(f"{level}: n = {meta['units'][level]:,} geounits; lines: moving average of {window}", fontsize=9)
+    return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho}, {_draws(meta)})",
+                   path)
 
 
-def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, path: Path) -> bool:
-    """Mean signed error (+- 2 standard errors across replicates) by true-size bin, per level."""
+def _bin_counts(pooled: pd.DataFrame, *, rho: str, query: str, level: str) -> dict[str, int]:
+    """Cells per true-size bin (the same for every estimator: bins are by the truth), per replicate."""
+    part = pooled[(pooled["rho"] == rho) & (pooled["query"] == query) & (pooled["level"] == level)]
+    return part.drop_duplicates("bin").set_index("bin")["n"].astype(int).to_dict() if "n" in part else {}
+
+
+def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, path: Path,
+                     pooled: pd.DataFrame | None = None) -> bool:
+    """Mean signed error by true-size bin, per level: with +- 2 standard errors across replicates for a study; a single
+    release's is one draw of noise, shown without error bars and not called a bias."""
     frame = bias[(bias["query"] == query) & (bias["rho"] == rho) & (bias["bin"] != "all")]
     levels = [lv for lv in _levels_with_units(meta) if lv in set(frame["level"])]
     if frame.empty or not levels:
         return False
+    study = replicates(meta) > 1
     estimators = list(dict.fromkeys(frame["estimator"]))
-    fig, axes = _panels(len(levels), 5.2, 4.0)
+    fig, axes = _panels(len(levels), 5.2, 3.8)
     for ax, level in zip(axes, levels):
         part = frame[frame["level"] == level]
         bins = [b for b in SIZE_BINS if b in set(part["bin"])]
+        counts = _bin_counts(pooled, rho=rho, query=query, level=level) if pooled is not None else {}
         width = 0.8 / len(estimators)
         for k, estimator in enumerate(estimators):
             g = part[part["estimator"] == estimator].set_index("bin").reindex(bins)
             xs = np.arange(len(bins)) + (k - (len(estimators) - 1) / 2) * width
-            ax.bar(xs, g["mean_error"], width, color=COLORS.get(estimator, "black"),
-                   yerr=2 * g["se"].fillna(0), capsize=2, label=LABELS.get(estimator, estimator))
+            ax.bar(xs, g["mean_error"], width, color=series.color(estimator), label=series.label(estimator),
+                   **({"yerr": 2 * g["se"].fillna(0), "capsize": 2} if study else {}))
         ax.axhline(0, color="black", lw=0.8)
-        ax.set_xticks(range(len(bins)), bins)
-        ax.set_xlabel(f"true count of the cell ({query})")
-        ax.set_ylabel("mean signed error")
-        ax.set_title(level)
-    return _finish(fig, axes, f"Bias by size: {query} (rho = {rho}; bars +- 2 s.e. across replicates)", path)
+        ax.set_xticks(range(len(bins)), [f"{b}\nn={counts[b]:,}" if b in counts else b for b in bins], fontsize=8)
+        ax.set_xlabel("true count of the cell (n: cells per bin)")
+        ax.set_ylabel("mean signed error (persons)" if study else "signed error, mean over the cells (persons)")
+        ax.set_title(f"{level}: {query}", fontsize=10)
+    title = (f"Bias by true size: {query} (rho = {rho}; bars +- 2 s.e. across {replicates(meta)} replicates)" if study
+             else f"Signed error by true size: {query} (one release, rho = {rho}: one draw of noise, not a bias)")
+    return _finish(fig, axes, title, path)
 
 
 def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
+    """The MAE of each query by level and estimator, on log axes (a noisy spike flattens nothing; an exact 0 is
+    drawn on the floor, never as float noise)."""
     frame = pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)]
     queries = list(dict.fromkeys(frame["query"]))
     if not queries:
         return False
-    fig, axes = _panels(len(queries), 4.3, 3.8)
+    fig, axes = _panels(len(queries), 5.0, 3.6)
     levels = list(meta["levels"])
+    ticks = [f"{lv.replace('_', ' ')}\n{meta['units'].get(lv, 0):,}" for lv in levels]
+    estimators = list(dict.fromkeys(frame["estimator"]))
     for ax, query in zip(axes, queries):
-        for estimator, g in frame[frame["query"] == query].groupby("estimator", observed=True, sort=False):
+        zeros = []
+        for k, (estimator, g) in enumerate(frame[frame["query"] == query].groupby("estimator", observed=True, sort=False)):
             g = g.set_index("level").reindex(levels)
-            ax.plot(levels, g["mae"], marker="o", color=COLORS.get(estimator, "black"), label=LABELS.get(estimator, estimator))
-        ax.set_title(query, fontsize=9)
-        ax.set_ylabel("MAE per cell")
-        ax.tick_params(axis="x", rotation=30)
-    return _finish(fig, axes, f"Mean absolute error by level (rho = {rho})", path)
+            x = np.arange(len(levels)) + (k - (len(estimators) - 1) / 2) * 0.06  # equal values stay apart
+            zero = log_values(ax, x, g["mae"], marker="o", color=series.color(estimator), label=series.label(estimator))
+            zeros.append((x, zero, series.color(estimator)))
+        mark_zeros(ax, zeros)
+        ax.set_xticks(range(len(levels)), ticks)
+        ax.set_title(query, fontsize=10)
+        ax.set_ylabel("MAE per cell (persons, log)")
+        ax.set_xlabel("level (geounits)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+    return _finish(fig, axes, f"Mean absolute error by level (rho = {rho}, {_draws(meta)})", path)
 
 
-def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Path) -> bool:
+def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Path, *, meta: dict | None = None) -> bool:
     frame = errors[(errors["query"] == "total") & (errors["rho"] == rho) & (errors["level"] == level)]
     if frame.empty:
         return False
     err = frame["estimate"] - frame["truth"]
     lim = max(3.0, float(np.quantile(np.abs(err), 0.995)))
     bins = np.linspace(-lim, lim, 61)
-    fig, axes = _panels(1, 6.5, 4)
+    fig, axes = _panels(1, 7.0, 3.8)
     ax = axes[0]
     for estimator, e in err.groupby(frame["estimator"], observed=True, sort=False):
         ax.hist(e.clip(-lim, lim), bins=bins, histtype="step", lw=1.8, density=True,
-                color=COLORS.get(estimator, "black"), label=LABELS.get(estimator, estimator))
-    ax.set_xlabel(f"signed error of {level} total population")
-    ax.set_ylabel("density")
-    return _finish(fig, axes, f"Error distribution, {level}s, all replicates (rho = {rho})", path)
+                color=series.color(estimator), label=series.label(estimator))
+    n = frame.drop_duplicates(["unit", "replicate"] if "replicate" in frame else ["unit"]).shape[0]
+    ax.set_xlabel(f"signed error of {level} total population (persons; beyond +-{lim:.0f} counted at the edge)")
+    ax.set_ylabel(f"density (n = {n:,} {level} errors)")
+    draws = _draws(meta) if meta else "all replicates"
+    return _finish(fig, axes, f"Error distribution, {level}s ({draws}, rho = {rho})", path)
 
 
 def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
-
+    """The MAE of total population against the budget, every budget of the sweep, per level."""
     frame = pooled[(pooled["bin"] == "all") & (pooled["query"] == "total")].copy()
     if frame["rho"].nunique() < 2:
         return False
     frame["rho_value"] = frame["rho"].map(lambda r: float(Fraction(r)))
     levels = [lv for lv in _levels_with_units(meta, 2) if lv in set(frame["level"])]
-    fig, axes = _panels(len(levels), 4.3, 3.8)
+    fig, axes = _panels(len(levels), 4.3, 3.6)
     for ax, level in zip(axes, levels):
+        zeros = []
         for estimator, g in frame[frame["level"] == level].groupby("estimator", observed=True, sort=False):
             g = g.sort_values("rho_value")
-            ax.plot(g["rho_value"], g["mae"], marker="o", color=COLORS.get(estimator, "black"),
-                    label=LABELS.get(estimator, estimator))
+            zero = log_values(ax, g["rho_value"].to_numpy(), g["mae"], marker="o", color=series.color(estimator),
+                              label=series.label(estimator))
+            zeros.append((g["rho_value"].to_numpy(), zero, series.color(estimator)))
+        mark_zeros(ax, zeros)
         ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("rho (zCDP)")
-        ax.set_ylabel("MAE, total population")
-        ax.set_title(level)
-    return _finish(fig, axes, "Accuracy against the privacy budget", path)
+        ax.set_xticks(sorted(set(frame["rho_value"])), sorted(set(frame["rho"]), key=lambda r: Fraction(r)), fontsize=8)
+        ax.set_xlabel("rho (zCDP, log scale)")
+        ax.set_ylabel("MAE, total population (persons)")
+        ax.set_title(f"{level} (n = {meta['units'][level]:,})")
+    return _finish(fig, axes, f"Accuracy against the privacy budget ({_draws(meta)} per budget)", path)
 
 
 def findings(bias: pd.DataFrame, pooled: pd.DataFrame, meta: dict, rho: str) -> list[str]:
-    """Plain-language headline figures computed from the tables."""
+    """Plain-language headline figures computed from the tables (a single release's errors are not called a bias)."""
     lines = []
     finest = meta["levels"][-1]
+    study = replicates(meta) > 1
     b = bias[(bias["rho"] == rho) & (bias["query"] == "total") & (bias["level"] == finest)]
     for estimator in dict.fromkeys(b["estimator"]):
         parts = []
         for _, row in b[(b["estimator"] == estimator) & (b["bin"] != "all")].iterrows():
-            t = "" if pd.isna(row["t"]) else f", t = {row['t']:.1f}"
+            t = "" if pd.isna(row["t"]) or not study else f", t = {row['t']:.1f}"
             parts.append(f"{row['bin']}: {row['mean_error']:+.3f}{t}")
         if parts:
-            lines.append(f"{LABELS.get(estimator, estimator)}: mean signed error of {finest} total population "
-                         f"by true size, " + "; ".join(parts) + ".")
+            what = "mean signed error across replicates" if study else "signed error of this one release (not a bias)"
+            lines.append(f"{series.label(estimator)}: {what}, {finest} total population by true size, "
+                         + "; ".join(parts) + ".")
     p = pooled[(pooled["rho"] == rho) & (pooled["query"] == "total") & (pooled["bin"] == "all")]
     for estimator in dict.fromkeys(p["estimator"]):
         g = p[p["estimator"] == estimator].set_index("level")
         shown = [f"{lv} {g.loc[lv, 'mae']:.2f}" for lv in meta["levels"] if lv in g.index and meta["units"][lv] > 1]
         malpe = g.loc[finest, "malpe"] if finest in g.index else float("nan")
-        lines.append(f"{LABELS.get(estimator, estimator)}: MAE of total population by level: {', '.join(shown)}; "
+        lines.append(f"{series.label(estimator)}: MAE of total population by level: {', '.join(shown)}; "
                      f"{finest} MALPE {malpe:+.1f}%.")
     return lines
 
 
 def _img_html(path: Path) -> str:
+    """A figure embedded in the page at its own size (drawn no wider than the page: its text stays legible)."""
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}" style="max-width:100%">'
 
 
 def _html_table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0, classes="t")
+    """A table as HTML, inside a box that scrolls sideways if a narrow window cannot hold it (the page never does)."""
+    table = frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-", border=0, classes="t")
+    return f'<div class="wide">{table}</div>'
+
+
+def mae_table(pooled: pd.DataFrame, meta: dict, rho: str) -> pd.DataFrame:
+    """MAE of total population per geounit: a row per level (with its geounits), a column per estimator."""
+    frame = pooled[(pooled["rho"] == rho) & (pooled["query"] == "total") & (pooled["bin"] == "all")]
+    table = frame.pivot_table(index="level", columns="estimator", values="mae", aggfunc="first", observed=True)
+    table = table.reindex(index=[lv for lv in meta["levels"] if lv in table.index],
+                          columns=list(dict.fromkeys(frame["estimator"])))
+    table.columns = [series.label(e) for e in table.columns]
+    table.insert(0, "geounits", [meta["units"].get(lv, 0) for lv in table.index])
+    return table.reset_index()
+
+
+def size_table(bias: pd.DataFrame, meta: dict, rho: str) -> pd.DataFrame:
+    """The finest level's signed error of total population by true size: a row per bin, a column per estimator (and
+    its t across replicates, for a study)."""
+    finest = meta["levels"][-1]
+    frame = bias[(bias["rho"] == rho) & (bias["query"] == "total") & (bias["level"] == finest) & (bias["bin"] != "all")]
+    values = ["mean_error", "t"] if replicates(meta) > 1 else ["mean_error"]
+    table = frame.pivot_table(index="bin", columns="estimator", values=values, aggfunc="first", observed=True)
+    table = table.reindex([b for b in SIZE_BINS if b in table.index])
+    order = list(dict.fromkeys(frame["estimator"]))
+    table = table.reindex(columns=[(v, e) for e in order for v in values])
+    table.columns = [series.label(e) + ("" if v == "mean_error" else ": t") for v, e in table.columns]
+    return table.reset_index().rename(columns={"bin": f"true {finest} size"})
 
 
 def build_report(study_dir, out=None) -> Path:
@@ -236,79 +369,106 @@ def build_report(study_dir, out=None) -> Path:
     errors = pd.read_parquet(study_dir / "errors.parquet") if (study_dir / "errors.parquet").exists() else pd.DataFrame(
         columns=["rho", "query", "level", "estimator", "unit", "truth", "estimate"])
     claim.start()
-    main_rho = meta["rhos"][0]
-    figures = _figures(meta, out, pooled=pooled, bias=bias, errors=errors)
-    intro = _intro(meta)
-    headline = findings(bias, pooled, meta, main_rho)
-    overall = pooled[pooled["bin"] == "all"].drop(columns=["bin"])
-    by_bin = bias[(bias["bin"] != "all")].copy()
-    by_bin["bin"] = pd.Categorical(by_bin["bin"], SIZE_BINS, ordered=True)
-    by_bin = by_bin.sort_values(["rho", "query", "level", "estimator", "bin"])[BIAS_COLUMNS]
-
-    md = [f"# Accuracy and bias report: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
-    md += [f"- {line}" for line in intro] + ["", "## Findings", ""] + [f"- {line}" for line in headline] + [""]
-    for title, path in figures:
-        md += [f"## {title}", "", f"![{title}]({path.name})", ""]
-    md += ["## Metrics (all cells, pooled over replicates)", "", markdown_table(overall), "",
-           "## Signed error by true size", "", markdown_table(by_bin), ""]
-    (out / "report.md").write_text("\n".join(md))
-
-    style = page_style(1200)
-    body = [f"<h1>Accuracy and bias report: {html.escape(meta['spec_name'])}</h1>",
-            f"<p class='notice'>{html.escape(meta['notice'])}</p>", "<h2>What was run</h2><ul>"]
-    body += [f"<li>{html.escape(line)}</li>" for line in intro] + ["</ul><h2>Findings</h2><ul>"]
-    body += [f"<li>{html.escape(line)}</li>" for line in headline] + ["</ul>"]
-    for title, path in figures:
-        body += [f"<h2>{html.escape(title)}</h2>", _img_html(path)]
-    body += ["<h2>Metrics (all cells, pooled over replicates)</h2>", _html_table(overall),
-             "<h2>Signed error by true size</h2>", _html_table(by_bin)]
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>das report {html.escape(meta['spec_name'])}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    sections = [_section(meta, out, rho=rho, index=i, pooled=pooled, bias=bias, errors=errors)
+                for i, rho in enumerate(meta["rhos"])]
+    across = [("Accuracy against rho", out / "accuracy_vs_rho.png")] \
+        if plot_accuracy_vs_rho(pooled, meta, out / "accuracy_vs_rho.png") else []
+    _write_markdown(out / "report.md", meta, sections, across, pooled=pooled, bias=bias)
     index = out / "index.html"
-    index.write_text(page)
+    index.write_text(_page(meta, sections, across))
     claim.finish()
     return index
 
 
-def _figures(meta: dict, out: Path, *, pooled: pd.DataFrame, bias: pd.DataFrame,
-             errors: pd.DataFrame) -> list[tuple[str, Path]]:
-    """The report's figures drawn into `out`: (title, PNG path) of each one there was data for."""
-    main_rho = meta["rhos"][0]
+def _section(meta: dict, out: Path, *, rho: str, index: int, pooled, bias, errors) -> dict:
+    """One budget's part of the report: its findings, figures and tables (every budget of a sweep has one)."""
+    suffix = "" if index == 0 else f"-rho{index}"
     finest = meta["levels"][-1]
+    word = "Bias" if replicates(meta) > 1 else "Signed error"
     figures: list[tuple[str, Path]] = []
 
     def add(title: str, name: str, made: bool) -> None:
         if made:
             figures.append((title, out / name))
 
-    add("Signed error against true size", "signed_error_vs_truth.png",
-        plot_signed_error(errors, meta, main_rho, out / "signed_error_vs_truth.png"))
+    add("Signed error against true size", f"signed_error_vs_truth{suffix}.png",
+        plot_signed_error(errors, meta, rho, out / f"signed_error_vs_truth{suffix}.png"))
     for i, query in enumerate(meta["queries"]):
-        add(f"Bias by size bin: {query}", f"bias_by_size_{i}.png",
-            plot_bias_by_bin(bias, meta, rho=main_rho, query=query, path=out / f"bias_by_size_{i}.png"))
+        name = f"bias_by_size_{i}{suffix}.png"
+        add(f"{word} by true size: {query}", name,
+            plot_bias_by_bin(bias, meta, rho=rho, query=query, path=out / name, pooled=pooled))
+    add("MAE by level", f"mae_by_level{suffix}.png", plot_mae_by_level(pooled, meta, rho, out / f"mae_by_level{suffix}.png"))
+    add(f"Error distribution ({finest})", f"error_distribution{suffix}.png",
+        plot_error_distribution(errors, rho, finest, out / f"error_distribution{suffix}.png", meta=meta))
+    return {"rho": rho, "findings": findings(bias, pooled, meta, rho), "figures": figures,
+            "tables": [("MAE of total population per geounit (persons), by level", mae_table(pooled, meta, rho)),
+                       (f"{word} of {finest} total population by true size (persons)", size_table(bias, meta, rho))]}
 
-    add("MAE by level", "mae_by_level.png", plot_mae_by_level(pooled, meta, main_rho, out / "mae_by_level.png"))
-    add(f"Error distribution ({finest})", "error_distribution.png",
-        plot_error_distribution(errors, main_rho, finest, out / "error_distribution.png"))
-    add("Accuracy against rho", "accuracy_vs_rho.png", plot_accuracy_vs_rho(pooled, meta, out / "accuracy_vs_rho.png"))
-    return figures
+
+def _page(meta: dict, sections: list[dict], across: list) -> str:
+    """The self-contained HTML page: what was run, then each budget's findings, figures and tables."""
+    title = "Accuracy and bias report" if replicates(meta) > 1 else "Accuracy report (one release)"
+    body = [f"<h1>{title}: {html.escape(meta['spec_name'])}</h1>",
+            f"<p class='notice'>{html.escape(meta['notice'])}</p>", "<h2>What was run</h2><ul>"]
+    body += [f"<li>{html.escape(line)}</li>" for line in _intro(meta)] + ["</ul>"]
+    for section in sections:
+        head = f"rho = {section['rho']}" if len(sections) > 1 else "Findings"
+        body += [f"<h2>{html.escape(head)}</h2><ul>"] + [f"<li>{html.escape(x)}</li>" for x in section["findings"]]
+        body += ["</ul>"]
+        for caption, table in section["tables"]:
+            body += [f"<h3>{html.escape(caption)}</h3>", _html_table(table)]
+        for name, path in section["figures"]:
+            body += [f"<h3>{html.escape(name)}</h3>", _img_html(path)]
+    for name, path in across:
+        body += [f"<h2>{html.escape(name)}</h2>", _img_html(path)]
+    body.append("<p class='note'>Every metric of every query, level and size bin: report.md beside this page, and "
+                "metrics.parquet and bias.parquet in the study directory.</p>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>das report {html.escape(meta['spec_name'])}</title>"
+            f"<style>{page_style(PAGE_PX)}</style></head><body>{''.join(body)}</body></html>")
+
+
+def _write_markdown(path: Path, meta: dict, sections: list[dict], across: list, *, pooled, bias) -> None:
+    """report.md: the page's content, and the full tables (every query, level and bin)."""
+    md = [f"# Accuracy report: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
+    md += [f"- {line}" for line in _intro(meta)] + [""]
+    for section in sections:
+        md += [f"## rho = {section['rho']}", ""] + [f"- {x}" for x in section["findings"]] + [""]
+        for caption, table in section["tables"]:
+            md += [f"### {caption}", "", markdown_table(table), ""]
+        for title, figure in section["figures"]:
+            md += [f"### {title}", "", f"![{title}]({figure.name})", ""]
+    for title, figure in across:
+        md += [f"## {title}", "", f"![{title}]({figure.name})", ""]
+    overall = pooled[pooled["bin"] == "all"].drop(columns=["bin"])
+    by_bin = bias[(bias["bin"] != "all")].copy()
+    by_bin["bin"] = pd.Categorical(by_bin["bin"], SIZE_BINS, ordered=True)
+    by_bin = by_bin.sort_values(["rho", "query", "level", "estimator", "bin"])[BIAS_COLUMNS]
+    md += ["## Every metric (all cells)", "", markdown_table(overall), "",
+           "## Signed error by true size, every query and level", "", markdown_table(by_bin), ""]
+    path.write_text("\n".join(md))
 
 
 def _intro(meta: dict) -> list[str]:
     """What was run, in the report's words: input, budgets, estimators, what the errors are."""
     study = meta["study"]
-    runs = int(meta.get("replicates", study.get("runs", 1)))
-    return [
+    runs = replicates(meta)
+    draws = (f"Replicates per budget: {runs} (independent draws of noise: a mean over them estimates a bias)." if runs > 1
+             else "One release: one draw of noise. Its errors are what this release got, not a bias: a bias shows only "
+                  "across many draws (das replicate).")
+    lines = [
         f"Input: run spec `{meta['spec_name']}` ({meta['n_blocks']:,} blocks; levels {' > '.join(meta['levels'])}), "
         f"schema `{meta['schema']}`.",
-        f"Budgets (zCDP rho, persons): {', '.join(meta['rhos'])}. Replicates per budget: {runs}. "
-        f"Noise: {meta['randomness']}.",
-        f"Estimators, all from the same noisy measurements: {', '.join(LABELS.get(e, e) for e in study['estimators'])}. "
+        f"Budgets (zCDP rho, persons): {', '.join(meta['rhos'])}" + (" (each has its own section)" if len(meta["rhos"]) > 1
+                                                                     else "") + f". {draws} Noise: {meta['randomness']}.",
+        f"Estimators, all from the same noisy measurements: {', '.join(series.label(e) for e in study['estimators'])}. "
         "TopDown is the released product (nonnegative, integral, consistent); the raw noisy measurement is "
         "unbiased but inconsistent and can be negative; the unconstrained weighted least-squares (WLS) estimate "
         "is consistent and unbiased but fractional and can be negative. Differences between TopDown and WLS are "
         "what nonnegativity and integrality add.",
-        "Errors are estimate minus truth per geounit and query cell. Size bins are by the true count of the cell. "
-        "MALPE and MAPE are over cells with a positive true count. t is the mean signed error divided by its "
-        "standard error across replicates (|t| > 3: a bias the replicates resolve).",
+        "Errors are estimate minus truth per geounit and query cell, in persons. Size bins are by the true count of the "
+        "cell. MALPE and MAPE are over cells with a positive true count.",
     ]
+    if runs > 1:
+        lines.append("t is the mean signed error divided by its standard error across replicates (|t| > 3: a bias the "
+                     "replicates resolve).")
+    return lines

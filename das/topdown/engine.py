@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm import tqdm
 
 from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
 from das.executors import IN_FLIGHT_PER_SLOT, first_done, local_executor
 from das.geography import Geography
 from das.io import nmf
 from das.io.nmf import NoisyAnswers
+from das.progress import bar
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.rundir import nmf_level_path
 from das.schema import Schema
@@ -195,7 +195,7 @@ class ChildLimits:
     def bounds(self, schema: Schema, n_children: int) -> list[Bounds]:
         if self.given is not None:
             return self.given
-        return unit_bounds(schema, self.facts, self.unit_of_block, n_children, self.total)
+        return unit_bounds(schema, self.facts, self.unit_of_block, n_children, total=self.total)
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,7 @@ def _batch_task(job: _Release, plan: _Level, b: int, parent_solved: sp.csr_matri
                     offsets[p0:p1 + 1] - lo)
     chains = single_child_chains(geography, job.nmf_file, level, lo=lo, hi=hi, levels_read=indexes)
     limits = ChildLimits(job.invariants.blocks(b0, b1), geography.block_to_unit(level)[b0:b1] - lo,
-                         population_total(job.schema, job.invariants, level, lo, hi))
+                         population_total(job.schema, job.invariants, level, lo=lo, hi=hi))
     return BatchTask(family, BatchReads(plan.index, lo, hi, tuple(chains)), limits, job.options.settings(level))
 
 
@@ -434,7 +434,7 @@ def _solve_root(job: _Release, clock: float) -> tuple[sp.csr_matrix, LevelReport
     answers = nmf.read_level(nmf_level_path(job.nmf_dir, job.name, root), geography.units(root))
     finer = read_single_children(single_child_chains(geography, job.nmf_file, root, lo=0, hi=1))
     solution = solve_root(job.schema, list(answers.values()),
-                          level_bounds(job.schema, job.invariants, geography, root, 0, 1),
+                          level_bounds(job.schema, job.invariants, geography, level=root, lo=0, hi=1),
                           settings=job.options.settings(root), descendants=finer)
     solved = sp.csr_matrix(solution.counts.reshape(1, -1))
     return solved, LevelReport(root, 1, time.perf_counter() - clock, list(solution.events),
@@ -450,9 +450,8 @@ def _solve_levels(job: _Release, names: list[str], top: sp.csr_matrix, *, checkp
     try:
         batches = _Batches(job, _plan_levels(job, names, getattr(executor, "slots", 1)), top, checkpoints)
         plans = batches.plans
-        with tqdm(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
-                  desc=f"{job.name} post-processing", unit="batch", disable=None if options.progress else True,
-                  leave=False) as progress:
+        with bar(total=sum(p.n_batches for p in plans), initial=sum(len(p.results) for p in plans),
+                 desc=f"post-processing {job.name}", unit="batch", shown=options.progress, leave=False) as progress:
             while len(batches.reports) < len(plans):
                 batches.submit_ready(executor)
                 for future in first_done(executor, list(batches.running)) if batches.running else ():

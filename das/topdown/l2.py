@@ -47,6 +47,7 @@ class Lifted:
     linear: np.ndarray
     constant: float
     bases: list[Base]  # coarsest first
+    holders: list[np.ndarray] = field(default_factory=list)  # per term, in the order given: its answers' variables
 
     @property
     def n_total(self) -> int:
@@ -126,8 +127,9 @@ def _ones_at(row: np.ndarray, column: np.ndarray, n_rows: int, n_columns: int) -
 
 def lift(terms, n_var: int) -> Lifted:
     """The nested formulation of the terms (rows over x, answers, 1/variance): finest queries first."""
-    lifted = Lifted(n_var, [], np.zeros(n_var), np.zeros(n_var), 0.0, [])
-    for a, y, w in sorted(terms, key=lambda t: -t[0].shape[0]):
+    lifted = Lifted(n_var, [], np.zeros(n_var), np.zeros(n_var), 0.0, [], [np.zeros(0, np.int64)] * len(terms))
+    for i in sorted(range(len(terms)), key=lambda t: -terms[t][0].shape[0]):
+        a, y, w = terms[i]
         if not (isinstance(a, sp.csr_matrix) and a.dtype == float):
             a = sp.csr_matrix(a, dtype=float)
         labels = partition_labels(a)
@@ -143,6 +145,7 @@ def lift(terms, n_var: int) -> Lifted:
             lifted.weight = np.concatenate([lifted.weight, np.zeros(grow)])
             lifted.linear = np.concatenate([lifted.linear, np.zeros(grow)])
             lifted.definitions.append(_defined(e, start))
+        lifted.holders[i] = holders
         lifted.weight[holders] += w  # holders are distinct: one addition each, as np.add.at
         lifted.linear[holders] += -2.0 * w * y
         lifted.constant += w * float(y @ y)
@@ -209,12 +212,26 @@ class Pass:
     slack_budget: float | None = None
 
 
+class Point(NamedTuple):
+    """A solution in counts: x clipped at zero, and the solver's own answer variables of every term (unclipped,
+    in the terms' order): what the certificate's dual point is built from (das.topdown.solve.certify)."""
+
+    x: np.ndarray
+    answers: list[np.ndarray]
+
+
 def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.ndarray | None:
     """min over x >= 0 of the terms, children summing to the parent, bounds and held answers; x in counts or None.
 
     Variables are in units of `scale` (feasibility tolerances relative to the counts); the objective
     stays in counts. None when Clarabel proves the problem infeasible; `Stalled` when it stops short.
     """
+    point = solve_point(stated, n_var, scale, tight)
+    return None if point is None else point.x
+
+
+def solve_point(stated: Pass, n_var: int, scale: float, tight: bool = False) -> Point | None:
+    """`solve`, with the solver's answer variables of every term (the `Point`)."""
 
     terms, parent, slack_budget, bounds, fixed = (stated.terms, stated.parent, stated.slack_budget, stated.bounds,
                                                   stated.fixed)
@@ -280,4 +297,5 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
         return None
     if status not in ("Solved", "AlmostSolved"):
         raise Stalled(f"Clarabel stopped with status {status} after {solution.iterations} iterations")
-    return np.clip((np.asarray(solution.x[:n_var], dtype=float) + shift[:n_var]) * scale, 0, None)
+    values = (np.asarray(solution.x, dtype=float) + shift) * scale
+    return Point(np.clip(values[:n_var], 0, None), [values[h] for h in lifted.holders])

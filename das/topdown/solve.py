@@ -202,27 +202,29 @@ def check_solver(solver: str) -> str:
     raise ValueError(f"unknown least-squares solver {solver!r}: expected {' or '.join(SOLVERS)}")
 
 
-def _least_squares(columns, stated: l2.Pass, solver: str, *, tight: bool = False):
-    """One weighted least-squares pass; returns x (in counts) or None when infeasible.
+def _least_squares(columns, stated: l2.Pass, solver: str, *, tight: bool = False) -> l2.Point | None:
+    """One weighted least-squares pass; returns the solution (x in counts, and the direct path's answer
+    variables) or None when infeasible.
 
     Variables are x / scale (feasibility tolerances relative to the counts) but the residuals are
     in counts, weighted 1/sd: the objective is the statistical one, not shrunk by scale^2 below the
     solver's absolute gap tolerance (which stopped Clarabel at an interior point, spreading mass
     over truly empty cells of a state). `CLARABEL` builds the nested QP directly (das.topdown.l2);
-    `cvxpy:NAME` states the same problem in cvxpy, the reference.
+    `cvxpy:NAME` states the same problem in cvxpy, the reference (no answer variables: None).
     """
     scale = _scale_of([y for _, y, _ in stated.terms], stated.parent)
     if solver == "CLARABEL":
         try:
-            x = l2.solve(stated, len(columns), scale, tight)
-            if x is not None or not stated.fixed:
-                return x
+            point = l2.solve_point(stated, len(columns), scale, tight)
+            if point is not None or not stated.fixed:
+                return point
             # "infeasible" with held answers is numerical: the previous pass's solution satisfies them
             # (their equalities repeat the total invariant at a root, Perry County AL seed 11)
         except l2.Stalled:
             pass  # no proof either way (seen on the DHC schema's large roots)
         solver = "cvxpy:CLARABEL"  # the cvxpy path decides
-    return _least_squares_cvxpy(columns, stated, solver[len("cvxpy:"):], tight=tight, scale=scale)
+    x = _least_squares_cvxpy(columns, stated, solver[len("cvxpy:"):], tight=tight, scale=scale)
+    return None if x is None else l2.Point(x, None)
 
 
 def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, *, tight: bool, scale: float):
@@ -328,23 +330,46 @@ def _total_cap(terms, value: float) -> float | None:
     return None
 
 
-def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed) -> tuple[float, float]:
+def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=None) -> tuple[float, float]:
     """(objective, duality gap) of x in original units; the gap bounds objective(x) - optimum from above.
 
-    The gap is Frank-Wolfe's, g'x - min over the feasible set of g'y with g the gradient at x: the
-    Fenchel dual of the least-squares objective at the residuals of x gives exactly this lower
-    bound on the optimum. Where the set is unbounded (a root without a total invariant) the
-    minimum is taken over the optimal solutions' provable total (`_total_cap`), still a bound.
+    The gap is objective(x) minus a lower bound on the optimum: the Fenchel dual of the least-squares
+    objective, sum_q -|u_q|^2 / (4 w_q) - u_q'y_q + min over the feasible set of (sum_q A_q'u_q)'y, which
+    bounds the optimum from below for any u. At u_q = 2 w_q (A_q x - y_q) it is Frank-Wolfe's gap,
+    g'x - min g'y with g the gradient at x; with `answers` (the solver's own answer variables v_q) also
+    at u_q = 2 w_q (v_q - y_q), first: Frank-Wolfe's is computed too only when that one is above the
+    tolerance, and the larger bound is kept. The solver's answers carry its dual
+    accuracy, not A x's: x is clipped at zero after the solve and the answer definitions hold only to the
+    feasibility tolerance, and either shifts the gradient by a little that the parent counts multiply
+    (docs/scale.md). Where the set is unbounded (a root without a total invariant) the minimum is taken
+    over the optimal solutions' provable total (`_total_cap`), still a bound.
     """
-    value, grad = objective(terms, x)
+    residuals = [a @ x - y for a, y, _ in terms]
+    value = sum(w * float(r @ r) for (_, _, w), r in zip(terms, residuals))
+    candidates = [residuals] if answers is None else [[v - y for v, (_, y, _) in zip(answers, terms)], residuals]
+    gap = np.inf
+    for r in candidates:  # the solver's answers first: Frank-Wolfe's (an LP where bounds bind) only if they fail
+        gap = min(gap, _dual_gap(problem, columns, terms, r, value=value, parent_sums=parent_sums, bounds=bounds,
+                                 fixed=fixed, x_total=float(x.sum())))
+        if gap <= GAP_TOL * max(value, 1.0):
+            break
+    return value, gap
+
+
+def _dual_gap(problem, columns, terms, residuals, *, value: float, parent_sums, bounds, fixed, x_total: float) -> float:
+    """objective(x) - the Fenchel dual bound at u_q = 2 w_q r_q (`certify`); inf when the set is unbounded below."""
+    grad, offset = np.zeros(len(columns)), 0.0
+    for (a, y, w), r in zip(terms, residuals):
+        rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+        grad += (2.0 * w) * np.bincount(a.indices, weights=a.data * r[rows], minlength=len(columns))
+        offset += w * float(r @ r + 2.0 * (r @ y))  # value - dual = value + sum w (|r|^2 + 2 r'y) - min g'y
     low = _min_linear(problem, columns, grad, parent_sums=parent_sums, bounds=bounds, fixed=fixed)
     if low is None and parent_sums is None:
         cap = _total_cap(terms, value)
         if cap is not None:
             low = _min_linear(problem, columns, grad, parent_sums=parent_sums, bounds=bounds, fixed=fixed,
-                              cap=max(cap, float(x.sum())))
-    gap = np.inf if low is None else max(0.0, float(grad @ x) - low)
-    return value, gap
+                              cap=max(cap, x_total))
+    return np.inf if low is None else max(0.0, value + offset - low)
 
 
 def _relaxation(problem, columns, parent, bounds, *, relax_bounds: bool):
@@ -415,14 +440,16 @@ def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certifica
     `certificate` (and reported per level in the manifest), never accepted silently.
     """
     terms, fixed, parent, bounds = stated.terms, stated.fixed, stated.parent, stated.bounds
-    x = _least_squares(columns, stated, solver)
-    if x is None:
+    point = _least_squares(columns, stated, solver)
+    if point is None:
         return None
+    x = point.x
     parent_sums = None
     if parent is not None:
         parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
     held = _held_at(fixed, x)
-    value, gap = certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=held)
+    value, gap = certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=held,
+                         answers=point.answers)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
         # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
@@ -430,10 +457,10 @@ def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certifica
         for path in retries:
             retry = _least_squares(columns, stated, path, tight=True)
             if retry is not None:
-                v2, g2 = certify(problem, columns, terms, retry, parent_sums=parent_sums, bounds=bounds,
-                                 fixed=_held_at(fixed, retry))
+                v2, g2 = certify(problem, columns, terms, retry.x, parent_sums=parent_sums, bounds=bounds,
+                                 fixed=_held_at(fixed, retry.x), answers=retry.answers)
                 if g2 < gap:
-                    x, value, gap = retry, v2, g2
+                    x, value, gap = retry.x, v2, g2
             if gap <= GAP_TOL * max(value, 1.0):
                 break
         if gap > GAP_TOL * max(value, 1.0):
@@ -513,7 +540,8 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
                 a = _query_rows(problem, q, columns)
                 fixed.append((a, a @ x))
     if x is None:  # no queries at all: any feasible point
-        x = _least_squares(columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
+        point = _least_squares(columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
+        x = None if point is None else point.x
     return x, events, bounds, columns
 
 
@@ -529,9 +557,9 @@ def _snap(values: np.ndarray) -> np.ndarray:
 _banner_shown = []  # HiGHS prints its banner to the process's stdout once, from the first Highs()
 
 
-def _quiet_highs() -> highspy.Highs:
+def quiet_highs() -> highspy.Highs:
     """A Highs with no output; the first one of the process is built with stdout closed, so its banner
-    does not land in the run summary (once per worker process before)."""
+    does not land in a command's output (the run summary, the attack's report): every HiGHS model of das is built here."""
     if _banner_shown:
         h = highspy.Highs()
     else:
@@ -550,7 +578,7 @@ def _quiet_highs() -> highspy.Highs:
 
 
 def _highs_lp(cost, a_matrix: sp.csr_matrix, row_lower, row_upper, *, col_upper, integer: bool):
-    h = _quiet_highs()
+    h = quiet_highs()
     h.setOptionValue("threads", 1)
     n = len(cost)
     lp = highspy.HighsLp()

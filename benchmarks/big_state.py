@@ -1,0 +1,221 @@
+"""A real-shaped big state run partitioned on this machine (issue 26), side by side with Vermont through the same
+harness, and the national projection recomputed from it (benchmarks/projection.py; method: docs/scale.md).
+
+    python -m benchmarks.big_state [INPUT_DIR]   # one run, JSON on stdout (the input is written if missing)
+
+`scale.big_state`: scripts/make_big_state's default state (14.2 million persons under one state code: a county of
+2,400 tracts, one of 1,000, Vermont's 14 counties; six levels with block groups; the 2020 production strategies),
+`das run` partitioned, seeded, 2 workers, `--memory-gb 24`. Its reference is Vermont (625,741 persons) written by
+the same script and run by the same harness in the same session, so the per-person figures compare. Recorded:
+wall, CPU of the driver and of the workers, the driver's and every worker's peak, the tree's peak; per state task
+(A read, B measure and solve persons, C units and parts, V validate) its CPU and its peak over the worker's
+baseline, per person, against the task's admission estimate (das.partitioned.TASK_MB_PER_PERSON); per level the
+largest batch (its parents, children, seconds) and the L2 certificate; the bytes the run read and wrote (every
+process's rchar and wchar, the pollers' own reads left out); whether validation passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks._harness import Bench
+from benchmarks.partitioned import STAGES, _status_kb, recording
+from benchmarks.scale import (
+    POLLERS,
+    _cpu,
+    _peak_rss_mb,
+    _process_table,
+    _reset_peak_rss,
+    pollers_cpu,
+    watching_descendants,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = 2
+MEMORY_GB = 24.0
+SEED = 2020
+BIG = ("--big", "2400,1000", "--small", "vt")  # scripts/make_big_state's defaults, stated
+VERMONT = ("--big", "", "--small", "vt", "--state", "50")
+
+
+def write_input(out: Path, arguments: tuple[str, ...]) -> dict:
+    """scripts/make_big_state into `out` (in another process: the driver starts at its baseline); its summary."""
+    if not (out / "summary.json").is_file():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_big_state"), str(out), *arguments], check=True,
+                       capture_output=True)
+    return json.loads((out / "summary.json").read_text())
+
+
+def _io(path: str) -> tuple[int, int]:
+    """(rchar, wchar) of a /proc io file: bytes a process (or thread) read and wrote through system calls."""
+    try:
+        fields = dict(line.split(": ") for line in Path(path).read_text().splitlines())
+        return int(fields["rchar"]), int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+def _pollers_io() -> tuple[int, int]:
+    """What this process's polling threads (scripts/bench's, the benchmarks') read and wrote: /proc, not das."""
+    total = [0, 0]
+    for thread in threading.enumerate():
+        if (thread.name.endswith(POLLERS) or thread.name.endswith("(_descendants_io)")) and thread.native_id:
+            r, w = _io(f"/proc/self/task/{thread.native_id}/io")
+            total[0], total[1] = total[0] + r, total[1] + w
+    return total[0], total[1]
+
+
+def _descendants_io(stop: threading.Event, last: dict, every: float = 0.5) -> None:
+    """Each descendant's latest (rchar, wchar) under its pid, polled until `stop` (a process's last
+    half-second before it exits may be missed: the figures are a lower bound)."""
+    me = os.getpid()
+    while True:
+        table = _process_table()
+        tree, frontier = set(), [me]
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, _, _) in table.items():
+                if ppid == parent and pid not in tree:
+                    tree.add(pid)
+                    frontier.append(pid)
+        for pid in tree:
+            found = _io(f"/proc/{pid}/io")
+            if found != (0, 0):
+                last[pid] = found
+        if stop.wait(every):
+            return
+
+
+@contextmanager
+def counting_io(figures: dict):
+    """Bytes read and written by this process (less its pollers') and its descendants while the block runs."""
+    last: dict = {}
+    stop = threading.Event()
+    own0, pollers0 = _io("/proc/self/io"), _pollers_io()
+    poller = threading.Thread(target=_descendants_io, args=(stop, last), daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        own1, pollers1 = _io("/proc/self/io"), _pollers_io()
+        stop.set()
+        poller.join()
+        for k, name in enumerate(("read", "written")):
+            driver = own1[k] - own0[k] - (pollers1[k] - pollers0[k])
+            workers = sum(v[k] for v in last.values())
+            figures[f"driver_bytes_{name}"] = float(driver)
+            figures[f"workers_bytes_{name}"] = float(workers)
+            figures[f"bytes_{name}"] = float(driver + workers)
+
+
+def _state_figures(records: list[dict], persons: float) -> dict:
+    """Per state task stage: CPU, CPU per person, peak over the worker's baseline (per person), the estimate."""
+    from das.partitioned import TASK_MB_PER_PERSON, WORKER_BASE_MB
+
+    figures = {}
+    for stage in STAGES.values():
+        tasks = [r for r in records if r["stage"] == stage]
+        if not tasks:
+            continue
+        cpu = sum(r["cpu_seconds"] for r in tasks)
+        over = max(r["peak_mb"] - r["base_mb"] for r in tasks)
+        width = max(r["width"] for r in tasks)
+        estimate = TASK_MB_PER_PERSON * persons + (width - 1) * WORKER_BASE_MB
+        figures.update({f"state_{stage}_cpu_s": cpu, f"state_{stage}_cpu_us_per_person": cpu / persons * 1e6,
+                        f"state_{stage}_seconds": max(r["seconds"] for r in tasks),
+                        f"state_{stage}_over_base_mb": over, f"state_{stage}_kb_per_person": over * 1024 / persons,
+                        f"state_{stage}_estimate_mb": estimate, f"state_{stage}_within_estimate": float(over <= estimate),
+                        f"state_{stage}_width": float(width)})
+    return figures
+
+
+def _level_figures(process: dict, manifest) -> dict:
+    """Per (release, level): the largest batch (children, seconds, CPU), the batches' CPU, the L2 certificate."""
+    figures = {}
+    for release, levels in process["levels"].items():
+        certificates = {r.level: r.l2_certificate for r in (manifest.levels_report or {}).get(release, [])}
+        for r in levels:
+            key, tasks, l2 = f"{release}_{r['level']}", r.get("tasks", {}), certificates.get(r["level"], {})
+            figures.update({f"{key}_largest_task_s": float(tasks.get("largest_seconds", r.get("seconds", 0.0))),
+                            f"{key}_largest_children": float(tasks.get("largest_children", 0)),
+                            f"{key}_cpu_s": float(tasks.get("cpu_seconds", 0.0)),
+                            f"{key}_batches": float(tasks.get("run", 0)),
+                            f"{key}_max_rel_gap": float(l2.get("max_rel_gap", 0.0)),
+                            f"{key}_retried": float(l2.get("retried", 0)), f"{key}_uncertified": float(l2.get("uncertified", 0))})
+    return figures
+
+
+def run_state(input_dir: Path, arguments: tuple[str, ...], *, workers: int = WORKERS, memory_gb: float = MEMORY_GB) -> dict:
+    """One seeded partitioned `das run` of a make_big_state input: the figures the module lists."""
+    from das.bundle import read_process
+    from das.run import run
+
+    summary = write_input(input_dir, arguments)
+    persons = float(summary["persons"])
+    with tempfile.TemporaryDirectory(dir=input_dir.parent) as tmp:
+        _reset_peak_rss()
+        base = _status_kb("VmRSS") / 1024
+        self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers_cpu(), _cpu(resource.RUSAGE_CHILDREN)
+        records, driver, seen, io = [], {}, {}, {}
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        with watching_descendants(seen), counting_io(io), recording(records, driver):
+            result = run(input_dir / "spec.toml", Path(tmp) / "out", seed=SEED, workers=workers, progress=False,
+                         memory_gb=memory_gb)
+        seconds = time.perf_counter() - t0
+        process = read_process(Path(tmp) / "out")
+        out_bytes = sum(p.stat().st_size for p in (Path(tmp) / "out").rglob("*") if p.is_file())
+    driver_cpu = _cpu(resource.RUSAGE_SELF) - pollers_cpu() - self0
+    worker_cpu = _cpu(resource.RUSAGE_CHILDREN) - children0
+    tree = seen.pop("workers_tree_mb", float("nan"))
+    figures = {"persons": persons, "blocks": float(summary["blocks_with_units"]), "tracts": float(summary["tracts"]),
+               "largest_county_tracts": float(summary["largest_counties_tracts"][0]), "valid": float(result.valid),
+               "load_at_start": load, "seconds": seconds, "driver_cpu_s": driver_cpu, "worker_cpu_s": worker_cpu,
+               "cpu_us_per_person": (driver_cpu + worker_cpu) / persons * 1e6,
+               "driver_peak_mb": max(_peak_rss_mb(), driver.pop("overall_peak_mb", 0.0)), "driver_base_mb": base,
+               "worker_peak_mb": max(seen.values(), default=float("nan")), "workers_tree_peak_mb": tree,
+               "release_bytes": float(out_bytes), **io, **{k: float(v) for k, v in driver.items()},
+               **_state_figures(records, persons), **_level_figures(process, result.manifest)}
+    for key, value in process["timings_seconds"].items():
+        figures[f"timing_{key}_s"] = float(value)
+    return figures
+
+
+def _input_dir(name: str) -> Path:
+    return Path(os.environ.get("DAS_BIG_STATE_DIR", Path(tempfile.gettempdir()) / "das_big_state")) / name
+
+
+def run_big() -> dict:
+    from benchmarks.projection import project_from
+
+    figures = run_state(_input_dir("big"), BIG)
+    figures.update(project_from(figures))
+    return figures
+
+
+def run_vermont() -> dict:
+    return run_state(_input_dir("vermont"), VERMONT)
+
+
+_TARGET = ("completes, validates, no state task over its admission estimate; national projection from it <= 1.0 h on "
+           "one 64-core 64 GB machine and on 8 Dask workers x 16 cores x 32 GB")
+BENCHES = [Bench("scale.big_state", "real-shaped big state (14.2M persons, a county of 2,400 tracts, six levels with "
+                 "block groups, production strategies) run partitioned, seeded, 2 workers, --memory-gb 24; Vermont "
+                 "through the same script and harness alongside; the national projection from it",
+                 run_big, key="seconds", repeats=1, references={"Vermont (same harness)": run_vermont},
+                 target=_TARGET)]
+
+
+if __name__ == "__main__":  # python -m benchmarks.big_state [INPUT_DIR [vermont]]
+    where = Path(sys.argv[1]) if len(sys.argv) > 1 else _input_dir("big")
+    vermont = len(sys.argv) > 2 and sys.argv[2] == "vermont"
+    print(json.dumps(run_state(where, VERMONT if vermont else BIG), indent=1, sort_keys=True))

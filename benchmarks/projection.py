@@ -1,0 +1,152 @@
+"""The national projection recomputed from the big state's measured figures (issue 26; docs/scale.md, "A national
+release from the big state"), for one 64-core 64 GB machine and for a Dask cluster of 8 workers x 16 cores x 32 GB.
+
+Measured (benchmarks/big_state.py, one run): each state task stage's CPU per person (A read; B measure and solve
+persons, of which all but reading is divisible among a state's slots; C units and parts, its engine part
+divisible; V validate) and its memory per person over a worker's baseline; the largest batch of each level
+below the county; the largest county's tract problem (2,400 tracts), with its growth exponent measured on
+Honolulu's tracts replicated (benchmarks/largest_parent.py); the driver's serial work (the top's measurement and
+solves, the assembly, validation's driver part, and the rest of the driver's CPU: fingerprints, digests,
+signing, manifest) per person; the bytes read and written per person.
+
+Assumed (`Target`): the states' 2020 persons (benchmarks.partitioned.STATE_POPULATION_2020); the four largest
+counties by 2020 tracts (`LARGEST_COUNTIES`); the disk (or shared storage) bandwidth `disk_gb_s`, every byte
+counted serially (no overlap with computing: an upper bound); the engine's parallel efficiency as measured on
+2 processes (else 0.8); Dask's cost per task `dask_task_s`; that CPU per person does not depend on the state's
+size beyond the largest parent (the big state is 14.2M persons; California 39.5M).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from benchmarks.partitioned import STATE_POPULATION_2020, makespan
+
+# The four largest counties by 2020 census tracts (approximate counts) and their states: the critical paths.
+LARGEST_COUNTIES = {"Los Angeles CA": ("CA", 2498), "Cook IL": ("IL", 1332), "Harris TX": ("TX", 1115),
+                    "Maricopa AZ": ("AZ", 1022)}
+PARENT_EXPONENT = 1.4  # CPU ~ tracts^1.4 for one county's tract problem: 244 -> 2,400 tracts measured (docs/scale.md)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a national run is projected: its cores, memory and workers (1 worker: one machine, the local pool)."""
+
+    name: str
+    workers: int
+    cores_per_worker: int
+    memory_gb_per_worker: float
+    disk_gb_s: float = 2.0       # local NVMe, or the cluster's shared storage, aggregate
+    dask_task_s: float = 0.0     # scheduling cost per task (Dask: about a millisecond)
+    persons_m: dict = field(default_factory=lambda: dict(STATE_POPULATION_2020))
+
+    @property
+    def cores(self) -> int:
+        return self.workers * self.cores_per_worker
+
+
+MACHINE = Target("one 64-core 64 GB machine", workers=1, cores_per_worker=64, memory_gb_per_worker=64.0)
+CLUSTER = Target("Dask: 8 workers x 16 cores x 32 GB", workers=8, cores_per_worker=16, memory_gb_per_worker=32.0,
+                 dask_task_s=0.001)
+
+
+def rates(f: dict) -> dict:
+    """Per-person rates and fixed costs from one big-state run's figures (benchmarks.big_state.run_state)."""
+    persons = f["persons"]
+    below = [k for k in f if k.startswith("persons_") and k.endswith("_cpu_s")
+             and k.split("_")[1] not in ("nation", "state")]
+    units = [k for k in f if k.startswith("units_") and k.endswith("_cpu_s") and k.split("_")[1] not in ("nation", "state")]
+    other = f["driver_cpu_s"] - f.get("read_cpu_s", 0.0) - f.get("states_cpu_s", 0.0) - f.get("validate_cpu_s", 0.0)
+    tract_task = f["persons_tract_largest_task_s"]
+    return {"A": f["state_A_cpu_s"] / persons, "B": f["state_B_cpu_s"] / persons,
+            "B_div": max(0.0, f["state_B_cpu_s"] - f["state_A_cpu_s"]) / persons,
+            "C": f["state_C_cpu_s"] / persons, "C_div": sum(f[k] for k in units) / persons,
+            "V": f["state_V_cpu_s"] / persons, "engine_B": sum(f[k] for k in below) / persons,
+            **{f"mb_{s}": f[f"state_{s}_kb_per_person"] / 1024 for s in "ABCV"},
+            "serial_per_person": (f.get("assemble_cpu_s", 0.0) + f.get("validate_cpu_s", 0.0) + max(0.0, other)) / persons,
+            "top_per_state": f.get("top_measure_cpu_s", 0.0) + f.get("top_solve_cpu_s", 0.0),
+            "bytes_per_person": (f["bytes_read"] + f["bytes_written"]) / persons,
+            "driver_bytes_per_person": (f["driver_bytes_read"] + f["driver_bytes_written"]) / persons,
+            "tract_task_s": tract_task, "tract_task_children": f["persons_tract_largest_children"],
+            "below_tract_s": f["persons_block_group_largest_task_s"] + f["persons_block_largest_task_s"],
+            "parent_peak_mb": f.get("worker_peak_mb", 0.0), "driver_peak_mb": f["driver_peak_mb"],
+            "efficiency": f.get("engine_efficiency", 0.8),
+            "batches_per_person": sum(v for k, v in f.items() if k.endswith("_batches")) / persons}
+
+
+def critical_paths(r: dict) -> dict[str, float]:
+    """Each state's longest chain below it, in seconds: its largest county's tract problem (grown from the measured
+    one by PARENT_EXPONENT) and the largest block-group and block batches after it."""
+    paths = {}
+    for _, (state, tracts) in LARGEST_COUNTIES.items():
+        tract = r["tract_task_s"] * (tracts / r["tract_task_children"]) ** PARENT_EXPONENT
+        paths[state] = max(paths.get(state, 0.0), tract + r["below_tract_s"])
+    return paths
+
+
+def _stage_seconds(r: dict, stage: str, persons: list[float], widths: list[int], paths: list[float]) -> list[float]:
+    """Each state task's seconds: its serial part, its divisible part on its width, at least serial + critical path."""
+    divisible = r.get(f"{stage}_div", 0.0)
+    serial = r[stage] - divisible
+    out = []
+    for p, w, path in zip(persons, widths, paths):
+        seconds = serial * p + divisible * p / (w * (r["efficiency"] if w > 1 else 1.0))
+        out.append(max(seconds, serial * p + path) if stage == "B" else seconds)
+    return out
+
+
+def project(r: dict, target: Target) -> dict:
+    """The national wall time on `target`, every term listed (seconds), and whether the largest task fits."""
+    from das.partitioned import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
+
+    codes = list(target.persons_m)
+    persons = [target.persons_m[c] * 1e6 for c in codes]
+    total = sum(persons)
+    path_of = critical_paths(r)
+    paths = [path_of.get(c, r["below_tract_s"]) for c in codes]
+    worker_mb = target.memory_gb_per_worker * 1024
+    # a state task is admitted on one worker: the machine's budget less the driver (one machine) and baselines
+    alone = (DRIVER_MB if target.workers == 1 else 0.0) + WORKER_BASE_MB * (target.cores_per_worker if target.workers == 1 else 1)
+    budget = worker_mb - alone
+    out = {"task_budget_gb": budget / 1024}
+    wall = 0.0
+    for stage in "ABCV":
+        if target.workers == 1 and stage in "BC":  # a wide state: a pool of its own on the machine
+            widths = [max(1, min(target.cores, int(target.cores * p / total))) for p in persons]
+        elif stage in "BC":  # Dask: a state's chunks and batches spread over the whole cluster
+            widths = [target.cores] * len(persons)
+        else:
+            widths = [1] * len(persons)
+        seconds = _stage_seconds(r, stage, persons, widths, paths)
+        memory = [r[f"mb_{stage}"] * p + (w - 1) * WORKER_BASE_MB * (target.workers == 1) for p, w in zip(persons, widths)]
+        estimate = [max(TASK_MB_PER_PERSON * p, m) for p, m in zip(persons, memory)]
+        slots = [min(w, target.cores_per_worker) if target.workers == 1 else 1 for w in widths]
+        if target.workers == 1:
+            out[f"stage_{stage}_s"] = makespan(seconds, estimate, target.cores, budget, slots)
+        else:  # serial parts one slot each within every worker's budget; divisible parts share all cores
+            serial = [r[stage] * p - r.get(f"{stage}_div", 0.0) * p for p in persons]
+            spread = sum(r.get(f"{stage}_div", 0.0) * p for p in persons) / (target.cores * r["efficiency"])
+            out[f"stage_{stage}_s"] = max(makespan([s + spread / len(persons) for s in serial], estimate,
+                                                   target.cores, budget * target.workers), max(seconds))
+        out[f"stage_{stage}_largest_s"] = max(seconds)
+        out[f"stage_{stage}_largest_gb"] = max(estimate) / 1024
+        wall += out[f"stage_{stage}_s"]
+    serial = {"top": r["top_per_state"] * len(codes), "driver": r["serial_per_person"] * total,
+              "io": r["bytes_per_person"] * total / (target.disk_gb_s * 1e9),
+              "dask_tasks": r["batches_per_person"] * total * target.dask_task_s}
+    for name, seconds in serial.items():
+        out[f"serial_{name}_s"] = seconds
+    wall += sum(serial.values())
+    largest = max(out[f"stage_{s}_largest_gb"] for s in "ABCV") + r["parent_peak_mb"] / 1024
+    out.update({"h": wall / 3600, "largest_task_gb": largest, "fits": float(largest * 1024 <= budget),
+                "critical_path_s": max(path_of.values())})
+    return out
+
+
+def project_from(f: dict) -> dict:
+    """Both targets' projections from one run's figures, prefixed `national_machine_` and `national_cluster_`."""
+    r = rates(f)
+    out = {}
+    for prefix, target in (("national_machine_", MACHINE), ("national_cluster_", CLUSTER)):
+        out.update({prefix + k: v for k, v in project(r, target).items()})
+    return out

@@ -1,0 +1,40 @@
+"""das as a Python library: the same work as the command line, with Python values in and out.
+
+    import das
+    release = das.run("tiny", persons=persons_frame, units=units_frame, out="runs/mine", seed=7)
+    release.certificate.eps, release.tables["P1"], release.mdf, release.validate().ok
+
+`das.run` (a TopDown release) and `das.synth` (another mechanism family) give a `Release`; `das.validate`
+checks one; `das.metrics`, `das.replicate` and `das.compare` score releases against the truth (a `Study`);
+`das.attack` runs the reconstruction audit (`AttackConfig` in, `AttackResult` out); `das.eps_for_rho` and
+`das.rho_for_eps` convert a budget exactly. Specs are shipped names, paths or dicts; inputs paths or pandas
+DataFrames, read by the same validating reader as files. Each function's arguments are its command's flags.
+Messages go to the "das" logger (`logging`); see docs/api.md.
+"""
+
+from das.api.budget import certificates, eps_for_rho, rho_for_eps
+from das.api.init import init_spec
+from das.api.release import Release, run, synth, validate
+from das.api.studies import Study, compare, metrics, replicate
+from das.attack.command import AttackConfig, AttackResult
+from das.attack.command import run_attack as _run_attack
+
+WORKERS_NOTE = """Every function runs in one process by default (workers=1). With more, das starts worker processes
+by "spawn", which imports the main module again in each: a script that asks for workers > 1 must keep its top-level
+code under `if __name__ == "__main__":`, as every Python program that uses multiprocessing (a notebook or
+`python -c` need nothing)."""
+
+
+def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
+    """`das attack`: the reconstruction audit of a release (or of exact tables: published="exact"), scored against
+    the confidential truth. Give an AttackConfig, or its fields as keywords (named as the flags: truth, published,
+    out, level, runs, relaxed, steps, ...). Returns the geounits attacked and Match-Rate keyed by k (an int)."""
+    if config is None:
+        config = AttackConfig(**flags)
+    elif flags:
+        raise TypeError("give an AttackConfig or its fields as keywords, not both")
+    return _run_attack(config)
+
+
+__all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
+           "certificates", "replicate", "rho_for_eps", "run", "synth", "validate"]

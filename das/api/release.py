@@ -1,0 +1,241 @@
+"""`das.run`, `das.synth`, `das.validate` and the `Release` they give back.
+
+A release is a directory on disk (what `das run` and `das synth` write, a publishable bundle); `Release`
+reads it as Python values: its typed certificate, its tables and MDF as pandas DataFrames (geography as
+plain strings, so `mdf.TABBLKST + mdf.TABBLKCOU` is a county code), its manifest, and its validation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+from pathlib import Path
+
+from das.api.inputs import Input, input_files, prepared, said_of_frames
+from das.privacy.certificate import Certificate
+from das.rundir import Manifest, RunDir
+from das.schema import SpecError
+from das.specfile import parse_fraction
+
+logger = logging.getLogger(__name__)
+
+
+def exact(value, name: str) -> Fraction | None:
+    """A budget given in Python as an exact number: a Fraction, an int or a string ("1/2", "0.25", "1e-10").
+
+    >>> exact("1/2", "rho"), exact(2, "eps"), exact(None, "delta")
+    (Fraction(1, 2), Fraction(2, 1), None)
+    """
+    if value is None or isinstance(value, Fraction):
+        return value
+    if isinstance(value, float):
+        raise SpecError(f"{name}: {value!r} is a float, which is not exact: give a Fraction or a string like \"0.25\"")
+    return parse_fraction(value, name)
+
+
+def budget_given(rho, eps, delta):
+    """The command line's budget arguments as das.runspec.Budget (None when none is given)."""
+    from das.runspec import Budget
+
+    given = Budget(rho=exact(rho, "rho"), eps=exact(eps, "eps"), delta=exact(delta, "delta"))
+    return given if given else None
+
+
+@dataclass(frozen=True)
+class Release:
+    """A finished release directory, read as Python values (each read when first asked for).
+
+    `certificate` is the persons release's privacy certificate (exact Fractions: rho, and eps at delta);
+    `tables` maps a table name (P1 ... P5, H1) to a DataFrame, a row per geounit at every level;
+    `mdf` is the persons microdata (one row per person); `valid` is the validation recorded when the
+    release was written, and `validate()` checks it again from its files.
+    """
+
+    path: Path
+    manifest: Manifest
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Release:
+        """The release in directory `path` (a finished `das run` or `das synth`); RunDirError if it is not one."""
+        return cls(Path(path), RunDir(path).read_complete())
+
+    @property
+    def certificate(self) -> Certificate:
+        """The persons release's certificate: rho (exact), eps at delta, the charges by level and query."""
+        return self.manifest.certificate("persons")
+
+    @property
+    def certificates(self) -> Mapping[str, Certificate]:
+        """Every release's certificate ("persons", and "units" for a TopDown release)."""
+        return dict(self.manifest.privacy)
+
+    @property
+    def private(self) -> bool:
+        """False for a seeded release (replication mode): its noise is reproducible and it must not be published."""
+        return self.manifest.private
+
+    @property
+    def valid(self) -> bool:
+        """Whether the release passed the validation run when it was written (what its files show, and, the
+        operator's, against the inputs)."""
+        from das.frame import ReleaseFrame, release_valid
+
+        return release_valid(ReleaseFrame(RunDir(self.path), self.manifest, None))
+
+    @property
+    def summary(self) -> str:
+        """The few lines `das run` prints: counts, budget, timings (the operator's record), failsafe events, validation."""
+        from das.frame import ReleaseFrame
+        from das.run import render_summary
+
+        return render_summary(ReleaseFrame(RunDir(self.path), self.manifest, None))
+
+    def table(self, name: str, *, names: str = "readable"):
+        """Table `name` as a DataFrame: level, geocode, then a column per cell, named readably (`cenrace=White`) or
+        with names="pl" by their PL 94-171 fields (`P0010003`; a column PL 94-171 lacks keeps its name)."""
+        import pandas as pd
+
+        from das.io.table_names import check_naming, pl_fields, renamed
+        from das.io.tables import load_tables
+        from das.schema import load_schema
+
+        check_naming(names)
+        path = RunDir(self.path).table(name)
+        if not path.is_file():
+            known = sorted(p.stem for p in RunDir(self.path).tables_dir.glob("*.parquet"))
+            raise KeyError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
+        frame = pd.read_parquet(path)
+        if names == "pl":
+            spec = {t.name: t for t in load_tables(self.manifest.tables)}.get(name)
+            if spec is not None:
+                frame = renamed(frame, pl_fields(spec, load_schema(spec.schema)))
+        return frame
+
+    @cached_property
+    def tables(self) -> Mapping[str, object]:
+        """Every table of the release by name, as DataFrames with readable column names (`table` for PL names)."""
+        names = sorted(p.stem for p in RunDir(self.path).tables_dir.glob("*.parquet"))
+        return {name: self.table(name) for name in names}
+
+    @cached_property
+    def mdf(self):
+        """The persons microdata detail file: one row per person, every column plain (geography as strings)."""
+        return self._mdf("persons")
+
+    @cached_property
+    def units_mdf(self):
+        """The housing units and group-quarters facilities (a TopDown release), or None (a synthetic one)."""
+        return self._mdf("units")
+
+    def _mdf(self, kind: str):
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        from das.io.mdf import plain
+
+        run = RunDir(self.path)
+        if run.mdf(kind).is_file():
+            return plain(pq.read_table(run.mdf(kind))).to_pandas()
+        text = run.mdf(kind, "pipe")
+        if text.is_file():  # [output] mdf_layout = "pipe": every value as text, as written
+            header = text.open().readline().rstrip("\n").split("|")
+            options = pacsv.ConvertOptions(column_types={c: "string" for c in header})
+            return pacsv.read_csv(text, parse_options=pacsv.ParseOptions(delimiter="|"),
+                                  convert_options=options).to_pandas()
+        if kind == "units":
+            return None
+        raise FileNotFoundError(f"{self.path}: no persons MDF")
+
+    def validate(self, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
+        """Check the release again from its files (das.validate), with `inputs` (two paths or DataFrames: the
+        confidential persons and units) against them too, with `public_key` its signature. Returns the report: `ok`,
+        `checks`, `violations`."""
+        return validate(self, inputs=inputs, public_key=public_key)
+
+    def __repr__(self) -> str:
+        from das.privacy.certificate import delta_text
+
+        c = self.certificate
+        return (f"Release({str(self.path)!r}: {self.manifest.spec_name}, rho {c.rho}, eps {c.eps} at delta {delta_text(c.delta)}"
+                f"{'' if self.private else ', seeded: NOT private'}{'' if self.valid else ', NOT valid'})")
+
+
+def _out(out, spec_file: Path) -> Path:
+    """`das run`'s default output directory, runs/NAME (NAME: the spec's name)."""
+    if out is not None:
+        return Path(out)
+    from das.runspec import load_run_spec
+
+    return Path("runs") / load_run_spec(spec_file).name
+
+
+def run(spec, *, persons: Input | None = None, units: Input | None = None, out: str | os.PathLike | None = None,
+        seed: int | None = None, workers: int = 1, rho=None, eps=None, delta=None, overwrite: bool = False,
+        allow_large_rho: bool = False, progress: bool = True, engine: str = "local", scheduler: str | None = None,
+        memory_gb: float | None = None, signing_key: str | os.PathLike | None = None) -> Release:
+    """A whole TopDown release (measure, post-process, write, validate), as `das run` makes it.
+
+    spec: a shipped name ("tiny", "vt_demo"), a path to a run spec .toml, or a dict of what a spec file holds.
+    persons, units: the confidential inputs, paths or pandas DataFrames (read as a CSV file of the same values
+    would be: the same checks and errors, a DataFrame's row r being its r-th row); by default the spec's.
+    out: the release directory (default: runs/NAME, NAME the spec's name); seed: replication mode (seeded noise,
+    NOT private); workers: solver processes (more than 1: see WORKERS_NOTE); rho, or eps at delta: the persons budget
+    (default: the spec's; exact: a Fraction or a string "1/2"); overwrite: replace an earlier das release in out;
+    allow_large_rho: acknowledge a budget above the cap; progress: bars on a terminal; engine, scheduler, memory_gb:
+    where tasks run (local or dask) and a partitioned run's memory budget (docs/scale.md); signing_key: the operator's
+    Ed25519 key to sign the release with (das keygen; default: a key of the release's own). Refusals raise das's
+    errors (SpecError, InputError, RunError, OutDirError, BudgetError), each saying what and where, before any
+    noise is drawn. A release that fails validation is returned with `valid` False (das run exits 1).
+
+    >>> release = run("tiny", out=getfixture("tmp_path") / "tiny", seed=7, workers=1, progress=False)
+    >>> release.valid, release.certificate.eps, release.tables["P1"].query("level == 'state'")["total"].item()
+    (True, 17.1436, 145)
+    """
+    from das.run import run as run_release
+
+    with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
+        result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers,
+                             overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
+                             budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb,
+                             signing_key=None if signing_key is None else Path(signing_key))
+    if not result.valid:
+        logger.error(f"the release in {result.out_dir} FAILED validation: {list(result.manifest.validation.violations[:3])}")
+    return Release(result.out_dir, result.manifest)
+
+
+def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | None = None,
+          out: str | os.PathLike | None = None, seed: int | None = None, rho=None, eps=None, delta=None,
+          overwrite: bool = False, allow_large_rho: bool = False, signing_key: str | os.PathLike | None = None) -> Release:
+    """A private synthetic persons release by another mechanism family (`das synth`): flat, stability, mwem,
+    privbayes, privsyn, mst, aim (docs/mechanisms.md). The arguments are `run`'s; `mechanism` names the family.
+    Its release has the layout of `das run`'s (MDF, tables, manifest with the certificate), so `Release` reads it."""
+    from das.mechanisms import synthesize
+
+    with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
+        out_dir = synthesize(ready.spec, mechanism, _out(out, ready.spec), seed=seed, overwrite=overwrite,
+                             allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta),
+                             signing_key=None if signing_key is None else Path(signing_key))
+    return Release.open(out_dir)
+
+
+def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
+    """The independent validation of a release (`das validate`): a Release or a run directory's path; `inputs`
+    (paths or DataFrames) add the comparison with the confidential persons and units; `public_key` (the operator's,
+    published) proves who signed it. Returns das.validate's Report (`ok`, `checks`, `violations`); ValidationError
+    when a file is missing or unreadable.
+
+    >>> validate(run("tiny", out=getfixture("tmp_path") / "t", seed=1, workers=1, progress=False)).ok
+    True
+    """
+    from das.validate import validate_run
+
+    path = Path(release.path if isinstance(release, Release) else release)
+    key = None if public_key is None else Path(public_key)
+    if inputs is None:
+        return validate_run(path, public_key=key)
+    with input_files(*inputs) as (files, frames), said_of_frames(frames):
+        return validate_run(path, inputs=files, public_key=key)

@@ -1,0 +1,645 @@
+"""Empirical privacy audit of whole releases: every public output of `das run` or `das synth`, end to end.
+
+Where das.attack.privacy audits the measurement alone, this runs a release command itself (the reader,
+the mechanism, post-processing, the writers, the manifest, validation) `trials` times on each of two
+neighbouring datasets it makes from a handful of blocks of the tiny fixture (no confidential input is
+read), and tests every public output: each manifest value, each count of MDF rows per block and per
+(block, record), each table cell, each NMF answer, each Parquet file's rows, row groups and metadata,
+the list of files. For every pair of neighbours and every delta it reports
+
+- the largest distinguishing lower bound on eps found, by the method of das.attack.privacy: the
+  event {feature >= t} (or <=) chosen on the first half of the trials, its probabilities bounded by
+  one-sided Clopper-Pearson intervals on the second half, eps >= ln((P_D' - delta) / P_D); the
+  features include the NMF's log-likelihood ratio under the certified variances and a linear score
+  learned on the first half;
+- the largest bound the trials could show at all (`detectable`: every evaluation trial on one side of
+  the threshold), beside the certificate's eps at that delta;
+- every feature that differed between the neighbours in every trial while staying the same within
+  each (a deterministic difference: unbounded eps), and
+- for a TopDown release, whether each NMF query's noise is as large as certified: the residuals
+  (the auditor knows both datasets) against the certified variance, a chi-square bound.
+
+A pair that is not covered by the guarantee (a record added or removed: not a bounded neighbour, and
+it changes a state population, an invariant published exactly) is reported and not judged; a covered
+pair (a record moved within or across geounits of the state, or recoded) fails on any deterministic
+difference, any bound above the certificate, or any query measured with less noise than certified.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import secrets
+import shutil
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import tomli_w
+from scipy.stats import chi2
+
+from das import published
+from das.attack.privacy import clopper_pearson
+from das.geography import Geography
+from das.io.microdata import read_inputs
+from das.io.nmf import read_level
+from das.measure import true_answers
+from das.privacy.accounting import eps_for_delta
+from das.privacy.certificate import Certificate
+from das.progress import bar, silenced, step
+from das.rundir import RunDir
+from das.runspec import load_run_spec
+from das.schema import load_schema
+
+logger = logging.getLogger(__name__)
+
+FIXTURE = Path(__file__).resolve().parents[2] / "geography_fixtures" / "tiny"
+GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLKGRPCE", "TABBLK")
+# a handful of blocks of the tiny fixture: two in one block group (a move within it), one in another county
+BLOCKS = {"home": "440010001001000", "within": "440010001001002", "across": "440030003002001"}
+NEIGHBOURS = ("added", "removed", "moved within", "moved across", "recoded")
+COVERED = ("moved within", "moved across", "recoded")  # bounded neighbours keeping every invariant
+DELTAS = (Fraction(1, 100), Fraction(1, 20), Fraction(1, 10))
+ID_COLUMNS = ("EPNUM",)  # record numbers: not a count of anything
+
+
+# ---------------------------------------------------------------------------------------------
+# The neighbouring datasets
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A persons and a units file (CSV) and the spec that releases them at the audit's budget."""
+
+    spec: Path
+    persons: pd.DataFrame
+
+
+def base_records() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The persons and units of BLOCKS in the tiny fixture (all its columns, as text)."""
+    persons = pd.read_csv(FIXTURE / "persons.csv", dtype=str)
+    units = pd.read_csv(FIXTURE / "units.csv", dtype=str)
+    keep = set(BLOCKS.values())
+    return (persons[_geocode(persons).isin(keep)].reset_index(drop=True),
+            units[_geocode(units).isin(keep)].reset_index(drop=True))
+
+
+def _geocode(frame: pd.DataFrame) -> pd.Series:
+    """Each record's 15-digit block geocode (the block group is the block's first digit)."""
+    return frame["TABBLKST"] + frame["TABBLKCOU"] + frame["TABTRACTCE"] + frame["TABBLK"]
+
+
+def neighbour(persons: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """D' of `kind` from D: its first household person of the home block added again, removed, moved to
+    another block of its block group or of another county, or recoded (race, ethnicity and age)."""
+    home = _geocode(persons) == BLOCKS["home"]
+    first = persons.index[home & (persons["RTYPE"] == "3")][0]
+    out = persons.copy()
+    if kind == "added":
+        extra = out.loc[[first]].assign(EPNUM=str(int(out["EPNUM"].astype(int).max()) + 1))
+        return pd.concat([out, extra], ignore_index=True)
+    if kind == "removed":
+        return out.drop(index=first).reset_index(drop=True)
+    if kind in ("moved within", "moved across"):
+        target = BLOCKS[kind.split()[1]]
+        for column, (start, stop) in zip(GEO, ((0, 2), (2, 5), (5, 11), (11, 12), (11, 15))):
+            out.loc[first, column] = target[start:stop]
+        return out
+    if kind == "recoded":
+        row = out.loc[first]
+        out.loc[first, "CENRACE"] = "06" if row["CENRACE"] != "06" else "01"
+        out.loc[first, "CENHISP"] = "2" if row["CENHISP"] == "1" else "1"
+        out.loc[first, "QAGE"] = "10" if int(row["QAGE"]) >= 18 else "40"
+        out.loc[first, "VOTING_AGE"] = "1" if int(row["QAGE"]) >= 18 else "2"
+        return out
+    raise ValueError(f"unknown neighbour {kind!r}; known: {', '.join(NEIGHBOURS)}")
+
+
+def write_dataset(folder: Path, spec_path: Path, persons: pd.DataFrame, units: pd.DataFrame, *, rho: Fraction,
+                  delta: Fraction) -> Dataset:
+    """The dataset's files and a copy of the spec releasing it at budget rho (every release) and `delta`."""
+    folder.mkdir(parents=True)
+    persons.to_csv(folder / "persons.csv", index=False)
+    units.to_csv(folder / "units.csv", index=False)
+    spec = tomllib.loads(Path(spec_path).read_text())
+    spec["input"] = {"persons": "persons.csv", "units": "units.csv"}
+    for release in ("persons", "units"):
+        if release in spec:
+            spec[release] = {**spec[release], "rho": str(rho)}
+    spec["privacy"] = {**spec.get("privacy", {}), "delta": str(delta)}
+    spec.get("privacy", {}).pop("seed", None)
+    (folder / "spec.toml").write_text(tomli_w.dumps(spec))
+    return Dataset(folder / "spec.toml", persons)
+
+
+# ---------------------------------------------------------------------------------------------
+# One release's public outputs as features
+
+
+def _flat(value, prefix: str, out: dict) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _flat(v, f"{prefix}[{i}]", out)
+    else:
+        out[f"manifest:{prefix}"] = value
+
+
+def _counts(path: Path, prefix: str, out: dict) -> None:
+    """MDF rows per block, and per block and record (every column but the record number)."""
+    frame = pq.read_table(path).to_pandas().astype(str)
+    block = _geocode(frame)
+    record = frame[[c for c in frame.columns if c not in GEO and c not in ID_COLUMNS]].agg("|".join, axis=1)
+    for key, n in block.value_counts().items():
+        out[f"{prefix}:{key}"] = int(n)
+    for key, n in (block + ":" + record).value_counts().items():
+        out[f"{prefix}:{key}"] = int(n)
+
+
+def _cells(path: Path, name: str, out: dict) -> None:
+    frame = pq.read_table(path).to_pandas()
+    values = frame.drop(columns=["level", "geocode"])
+    for row, (level, geocode) in enumerate(zip(frame["level"], frame["geocode"])):
+        for column, value in zip(values.columns, values.iloc[row]):
+            out[f"table:{name}:{level}:{geocode}:{column}"] = float(value)
+
+
+def release_features(out_dir: Path) -> tuple[dict, dict]:
+    """(features, NMF answers) of one release: every public value by name, and the NMF's noisy answers by
+    (release, level, query) as (geocodes, answers, certified variance)."""
+    run_dir, features, nmf = RunDir(out_dir), {}, {}
+    _flat(json.loads(run_dir.manifest_path.read_text()), "", features)
+    public = sorted(p for p in run_dir.path.rglob("*") if p.is_file() and run_dir.relative(p).split("/")[0] != "operator")
+    features["files"] = " ".join(run_dir.relative(p) for p in public)
+    for path in public:
+        relative = run_dir.relative(path)
+        if path.suffix != ".parquet":
+            continue
+        meta = pq.read_metadata(path)
+        features[f"parquet:{relative}:rows"] = meta.num_rows
+        features[f"parquet:{relative}:row_groups"] = " ".join(str(meta.row_group(i).num_rows)
+                                                               for i in range(meta.num_row_groups))
+        features[f"parquet:{relative}:metadata"] = repr(sorted(meta.metadata.items()))
+        if relative.startswith("mdf_"):
+            _counts(path, f"mdf:{path.stem}", features)
+        elif relative.startswith("tables/"):
+            _cells(path, path.stem, features)
+        elif relative.startswith("nmf/"):
+            release = relative.split("/")[1]
+            for query, answers in read_level(path).items():
+                nmf[release, answers.level, query] = answers
+                for unit, row in zip(answers.geocodes, answers.answers):
+                    for cell, value in enumerate(row):
+                        features[f"nmf:{release}:{answers.level}:{unit}:{query}:{cell}"] = int(value)
+    return features, nmf
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a release command on a dataset
+
+
+Command = Callable[[Path, Path, int], Path]  # (spec, out_dir, seed) -> the release directory
+
+
+def command(name: str, rho: Fraction) -> Command:
+    """`das run` ("run") or `das synth --mechanism NAME` as a function of (spec, out, seed)."""
+    if name == "run":
+        from das.run import run
+
+        def release(spec, out, seed):
+            with silenced():  # a trial's own messages (its seeded-mode warning) would bury the audit's count
+                return run(spec, out, seed=seed, workers=1, progress=False).out_dir
+
+        return release
+    from das.mechanisms import synthesize
+
+    def synthetic(spec, out, seed):
+        with silenced():
+            return synthesize(spec, name, out, seed=seed, rho=rho)
+
+    return synthetic
+
+
+@dataclass(frozen=True)
+class Side:
+    """Every trial's features on one dataset, its NMF's true answers and residuals, its certificate."""
+
+    features: list[dict]
+    answers: list[dict]  # per trial: (release, level, query) -> noisy answers
+    truth: dict  # (release, level, query) -> true answers, rows in the NMF's order
+    variances: dict  # (release, level, query) -> certified variance (the NMF's)
+    certificate: Certificate | None
+    manifest: dict = field(default_factory=dict)  # a trial's manifest: what each field is declared to derive from
+
+
+def truths(spec: Path) -> dict:
+    """(release, level) -> (geounits, aggregated true histograms, schema) of a dataset."""
+    run_spec = load_run_spec(spec)
+    schemas = {"persons": load_schema(run_spec.persons.schema)}
+    if run_spec.units is not None:
+        schemas["units"] = load_schema(run_spec.units.schema)
+    inputs = read_inputs(run_spec.persons_path, run_spec.units_path, schemas["persons"], schemas.get("units"))
+    geography = Geography.from_blocks(inputs.inventory.blocks, run_spec.levels)
+    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+    return {(release, level): (geography.units(level), geography.aggregate(histograms[release], level), schema)
+            for release, schema in schemas.items() for level in run_spec.levels}
+
+
+def _truth(table: dict, key: tuple[str, str, str], geocodes: np.ndarray) -> np.ndarray:
+    release, level, query = key
+    units, aggregated, schema = table[release, level]
+    answers = true_answers(aggregated, schema, query)
+    index = {g: i for i, g in enumerate(units.tolist())}
+    return answers[[index[g] for g in geocodes.tolist()]]
+
+
+def run_side(dataset: Dataset, run: Command, seeds: list[int], work: Path) -> Side:
+    """`run` once per seed on `dataset`: each release's features, then its directory removed."""
+    table = truths(dataset.spec)
+    features, answers, truth, variances, certificate = [], [], {}, {}, None
+    for seed in seeds:
+        out = run(dataset.spec, work / f"trial{seed}", seed)
+        found, nmf = release_features(out)
+        features.append(found)
+        answers.append({k: v.answers for k, v in nmf.items()})
+        for key, noisy in nmf.items():
+            if key not in truth:
+                truth[key], variances[key] = _truth(table, key, noisy.geocodes), noisy.variance
+        manifest = json.loads(RunDir(out).manifest_path.read_text())
+        certificate = Certificate.from_dict(manifest["privacy"]["persons"], "manifest.json: privacy.persons")
+        shutil.rmtree(out)
+    return Side(features, answers, truth, variances, certificate, manifest)
+
+
+# ---------------------------------------------------------------------------------------------
+# The statistics
+
+
+STRUCTURAL = ("manifest:", "files", "parquet:")  # never different between covered neighbours but through the noise
+TRIAL_FEATURES = ("manifest:seed", "manifest:randomness")  # the seed the audit gave the trial: not of the data
+
+
+def _numeric(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
+
+
+def feature_matrix(rows: list[dict]) -> tuple[list[str], np.ndarray]:
+    """Every trial's features as one matrix (trials x columns): numbers as they are (a missing count 0, any
+    other missing value below every value), anything else as one indicator column per value seen twice; the
+    trial's own seed left out."""
+    names = sorted({k for row in rows for k in row} - set(TRIAL_FEATURES))
+    columns, data = [], []
+    for name in names:
+        values = [row.get(name) for row in rows]
+        if _numeric(values):
+            missing = 0.0 if name.startswith(("mdf:", "table:")) else -1e300
+            column = np.array([missing if v is None else float(v) for v in values])
+            if np.ptp(column) > 0:
+                columns.append(name)
+                data.append(column)
+            continue
+        text = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        for value in sorted(set(text)):
+            indicator = np.array([t == value for t in text], dtype=float)
+            if 2 <= indicator.sum() < len(text):
+                columns.append(f"{name} == {value[:80]}")
+                data.append(indicator)
+    return columns, (np.column_stack(data) if data else np.zeros((len(rows), 0)))
+
+
+def deterministic(side_d: list[dict], side_p: list[dict]) -> tuple[list[str], list[str]]:
+    """Features the same in every trial of each dataset and different between them: (structural ones, the
+    rest). With OS or independently seeded noise a feature that goes through the noise almost never does."""
+    if min(len(side_d), len(side_p)) < 2:
+        return [], []
+    found = []
+    for name in sorted({k for row in side_d + side_p for k in row}):
+        d = {json.dumps(row.get(name), sort_keys=True, default=str) for row in side_d}
+        p = {json.dumps(row.get(name), sort_keys=True, default=str) for row in side_p}
+        if len(d) == 1 and len(p) == 1 and d != p:
+            found.append(name)
+    return [n for n in found if n.startswith(STRUCTURAL)], [n for n in found if not n.startswith(STRUCTURAL)]
+
+
+FIXED_SOURCES = ("parameter", "public fact", "invariant")  # das.published: the same for covered neighbours
+
+
+def fixed(name: str, manifest: dict) -> bool:
+    """Whether a structural feature must be the same for neighbours that keep the invariants: a manifest
+    field declared a parameter, public fact or invariant (or a mechanism's detail declared a parameter or
+    computed from the release), an undeclared field, the files and their Parquet structure. A field derived
+    from the noise or from a private selection (the exponential mechanism's choices: few values, so it may
+    look fixed over a few trials) is judged by its bound instead."""
+    if not name.startswith("manifest:"):
+        return True
+    path = re.sub(r"\[\d+\]", "[]", name[len("manifest:"):])
+    mechanism = (manifest.get("mechanism") or {}).get("name")
+    details = _mechanism_details(mechanism) if mechanism else {}
+    source = published.sources(manifest, published.MANIFEST, {"details": details}).get(path, "undeclared")
+    if source is None or source == "undeclared":
+        return True
+    if source == "mechanism":
+        key = path.split(".")[2].split("[")[0]
+        return details.get(key, "parameter").split(":", 1)[0] in ("parameter", "release")
+    return source in FIXED_SOURCES
+
+
+def _mechanism_details(name: str) -> dict:
+    from das.mechanisms import MECHANISMS
+
+    return dict(MECHANISMS[name].details) if name in MECHANISMS else {}
+
+
+def llr(side: Side, truth_d: dict, truth_p: dict) -> np.ndarray:
+    """Per trial, the log-likelihood ratio of D' against D of the NMF under the certified variances."""
+    scores = np.zeros(len(side.answers))
+    for key, variance in side.variances.items():
+        a, b = truth_d.get(key), truth_p.get(key)
+        if a is None or b is None or a.shape != b.shape or not (b - a).any():
+            continue
+        diff, centre = (b - a).astype(np.float64), (a + b) / 2.0
+        scores += np.array([float(((t[key] - centre) * diff).sum()) for t in side.answers]) / float(variance)
+    return scores
+
+
+def detectable(trials: int, delta: float, alpha: float) -> float:
+    """The largest bound `trials` evaluation trials per dataset can show: every one on its side of the event."""
+    low = (alpha / 2) ** (1 / trials)
+    return max(0.0, math.log((low - delta) / (1 - low))) if low > delta else 0.0
+
+
+def _rates(a: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return (a >= t).sum(axis=0)
+
+
+def best_event(low: np.ndarray, high: np.ndarray, delta: float) -> tuple[int, float, float]:
+    """On the first half: the column and threshold t of the event {x >= t} most likely under `high` against
+    `low` (the bound's point estimate, `low`'s rate smoothed by one); (column, t, estimate)."""
+    best = (-1, 0.0, -np.inf)
+    n_low, n_high = len(low), len(high)
+    for t in np.sort(high, axis=0):  # each of high's values as a threshold, every column at once
+        q = _rates(high, t) / n_high
+        p = (_rates(low, t) + 1) / (n_low + 1)
+        estimate = np.log(np.maximum(q - delta, 1e-300) / p)
+        j = int(np.argmax(estimate))
+        if estimate[j] > best[2]:
+            best = (j, float(t[j]), float(estimate[j]))
+    return best
+
+
+def bound(d: np.ndarray, p: np.ndarray, delta: float, alpha: float) -> dict:
+    """The eps lower bound between the trials on D and on D' (rows), over every column, both datasets in
+    either role and both tails: the event chosen on the first half, Clopper-Pearson on the second."""
+    d1, d2, p1, p2 = d[:len(d) // 2], d[len(d) // 2:], p[:len(p) // 2], p[len(p) // 2:]
+    best = {"eps": 0.0, "column": None, "threshold": None, "p": None, "q": None}
+    if d.shape[1] == 0 or min(len(d1), len(p1), len(d2), len(p2)) < 1:
+        return best
+    for low1, low2, high1, high2 in ((d1, d2, p1, p2), (p1, p2, d1, d2)):
+        for sign in (1.0, -1.0):
+            column, t, _ = best_event(sign * low1, sign * high1, delta)
+            if column < 0:
+                continue
+            k, j = int((sign * low2[:, column] >= t).sum()), int((sign * high2[:, column] >= t).sum())
+            _, p_high = clopper_pearson(k, len(low2), alpha / 2)
+            q_low, _ = clopper_pearson(j, len(high2), alpha / 2)
+            eps = math.log((q_low - delta) / p_high) if q_low > delta else 0.0
+            if eps > best["eps"]:
+                best = {"eps": eps, "column": column, "threshold": sign * t, "p": k / len(low2), "q": j / len(high2)}
+    return best
+
+
+def linear_score(d1: np.ndarray, p1: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A score learned on the first halves alone: each column weighted by its difference of means over its
+    variance (the log-likelihood ratio of independent Gaussian columns), applied to `rows`."""
+    finite = (np.abs(np.vstack([d1, p1])) < 1e299).all(axis=0)
+    if not finite.any():
+        return np.zeros(len(rows))
+    a, b = d1[:, finite], p1[:, finite]
+    weights = (b.mean(axis=0) - a.mean(axis=0)) / (a.var(axis=0) + b.var(axis=0) + 1e-9)
+    return rows[:, finite] @ weights
+
+
+def discrete_gaussian_variance(sigma2: float) -> float:
+    """The variance of the discrete Gaussian with parameter sigma^2 (a little below sigma^2 when it is small)."""
+    k = np.arange(-int(12 * math.sqrt(sigma2)) - 10, int(12 * math.sqrt(sigma2)) + 11, dtype=np.float64)
+    weights = np.exp(-k * k / (2 * sigma2))
+    return float((k * k * weights).sum() / weights.sum())
+
+
+def _parameter_of_variance(variance: float) -> float:
+    """The discrete Gaussian's sigma^2 whose variance is `variance` (bisection: its variance is below sigma^2)."""
+    lo, hi = variance, max(2 * variance, variance + 1)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if discrete_gaussian_variance(mid) < variance else (lo, mid)
+    return hi
+
+
+def noise_checks(sides: list[Side], alpha: float) -> list[dict]:
+    """Each NMF query's noise against its certified variance, over every trial of every dataset: the
+    residuals' (answer - truth) variance bounded above (chi-square, Bonferroni over the queries); a query whose
+    noise is significantly smaller than certified spends more than its certificate says."""
+    keys = sorted({k for side in sides for k in side.variances})
+    out = []
+    for key in keys:
+        squares, count, variance = 0.0, 0, None
+        for side in sides:
+            if key not in side.truth:
+                continue
+            variance = side.variances[key]
+            for trial in side.answers:
+                r = (trial[key] - side.truth[key]).astype(np.float64)
+                squares, count = squares + float((r * r).sum()), count + r.size
+        if not count:
+            continue
+        claimed = discrete_gaussian_variance(float(variance))
+        upper = squares / chi2.ppf(alpha / len(keys), count)
+        out.append({"release": key[0], "level": key[1], "query": key[2], "answers": count,
+                    "certified_variance": float(variance), "observed_variance": squares / count,
+                    "variance_upper_bound": upper, "rho_lower_bound": 1 / _parameter_of_variance(upper),
+                    "certified_rho": 1 / float(variance), "ok": upper >= claimed})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """What to audit: a release command ("run" or a mechanism), trials per dataset, the budget (rho, and the
+    run's delta), the deltas at which bounds are reported, the neighbours, confidence 1 - alpha, a base seed
+    (None: a random one; each trial has its own seed)."""
+
+    command: str
+    trials: int
+    rho: Fraction = Fraction(1)
+    delta: Fraction = Fraction(1, 100)
+    deltas: tuple[Fraction, ...] = DELTAS
+    kinds: tuple[str, ...] = NEIGHBOURS
+    alpha: float = 0.05
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class PairResult:
+    """The audit of one pair of neighbours."""
+
+    neighbours: str
+    covered: bool
+    trials: int
+    bounds: list[dict]  # per delta: bound found, feature, certified eps, detectable limit
+    deterministic: list[str]  # fields fixed for covered neighbours that differed in every trial (unbounded eps)
+    deterministic_cells: list[str]  # noisy fields, selections, cells, counts, answers that did (the bounds judge them)
+    verdict: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.covered or self.verdict == "ok"
+
+
+def certified_eps(certificate: Certificate, delta: Fraction) -> float:
+    """The certificate's eps at another delta: its rho converted at delta less its approximate steps' delta."""
+    steps = sum((v for k, v in (certificate.delta_parts or {}).items() if k != "zCDP conversion"), Fraction(0))
+    return eps_for_delta(certificate.rho, delta - steps) if delta > steps else math.inf
+
+
+def audit_pair(kind: str, side_d: Side, side_p: Side, settings: AuditSettings) -> PairResult:
+    """Bounds at every delta, deterministic differences and the verdict of one pair (D's trials shared)."""
+    rows = side_d.features + side_p.features
+    names, matrix = feature_matrix(rows)
+    n = len(side_d.features)
+    d, p = matrix[:n], matrix[n:]
+    extra = {"nmf: log-likelihood ratio of D' against D": np.concatenate(
+        [llr(side_d, side_d.truth, side_p.truth), llr(side_p, side_d.truth, side_p.truth)])}
+    extra["all: linear score learned on the first half"] = linear_score(d[:n // 2], p[:len(p) // 2], matrix)
+    names, matrix = names + list(extra), np.column_stack([matrix, *extra.values()])
+    d, p = matrix[:n], matrix[n:]
+    structural, cells = deterministic(side_d.features, side_p.features)
+    judged = [n for n in structural if fixed(n, side_d.manifest) or fixed(n, side_p.manifest)]
+    cells = [n for n in structural if n not in judged] + cells
+    structural = judged
+    bounds = []
+    for delta in settings.deltas:
+        found = bound(d, p, float(delta), settings.alpha)
+        certified = certified_eps(side_d.certificate, delta)
+        bounds.append({"delta": str(delta), "eps_lower_bound": found["eps"], "eps_certified": certified,
+                       "detectable": detectable(min(len(d), len(p)) - min(len(d), len(p)) // 2, float(delta),
+                                                settings.alpha),
+                       "feature": None if found["column"] is None else names[found["column"]],
+                       "threshold": found["threshold"], "p_d": found["p"], "p_d_prime": found["q"]})
+    covered = kind in COVERED
+    problems = [f"deterministic: {', '.join(structural[:5])}"] if structural else []
+    problems += [f"eps {b['eps_lower_bound']:.3f} > certified {b['eps_certified']:.4f} at delta {b['delta']} "
+                 f"({b['feature']})" for b in bounds if b["eps_lower_bound"] > b["eps_certified"]]
+    verdict = "ok" if not problems else "; ".join(problems)
+    return PairResult(kind, covered, n, bounds, structural, cells[:50], verdict if covered else
+                      f"not covered by the guarantee ({verdict})")
+
+
+def seeds_of(settings: AuditSettings) -> tuple[int, list[int], list[list[int]]]:
+    """(the base seed, D's trial seeds, each neighbour's): every trial its own seed, drawn at random from the base
+    seed, none shared. A seed is public in a seeded release: in order (D's below D'), it alone would tell the
+    datasets apart (and TRIAL_FEATURES leaves it out besides)."""
+    base = settings.seed if settings.seed is not None else secrets.randbits(40)
+    drawn = np.random.default_rng(base).choice(1 << 40, size=settings.trials * (1 + len(settings.kinds)), replace=False)
+    seeds = [int(s) for s in drawn]
+    n = settings.trials
+    return base, seeds[:n], [seeds[(k + 1) * n:(k + 2) * n] for k in range(len(settings.kinds))]
+
+
+def audit_release(spec, settings: AuditSettings, *, work: Path | None = None) -> dict:
+    """The whole-release audit of one command on the neighbours of `settings.kinds`: a report (JSON-ready)."""
+    if settings.trials < 2:
+        raise ValueError(f"--trials must be at least 2 (half choose the event, half evaluate it), got {settings.trials}")
+    unknown = [k for k in settings.kinds if k not in NEIGHBOURS]
+    if unknown:
+        raise ValueError(f"unknown neighbours {unknown}; known: {', '.join(NEIGHBOURS)}")
+    run = command(settings.command, settings.rho)
+    base, seeds_d, seeds_p = seeds_of(settings)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        tmp = Path(tmp)
+        persons, units = base_records()
+        spec_path = load_run_spec(spec).path
+        budget = {"rho": settings.rho, "delta": settings.delta}
+        progress = bar(total=1 + len(settings.kinds), desc=f"audit of {settings.command}", unit="dataset")
+        side_d = run_side(write_dataset(tmp / "D", spec_path, persons, units, **budget), run, seeds_d, tmp)
+        step(progress, logger, f"{settings.command}: {settings.trials} trials on D")
+        pairs, noise_sides = [], [side_d]
+        for kind, seeds in zip(settings.kinds, seeds_p):
+            data = write_dataset(tmp / kind.replace(" ", "_"), spec_path, neighbour(persons, kind), units, **budget)
+            side_p = run_side(data, run, seeds, tmp)
+            noise_sides.append(side_p)
+            pairs.append(audit_pair(kind, side_d, side_p, settings))
+            step(progress, logger, f"{settings.command}: {settings.trials} trials on D' ({kind}): {pairs[-1].verdict}")
+        progress.close()
+    noise = noise_checks(noise_sides, settings.alpha)
+    return {"command": settings.command, "spec": load_run_spec(spec).name, "rho": str(settings.rho),
+            "delta": str(settings.delta), "trials": settings.trials, "seed": base,
+            "certificate": {"rho": str(side_d.certificate.rho), "eps": side_d.certificate.eps},
+            "pairs": [asdict(r) | {"ok": r.ok} for r in pairs], "noise": noise,
+            "ok": all(r.ok for r in pairs) and all(c["ok"] for c in noise)}
+
+
+def render(report: dict) -> str:
+    """A whole-release audit as text: per pair and delta the bound found, the certificate, the detectable limit."""
+    lines = [f"whole-release audit of `{report['command']}` on {report['spec']}: rho = {report['rho']}, delta = "
+             f"{report['delta']}, {report['trials']} trials per dataset (seed {report['seed']})",
+             f"{'neighbours':14s} {'delta':>6s} {'bound':>7s} {'certified':>9s} {'detectable':>10s}  feature / verdict"]
+    for pair in report["pairs"]:
+        for b in pair["bounds"]:
+            lines.append(f"{pair['neighbours']:14s} {b['delta']:>6s} {b['eps_lower_bound']:7.3f} "
+                         f"{b['eps_certified']:9.4f} {b['detectable']:10.3f}  {b['feature'] or '-'}")
+        lines.append(f"{'':14s} verdict: {pair['verdict']}")
+    bad = [c for c in report["noise"] if not c["ok"]]
+    lines.append(f"NMF noise: {len(report['noise'])} queries checked against their certified variance; "
+                 + ("all as certified" if not bad else "LESS NOISE THAN CERTIFIED: " + ", ".join(
+                     f"{c['release']}/{c['level']}/{c['query']} (variance <= {c['variance_upper_bound']:.3g}, "
+                     f"certified {c['certified_variance']:.3g})" for c in bad[:5])))
+    lines.append("verdict: " + ("every covered pair within the certificate" if report["ok"] else "VIOLATION"))
+    return "\n".join(lines)
+
+
+def audit_releases_main(spec_path, releases: list[str], *, trials: int = 20, rho=None, delta=None,
+                        seed: int | None = None, json_out: bool = False, out=None, overwrite: bool = False) -> int:
+    """`das audit-privacy SPEC --release COMMAND ...`: the whole-release audit of each command (`run`, or a
+    mechanism of `das synth`); exit 0 when every covered pair is within its certificate, 1 otherwise."""
+    from das import outdir
+    from das.attack.privacy import AUDIT, write_audit
+    from das.privacy.strategy import parse_fraction
+
+    rho = Fraction(1) if rho is None else parse_fraction(rho, "--rho")
+    delta = Fraction(1, 100) if delta is None else parse_fraction(delta, "--delta")
+    if not 0 < delta < 1:
+        raise ValueError(f"--delta must be strictly between 0 and 1, got {delta}")
+    known = ("run", *_mechanism_names())
+    unknown = [r for r in releases if r not in known]
+    if unknown:
+        raise ValueError(f"--release {unknown[0]!r} is not a release command; known: {', '.join(known)}")
+    claim = outdir.check(out, AUDIT, overwrite=overwrite, protected=[load_run_spec(spec_path).path]) if out else None
+    deltas = tuple(sorted({*DELTAS, delta}))
+    reports = [audit_release(spec_path, AuditSettings(name, trials, rho, delta, deltas, seed=seed)) for name in releases]
+    text = "\n\n".join(render(r) for r in reports)
+    report = {"spec": reports[0]["spec"], "releases": reports, "ok": all(r["ok"] for r in reports)}
+    if claim is not None:
+        claim.start()
+        write_audit(Path(out), report, text, ok=report["ok"])
+        claim.finish()
+    print(json.dumps(report, indent=2, default=str) if json_out else text)
+    return 0 if report["ok"] else 1
+
+
+def _mechanism_names() -> tuple[str, ...]:
+    from das.mechanisms import MECHANISMS
+
+    return tuple(MECHANISMS)

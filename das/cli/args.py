@@ -1,0 +1,174 @@
+"""What every command's arguments share: a parser that shows each default in --help and cuts long
+values from its errors, and argument types that check a value when it is parsed (rc 2, naming the
+argument and what was expected), including the budget arguments of every command that spends one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from fractions import Fraction
+
+from das.specfile import SHOWN_CHARACTERS, positive_fraction, shown
+
+MAX_RHO_TEXT = "10"  # das.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
+
+
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each default: a value is shown as "(default: X)"; an option whose default is None (or
+    a flag, off by default) says in its own help what happens without it, so "(default: None)" never shows."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose --help shows every default, and whose errors never echo a value whole."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        long = re.compile(rf"'([^']{{{SHOWN_CHARACTERS},}})'")
+        super().error(long.sub(lambda m: shown(m.group(1)), message))
+
+    def _get_values(self, action, arg_strings):
+        # argparse drops a lone "--" given as an option's value (`--runs=--`) and stores [] unchecked
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
+
+def shipped(kind: str) -> tuple[str, ...]:
+    """The names of the shipped specs of a kind (specs/<kind>/*.toml), for --help and choices: a directory
+    listing, no spec read."""
+    from importlib import resources
+
+    return tuple(sorted(p.name.removesuffix(".toml") for p in resources.files("das.specs").joinpath(kind).iterdir()
+                        if p.name.endswith(".toml")))
+
+
+def spec_help(kind: str = "runs", what: str = "run spec") -> str:
+    """The help of an argument naming a spec: the shipped names, or a .toml path."""
+    return f"{what}: a shipped name ({', '.join(shipped(kind))}) or a .toml path"
+
+
+SEED_HELP = ("replication mode: seeded noise, outputs labelled NOT private (default: none, noise from the operating "
+             "system's CSPRNG)")
+
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
+
+
+def path(text: str) -> str:
+    """A file or directory name the operating system can take: no NUL byte, no name over 255 bytes."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"a path cannot hold a NUL byte: {shown(text)}")
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"a path of characters that cannot be encoded: {shown(text)}") from None
+    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
+        raise argparse.ArgumentTypeError(f"a path of at most {MAX_PATH_BYTES} bytes, each name at most {MAX_NAME_BYTES}: "
+                                         f"{shown(text)}")
+    return text
+
+
+def integer(minimum: int):
+    """An argument type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer of at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+positive_int = integer(1)
+nonnegative_int = integer(0)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {shown(text)}")
+    return value
+
+
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {shown(text)}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {shown(text)}")
+    return value
+
+
+def fraction(text: str) -> Fraction:
+    """An exact positive fraction: "1/2", "0.25", "1e-10" (a float would be rounded)."""
+    try:
+        return positive_fraction(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def delta(text: str) -> Fraction:
+    value = fraction(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, got {shown(text)}")
+    return value
+
+
+def names(choices):
+    """An argument type: a comma list of some of `choices` (an unknown name refused, the nearest named)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        given = tuple(part.strip() for part in text.split(",") if part.strip())
+        if not given:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(choices)}")
+        for name in given:
+            if name not in choices:
+                near = difflib.get_close_matches(name, choices, n=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise argparse.ArgumentTypeError(f"unknown name {shown(name)}{hint}; expected some of {', '.join(choices)}")
+        return given
+
+    parse.__name__ = "comma list"
+    return parse
+
+
+def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: str | None = None) -> None:
+    """The budget arguments of a command that spends one: --rho (or --eps at --delta) and the one
+    acknowledgement of a budget above the cap, --allow-large-rho."""
+    parser.add_argument("--rho", type=fraction, default=None,
+                        help=rho_help or "persons zCDP budget, an exact fraction like 1/2 or 0.25 (default: the spec's)")
+    if eps:
+        parser.add_argument("--eps", type=fraction, default=None,
+                            help="persons budget as eps at --delta: the largest exact rho whose certificate is within "
+                                 "(eps, delta) (default: the spec's budget)")
+        parser.add_argument("--delta", type=delta, default=None,
+                            help="delta of the certificate, an exact fraction in (0, 1) (default: the spec's [privacy] "
+                                 "delta)")
+    parser.add_argument("--allow-large-rho", action="store_true",
+                        help=f"acknowledge a budget above the cap (rho > {MAX_RHO_TEXT}): barely protected")
+
+
+def budget(args):
+    """The das.runspec.Budget the budget arguments give (or None when none was given)."""
+    from das.runspec import Budget
+
+    given = Budget(rho=getattr(args, "rho", None), eps=getattr(args, "eps", None), delta=getattr(args, "delta", None))
+    return given if given else None

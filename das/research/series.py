@@ -1,0 +1,60 @@
+"""One colour, one name and one line style per series, in every figure das draws.
+
+An estimator (TopDown, the raw noisy measurement, WLS), a mechanism (flat, mwem...), exact tables and an
+attack method (RAP-Rank, the baselines) keep their colour across the research report, the comparison
+report and the attack plot, and no two series share one, so a colour means one thing to a reader. The
+colours are Kelly's colours of maximum contrast (TopDown keeps the red, WLS the blue, the noisy measurement
+the grey that the reports and docs have used). A new mechanism is given its colour here.
+
+>>> color("topdown") != color("flat") and label("rap_rank") == "RAP-Rank"
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    color: str
+    line: str = "-"  # matplotlib's line style: a baseline is dashed, so it reads as a reference
+
+
+SERIES = {
+    # estimators of the same noisy measurements
+    "topdown": Series("TopDown (released)", "#BE0032"),
+    "noisy": Series("raw noisy measurement", "#848482"),
+    "wls": Series("unconstrained WLS", "#0067A5"),
+    # other mechanism families (das synth) and the unprotected reference
+    "flat": Series("flat (block-level Gaussian)", "#F38400"),
+    "stability": Series("stability histogram", "#875692"),
+    "mwem": Series("MWEM", "#008856"),
+    "privbayes": Series("PrivBayes", "#C2B280"),
+    "privsyn": Series("PrivSyn", "#E68FAC"),
+    "mst": Series("MST", "#882D17"),
+    "aim": Series("AIM", "#8DB600"),
+    "exact": Series("exact tables (no protection)", "#222222"),
+    # the reconstruction attack's methods
+    "rap_rank": Series("RAP-Rank", "#604E97"),
+    "baseline_tract": Series("baseline: rest of the tract", "#0F7F8C", "--"),
+    "baseline_county": Series("baseline: rest of the county", "#DCA300", ":"),
+    "baseline_state": Series("baseline: rest of the state", "#654522", "-."),
+    "baseline_holdout": Series("baseline: a holdout population", "#E25822", "--"),
+}
+UNKNOWN = Series("", "#555555")
+
+
+def color(name: str) -> str:
+    """The series' colour (a name das does not know: dark grey)."""
+    return SERIES.get(name, UNKNOWN).color
+
+
+def label(name: str) -> str:
+    """The series' name as a reader reads it."""
+    return SERIES[name].label if name in SERIES else name
+
+
+def line(name: str) -> str:
+    return SERIES.get(name, UNKNOWN).line

@@ -1,0 +1,51 @@
+"""`invariants`: the published total population holds in the MDF, at every level the manifest publishes it
+(the nation and the states from the states' counts, the levels below the state from each state's own)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from das.geography import LEVEL_DIGITS
+from das.validate.registry import Check
+from das.validate.release import Release, StateRows
+from das.validate.report import Report
+
+POPULATION = "total population invariant (published)"
+
+
+@dataclass
+class Population:
+    """A state's part: its persons records, and its persons in each published geounit below the state."""
+
+    persons: int
+    below: dict = field(default_factory=dict)  # (level, geocode) -> persons
+
+
+def population_state(rows: StateRows) -> Population:
+    persons = rows.persons
+    out = Population(len(persons))
+    for geo_level, totals in rows.release.published.items():
+        k = LEVEL_DIGITS[geo_level]
+        if k > LEVEL_DIGITS["state"]:
+            counts = persons["geocode"].str.slice(0, k).value_counts()
+            out.below.update({(geo_level, g): int(counts.get(g, 0)) for g in totals if g.startswith(rows.state)})
+    return out
+
+
+def population_combine(release: Release, parts: dict[str, Population], report: Report, alongside=None) -> None:
+    """Every published total against the MDF's count of the geounit."""
+    problems = []
+    for geo_level, totals in release.published.items():
+        count = ({"": sum(p.persons for p in parts.values())} if geo_level == "nation" else
+                 {state: p.persons for state, p in parts.items()} if geo_level == "state" else
+                 {g: n for p in parts.values() for (lv, g), n in p.below.items() if lv == geo_level})
+        for g, total in totals.items():
+            if int(count.get(g, 0)) != int(total):
+                problems.append(f"{geo_level} {g!r}: population {int(count.get(g, 0))} differs from the published "
+                                f"invariant {total}")
+    if not release.published:
+        problems.append("the manifest publishes no total-population invariant")
+    report.check(POPULATION, problems)
+
+
+POPULATION_CHECK = Check("invariants", population_combine, state=population_state)

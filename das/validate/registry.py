@@ -1,0 +1,93 @@
+"""The validator's checks, registered: each proves a claim a release makes (its manifest's `holds`), so a
+new claim is one `register` call (an output's `checks()` in das.io.outputs name the claims that prove it).
+
+A check has a per-state function, run on one state's rows (das.validate.release.StateRows, on a worker),
+returning a small picklable part; and a combining function, run on the driver, which merges the states'
+parts, in state order, with its own whole-release reading into report lines. A check that is
+whole-release only (checksums, metadata, the certificate) has no per-state part. A check may also start
+a whole-release reading `alongside` the states (a thread on the driver), whose result its combining
+function gets. `das validate` runs the checks a release claims, and those that every release is held
+to (`always`), in registration order, which is the order of the report:
+
+    register(Check("my_claim", combine=my_combine, state=my_state))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+# das's own claims, in the order a release's claims are listed (a new check's claim is listed after them)
+HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf", "invariants", "schema_constraints",
+         "charges_sum_to_rho")
+TOPDOWN_HOLDS = tuple(h for h in HOLDS if h != "charges_sum_to_rho")  # a TopDown release is always held to these
+SYNTHETIC_HOLDS = ("mdf_codes", "tables_match_mdf", "charges_sum_to_rho")  # what das synth's releases claim
+NEEDS = ("units", "inputs")  # what a check may read besides the release's persons MDF, tables, NMF and manifest
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a release.
+
+    name      unique; the claim it proves, unless `claim` says otherwise (a claim may take several
+              checks when its report lines are not consecutive)
+    combine   (release, parts, report, alongside) -> None, on the driver: `parts` maps each state to its
+              part (state order; a state whose checks stopped earlier has none), `alongside` is the result
+              of the check's `alongside` work (None without); it adds report lines, and may raise
+              das.validate.report.Stop to end the report there
+    state     (rows) -> part, on a worker: one state's part (small, picklable); it may raise Stop(part)
+              to end that state's checks
+    alongside (release) -> work: called on the driver before the states run (what it reads there may
+              raise ValidationError), returns a function run in a thread while the states run
+    needs     what it reads besides the persons MDF: "units" (the units MDF), "inputs" (the operator's
+              confidential inputs)
+    always    run for every release, claimed or not
+    """
+
+    name: str
+    combine: Callable
+    state: Callable | None = None
+    alongside: Callable | None = None
+    claim: str | None = ""
+    needs: tuple[str, ...] = ()
+    always: bool = False
+
+    def __post_init__(self):
+        if self.claim == "":
+            object.__setattr__(self, "claim", self.name)
+        unknown = [n for n in self.needs if n not in NEEDS]
+        if unknown:
+            raise ValueError(f"check {self.name!r} needs {unknown[0]!r}, not one of {', '.join(NEEDS)}")
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def register(check: Check) -> Check:
+    """Add a check: every release that claims what it proves (or every release: `always`) is checked by it
+    from now on, after the checks registered before it."""
+    if not check.name or check.name in CHECKS:
+        raise ValueError(f"a check needs a new name; {check.name!r} is {'taken' if check.name else 'empty'}")
+    CHECKS[check.name] = check
+    return check
+
+
+def unregister(name: str) -> None:
+    CHECKS.pop(name, None)
+
+
+def claims() -> tuple[str, ...]:
+    """Every claim a registered check proves: das's own in HOLDS order, then the others as registered."""
+    proved = [c.claim for c in CHECKS.values() if c.claim]
+    return tuple(h for h in HOLDS if h in proved) + tuple(dict.fromkeys(c for c in proved if c not in HOLDS))
+
+
+def select(claimed: Iterable[str]) -> tuple[Check, ...]:
+    """The checks of a release that claims `claimed`, in registration order."""
+    claimed = set(claimed)
+    return tuple(c for c in CHECKS.values() if c.always or c.claim in claimed)
+
+
+def needs(checks: Iterable[Check]) -> frozenset[str]:
+    """What the checks read besides the persons MDF (NEEDS)."""
+    return frozenset(n for c in checks for n in c.needs)

@@ -1,0 +1,156 @@
+"""What the checks read: the release being validated (the driver's view, sent to the workers as it is)
+and one state's rows of it (a worker's, each read once, when a check first asks for it).
+
+Every path comes from das.rundir.RunDir; every read of a Parquet file from das.validate.reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from das.rundir import Manifest, RunDir
+from das.schema import Schema, load_schema
+from das.validate.reading import GEO, columns, decode, present, read_state, states_in
+from das.validate.report import ValidationError
+
+HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
+GQ_TYPES = 7  # units MDF GQTYPE_PL 1..7 of a facility
+
+# the operator's inputs: the two files, or (a partitioned run) each state's own two files
+Inputs = tuple[Path, Path] | dict[str, tuple[Path, Path]]
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release being validated: its directory, manifest and claims, what its checks read besides the
+    persons MDF (`needs`: "units", "inputs"), the operator's public key it is checked against (PEM; None:
+    no proof of origin), and what the driver found before the states run: its states, its MDFs' columns,
+    the confidential inputs it is compared with (None: none)."""
+
+    run: RunDir
+    manifest: Manifest
+    claims: frozenset[str]
+    needs: frozenset[str] = frozenset()
+    public_key: bytes | None = None
+    states: tuple[str, ...] = ()
+    columns: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # MDF kind -> its columns
+    inputs: Inputs | None = None
+
+    @property
+    def with_units(self) -> bool:
+        """Whether a check reads the units MDF (a release with one claims so)."""
+        return "units" in self.needs
+
+    @property
+    def published(self) -> Mapping[str, Mapping[str, int]]:
+        """The published total population: level -> geocode -> persons."""
+        return self.manifest.invariants.total_population or {}
+
+    def schemas(self) -> tuple[Schema, Schema | None]:
+        """The persons schema and the units schema (None: a release without units), as the manifest names them."""
+        manifest = self.manifest
+        try:
+            return load_schema(manifest.schema("persons")), load_schema(manifest.schema("units")) if manifest.units else None
+        except Exception as e:
+            raise ValidationError(f"{self.run.manifest_path}: {e}") from None
+
+    @property
+    def topdown(self) -> bool:
+        """Whether it is a TopDown release (`is_topdown`)."""
+        return is_topdown(self.run, self.manifest)
+
+    def but(self, **changes) -> Release:
+        return replace(self, **changes)
+
+
+def is_topdown(run: RunDir, manifest: Manifest) -> bool:
+    """A TopDown release (`das run`), whatever its manifest claims: no mechanism named, or anything only
+    TopDown has (an NMF listed or present, a units release, charges by level in a certificate, or a
+    certificate without a synthetic mechanism's charges). A synthetic release (das synth) has none of those."""
+    return (manifest.mechanism is None or bool(manifest.nmf) or manifest.units is not None
+            or any(c.by_level or not c.synthetic for c in manifest.privacy.values())
+            or run.nmf_dir.exists() and any(run.nmf_dir.rglob("*")))
+
+
+def open_release(release: Release) -> Release:
+    """The release with what the driver reads before the states run: its schemas loaded (or ValidationError),
+    its MDFs' columns (each with the geography columns), and its states (the published ones, else the
+    persons MDF's)."""
+    release.schemas()
+    run = release.run
+    kinds = ("persons", "units") if release.with_units else ("persons",)
+    found = {kind: tuple(columns(run.mdf(kind))) for kind in kinds}
+    for names in found.values():
+        missing = [c for c in GEO if c not in names]
+        if missing:
+            raise ValidationError(f"{run.path}: an MDF file has no column {missing[0]}")
+    states = sorted(release.published.get("state", {})) or states_in(run.mdf("persons"))
+    return release.but(columns=found, states=tuple(states))
+
+
+class StateRows:
+    """One state's rows of a release: its MDF records (with their rows in the files), read when first asked
+    for, and what every check derives from them alike (levels, the blocks of the release universe)."""
+
+    def __init__(self, release: Release, state: str):
+        self.release, self.state = release, state
+        self.persons_schema, self.units_schema = release.schemas()
+
+    @cached_property
+    def _units(self) -> tuple[pd.DataFrame, np.ndarray]:
+        return read_state(self.release.run.mdf("units"), self.state)
+
+    @property
+    def units(self) -> pd.DataFrame:
+        """The state's units MDF records, with their `geocode`."""
+        return self._units[0]
+
+    @property
+    def unit_rows(self) -> np.ndarray:
+        """Each of `units`' row in the units MDF (0-based)."""
+        return self._units[1]
+
+    @cached_property
+    def _persons(self) -> tuple[pd.DataFrame, np.ndarray]:
+        return read_state(self.release.run.mdf("persons"), self.state)
+
+    @property
+    def persons(self) -> pd.DataFrame:
+        """The state's persons MDF records, with their `geocode`."""
+        return self._persons[0]
+
+    @property
+    def person_rows(self) -> np.ndarray:
+        """Each of `persons`' row in the persons MDF (0-based)."""
+        return self._persons[1]
+
+    @cached_property
+    def universe(self) -> np.ndarray:
+        """The state's blocks of the release universe: those with a housing unit or facility, sorted."""
+        return present(self.units["geocode"])
+
+    @cached_property
+    def outside(self) -> np.ndarray:
+        """The persons' blocks outside the release universe."""
+        return np.setdiff1d(present(self.persons["geocode"]), self.universe)
+
+    @cached_property
+    def levels(self) -> pd.DataFrame:
+        """The persons' attribute levels (ValueError or KeyError: a code or column of the schema is not there)."""
+        return decode(self.persons, self.persons_schema)
+
+    @cached_property
+    def housing(self) -> pd.DataFrame:
+        """The state's housing units (its units MDF records of RTYPE housing unit)."""
+        return self.units[self.units["RTYPE"].astype(int) == HOUSING_UNIT].reset_index(drop=True)
+
+    @cached_property
+    def unit_levels(self) -> pd.DataFrame | None:
+        """The housing units' attribute levels of the units schema (None: no units schema)."""
+        return decode(self.housing, self.units_schema) if self.units_schema else None

@@ -1,0 +1,210 @@
+"""`tables_match_mdf`: every written table equals the table recounted from the MDF, and its child rows sum
+to their parents.
+
+Each state recounts its own rows (the state and the levels below it) and compares them with its rows of
+the tables; the driver compares the nation's and the states' rows (the nation's recount is the sum of
+the states') and merges the states' differences, the first few of each column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from das.geography import LEVEL_DIGITS
+from das.io.tables import column_names, load_tables
+from das.schema import Schema, SpecError
+from das.validate.reading import columns, read_rows
+from das.validate.registry import Check
+from das.validate.release import Release, StateRows
+from das.validate.report import Report, ValidationError, first
+
+
+def prefix_codes(records: pd.DataFrame, geo_levels) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per level: each record's geounit as (code per record, geocode per code), by factorizing
+    the geocode prefixes once (every table of the same records shares them)."""
+    out = {}
+    blocks, block_of = pd.factorize(records["geocode"]) if len(records) else (np.array([], np.int64), pd.Index([]))
+    block_geocodes = pd.Series(np.asarray(block_of, dtype=str), dtype=str)
+    for geo_level in geo_levels:
+        unit_of_block, units = pd.factorize(block_geocodes.str.slice(0, LEVEL_DIGITS[geo_level]))
+        out[geo_level] = (unit_of_block[blocks] if len(blocks) else blocks, np.asarray(units, dtype=str))
+    return out
+
+
+def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, spec, *, geo_levels,
+                  prefixes: dict | None = None) -> pd.DataFrame:
+    """A table recounted from records (counts per geounit and cell), every geounit that has any record."""
+    prefixes = prefix_codes(records, geo_levels) if prefixes is None else prefixes
+    keep = np.ones(len(records), dtype=bool)
+    for factor, level in spec.where:
+        keep &= levels[factor].to_numpy() == level
+    frames = []
+    names = column_names(schema, spec)
+    keys = []  # each record's cell of each query (the same at every geographic level)
+    for qname in spec.queries:
+        q = schema.query(qname)
+        key = (np.ravel_multi_index([levels[f].to_numpy()[keep] for f in q.factors], q.shape) if q.factors
+               else np.zeros(int(keep.sum()), dtype=np.int64))
+        keys.append((q.size, key))
+    for geo_level in geo_levels:
+        unit, geocodes = prefixes[geo_level]
+        unit = unit[keep]
+        present = np.flatnonzero(np.bincount(unit, minlength=len(geocodes)))
+        counts = []
+        for size, key in keys:
+            cells = np.bincount(unit * size + key, minlength=len(geocodes) * size)
+            counts.append(cells.reshape(len(geocodes), size)[present])
+        table = pd.DataFrame(np.hstack(counts) if counts else np.zeros((len(present), 0), np.int64), columns=names)
+        table.insert(0, "geocode", geocodes[present])
+        frames.append(table.assign(level=geo_level))
+    return pd.concat(frames, ignore_index=True)
+
+
+def table_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[str]) -> dict[int, list[tuple]]:
+    """Where a table's rows differ from the recount (a geounit missing from either counts as zeros): per
+    column (its index in cols), the first 3 differing rows in (level, geocode) order as
+    (level, geocode, table value, recount value)."""
+    merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
+    table_values = merged[cols].fillna(0).to_numpy()
+    recount_values = merged[[c + "__recount" for c in cols]].fillna(0).to_numpy()
+    differs = table_values != recount_values
+    return {int(j): [(str(merged["level"].iloc[i]), str(merged["geocode"].iloc[i]), table_values[i, j],
+                      recount_values[i, j]) for i in np.flatnonzero(differs[:, j])[:3]]
+            for j in np.flatnonzero(differs.any(axis=0))}
+
+
+def difference_messages(parts: list[dict[int, list[tuple]]], cols: list[str]) -> list[str]:
+    """The `table_differences` of parts of a table, merged: per column, the first 3 rows of them all."""
+    problems = []
+    for j in sorted({j for part in parts for j in part}):
+        for level, geocode, table, recount in sorted(row for part in parts for row in part.get(j, []))[:3]:
+            problems.append(f"{level} {geocode!r} column {cols[j]!r}: table {table:g}, MDF recount {recount:g}")
+    return problems
+
+
+def hierarchy_differences(written: pd.DataFrame, cols: list[str], geo_levels) -> dict[tuple[str, str], list[str]]:
+    """Per (parent, child) of consecutive geo_levels: the first 3 parent geocodes whose child rows do
+    not sum to them."""
+    found = {}
+    for parent, child in zip(geo_levels, geo_levels[1:]):
+        p = written[written["level"] == parent].set_index("geocode")[cols]
+        c = written[written["level"] == child]
+        sums = c.groupby(c["geocode"].str.slice(0, LEVEL_DIGITS[parent]))[cols].sum()
+        sums = sums.reindex(p.index, fill_value=0)
+        diff = (sums.to_numpy() != p.to_numpy()).any(axis=1)
+        found[(parent, child)] = [str(g) for g in p.index[diff][:3]]
+    return found
+
+
+def hierarchy_messages(parts: list[dict[tuple[str, str], list[str]]], geo_levels) -> list[str]:
+    """The `hierarchy_differences` of parts of a table, merged: per (parent, child), the first 3 of them all."""
+    return [f"{child} rows of {parent} {g!r} do not sum to it" for parent, child in zip(geo_levels, geo_levels[1:])
+            for g in [g for part in parts for g in part.get((parent, child), [])][:3]]
+
+
+def recounted_tables(release: Release, persons_schema: Schema, units_schema: Schema | None):
+    """(spec, "persons" or "units", path) of every table of the release recounted from an MDF."""
+    try:
+        specs = load_tables(release.manifest.tables)
+    except SpecError as e:
+        raise ValidationError(f"{release.run.manifest_path}: tables: {e}") from None
+    for spec in specs:
+        if spec.schema == persons_schema.name:
+            kind = "persons"
+        elif units_schema is not None and spec.schema == units_schema.name:
+            kind = "units"
+        else:
+            continue
+        yield spec, kind, release.run.table(spec.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# The check: each state's rows, then the nation's and the states' rows on the driver
+
+
+@dataclass
+class Tables:
+    """A state's part: per table, the state's own row of the MDF recount (None: no records), its
+    differences below the state (table_differences, hierarchy_differences), and (no state level) the
+    sum of its rows of the nation's children."""
+
+    recount: dict = field(default_factory=dict)
+    differences: dict = field(default_factory=dict)
+    child_sums: dict = field(default_factory=dict)
+
+
+def tables_state(rows: StateRows) -> Tables:
+    """The state's rows of every table (the state's own row, for the nation's recount, even when no table
+    has a state level) against the recount of its records."""
+    levels = rows.release.manifest.levels
+    below = [lv for lv in levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    own_levels = ["state", *below] if "state" in levels else below
+    out, prefixes = Tables(), {}  # prefixes: shared by every table of the same records
+    for spec, kind, path in recounted_tables(rows.release, rows.persons_schema, rows.units_schema):
+        records, decoded, schema = ((rows.persons, rows.levels, rows.persons_schema) if kind == "persons"
+                                    else (rows.housing, rows.unit_levels, rows.units_schema))
+        cols = column_names(schema, spec)
+        if not path.exists() or not {"level", "geocode", *cols} <= set(columns(path)):
+            continue  # the driver says so
+        written = read_rows(path, [("geocode", ">=", rows.state), ("geocode", "<", rows.state + "\x7f")])
+        written = written[written["level"].isin(own_levels)].reset_index(drop=True)
+        if kind not in prefixes:
+            prefixes[kind] = prefix_codes(records, ["state", *below])
+        recount = recount_table(records, decoded, schema, spec, geo_levels=["state", *below], prefixes=prefixes[kind])
+        own = (recount["level"] == "state").to_numpy()
+        out.recount[spec.name] = recount.loc[own, cols].to_numpy()[0].tolist() if own.any() else None
+        hierarchy = hierarchy_differences(written, cols, own_levels)
+        if "state" not in levels and below:  # the nation's children are below the state: their sum here
+            out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
+        out.differences[spec.name] = (table_differences(written[written["level"] != "state"], recount[~own], cols),
+                                      hierarchy)
+    return out
+
+
+def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: list[str]) -> pd.DataFrame:
+    """A table's recount at the nation (the sum of the states') and, if the table has them, the states."""
+    rows = {state: part.recount[table] for state, part in parts.items() if part.recount.get(table) is not None}
+    states = pd.DataFrame(np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols)), columns=cols)
+    states = states.assign(geocode=list(rows), level="state")
+    nation = states[cols].sum().to_frame().T.assign(geocode="", level="nation") if rows else states.iloc[:0]
+    return pd.concat([frame for level, frame in (("nation", nation), ("state", states)) if level in top],
+                     ignore_index=True)
+
+
+def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, cols: list[str], *, geo_levels):
+    """`hierarchy_differences` of the nation and state rows; without a state level, the nation against
+    the sum of its children's rows that each state added up."""
+    if "state" in geo_levels or len(geo_levels) < 2:
+        return hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
+    sums = np.sum([p.child_sums[table] for p in parts.values() if table in p.child_sums], axis=0) if parts else 0
+    nation = written.loc[written["level"] == "nation", cols].to_numpy()
+    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != sums).any() else []}
+
+
+def tables_combine(release: Release, parts: dict[str, Tables], report: Report, alongside=None) -> None:
+    """Each table: written, with its columns, equal to the recount and summing up, at every level."""
+    levels = release.manifest.levels
+    top = [lv for lv in levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]]
+    persons_schema, units_schema = release.schemas()
+    for spec, kind, path in recounted_tables(release, persons_schema, units_schema):
+        if not path.exists():
+            report.check(f"table {spec.name} written", [f"{path} is missing"])
+            continue
+        cols = column_names(persons_schema if kind == "persons" else units_schema, spec)
+        names = columns(path)  # once: the footer grows with the table's row groups
+        absent = [c for c in ["level", "geocode", *cols] if c not in names]
+        if absent:
+            report.check(f"table {spec.name} equals the MDF recount", [f"{path.name} has no column {absent[0]!r}"])
+            continue
+        written = read_rows(path, [("level", "in", top)])
+        below = [part.differences.get(spec.name, ({}, {})) for part in parts.values()]
+        report.check(f"table {spec.name} equals the MDF recount", first(difference_messages(
+            [table_differences(written, _top_recount(parts, spec.name, cols, top), cols), *(d for d, _ in below)], cols)))
+        report.check(f"table {spec.name} hierarchy sums", first(hierarchy_messages(
+            [_top_hierarchy(written, parts, spec.name, cols, geo_levels=levels), *(h for _, h in below)], levels)))
+
+
+TABLES = Check("tables_match_mdf", tables_combine, state=tables_state)
