@@ -185,7 +185,7 @@ def test_flat_tract_and_county_totals_are_unbiased_with_many_empty_blocks():
 
 
 def test_stability_threshold_is_the_smallest_with_delta():
-    from das.mechanisms.stability import threshold
+    from das.privacy.accounting import stability_threshold as threshold
 
     for eps_half, delta in [(Fraction(1, 4), Fraction(1, 20)), (Fraction(113, 100), Fraction(1, 2 * 10**10))]:
         T = threshold(eps_half, delta)
@@ -193,7 +193,8 @@ def test_stability_threshold_is_the_smallest_with_delta():
 
 
 def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_unbiased():
-    from das.mechanisms.stability import stability_histogram, threshold
+    from das.mechanisms.stability import stability_histogram
+    from das.privacy.accounting import stability_threshold as threshold
 
     n_single, n_large = 3000, 300
     truth = sp.lil_matrix((n_single + n_large, PL94.size), dtype=np.int64)
@@ -217,8 +218,9 @@ def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_un
 def test_stability_is_certified_at_topdowns_eps_and_delta_with_charges_summing_to_rho(tmp_path):
     """Calibrated to the (eps, delta) the nominal rho certifies (17.1436 at 1e-10 for the 2020 budget): the
     threshold is 4, not the 22 of eps = sqrt(2 rho) converted back through rho, and no weaker than TopDown's."""
-    from das.mechanisms.stability import TOTAL_SHARE, threshold
+    from das.mechanisms.stability import TOTAL_SHARE
     from das.privacy.accounting import eps_for_delta
+    from das.privacy.accounting import stability_threshold as threshold
 
     out = synthesize("tiny", "stability", tmp_path / "r", seed=1)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -483,20 +485,25 @@ def test_mbi_releases_validate_and_certify_their_charges(tmp_path, name):
 @needs_mbi
 @pytest.mark.slow
 def test_aim_fits_the_known_dependency_better_with_more_budget():
+    """Three seeds a budget: every release at rho 200 fits the (votingage, hispanic) dependency within 2% of the
+    persons and better than every release at rho 1/100 (a stuck AIM, its error not falling, fails this)."""
     truth = dependent_tract()
     levels = PL94.cell_levels(np.arange(PL94.size))
     errors = {}
     for rho in (Fraction(1, 100), Fraction(200)):
-        data = synthetic_input(truth, blocks(1, 3), rho=rho, seed=6)
-        result = MECHANISMS["aim"].run(data)
-        out = result.histograms.toarray()
-        assert data.ledger.spent == rho
-        (rounds,) = result.details["rounds"].values()  # the filter: the tract's rounds spend exactly the charged cap
-        (cap,) = [e.rho for e in data.ledger.entries if e.step.startswith("adaptive rounds")]
-        assert sum(1 / Fraction(r["sigma2"]) + Fraction(r["eps"]) ** 2 / 8 for r in rounds) == cap
-        pair = [np.bincount(levels[1] * 2 + levels[2], weights=h.sum(axis=0), minlength=4) for h in (out, truth)]
-        errors[rho] = np.abs(pair[0] - pair[1]).sum()
-    assert errors[Fraction(200)] < 0.05 * truth.sum() < errors[Fraction(1, 100)]
+        errors[rho] = []
+        for seed in (6, 7, 8):
+            data = synthetic_input(truth, blocks(1, 3), rho=rho, seed=seed)
+            result = MECHANISMS["aim"].run(data)
+            out = result.histograms.toarray()
+            assert data.ledger.spent == rho
+            (rounds,) = result.details["rounds"].values()  # the filter: the tract's rounds spend exactly the cap
+            (cap,) = [e.rho for e in data.ledger.entries if e.step.startswith("adaptive rounds")]
+            assert sum(1 / Fraction(r["sigma2"]) + Fraction(r["eps"]) ** 2 / 8 for r in rounds) == cap
+            pair = [np.bincount(levels[1] * 2 + levels[2], weights=h.sum(axis=0), minlength=4) for h in (out, truth)]
+            errors[rho].append(np.abs(pair[0] - pair[1]).sum())
+    assert max(errors[Fraction(200)]) < 0.02 * truth.sum()
+    assert max(errors[Fraction(200)]) < min(errors[Fraction(1, 100)]), errors
 
 
 def test_full_domain_mechanisms_fall_back_to_block_groups_when_a_tract_is_too_large():

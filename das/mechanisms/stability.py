@@ -35,28 +35,17 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import scipy.sparse as sp
 
 from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput, round_by_block
 from das.mechanisms.domain import assemble, geounits
 from das.mechanisms.flat import projection_level
-from das.privacy.accounting import EPS_DECIMALS, eps_for_delta
+from das.privacy.accounting import EPS_DECIMALS, eps_for_delta, stability_threshold
 from das.privacy.certificate import fraction_text
 from das.privacy.sampler import discrete_laplace_scaled
 
 TOTAL_SHARE = Fraction(1, 20)  # of eps, for the tract totals
-
-
-def threshold(eps_half: Fraction, delta: Fraction) -> int:
-    """The smallest T with exp(-eps_half (T - 1)) <= delta (rigorous: a margin above the computed ratio)."""
-    with mpmath.workdps(60):
-        ratio = mpmath.log(mpmath.mpf(delta.denominator) / delta.numerator) * eps_half.denominator / eps_half.numerator
-        steps = int(mpmath.ceil(ratio * (1 - mpmath.mpf(10) ** -40)))
-        if mpmath.mpf(steps) < ratio * (1 + mpmath.mpf(10) ** -40):  # too close to call: one more step
-            steps += 1
-    return 1 + max(0, steps)
 
 
 def target_eps(rho: Fraction, delta: Fraction) -> Fraction:
@@ -93,7 +82,7 @@ def run(data: SynthesisInput) -> Synthesis:
     eps = target_eps(data.budget, data.delta)
     eps_total = eps * TOTAL_SHARE
     eps_half = (eps - eps_total) / 2
-    T = threshold(eps_half, data.delta)
+    T = stability_threshold(eps_half, data.delta)
     level = projection_level(data.geography, data.schema)
     ledger = data.ledger
     ledger.charge(level, "totals", data.budget * TOTAL_SHARE, "discrete Laplace", eps=eps_total,
