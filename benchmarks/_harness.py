@@ -31,6 +31,7 @@ class Bench:
     repeats: int = 5
     references: dict[str, Callable[[], Figures]] = field(default_factory=dict)  # label -> run
     target: str = ""               # the target, in words, e.g. "< 10 s, < 2 GB"
+    default: bool = True           # run by a bare `scripts/bench`; False: only when named (hours-long studies)
 
 
 @contextmanager

@@ -36,6 +36,7 @@ from benchmarks.scale import (
     _peak_rss_mb,
     _process_table,
     _reset_peak_rss,
+    descendants,
     pollers_cpu,
     watching_descendants,
 )
@@ -81,13 +82,7 @@ def _descendants_io(stop: threading.Event, last: dict, every: float = 0.5) -> No
     me = os.getpid()
     while True:
         table = _process_table()
-        tree, frontier = set(), [me]
-        while frontier:
-            parent = frontier.pop()
-            for pid, (ppid, _, _) in table.items():
-                if ppid == parent and pid not in tree:
-                    tree.add(pid)
-                    frontier.append(pid)
+        tree = descendants(table, me)
         for pid in tree:
             found = _io(f"/proc/{pid}/io")
             if found != (0, 0):

@@ -71,6 +71,18 @@ def _process_table() -> dict[int, tuple[int, float, float]]:
     return table
 
 
+def descendants(table: dict[int, tuple], root: int) -> set[int]:
+    """Every process below `root` in a `_process_table()` (children, their children, ...)."""
+    tree, frontier = set(), [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, *_) in table.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return tree
+
+
 def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) -> None:
     """Poll every descendant of this process (pool workers, their own children, Dask's nanny and workers): each
     one's VmHWM (peak RSS of its own image, reset at exec) under its pid, and the largest sum of their current RSS
@@ -82,13 +94,7 @@ def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) ->
     me = os.getpid()
     while True:
         table = _process_table()
-        tree, frontier = set(), [me]
-        while frontier:
-            parent = frontier.pop()
-            for pid, (ppid, _, _) in table.items():
-                if ppid == parent and pid not in tree:
-                    tree.add(pid)
-                    frontier.append(pid)
+        tree = descendants(table, me)
         for pid in tree:
             peaks[str(pid)] = max(peaks.get(str(pid), 0.0), table[pid][2])
         peaks["workers_tree_mb"] = max(peaks.get("workers_tree_mb", 0.0), sum(table[pid][1] for pid in tree))

@@ -44,7 +44,8 @@ CERTIFICATE_FIELDS = ("schema", "strategy", "mechanism", "levels[]", "convention
                       "private", "warning")
 # the stated parameters of a synthetic mechanism's charges (das.mechanisms.base.Ledger.charge): all constants of
 # the mechanism or computed from the budget, delta and schema
-CHARGE_PARAMETERS = ("sigma2", "eps", "sensitivity", "cost", "laplace_scale", "threshold", "delta", "allocation")
+CHARGE_PARAMETERS = ("sigma2", "eps", "sensitivity", "cost", "laplace_scale", "threshold", "delta", "allocation",
+                     "sigma2_start", "eps_start", "alpha")  # the last three: AIM's filtered rounds
 L2_CERTIFICATE = ("problems", "objective", "gap", "max_rel_gap", "retried", "uncertified")  # das.topdown.engine
 
 

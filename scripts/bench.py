@@ -192,16 +192,18 @@ def render(results: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
-    p.add_argument("names", nargs="*", help="run benchmarks whose name starts with one of these")
+    p.add_argument("names", nargs="*", help="run benchmarks whose name starts with one of these (default: every "
+                                            "benchmark of the default suite)")
     p.add_argument("--repeats", type=int, help="override each benchmark's number of runs")
     p.add_argument("--no-references", action="store_true", help="skip the side-by-side references")
     p.add_argument("--list", action="store_true")
     args = p.parse_args(argv)
     benches = discover()
-    chosen = [b for b in benches if not args.names or any(b.name.startswith(n) for n in args.names)]
+    chosen = [b for b in benches if any(b.name.startswith(n) for n in args.names)] if args.names else \
+        [b for b in benches if b.default]
     if args.list or not chosen:
         for b in benches:
-            print(f"{b.name:40s} {b.description}")
+            print(f"{b.name:40s} {'' if b.default else '(only when named) '}{b.description}")
         return 0 if args.list else 1
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     command = "scripts/bench " + " ".join(sys.argv[1:] if argv is None else argv)

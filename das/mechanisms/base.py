@@ -3,15 +3,18 @@
 A mechanism is a function `SynthesisInput -> Synthesis`: it reads the true block histograms
 (n_blocks x schema cells), spends budget only through `Ledger.charge` (which refuses to overspend),
 and returns nonnegative integer block histograms. The schedule of charges depends only on public
-things (budget, schema, geography), never on the data.
+things (budget, schema, geography), never on the data; a step whose parameters depend on earlier
+noisy outputs (AIM's annealing) is charged as one filtered step whose cap is fixed in advance.
 
 Neighbours: bounded, change one record (das's convention, docs/privacy.md). A record's block is part
 of the record, so a change may move a person from one geounit to another. A mechanism run
 independently per geounit (parallel composition) then sees one record removed in one geounit and one
-added in another: a step whose cost does not cover both at once (the exponential mechanism) is
-charged twice; a discrete Gaussian measurement of a histogram calibrated to squared L2 sensitivity
+added in another. A discrete Gaussian measurement of a histogram calibrated to squared L2 sensitivity
 2 costs the same either way (rho = 1/sigma^2: within one geounit one change moves two cells; across
-two, each geounit's histogram moves one cell, 1/(2 sigma^2) twice).
+two, each geounit's histogram moves one cell, 1/(2 sigma^2) twice). An exponential-mechanism
+selection calibrated to the change-one sensitivity Delta costs eps^2/8 either way when a record added
+to or removed from a geounit moves every score by at most Delta/sqrt(2) (`Ledger.exponential`, proof
+in docs/mechanisms.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from das.privacy.accounting import (
     randomness_text,
 )
 from das.privacy.certificate import Certificate, Charge, fraction_text
+from das.privacy.exponential import exponential_rho
 from das.privacy.randomness import RandomSource
 from das.schema import Schema
 
@@ -53,6 +57,15 @@ class MechanismError(ValueError):
     """A mechanism cannot run as asked (unknown name, missing optional extra, unusable budget)."""
 
 
+@dataclass(frozen=True)
+class DirectGuarantee:
+    """A mechanism that is (eps, delta)-DP directly (not zCDP), calibrated to and certified at this pair."""
+
+    eps: Fraction
+    delta: Fraction
+    basis: str  # how it holds, as the certificate's `conversion` says it
+
+
 @dataclass
 class Ledger:
     """The charges a mechanism makes, each once, against an exact budget (refuses to overspend)."""
@@ -61,6 +74,7 @@ class Ledger:
     accountant: PrivacyAccountant = None
     entries: list[Charge] = field(default_factory=list)
     delta_parts: dict = field(default_factory=dict)  # approximate-DP steps: name -> delta (Fraction)
+    direct: DirectGuarantee | None = None  # set by a mechanism certified at its own (eps, delta)
 
     def __post_init__(self):
         if self.accountant is None:
@@ -80,12 +94,21 @@ class Ledger:
         return sigma2
 
     def exponential(self, scope: str, step: str, eps: Fraction, sensitivity: Fraction | str, *,
-                    per_geounit: bool) -> None:
-        """Charge an eps exponential-mechanism selection: eps^2/8, twice when run per geounit (a moved record)."""
-        rho = eps * eps / 8 * (2 if per_geounit else 1)
-        self.charge(scope, step, rho, "exponential mechanism", eps=eps, sensitivity=sensitivity,
-                    cost="2 x eps^2/8 (a changed record may move between two geounits)" if per_geounit
-                    else "eps^2/8 (bounded range)")
+                    add_remove: Fraction | None) -> None:
+        """Charge an eps exponential-mechanism selection (calibrated to the change-one `sensitivity` Delta): eps^2/8.
+
+        Run per geounit, `add_remove` bounds how far one record added to or removed from a geounit moves any
+        score, as a fraction r of Delta. A record moving between two geounits makes each selection
+        (r eps)-bounded-range, together 2 (r eps)^2/8 <= eps^2/8 when r^2 <= 1/2; a change within one geounit
+        costs eps^2/8 (docs/mechanisms.md). A larger r is refused. None: one selection over the whole input.
+        """
+        if add_remove is not None:
+            check_add_remove(add_remove, step)
+        cost = ("eps^2/8 (bounded range)" if add_remove is None else
+                f"eps^2/8 (bounded range; a record moving between two geounits moves each one's scores by at most "
+                f"{fraction_text(add_remove)} x Delta: 2 x ({fraction_text(add_remove)} eps)^2/8 <= eps^2/8)")
+        self.charge(scope, step, exponential_rho(eps), "exponential mechanism", eps=eps, sensitivity=sensitivity,
+                    cost=cost)
 
     @property
     def spent(self) -> Fraction:
@@ -154,26 +177,68 @@ def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, *, 
     """The certificate of a synthetic release: every charge, rho = their exact sum, (eps, delta).
 
     delta is the run's; approximate-DP steps take their delta out of it, and the rest converts the
-    zCDP guarantee (CKS 2020, Cor. 13).
+    zCDP guarantee (CKS 2020, Cor. 13). A mechanism that is (eps, delta)-DP directly (`ledger.direct`)
+    is certified at its own pair, with no conversion; its charges still sum to the nominal rho.
     """
     rho = ledger.spent
+    common = dict(schema=schema.name, strategy=f"mechanism {name}", mechanism=name, levels=tuple(levels),
+                  convention=CONVENTION, budget=ledger.budget, rho=rho, delta=delta, randomness=randomness_text(private),
+                  private=bool(private), charges=tuple(ledger.entries), by_level=(),  # no TopDown measurements (no NMF)
+                  warning=None if private else NOT_PRIVATE_WARNING)
+    if ledger.direct is not None:
+        return _direct_certificate(name, ledger, delta, common)
     delta_steps = sum(ledger.delta_parts.values(), Fraction(0))
     delta_conversion = delta - delta_steps
     if delta_conversion <= 0:
         raise MechanismError(f"{name}: its steps use delta {delta_steps}, not less than the run's delta {delta}")
-    return Certificate(
-        schema=schema.name, strategy=f"mechanism {name}", mechanism=name, levels=tuple(levels), convention=CONVENTION,
-        budget=ledger.budget, rho=rho, delta=delta,
-        delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
-        eps=eps_for_delta(rho, delta_conversion), eps_rounding=EPS_ROUNDING, eps_loose_bound=eps_loose(rho, delta_conversion),
-        conversion=CONVERSION, loose_bound=LOOSE_BOUND, randomness=randomness_text(private), private=bool(private),
-        charges=tuple(ledger.entries), by_level=(),  # no TopDown measurements (no NMF): the charges are the whole budget
-        warning=None if private else NOT_PRIVATE_WARNING)
+    return Certificate(**common, delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
+                       eps=eps_for_delta(rho, delta_conversion), eps_rounding=EPS_ROUNDING,
+                       eps_loose_bound=eps_loose(rho, delta_conversion), conversion=CONVERSION, loose_bound=LOOSE_BOUND)
+
+
+def _direct_certificate(name: str, ledger: Ledger, delta: Fraction, common: dict) -> Certificate:
+    """The certificate of an (eps, delta)-DP mechanism at its own pair: its delta parts are the whole delta."""
+    direct = ledger.direct
+    if direct.delta != delta or sum(ledger.delta_parts.values(), Fraction(0)) != delta:
+        raise MechanismError(f"{name}: certified at its own delta {direct.delta}, its delta parts "
+                             f"{ledger.delta_parts} must sum to the run's delta {delta}")
+    eps = float(direct.eps)  # a decimal of EPS_DECIMALS places: its JSON text is the exact value calibrated to
+    if Fraction(repr(eps)) != direct.eps:
+        raise MechanismError(f"{name}: eps {direct.eps} is not a decimal the certificate can state exactly")
+    return Certificate(**common, delta_parts=dict(ledger.delta_parts), eps=eps,
+                       eps_rounding="exact: the eps the mechanism is calibrated to", eps_loose_bound=eps,
+                       conversion=direct.basis, loose_bound="not applicable: no conversion from rho")
+
+
+def check_add_remove(add_remove: Fraction, step: str) -> None:
+    """Refuse a per-geounit selection whose scores an added or removed record moves by more than Delta/sqrt(2)
+    (`add_remove` is that bound as a fraction of Delta): eps^2/8 would not cover a record moving between two."""
+    if not 0 <= add_remove * add_remove <= Fraction(1, 2):
+        raise MechanismError(f"{step}: a per-geounit selection whose add/remove sensitivity is {add_remove} x Delta "
+                             "is not covered by eps^2/8 (needs at most Delta/sqrt(2))")
+
+
+def selection_eps(share: Fraction) -> Fraction:
+    """The largest exact eps (a multiple of 2^-20) whose selection costs at most `share` (exponential_rho, eps^2/8)."""
+    return eps_below_sqrt(8 * share)
 
 
 def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:
     """The largest multiple of 2^-bits at or below sqrt(x): an exact eps with eps^2 <= x."""
     return Fraction(math.isqrt(x.numerator * (1 << (2 * bits)) // x.denominator), 1 << bits)
+
+
+def round_by_block(expected: np.ndarray, n_blocks: int, total: int) -> np.ndarray:
+    """A geounit's nonnegative expected counts (block-major, n_blocks x cells flattened) -> integers summing to
+    `total`: scaled to it, the block totals rounded first (largest remainders), then each block's cells to its
+    block total. Every block's total is then within one of its expected value; rounding all cells at once
+    instead moves persons to the cells with the largest fractions wherever they are, and block totals drift.
+    """
+    rows = np.asarray(expected, dtype=float).reshape(n_blocks, -1)
+    mass = rows.sum()
+    rows = rows * (total / mass) if mass > 0 else np.full(rows.shape, total / rows.size)
+    block_totals = round_to_total(rows.sum(axis=1)[None, :], np.array([total]))[0]
+    return round_to_total(rows, block_totals).ravel()
 
 
 def round_to_total(values: np.ndarray, totals: np.ndarray) -> np.ndarray:

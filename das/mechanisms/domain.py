@@ -47,6 +47,10 @@ class Domain:
         """(answer cell of every domain cell, number of answer cells) of the marginal over `factors`."""
         return _marginal(self.schema, self.n_blocks, tuple(factors))
 
+    def expand(self, joint: np.ndarray) -> np.ndarray:
+        """The joint over this domain's own cells (nothing merged: as it is)."""
+        return joint
+
 
 @functools.lru_cache(maxsize=32)
 def _levels(schema: Schema, n_blocks: int, name: str) -> np.ndarray:
@@ -111,3 +115,44 @@ def assemble(n_blocks: int, n_cells: int, parts: list[tuple[np.ndarray, np.ndarr
         return sp.csr_matrix((n_blocks, n_cells), dtype=np.int64)
     return sp.csr_matrix((np.concatenate(vals).astype(np.int64), (np.concatenate(rows), np.concatenate(cols))),
                          shape=(n_blocks, n_cells), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A geounit's domain with some attributes' values merged (MST's `compress_domain`): `mapping[a][v]` is the
+    merged value of value v of attribute a. Marginal maps still index the original domain's cells, so the true
+    counts need no recoding; `expand` spreads a joint over the merged domain evenly back over the original cells."""
+
+    domain: Domain
+    mapping: tuple[tuple[str, np.ndarray], ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.domain.names
+
+    @property
+    def n_blocks(self) -> int:
+        return self.domain.n_blocks
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([self.factor_size(a) for a in self.names]))
+
+    def factor_size(self, name: str) -> int:
+        merged = dict(self.mapping)
+        return int(merged[name].max()) + 1 if name in merged else self.domain.factor_size(name)
+
+    def marginal(self, factors: tuple[str, ...]) -> tuple[np.ndarray, int]:
+        """(merged answer cell of every original domain cell, number of merged answer cells)."""
+        if not factors:
+            return np.zeros(self.domain.size, dtype=np.int64), 1
+        merged = dict(self.mapping)
+        levels = [merged[f][self.domain.levels(f)] if f in merged else self.domain.levels(f) for f in factors]
+        sizes = tuple(self.factor_size(f) for f in factors)
+        return np.ravel_multi_index(tuple(levels), sizes).astype(np.int64), int(np.prod(sizes))
+
+    def expand(self, joint: np.ndarray) -> np.ndarray:
+        """A joint over the merged domain (as `marginal(names)` numbers it) spread evenly over the original cells."""
+        index, size = self.marginal(self.names)
+        multiplicity = np.bincount(index, minlength=size)
+        return joint[index] / multiplicity[index]

@@ -2,20 +2,22 @@
 
 Every cell of every block's detailed histogram gets discrete Gaussian noise of variance 1/rho (the
 whole budget at the block: blocks are disjoint, so one change costs rho once; squared L2
-sensitivity 2). Post-processing per block: the Euclidean projection of the noisy vector onto
-{x >= 0, sum x = N} with N = max(0, round(sum of the noisy cells)) (an unbiased estimate of the block
-total before clipping), then integers with the same sum by largest remainders.
+sensitivity 2). Post-processing (no extra budget) per tract, a public unit (per block group where a
+tract would exceed `MAX_DOMAIN_CELLS` cells, as for the full-domain mechanisms): the Euclidean projection
+of the tract's noisy cells (all its blocks together) onto {x >= 0, sum x = N}, N = max(0, round(sum of
+those cells)), an unbiased estimate of the tract total, then integers with the same sum, block totals
+first (base.round_by_block). One projection threshold for the whole tract: projecting each block onto its own noisy
+total instead clips every small block's total at zero (sd sqrt(cells / rho), 28 persons at the 2020
+budget), which biases tract and county totals up by hundreds.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
-from das.mechanisms.base import Synthesis, SynthesisInput, round_to_total
+from das.mechanisms.base import MechanismError, Synthesis, SynthesisInput, round_by_block
+from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.privacy.sampler import discrete_gaussian
-
-CHUNK_CELLS = 1 << 21  # cells per vectorized batch of blocks (float64: 16 MB)
 
 
 def project_simplex(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -38,26 +40,31 @@ def project_simplex(rows: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return out
 
 
-def nonnegative_integer_projection(noisy: np.ndarray) -> np.ndarray:
-    """Per row: nonnegative integers summing to max(0, round(row sum)), closest (L2) before rounding."""
-    totals = np.maximum(0, np.rint(noisy.sum(axis=1))).astype(np.int64)
-    return round_to_total(project_simplex(noisy, totals), totals)
+def projection_level(geography, schema) -> str:
+    """The public unit the noisy histograms are projected over: the tract, or the block group where some tract
+    has more than MAX_DOMAIN_CELLS cells (decided from the public geography), else the block."""
+    try:
+        return fitting_level(geography, schema, "tract")
+    except MechanismError:
+        return "block"
 
 
 def run(data: SynthesisInput) -> Synthesis:
     n_blocks, n_cells = data.histograms.shape
     sigma2 = data.ledger.gaussian("block", "detailed", data.budget)
     truth = data.histograms.tocsr()
-    parts, chunk = [], max(1, CHUNK_CELLS // n_cells)
-    for start in range(0, n_blocks, chunk):
-        stop = min(n_blocks, start + chunk)
-        noisy = truth[start:stop].toarray() + discrete_gaussian(sigma2, (stop - start) * n_cells,
-                                                                 data.rng).reshape(stop - start, n_cells)
-        parts.append(sp.csr_matrix(nonnegative_integer_projection(noisy)))
-    histograms = sp.vstack(parts).tocsr() if parts else sp.csr_matrix((0, n_cells), dtype=np.int64)
-    return Synthesis(histograms.astype(np.int64), {"sigma2": str(sigma2),
-                                                   "postprocessing": "simplex projection to the noisy block total, "
-                                                                     "largest-remainder integers"})
+    level = projection_level(data.geography, data.schema)
+    parts = []
+    for _, block_index in geounits(data.geography, level):
+        noisy = unit_counts(truth, block_index) + discrete_gaussian(sigma2, len(block_index) * n_cells, data.rng)
+        total = max(0, int(np.rint(noisy.sum())))
+        parts.append((block_index, round_by_block(project_simplex(noisy[None, :], np.array([total]))[0],
+                                                  len(block_index), total)))
+    return Synthesis(assemble(n_blocks, n_cells, parts), {
+        "sigma2": str(sigma2), "projection_level": level,
+        "postprocessing": f"simplex projection of each {level}'s noisy cells to its rounded noisy total, "
+                          "integers by largest remainders, block totals first"})
 
 
-DETAILS = {"sigma2": "parameter: 1/rho", "postprocessing": "parameter: what is done to the noisy histograms"}
+DETAILS = {"sigma2": "parameter: 1/rho", "projection_level": "parameter: the public unit projected over",
+           "postprocessing": "parameter: what is done to the noisy histograms"}

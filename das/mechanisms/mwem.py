@@ -8,11 +8,14 @@ Budget (rho, exact): 1/20 measures the tract total (discrete Gaussian), which fi
 the distribution; the rest is split evenly over `ROUNDS` rounds. In a round, a quarter selects a
 marginal with the exponential mechanism (score: the L1 error of the current estimate on that
 marginal, Delta = 2 under a change of one record, in integer units of 2^-16 after rounding the public
-estimate; cost 2 x eps^2/8, a moved record touching two tracts), the rest measures every cell of the
-chosen marginal with discrete Gaussian noise. After each measurement, multiplicative weights
-(A(x) <- A(x) exp(q(x)(m - q(A)) / (2n)), renormalized to n) sweep `SWEEPS` times over all the
-measurements so far (the "practical variations" of Li's survey). Output: the final estimate, rounded
-to integers summing to the noisy total (largest remainders).
+estimate; an added or removed record moves it by at most 1 = Delta/2, so eps^2/8 per tract, see
+base.Ledger.exponential), the rest measures every cell of the chosen marginal with discrete Gaussian
+noise. After each measurement, multiplicative weights (A(x) <- A(x) exp(q(x)(m - q(A)) / (2n)),
+renormalized to n) sweep over all the measurements so far until the fit converges (`mw_fit`: the
+authors' "practical variations", repeated while the measurements and the estimate disagree; rounds
+to `FIT_TOL`, the final fit to a tenth of it). Two sweeps, as before, left the block totals twenty
+times worse than the converged fit. Output: the final estimate, rounded to integers summing to the
+noisy total (largest remainders).
 """
 
 from __future__ import annotations
@@ -22,14 +25,17 @@ from fractions import Fraction
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt, round_to_total
+from das.mechanisms.base import Synthesis, SynthesisInput, round_by_block, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
-from das.privacy.exponential import exponential_mechanism
+from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
 
 LEVEL = "tract"
 ROUNDS = 12
-SWEEPS = 2
+FIT_TOL = 1e-3  # a round's fit is converged when sweeps lower the squared residual by at most this share (final fit: a tenth)
+MAX_SWEEPS = 2000  # a safety cap on the sweeps of one fit (convergence stops far earlier)
+MIN_STEP = 2.0 ** -10  # no smaller step multiplier is tried: the fit is converged
+ADD_REMOVE = Fraction(1, 2)  # one record added or removed moves an L1 error by at most 1 = Delta / 2
 TOTAL_SHARE = Fraction(1, 20)
 SELECT_SHARE = Fraction(1, 4)
 SCORE_BITS = 16  # the estimate is rounded to multiples of 2^-16 before scoring (public post-processing)
@@ -52,17 +58,50 @@ def workload(domain: Domain) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def mw_update(estimate: np.ndarray, measurements: list, total: float, sweeps: int) -> np.ndarray:
-    """Multiplicative weights over all measurements (index, size, noisy answers), renormalized to `total`."""
-    if total <= 0:
-        return np.zeros_like(estimate)
-    for _ in range(sweeps):
-        for index, size, noisy in measurements:
-            answers = np.bincount(index, weights=estimate, minlength=size)
-            step = np.clip((noisy - answers) / (2 * total), -50, 50)
-            estimate = estimate * np.exp(step[index])
-            estimate *= total / estimate.sum()
+def _sweep(estimate: np.ndarray, measurements: list, total: float, step: float) -> np.ndarray:
+    """One multiplicative-weights sweep over every measurement, the step scaled by `step`."""
+    for index, size, noisy in measurements:
+        gap = noisy - np.bincount(index, weights=estimate, minlength=size)
+        estimate = estimate * np.exp(np.clip(step * gap / (2 * total), -50, 50)[index])
+        estimate *= total / estimate.sum()
     return estimate
+
+
+def _residual(estimate: np.ndarray, measurements: list) -> float:
+    """sum over measurements of ||m - q(A)||^2."""
+    return sum(float(np.square(noisy - np.bincount(index, weights=estimate, minlength=size)).sum())
+               for index, size, noisy in measurements)
+
+
+def mw_fit(estimate: np.ndarray, measurements: list, total: float, *, step: float = 1.0, tol: float = FIT_TOL,
+           max_sweeps: int = MAX_SWEEPS) -> tuple[np.ndarray, float, int]:
+    """Multiplicative weights swept over all measurements (index, size, noisy answers) until the fit converges.
+
+    A sweep applies A(x) <- A(x) exp(s q(x)(m - q(A)) / (2n)) for each measurement in turn, renormalized to
+    n = `total` (MWEM's update, s = 1, repeated as its authors' practical variant does). The step s starts at
+    `step`, doubles after a sweep that lowers the squared residual sum_q ||m - q(A)||^2 (unless the sweep
+    before it failed), and a sweep that raises the residual is undone and s halved: the same fit in far fewer
+    sweeps than s = 1, which with n in the thousands moves a cell by a fraction of a percent per sweep.
+    Converged: two sweeps in a row lowered the residual by at most `tol` of itself, or no step above
+    `MIN_STEP` lowers it (`max_sweeps` is a safety cap). Returns the estimate, the last step and the sweeps.
+    """
+    if total <= 0:
+        return np.zeros_like(estimate), step, 0
+    current, grow, small = _residual(estimate, measurements), True, 0
+    for sweep in range(1, max_sweeps + 1):
+        candidate = _sweep(estimate, measurements, total, step)
+        fitted = _residual(candidate, measurements)
+        if fitted > current:
+            step, grow = step / 2, False
+            if step < MIN_STEP:
+                return estimate, MIN_STEP, sweep
+            continue
+        estimate, improvement, current = candidate, current - fitted, fitted
+        small = small + 1 if improvement <= tol * current else 0
+        if small >= 2:
+            return estimate, step, sweep
+        step, grow = (step * 2 if grow else step), True
+    return estimate, step, max_sweeps
 
 
 @dataclass(frozen=True)
@@ -73,7 +112,7 @@ class Schedule:
     eps: Fraction  # of each selection
     sigma2: Fraction  # of each measured cell
     rounds: int = ROUNDS
-    sweeps: int = SWEEPS
+    tol: float = FIT_TOL
 
 
 def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> np.ndarray:
@@ -85,7 +124,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
     maps = [domain.marginal(f) for _, f in queries]
     true_answers = [np.bincount(index, weights=counts, minlength=size).astype(np.int64) for index, size in maps]
     scale = 1 << SCORE_BITS
-    measurements = []
+    measurements, step = [], 1.0
     for _ in range(schedule.rounds):
         scores = []
         for (index, size), truth in zip(maps, true_answers):
@@ -95,8 +134,9 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
         index, size = maps[chosen]
         noisy = true_answers[chosen] + discrete_gaussian(schedule.sigma2, size, rng)
         measurements.append((index, size, noisy.astype(float)))
-        estimate = mw_update(estimate, measurements, float(total), schedule.sweeps)
-    return round_to_total(estimate[None, :], np.array([total]))[0]
+        estimate, step, _ = mw_fit(estimate, measurements, float(total), step=step, tol=schedule.tol)
+    estimate, _, _ = mw_fit(estimate, measurements, float(total), step=step, tol=schedule.tol / 10)
+    return round_by_block(estimate, domain.n_blocks, total)
 
 
 def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:
@@ -104,24 +144,25 @@ def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) ->
     ledger, schema = data.ledger, data.schema
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
     per_round = data.budget * (1 - TOTAL_SHARE) / rounds
-    eps = eps_below_sqrt(4 * per_round * SELECT_SHARE)  # 2 x eps^2/8 <= the selection's share
+    eps = selection_eps(per_round * SELECT_SHARE)
     sigma2s = []
     for r in range(1, rounds + 1):
-        ledger.exponential(level, f"round {r} select", eps, Fraction(2), per_geounit=True)
-        sigma2s.append(ledger.gaussian(level, f"round {r} measure", per_round - eps * eps / 4))
+        ledger.exponential(level, f"round {r} select", eps, Fraction(2), add_remove=ADD_REMOVE)
+        sigma2s.append(ledger.gaussian(level, f"round {r} measure", per_round - exponential_rho(eps)))
     schedule = Schedule(sigma2_total, eps, sigma2s[0], rounds)
     parts = []
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
         counts = unit_counts(data.histograms, block_index)
         out = synthesize_unit(counts, domain, schedule, data.rng.spawn(geocode))
-
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
                      {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),
-                      "workload": [name for name, _ in workload(Domain(schema, 1))]})
+                      "workload": [name for name, _ in workload(Domain(schema, 1))],
+                      "fit": f"multiplicative weights to convergence (squared residual falling by at most {FIT_TOL:g} of "
+                             f"itself over two sweeps; the final fit {FIT_TOL / 10:g})"})
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: rounds of the schedule",
            "eps_select": "parameter: each selection's eps", "sigma2_measure": "parameter: each measurement's variance",
-           "workload": "parameter: the schema's marginals"}
+           "workload": "parameter: the schema's marginals", "fit": "parameter: how the estimate is fitted"}

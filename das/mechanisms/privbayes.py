@@ -16,7 +16,8 @@ The release is the network's joint distribution times the noisy tract total, rou
 with that total (largest remainders): no sampling.
 
 Budget (exact): 1/20 for the tract total; of the rest, `STRUCTURE_SHARE` for the d - 1 selections
-(each 2 x eps^2/8: a changed record may move between tracts), the remainder split evenly over the
+(each eps^2/8: adding or removing a record moves the score by less than 2 = 2/3 x Delta, so a record
+moving between tracts is covered, base.Ledger.exponential), the remainder split evenly over the
 d clique measurements.
 """
 
@@ -28,9 +29,9 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt, round_to_total
+from das.mechanisms.base import Synthesis, SynthesisInput, round_by_block, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
-from das.privacy.exponential import exponential_mechanism
+from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
 
 LEVEL = "tract"
@@ -39,6 +40,7 @@ MAX_CLIQUE = 4096
 TOTAL_SHARE = Fraction(1, 20)
 STRUCTURE_SHARE = Fraction(3, 10)
 SENSITIVITY = Fraction(3)
+ADD_REMOVE = Fraction(2, 3)  # adding or removing a record moves the score by less than 2 = 2/3 x Delta
 
 
 def independence_score(counts: np.ndarray, domain: Domain, child: str, parents: tuple[str, ...]) -> Fraction:
@@ -103,7 +105,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
         index, size = domain.marginal((child, *parents))
         noisy = np.bincount(index, weights=counts, minlength=size).astype(np.int64) + discrete_gaussian(sigma2, size, rng)
         probability *= conditional(noisy, domain.factor_size(child))[index]
-    out = round_to_total((total * probability / probability.sum())[None, :], np.array([total]))[0]
+    out = round_by_block(probability, domain.n_blocks, total)
     return out, [[child, list(parents)] for child, parents in network]
 
 
@@ -113,10 +115,10 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     d = len(schema.names) + 1
     sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
     rest = data.budget * (1 - TOTAL_SHARE)
-    eps = eps_below_sqrt(4 * rest * STRUCTURE_SHARE / (d - 1))  # (d - 1) x 2 x eps^2/8 <= the structure's share
+    eps = selection_eps(rest * STRUCTURE_SHARE / (d - 1))  # (d - 1) x eps^2/8 <= the structure's share
     for i in range(2, d + 1):
-        ledger.exponential(level, f"select attribute {i} and its parents", eps, SENSITIVITY, per_geounit=True)
-    per_clique = (rest - (d - 1) * eps * eps / 4) / d
+        ledger.exponential(level, f"select attribute {i} and its parents", eps, SENSITIVITY, add_remove=ADD_REMOVE)
+    per_clique = (rest - (d - 1) * exponential_rho(eps)) / d
     sigma2s = [ledger.gaussian(level, f"measure clique {i}", per_clique) for i in range(1, d + 1)]
     schedule = Schedule(sigma2_total, eps, tuple(sigma2s))
     parts, networks = [], {}

@@ -10,9 +10,11 @@ with discrete Gaussian noise. One changed record moves each InDif by at most 6 (
 m values together have squared L2 sensitivity 36 m within a tract, and a record moving between two
 tracts costs 2 x 16 m / (2 sigma^2) < 36 m / (2 sigma^2): sigma^2 = 18 m / rho_select.
 DenseMarg then picks pairs greedily (Algorithm 1 of the paper, as in Li's survey): add the pair
-that most lowers E = sum over chosen of the expected L1 noise error, c_j sqrt(1 / (pi rho_j)) with
-the error-minimizing allocation rho_j proportional to c_j^(2/3) (c_j cells), plus the noisy InDif of
-every pair not chosen; stop when E no longer falls. That uses only noisy values (post-processing).
+that most lowers E = the expected L1 noise error of every measured marginal (the one-way marginals,
+which share the budget, and the chosen pairs), c_j sqrt(2 / (pi rho_j)) under das's sigma^2 = 1/rho_j
+(the paper's sqrt(1 / (pi rho_j)) is for its sigma^2 = 1/(2 rho_j)), with the error-minimizing
+allocation rho_j proportional to c_j^(2/3) (c_j cells), plus the noisy InDif of every pair not
+chosen; stop when E no longer falls. That uses only noisy values (post-processing).
 The chosen pairs and every one-way marginal are measured with discrete Gaussian noise, the rest of
 the budget allocated in proportion to c_j^(2/3) (rounded to exact fractions that sum to it).
 Post-processing: negative counts clipped, every marginal scaled to the noisy total; GUM (gradual
@@ -55,18 +57,33 @@ def indif(counts: np.ndarray, domain: Domain, pair: tuple[str, str]) -> int:
     return int(np.abs(n * joint - np.outer(joint.sum(axis=1), joint.sum(axis=0))).sum()) // n
 
 
-def dense_marg(noisy_indif: np.ndarray, cells: np.ndarray, rho: float) -> list[int]:
-    """Greedy DenseMarg (Algorithm 1): indices of the pairs chosen from noisy dependencies and sizes."""
+def noise_error(weights: float, rho: float) -> float:
+    """Expected L1 noise of marginals sharing `rho` in proportion to cells^(2/3) (weights = their sum of c_j^(2/3)).
+
+    Marginal j gets rho_j = rho c_j^(2/3) / W, so under das's convention (sigma_j^2 = 1 / rho_j) its c_j cells
+    err by c_j sqrt(2 / (pi rho_j)) in expectation; summed, W^(3/2) sqrt(2 / (pi rho)).
+    """
+    return weights ** 1.5 * math.sqrt(2 / (math.pi * rho)) if weights > 0 else 0.0
+
+
+def dense_marg(noisy_indif: np.ndarray, cells: np.ndarray, rho: float, one_way: float = 0.0) -> list[int]:
+    """Greedy DenseMarg (Algorithm 1): indices of the pairs chosen from noisy dependencies and sizes.
+
+    The expected error of a choice is the noise of every measured marginal (the one-way marginals, whose
+    cells^(2/3) sum to `one_way`, and the chosen pairs, all sharing `rho`) plus the noisy InDif of each
+    pair left out; a pair is added while it lowers that.
+    """
     chosen: list[int] = []
     remaining = set(range(len(cells)))
-    best = float(np.maximum(noisy_indif, 0).sum())
+    weights = np.asarray(cells, dtype=float) ** (2 / 3)
+    left_out = np.maximum(noisy_indif, 0).astype(float)
 
     def error(selection: list[int]) -> float:
-        weights = np.asarray(cells[selection], dtype=float) ** (2 / 3)
-        noise = weights.sum() ** 1.5 / math.sqrt(math.pi * rho) if selection else 0.0
-        left = [i for i in range(len(cells)) if i not in selection]
-        return noise + float(np.maximum(noisy_indif[left], 0).sum())
+        kept = np.ones(len(cells), dtype=bool)
+        kept[selection] = False
+        return noise_error(one_way + float(weights[selection].sum()), rho) + float(left_out[kept].sum())
 
+    best = error([])
     while remaining:
         trials = {i: error(chosen + [i]) for i in sorted(remaining)}
         i = min(trials, key=trials.get)
@@ -173,7 +190,8 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
     pairs = list(combinations(domain.names, 2))
     noisy = np.array([indif(counts, domain, p) for p in pairs]) + discrete_gaussian(schedule.sigma2_select, len(pairs), rng)
     cells = np.array([domain.factor_size(a) * domain.factor_size(b) for a, b in pairs])
-    chosen = [pairs[i] for i in dense_marg(noisy.astype(float), cells, float(rho_measure))]
+    one_way = sum(domain.factor_size(a) ** (2 / 3) for a in domain.names)
+    chosen = [pairs[i] for i in dense_marg(noisy.astype(float), cells, float(rho_measure), one_way)]
     marginals = [(a,) for a in domain.names] + combine(chosen, domain)
     shares = allocate(rho_measure, [int(np.prod([domain.factor_size(f) for f in m])) for m in marginals])
     targets = []

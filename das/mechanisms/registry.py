@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import das.mechanisms.aim as aim
 import das.mechanisms.flat as flat
+import das.mechanisms.mst as mst
 import das.mechanisms.mwem as mwem
 import das.mechanisms.privbayes as privbayes
 import das.mechanisms.privsyn as privsyn
 import das.mechanisms.stability as stability
 from das.mechanisms.base import Mechanism
-from das.mechanisms.pgm import AIM_DETAILS, EXTRA, MST_DETAILS, available, run_aim, run_mst
+from das.mechanisms.pgm import EXTRA, available
 
 MECHANISMS: dict[str, Mechanism] = {
     "flat": Mechanism("flat", "discrete Gaussian on every cell of each block's detailed histogram, no hierarchy; "
-                      "nonnegative integer projection per block", "per block (blocks are disjoint)", flat.run,
+                      "nonnegative integer projection per tract", "per block (blocks are disjoint)", flat.run,
                       details=flat.DETAILS),
     "stability": Mechanism("stability", "stability-based histogram: discrete Laplace on nonzero (block, cell) bins, "
-                           "released above an (eps, delta) threshold", "block as an attribute of one histogram",
+                           "released above an (eps, delta) threshold, brought to noisy tract totals; (eps, delta)-DP "
+                           "directly", "block as an attribute of one histogram",
                            stability.run, details=stability.DETAILS),
     "mwem": Mechanism("mwem", "MWEM: exponential-mechanism choice of marginals, discrete Gaussian measurement, "
                       "multiplicative weights", "per tract, full domain (block in tract x attributes)", mwem.run,
@@ -27,9 +30,9 @@ MECHANISMS: dict[str, Mechanism] = {
                          "Gaussian allocated by cells^(2/3), GUM synthesis", "per tract, the block one attribute",
                          privsyn.run, details=privsyn.DETAILS),
     "mst": Mechanism("mst", "MST: one-way marginals, a maximum spanning tree of pairs chosen by the exponential "
-                     "mechanism, Private-PGM (mbi) estimation", "per tract, the block one attribute", run_mst,
-                     extra=EXTRA, available=available, details=MST_DETAILS),
-    "aim": Mechanism("aim", "AIM (fixed rounds): exponential-mechanism choice among cliques of up to 3 attributes, "
-                     "Private-PGM (mbi) estimation each round", "per tract, the block one attribute", run_aim,
-                     extra=EXTRA, available=available, details=AIM_DETAILS),
+                     "mechanism, Private-PGM (mbi) estimation", "per tract, the block one attribute", mst.run,
+                     extra=EXTRA, available=available, details=mst.DETAILS),
+    "aim": Mechanism("aim", "AIM (annealed rounds under a privacy filter): exponential-mechanism choice among cliques of "
+                     "up to 3 attributes, Private-PGM (mbi) estimation each round", "per tract, the block one attribute",
+                     aim.run, extra=EXTRA, available=available, details=aim.DETAILS),
 }

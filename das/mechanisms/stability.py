@@ -2,67 +2,114 @@
 
 Geography is an attribute: the histogram's bins are (block, cell) pairs of the whole input, and only
 bins with a nonzero true count get noise, drawn from the exact discrete Laplace P(z) ~ exp(-eps'|z|)
-(`discrete_laplace_scaled`, scale 1/eps' = 2/eps). A bin is released, with its noisy count, when that
-count is at least the threshold T; nothing else is.
+(`discrete_laplace_scaled`, scale 1/eps' = 2/eps_h). A bin is released, with its noisy count, when
+that count is at least the threshold T; nothing else is.
 
 Privacy, change one record (it moves from bin a to bin b). Bins nonzero in both datasets: two counts
-move by 1, a factor of at most exp(2 eps') = exp(eps). A bin nonzero in only one of them (a held a
+move by 1, a factor of at most exp(2 eps') = exp(eps_h). A bin nonzero in only one of them (a held a
 single person, or b held none) holds 1 there: it is released with probability
 P(1 + Z >= T) = a^(T-1) / (1 + a) <= a^(T-1), a = exp(-eps'), and never from the other dataset.
-So the mechanism is (eps, delta_T)-DP with delta_T = exp(-eps' (T - 1)) (Korolova et al. 2009; Bun,
+So the histogram is (eps_h, delta_T)-DP with delta_T = exp(-eps' (T - 1)) (Korolova et al. 2009; Bun,
 Nissim, Stemmer 2016; the Harvard CS2080 notes in shared/literature). T is the smallest integer with
-delta_T <= delta_s.
+delta_T <= delta.
 
-Accounting: an (eps, delta_s)-DP step is delta_s-approximate (eps^2 / 2)-zCDP (Bun & Steinke 2016,
-Sec. 8). das charges rho = eps^2 / 2 with eps the largest multiple of 2^-20 with eps^2 / 2 <= rho
-(exact), takes delta_s = delta / 2 out of the run's delta, and converts the zCDP part at the other
-half: the certificate's (eps, delta) then holds for the whole release (its `delta_parts`).
+Every bin below T is lost, so the released tract totals fall short by hundreds. `TOTAL_SHARE` of eps
+measures every tract's total (per block group where a tract exceeds `MAX_DOMAIN_CELLS` cells, as
+flat projects) with discrete Laplace noise of scale 2/eps_t (a changed record moves
+two tract totals by one: L1 sensitivity 2, eps_t-DP), and post-processing brings each tract to its
+noisy total: the persons missing are spread evenly over the tract's blocks (public) in proportion to
+the tract's released cell counts, or, when the release holds more than the total, the released bins
+are scaled down; integers by largest remainders. Tract and county totals are then unbiased.
+
+Calibration and certificate: the two steps compose to (eps_t + eps_h, delta)-DP (basic composition),
+directly, not zCDP, so the mechanism is calibrated to the (eps, delta) its certificate states and
+certified at that pair, with no conversion. The target is the (eps, delta) that the nominal budget
+rho certifies for any zCDP release at the run's delta (CKS 2020, Cor. 13: the same eps as TopDown's
+certificate at that rho, 17.1436 at 1e-10 for the 2020 budget), exact to its 4 certified decimals.
+The ledger charges the nominal rho, split between the two steps as eps is, so the certificate's
+charges still sum to its rho; `Ledger.direct` records that its (eps, delta) is the mechanism's own,
+and its delta parts are the threshold's delta.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import scipy.sparse as sp
 
-from das.mechanisms.base import Synthesis, SynthesisInput, eps_below_sqrt
+from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput, round_by_block
+from das.mechanisms.domain import assemble, geounits
+from das.mechanisms.flat import projection_level
+from das.privacy.accounting import EPS_DECIMALS, eps_for_delta, stability_threshold
+from das.privacy.certificate import fraction_text
 from das.privacy.sampler import discrete_laplace_scaled
 
+TOTAL_SHARE = Fraction(1, 20)  # of eps, for the tract totals
 
-def threshold(eps_half: Fraction, delta: Fraction) -> int:
-    """The smallest T with exp(-eps_half (T - 1)) <= delta (rigorous: a margin above the computed ratio)."""
-    with mpmath.workdps(60):
-        ratio = mpmath.log(mpmath.mpf(delta.denominator) / delta.numerator) * eps_half.denominator / eps_half.numerator
-        steps = int(mpmath.ceil(ratio * (1 - mpmath.mpf(10) ** -40)))
-        if mpmath.mpf(steps) < ratio * (1 + mpmath.mpf(10) ** -40):  # too close to call: one more step
-            steps += 1
-    return 1 + max(0, steps)
+
+def target_eps(rho: Fraction, delta: Fraction) -> Fraction:
+    """The eps that rho-zCDP certifies at delta (CKS 2020, rounded up to the certificate's decimals), exactly."""
+    places = 10 ** EPS_DECIMALS
+    return Fraction(round(eps_for_delta(rho, delta) * places), places)
+
+
+def stability_histogram(truth: sp.csr_matrix, eps_half: Fraction, T: int, rng) -> sp.csr_matrix:
+    """Discrete Laplace (scale 1/eps_half) on every nonzero bin; the bins whose noisy count reaches T."""
+    coo = truth.tocoo()
+    keep = coo.data > 0
+    rows, cols, counts = coo.row[keep], coo.col[keep], coo.data[keep].astype(np.int64)
+    noisy = counts + discrete_laplace_scaled(1 / eps_half, len(counts), rng)
+    released = noisy >= T
+    return sp.csr_matrix((noisy[released], (rows[released], cols[released])), shape=truth.shape, dtype=np.int64)
+
+
+def to_total(released: np.ndarray, total: int) -> np.ndarray:
+    """A tract's released (blocks x cells) counts brought to `total`: the persons missing spread evenly over its
+    blocks in proportion to its released cell counts, or the released counts scaled down; integers, block totals
+    first (base.round_by_block)."""
+    have = int(released.sum())
+    n_blocks = released.shape[0]
+    if total <= have:
+        return round_by_block(released.astype(float), n_blocks, total).reshape(released.shape)
+    cells = released.sum(axis=0).astype(float)
+    cells = cells / cells.sum() if cells.sum() > 0 else np.full(released.shape[1], 1 / released.shape[1])
+    extra = np.outer(np.full(n_blocks, 1 / n_blocks), cells)
+    return released + round_by_block(extra, n_blocks, total - have).reshape(released.shape)
 
 
 def run(data: SynthesisInput) -> Synthesis:
-    eps = eps_below_sqrt(2 * data.budget)
-    if eps <= 0:
-        raise ValueError(f"stability: budget rho = {data.budget} is too small for eps >= 2^-20")
-    delta_s = data.delta / 2
-    eps_half = eps / 2
-    T = threshold(eps_half, delta_s)
-    data.ledger.charge("block", "stability histogram (block x detailed)", eps * eps / 2, "discrete Laplace",
-                       eps=eps, laplace_scale=1 / eps_half, threshold=T, delta=delta_s,
-                       cost="(eps, delta)-DP: delta-approximate eps^2/2-zCDP")
-    data.ledger.delta_parts["stability threshold"] = delta_s
-    truth = data.histograms.tocoo()
-    keep = truth.data > 0
-    rows, cols, counts = truth.row[keep], truth.col[keep], truth.data[keep].astype(np.int64)
-    noisy = counts + discrete_laplace_scaled(1 / eps_half, len(counts), data.rng)
-    released = noisy >= T
-    histograms = sp.csr_matrix((noisy[released], (rows[released], cols[released])), shape=truth.shape, dtype=np.int64)
-    return Synthesis(histograms, {"eps": str(eps), "threshold": T, "delta_threshold": str(delta_s),
-                                  "bins_released": int(released.sum())})
+    eps = target_eps(data.budget, data.delta)
+    eps_total = eps * TOTAL_SHARE
+    eps_half = (eps - eps_total) / 2
+    T = stability_threshold(eps_half, data.delta)
+    level = projection_level(data.geography, data.schema)
+    ledger = data.ledger
+    ledger.charge(level, "totals", data.budget * TOTAL_SHARE, "discrete Laplace", eps=eps_total,
+                  laplace_scale=2 / eps_total, cost=f"nominal: {fraction_text(TOTAL_SHARE)} of rho as of eps (eps-DP)")
+    ledger.charge("block", "stability histogram (block x detailed)", data.budget * (1 - TOTAL_SHARE),
+                  "discrete Laplace", eps=2 * eps_half, laplace_scale=1 / eps_half, threshold=T, delta=data.delta,
+                  cost=f"nominal: {fraction_text(1 - TOTAL_SHARE)} of rho as of eps ((eps, delta)-DP)")
+    ledger.delta_parts["stability threshold"] = data.delta
+    ledger.direct = DirectGuarantee(eps, data.delta, (
+        f"(eps, delta)-DP directly: {level} totals (eps-DP) and a stability histogram (threshold T = {T}) by basic "
+        "composition, calibrated to the (eps, delta) the nominal budget rho certifies for a zCDP release at this "
+        "delta (CKS 2020, Cor. 13): no conversion"))
+    truth = data.histograms.tocsr()
+    released = stability_histogram(truth, eps_half, T, data.rng)
+    parts = []
+    for _, block_index in geounits(data.geography, level):
+        true_total = int(truth[block_index].sum())
+        total = max(0, true_total + int(discrete_laplace_scaled(2 / eps_total, 1, data.rng)[0]))
+        parts.append((block_index, to_total(released[block_index].toarray(), total).ravel()))
+    return Synthesis(assemble(data.geography.n_blocks, truth.shape[1], parts),
+                     {"eps": str(eps), "eps_totals": str(eps_total), "threshold": T, "delta_threshold": str(data.delta),
+                      "level": level, "bins_released": int(released.nnz)})
 
 
 # What each published detail is derived from (das.mechanisms.base.DETAIL_SOURCES). The number of nonzero
 # bins noised is a count of the confidential data: never published.
-DETAILS = {"eps": "parameter: the largest eps with eps^2/2 <= rho", "threshold": "parameter: T from eps and delta",
-           "delta_threshold": "parameter: delta / 2", "bins_released": "release: the released bins"}
+DETAILS = {"eps": "parameter: the eps rho certifies at delta", "eps_totals": "parameter: the totals' share of eps",
+           "threshold": "parameter: T from eps and delta", "delta_threshold": "parameter: delta",
+           "level": "parameter: the geounits whose totals are measured",
+           "bins_released": "selection: the bins whose noisy count reached the threshold"}

@@ -363,6 +363,17 @@ NOT_PRIVATE_WARNING = ("seeded replication mode: the noise came from a seeded ps
                        "so this release is NOT private and must not be published")
 
 
+def stability_threshold(eps_half: Fraction, delta: Fraction) -> int:
+    """The smallest T with exp(-eps_half (T - 1)) <= delta: a stability histogram's threshold, whose bins noised with
+    discrete Laplace of scale 1/eps_half are (eps, delta)-DP released from T up (rigorous: a margin above the ratio)."""
+    with mpmath.workdps(60):
+        ratio = mpmath.log(mpmath.mpf(delta.denominator) / delta.numerator) * eps_half.denominator / eps_half.numerator
+        steps = int(mpmath.ceil(ratio * (1 - mpmath.mpf(10) ** -40)))
+        if mpmath.mpf(steps) < ratio * (1 + mpmath.mpf(10) ** -40):  # too close to call: one more step
+            steps += 1
+    return 1 + max(0, steps)
+
+
 def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | float | str | None, levels, *,
                 schema_name: str, randomness_private: bool) -> Certificate:
     """The privacy certificate of one release (das.privacy.certificate), exact.

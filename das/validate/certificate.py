@@ -8,7 +8,8 @@ exactly to the total, each query's variance is exactly 1/its rho, eps is re-deri
 and are exactly what das.privacy.accounting certifies for the strategy, budget and delta of its spec (the
 manifest's spec_text) at its levels; a synthetic release's charges each have the rho their stated
 parameters give (das.mechanisms.base.Ledger), and its eps is re-derived from rho and the delta its steps
-leave. What each Parquet file says of the certificate is das.validate.files'.
+leave, or, certified at the mechanism's own (eps, delta), its steps compose to that pair. What each Parquet
+file says of the certificate is das.validate.files'.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import tomllib
 from fractions import Fraction
 
-from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
+from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps, stability_threshold
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
 from das.privacy.strategy import BudgetError, load_strategy, parse_fraction
 from das.runspec import DEFAULT_DELTA
@@ -178,7 +179,7 @@ def check_topdown(release: Release, report: Report) -> None:
 
 
 # A charge whose stated parameters determine its rho (das.mechanisms.base.Ledger): noise -> (parameter, rho of it)
-EXPONENTIAL_PER_GEOUNIT = "2 x"  # how an exponential selection run per geounit states its cost (charged twice)
+EXPONENTIAL_PER_GEOUNIT = "2 x"  # a per-geounit selection charged twice (releases written before eps^2/8 sufficed)
 
 
 def _stated(charge, key: str) -> Fraction:
@@ -204,12 +205,55 @@ def charge_rho(charge) -> Fraction | None:
     return None
 
 
+def direct_problems(name: str, cert) -> list[str]:
+    """A certificate at a mechanism's own (eps, delta) (no zCDP conversion: das.mechanisms.base.DirectGuarantee):
+    its steps are discrete Laplace, each of scale 2/its eps (L1 sensitivity 2), their eps summing exactly to the
+    certificate's (basic composition); a thresholded step's T is at least what its delta needs
+    (stability_threshold); each charge is the nominal rho's share as of eps; and the pair is no weaker than
+    the one rho certifies for a zCDP release at the same delta."""
+    problems, total = [], Fraction(0)
+    eps = Fraction(repr(cert.eps))
+    for i, charge in enumerate(cert.charges or ()):
+        where, parameters = f"{name} charges[{i}] ({charge.step})", charge.parameters
+        if charge.noise != "discrete Laplace" or "eps" not in parameters or "laplace_scale" not in parameters:
+            problems.append(f"{where}: a certificate at its own (eps, delta) composes discrete Laplace steps stating "
+                            f"eps and laplace_scale, not {charge.noise}")
+            continue
+        try:
+            step_eps, scale = _stated(charge, "eps"), _stated(charge, "laplace_scale")
+            if "threshold" in parameters:
+                T, step_delta = int(parameters["threshold"]), _stated(charge, "delta")
+                if T < stability_threshold(step_eps / 2, step_delta):
+                    problems.append(f"{where}: threshold {T} is below the {stability_threshold(step_eps / 2, step_delta)} "
+                                    f"that eps {fraction_text(step_eps)} needs for delta {delta_text(step_delta)}")
+        except (CertificateError, TypeError, ValueError) as e:
+            problems.append(f"{where}: {e}")
+            continue
+        total += step_eps
+        if scale != 2 / step_eps:
+            problems.append(f"{where}: laplace_scale {fraction_text(scale)} is not 2/eps = {fraction_text(2 / step_eps)}")
+        if eps > 0 and charge.rho != cert.rho * step_eps / eps:
+            problems.append(f"{where}: rho {fraction_text(charge.rho)} is not the nominal rho's share as of eps, "
+                            f"{fraction_text(cert.rho * step_eps / eps)}")
+    if total != eps:
+        problems.append(f"{name}: the steps' eps sum to {fraction_text(total)}, the certificate says {cert.eps}")
+    if cert.rho <= 0 or not 0 < cert.delta < 1:
+        return problems + [f"{name}: rho {cert.rho} and delta {cert.delta} certify nothing"]
+    if cert.eps > eps_for_delta(cert.rho, cert.delta):
+        problems.append(f"{name}: eps {cert.eps} at delta {delta_text(cert.delta)} is weaker than the "
+                        f"{eps_for_delta(cert.rho, cert.delta)} rho {fraction_text(cert.rho)} certifies")
+    return problems
+
+
 def synthetic_problems(release: Release, name: str, cert) -> list[str]:
     """A synthetic certificate: each charge's parameters give its rho; the mechanism, schema, levels, budget
-    and delta are the release's; eps is re-derived from rho and the delta its steps leave."""
+    and delta are the release's; eps is re-derived from rho and the delta its steps leave (or, at the
+    mechanism's own (eps, delta), `direct_problems`)."""
     manifest, problems = release.manifest, []
     mechanism = manifest.mechanism
-    for i, charge in enumerate(cert.charges or ()):
+    parts = dict(cert.delta_parts or {})
+    direct = CONVERSION_PART not in parts
+    for i, charge in enumerate(() if direct else cert.charges or ()):
         try:
             rho = charge_rho(charge)
         except CertificateError as e:
@@ -231,7 +275,8 @@ def synthetic_problems(release: Release, name: str, cert) -> list[str]:
     else:
         if cert.delta != delta:
             problems.append(f"{name}: delta {delta_text(cert.delta)}, the spec's is {delta_text(delta)}")
-    parts = dict(cert.delta_parts or {})
+    if direct:
+        return problems + direct_problems(name, cert)
     left = cert.delta - sum((v for k, v in parts.items() if k != CONVERSION_PART), Fraction(0))
     if parts.get(CONVERSION_PART, left) != left:
         problems.append(f"{name}: the delta of the zCDP conversion is {parts[CONVERSION_PART]}, its steps leave {left}")

@@ -1,0 +1,429 @@
+"""Issue 25: das's MST, AIM and MWEM beside their reference implementations, at the same guarantee.
+
+The same tables (each tract of Grand Isle VT and Perry County AL: block within the tract x hhgq x
+votingage x hispanic x cenrace), the same budgets (das's rho 293764/114921 and 1/4), several seeds,
+scored the same way (block total-population MAE and the tract detailed histogram's cell MAE, by
+das.research's scorer, against the confidential input). The references run in virtual environments
+this module creates under runs/bench_references/envs (never das dependencies):
+
+- Private-PGM (McKenna) `mechanisms/mst.py` and `mechanisms/aim.py` at the commit of a checkout named by
+  DAS_PRIVATE_PGM (a work tree, or a bare git directory whose HEAD is extracted), with its own `mbi` from
+  that source, and jax/jaxlib 0.7.0, chex 0.1.90, optax 0.2.5, pandas 2.3.1 (contemporary with its
+  August 2025 HEAD; newer jax and pandas break it).
+- SmartNoise Synth 1.0.8 from PyPI (`MSTSynthesizer`, `AIMSynthesizer`, `MWEMSynthesizer`), installed
+  without its deep-learning dependencies (opacus, torch, pac-synth: only its GAN synthesizers import
+  them), with mbi >= 1.1, < 2 as it requires and the rest as pip resolves it. The versions used are
+  recorded beside the table.
+
+The same guarantee, converted explicitly. das is rho-zCDP under change-one neighbours (a Gaussian
+marginal costs 1/sigma^2, squared sensitivity 2; a selection eps^2/8 with its change-one sensitivity);
+the references calibrate to add/remove neighbours (a Gaussian marginal 1/(2 sigma^2); a selection with
+the add/remove sensitivity). Under change-one a reference's Gaussian step costs twice its add/remove
+charge and its selection four times (its scores move by twice the sensitivity it assumed, so it is
+2 eps-bounded-range), within one tract or across two. So at das's rho a reference gets rho_ref with
+2 g rho_ref + 4 (1 - g) rho_ref = rho, g its Gaussian share: MST g = 2/3, rho_ref = 3/8 rho; AIM
+g = 9/10 + 9/100 x d/T (its one-way marginals are Gaussian only; d = 5 attributes, T = 16 d),
+rho_ref = rho / (4 - 2 g). Each reference is given rho_ref through its own (eps, delta) interface: the
+largest eps whose rho by its own conversion (`cdp_rho`) is at most rho_ref. SmartNoise's MWEM is pure
+eps-DP (Laplace measurements, an exponential mechanism), eps/(2 T) a step for T iterations: under
+change-one a measurement is 2 eps_s-DP ((2 eps_s)^2 / 2 zCDP) and a selection eps_s-bounded-range
+(eps_s^2 / 8), so rho = 17 eps^2 / (32 T); it gets eps = sqrt(32 T rho / 17), T = 40 (its default for a
+table of 1,000 to 10,000 records, fixed here so that it does not depend on the data).
+
+Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench references`; the runs are
+kept per (mechanism, implementation, fixture, rho, seed) in runs/bench_references/results and a rerun
+does only the missing ones. DAS_REFERENCES_SEEDS (default 3), DAS_REFERENCES_SLOW_SEEDS (SmartNoise's
+MWEM, which takes over ten minutes a release, default 1), DAS_REFERENCES_TIMEOUT (seconds a reference
+may take on one tract, default 7200). The table goes to benchmarks/recorded/references.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import subprocess
+import tarfile
+import time
+import venv
+from fractions import Fraction
+from io import BytesIO
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks._harness import Bench
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "benchmarks" / "recorded"
+WORK = ROOT / "runs" / "bench_references"
+DRIVER = Path(__file__).resolve().parent / "_reference_driver.py"
+FIXTURES = {"vt_grand_isle": "Grand Isle VT", "al_perry": "Perry County AL"}
+RHOS = ("293764/114921", "1/4")
+SEEDS = int(os.environ.get("DAS_REFERENCES_SEEDS", "3"))
+SLOW_SEEDS = int(os.environ.get("DAS_REFERENCES_SLOW_SEEDS", "1"))  # SmartNoise's MWEM
+TIMEOUT = int(os.environ.get("DAS_REFERENCES_TIMEOUT", "7200"))
+DELTA = 1e-10  # what the references' (eps, delta) interface is given beside eps; their rho is what counts
+MWEM_ITERATIONS = 40
+AIM_MAX_CELLS = 100_000  # das's AIM workload: cliques of up to three attributes within this many cells
+IMPLEMENTATIONS = {"mst": ("das", "private_pgm", "smartnoise"), "aim": ("das", "private_pgm", "smartnoise"),
+                   "mwem": ("das", "smartnoise")}
+ENVIRONMENTS = {
+    "private_pgm": ["jax==0.7.0", "jaxlib==0.7.0", "chex==0.1.90", "optax==0.2.5", "pandas==2.3.1", "attrs", "networkx",
+                    "matplotlib", "scipy"],
+    "smartnoise": ["mbi>=1.1,<2", "disjoint-set>=0.9,<0.10", "faker>=17", "smartnoise-sql>=1.0.10", "networkx"],
+}
+SMARTNOISE = "smartnoise-synth==1.0.8"
+VERSIONS_OF = ("mbi", "jax", "jaxlib", "numpy", "pandas", "scipy", "smartnoise-synth", "networkx", "opendp")
+
+
+# ---------------------------------------------------------------------------------------------
+# The same guarantee
+
+
+def reference_rho(mechanism: str, rho: Fraction, d: int = 5) -> Fraction:
+    """The add/remove rho a reference MST or AIM gets at das's change-one rho (module docstring)."""
+    if mechanism == "mst":
+        gaussian = Fraction(2, 3)
+    else:
+        gaussian = Fraction(9, 10) + Fraction(9, 100) * Fraction(d, 16 * d)
+    return rho / (2 * gaussian + 4 * (1 - gaussian))
+
+
+def mwem_epsilon(rho: Fraction, iterations: int = MWEM_ITERATIONS) -> float:
+    """SmartNoise MWEM's pure eps whose change-one zCDP cost, 17 eps^2 / (32 T), is das's rho."""
+    return math.sqrt(32 * iterations * float(rho) / 17)
+
+
+# ---------------------------------------------------------------------------------------------
+# The references' environments
+
+
+def _pip(python: Path, *args: str) -> None:
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args], check=True,
+                   capture_output=True, text=True)
+
+
+def private_pgm_source() -> tuple[Path, str]:
+    """Private-PGM's source at the commit DAS_PRIVATE_PGM holds, extracted under WORK (never into the repository)."""
+    given = os.environ.get("DAS_PRIVATE_PGM", "/work/.mirror/ryan112358+private-pgm/repo")
+    path = Path(given)
+    if (path / "mechanisms" / "mst.py").exists():
+        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        return path, commit or "unknown (not a git work tree)"
+    git = ["git", f"--git-dir={path}"]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    target = WORK / f"private-pgm-{commit[:12]}"
+    if not (target / "mechanisms" / "mst.py").exists():
+        archive = subprocess.run([*git, "archive", commit], check=True, capture_output=True).stdout
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(target, filter="data")
+    return target, commit
+
+
+def environment(name: str, source: Path | None = None) -> Path:
+    """The python of reference environment `name`, created and installed once (a stamp marks it complete)."""
+    home = WORK / "envs" / name
+    python = home / "bin" / "python"
+    stamp = home / "das-installed.json"
+    wanted = {"packages": ENVIRONMENTS[name], "source": str(source) if source else None}
+    if stamp.exists() and json.loads(stamp.read_text()).get("wanted") == wanted:
+        return python
+    venv.EnvBuilder(with_pip=True, clear=True).create(home)
+    if name == "private_pgm":
+        _pip(python, *ENVIRONMENTS[name])
+        _pip(python, "--no-deps", str(source))
+    else:
+        _pip(python, "--no-deps", SMARTNOISE)
+        _pip(python, *ENVIRONMENTS[name])
+    frozen = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], check=True, capture_output=True,
+                            text=True).stdout
+    versions = {p["name"].lower(): p["version"] for p in json.loads(frozen) if p["name"].lower() in VERSIONS_OF}
+    stamp.write_text(json.dumps({"wanted": wanted, "versions": versions}, indent=1))
+    return python
+
+
+# ---------------------------------------------------------------------------------------------
+# One release of one implementation
+
+
+def truth(fixture: str):
+    from das.research.evaluate import truth_context
+    from das.runspec import load_run_spec
+
+    spec = load_run_spec(fixture)
+    return truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
+
+
+def tract_records(ctx, block_index: np.ndarray) -> np.ndarray:
+    """The tract's persons as records (local block, then the schema's attribute codes)."""
+    h = ctx.blocks[block_index].tocoo()
+    return np.repeat(np.column_stack([h.row, *ctx.schema.cell_levels(h.col)]), h.data, axis=0).astype(np.int64)
+
+
+def workload(sizes: list[int]) -> list[list[str]]:
+    """das's AIM workload on the tract: every clique of up to three attributes within AIM_MAX_CELLS cells."""
+    names = ("block", "hhgq", "votingage", "hispanic", "cenrace")
+    return [list(c) for k in (1, 2, 3) for c in combinations(names, k)
+            if math.prod(sizes[names.index(a)] for a in c) <= AIM_MAX_CELLS]
+
+
+def run_reference(implementation: str, mechanism: str, ctx, *, rho: Fraction, seed: int, work: Path,
+                  pythons: dict) -> tuple[object, float]:
+    """One reference release (every tract), as block histograms, and its seconds."""
+    import scipy.sparse as sp
+
+    from das.mechanisms.domain import geounits
+
+    rows, cols, vals, seconds = [], [], [], 0.0
+    for geocode, block_index in geounits(ctx.geography, "tract"):
+        records = tract_records(ctx, block_index)
+        sizes = [len(block_index), *ctx.schema.shape]
+        job = {"mechanism": f"{implementation}_{mechanism}", "records": str(work / f"{geocode}.npy"), "sizes": sizes,
+               "delta": DELTA, "seed": seed, "out": str(work / f"{geocode}.out.npy"), "workload": workload(sizes),
+               "max_cells": AIM_MAX_CELLS, "private_pgm": str(pythons.get("private_pgm_source", ""))}
+        if mechanism == "mwem":
+            job |= {"epsilon": mwem_epsilon(rho), "iterations": MWEM_ITERATIONS}
+        else:
+            job["rho"] = float(reference_rho(mechanism, rho))
+        np.save(job["records"], records)
+        (work / f"{geocode}.job.json").write_text(json.dumps(job))
+        subprocess.run([str(pythons[implementation]), str(DRIVER), str(work / f"{geocode}.job.json")], check=True,
+                       capture_output=True, text=True, timeout=TIMEOUT, cwd=work)
+        out = np.load(job["out"])
+        seconds += json.loads(Path(job["out"]).with_suffix(".run.json").read_text())["seconds"]
+        cells = ctx.schema.cell_index(tuple(out[:, 1:].T)) if len(out) else np.zeros(0, dtype=np.int64)
+        rows.append(block_index[out[:, 0]])
+        cols.append(cells)
+        vals.append(np.ones(len(out), dtype=np.int64))
+        for path in work.glob(f"{geocode}.*"):  # the tract's confidential records and outputs: not kept
+            path.unlink()
+    shape = (ctx.geography.n_blocks, ctx.schema.size)
+    return sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=shape), seconds
+
+
+def run_das(mechanism: str, ctx, *, rho: Fraction, seed: int, delta: Fraction) -> tuple[object, float]:
+    """das's release (`das synth --seed`'s mechanism step) as block histograms, and its seconds."""
+    from das.mechanisms import MECHANISMS, SynthesisInput
+    from das.mechanisms.base import Ledger
+    from das.privacy.randomness import SeededRandomSource
+
+    data = SynthesisInput(ctx.schema, ctx.geography, ctx.blocks, rho, delta, SeededRandomSource(seed), Ledger(rho))
+    t0 = time.perf_counter()
+    out = MECHANISMS[mechanism].run(data).histograms
+    return out, time.perf_counter() - t0
+
+
+def scores(ctx, histograms) -> dict:
+    """Block total MAE, tract detailed-cell MAE, tract and county total bias, as `das compare` scores a release."""
+    from das.research.metrics import metrics
+    from das.research.replicate import score
+
+    stats, _ = score(ctx, None, histograms, estimators=("topdown",), queries=("total", "detailed"), keep=(), tags={})
+    table = metrics(stats)
+
+    def pick(level, query, column):
+        row = table[(table["level"] == level) & (table["query"] == query) & (table["bin"] == "all")]
+        return float(row[column].iloc[0])
+
+    return {"block_mae": pick("block", "total", "mae"), "tract_detailed_mae": pick("tract", "detailed", "mae"),
+            "tract_bias": pick("tract", "total", "mean_error"), "county_bias": pick("county", "total", "mean_error"),
+            "persons": int(histograms.sum())}
+
+
+# ---------------------------------------------------------------------------------------------
+# The study
+
+
+def _key(mechanism: str, implementation: str, fixture: str, rho: str, seed: int) -> str:
+    return f"{mechanism}-{implementation}-{fixture}-{rho.replace('/', '_')}-seed{seed}"
+
+
+def _das_code() -> str:
+    """A digest of das's mechanism sources as this process found them (taken once, at import, so a result is never
+    stamped with code edited after the mechanisms were loaded): a das result is reused only while they are unchanged."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "das" / "mechanisms").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+DAS_CODE = _das_code()
+
+
+def _done(path: Path, implementation: str) -> bool:
+    """A result to keep: made (or timed out), and for das, by the current mechanism code; a failure is retried."""
+    if not path.exists():
+        return False
+    result = json.loads(path.read_text())
+    if not (result["status"] == "ok" or result["status"].startswith("timeout")):
+        return False
+    return implementation != "das" or result.get("das_code") == DAS_CODE
+
+
+def tasks() -> list[tuple[str, str, str, str, int]]:
+    """(fixture, mechanism, implementation, rho, seed) of every run, SmartNoise's MWEM (by far the slowest: its
+    queries are evaluated cell by cell in Python, 12 minutes a Grand Isle release here) last, with SLOW_SEEDS."""
+    fast, slow = [], []
+    for fixture in FIXTURES:
+        for mechanism, implementations in IMPLEMENTATIONS.items():
+            for implementation in implementations:
+                is_slow = (mechanism, implementation) == ("mwem", "smartnoise")
+                for rho in RHOS:
+                    for seed in range(SLOW_SEEDS if is_slow else SEEDS):
+                        (slow if is_slow else fast).append((fixture, mechanism, implementation, rho, seed))
+    return fast + slow
+
+
+def run_all(log=print) -> list[dict]:
+    """Every run of `tasks()` not yet in WORK/results (das's: not with the current mechanism code); returns all
+    results."""
+    results_dir = WORK / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    source, commit = private_pgm_source()
+    pythons = {"private_pgm": environment("private_pgm", source), "smartnoise": environment("smartnoise"),
+               "private_pgm_source": source}
+    contexts = {}
+    for fixture, mechanism, implementation, rho, seed in tasks():
+        path = results_dir / f"{_key(mechanism, implementation, fixture, rho, seed)}.json"
+        if _done(path, implementation):
+            continue
+        ctx = contexts.setdefault(fixture, truth(fixture))
+        log(f"{mechanism} {implementation} {fixture} rho {rho} seed {seed}")
+        path.write_text(json.dumps(_one(ctx, mechanism, implementation, fixture, rho=rho, seed=seed, pythons=pythons,
+                                        commit=commit)))
+    return [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+
+
+def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, seed: int, pythons: dict,
+         commit: str) -> dict:
+    from das.runspec import load_run_spec
+
+    row = {"mechanism": mechanism, "implementation": implementation, "fixture": fixture, "rho": rho, "seed": seed}
+    budget = Fraction(rho)
+    try:
+        if implementation == "das":
+            histograms, seconds = run_das(mechanism, ctx, rho=budget, seed=seed, delta=load_run_spec(fixture).delta)
+        else:
+            work = WORK / "scratch"
+            work.mkdir(parents=True, exist_ok=True)
+            histograms, seconds = run_reference(implementation, mechanism, ctx, rho=budget, seed=seed, work=work,
+                                                pythons=pythons)
+    except subprocess.TimeoutExpired:
+        return row | {"status": f"timeout after {TIMEOUT} s on a tract"}
+    except subprocess.CalledProcessError as e:
+        return row | {"status": "failed: " + " / ".join((e.stderr or "").strip().splitlines()[-2:])}
+    given = (f"eps {mwem_epsilon(budget):.4f} (pure, T = {MWEM_ITERATIONS})" if mechanism == "mwem" and implementation != "das"
+             else f"add/remove rho {float(reference_rho(mechanism, budget)):.4f}" if implementation != "das" else f"rho {rho}")
+    return row | scores(ctx, histograms) | {"status": "ok", "seconds": seconds, "given": given,
+                                            "private_pgm_commit": commit if implementation == "private_pgm" else None,
+                                            "das_code": DAS_CODE if implementation == "das" else None}
+
+
+def _mean_se(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = float(np.mean(values))
+    se = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
+    return f"{mean:.2f}" + (f" ± {se:.2f}" if se == se else "")
+
+
+def table(results: list[dict]) -> list[str]:
+    """The comparison as Markdown rows: per mechanism, fixture and rho, each implementation's mean ± se over seeds."""
+    lines = ["| mechanism | fixture | rho | block MAE: das | Private-PGM | SmartNoise | tract detailed MAE: das | "
+             "Private-PGM | SmartNoise | seconds a release: das | Private-PGM | SmartNoise |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for mechanism, implementations in IMPLEMENTATIONS.items():
+        for fixture in FIXTURES:
+            for rho in RHOS:
+                cells = {"block_mae": [], "tract_detailed_mae": [], "seconds": []}
+                for metric in cells:
+                    for implementation in ("das", "private_pgm", "smartnoise"):
+                        mine = [r for r in results if (r["mechanism"], r["implementation"], r["fixture"], r["rho"])
+                                == (mechanism, implementation, fixture, rho)]
+                        ok = [r[metric] for r in mine if r["status"] == "ok"]
+                        failed = [r["status"] for r in mine if r["status"] != "ok"]
+                        text = "n/a" if implementation not in implementations else (
+                            (_mean_se(ok) if metric != "seconds" else (f"{np.median(ok):.0f}" if ok else "-"))
+                            + (f" ({len(ok)})" if ok and metric == "block_mae" else "")
+                            + (f" [{len(failed)} {failed[0].split(':')[0]}]" if failed else ""))
+                        cells[metric].append(text)
+                lines.append(f"| {mechanism} | {FIXTURES[fixture]} | {rho} | " + " | ".join(
+                    " | ".join(cells[m]) for m in ("block_mae", "tract_detailed_mae", "seconds")) + " |")
+    return lines
+
+
+def worst_ratio(results: list[dict]) -> float:
+    """max over (mechanism, fixture, rho) of das's mean block MAE over the best reference's: <= 1 means das is never
+    worse on average."""
+    ratios = []
+    for mechanism, implementations in IMPLEMENTATIONS.items():
+        for fixture in FIXTURES:
+            for rho in RHOS:
+                means = {}
+                for implementation in implementations:
+                    ok = [r["block_mae"] for r in results if r["status"] == "ok" and (r["mechanism"], r["implementation"],
+                          r["fixture"], r["rho"]) == (mechanism, implementation, fixture, rho)]
+                    if ok:
+                        means[implementation] = float(np.mean(ok))
+                references = [v for k, v in means.items() if k != "das"]
+                if "das" in means and references:
+                    ratios.append(means["das"] / min(references))
+    return max(ratios) if ratios else float("nan")
+
+
+def record(results: list[dict], seconds: float) -> None:
+    """benchmarks/recorded/references.md: the table, the versions and the conversions."""
+    versions = {name: json.loads((WORK / "envs" / name / "das-installed.json").read_text())["versions"]
+                for name in ("private_pgm", "smartnoise")}
+    commits = sorted({r["private_pgm_commit"] for r in results if r.get("private_pgm_commit")})
+    lines = [
+        "## Reference implementations at the same guarantee (issue 25)", "",
+        "- command: `scripts/bench references` (benchmarks/references.py; not in the default suite: hours)",
+        f"- when: {dt.datetime.now():%Y-%m-%d %H:%M}; {seconds / 3600:.1f} h wall for the runs made by this "
+        "invocation, on 2 cores shared with other jobs",
+        f"- Private-PGM at commit {', '.join(commits) or '-'} (`mechanisms/mst.py`, `mechanisms/aim.py`; mbi from that "
+        f"source), its environment: {', '.join(f'{k} {v}' for k, v in sorted(versions['private_pgm'].items()))}",
+        f"- SmartNoise Synth: {', '.join(f'{k} {v}' for k, v in sorted(versions['smartnoise'].items()))}",
+        "- the same guarantee: das's rho-zCDP under change-one neighbours. MST references get add/remove rho 3/8 rho, "
+        f"AIM references {float(reference_rho('aim', Fraction(1))):.4f} rho (their Gaussian steps cost twice under "
+        "change-one, their selections four times), SmartNoise's MWEM pure eps = sqrt(32 T rho / 17) with "
+        f"T = {MWEM_ITERATIONS} iterations (benchmarks/references.py says why)",
+        f"- the tables: each tract of the fixture, block x hhgq x votingage x hispanic x cenrace; seeds 0..{SEEDS - 1} "
+        f"(SmartNoise's MWEM, over ten minutes a release: 0..{SLOW_SEEDS - 1}); "
+        "AIM's workload every clique of up to three attributes within 100,000 cells (SmartNoise's AIM: its degree-3 "
+        "workload within the same limit); MAE over all blocks (block total population) and over every tract x "
+        "detailed cell, by das.research's scorer; mean ± standard error over seeds (the number of seeds in brackets)",
+        "- the references' releases are records sampled from their models (SmartNoise's MST, AIM and MWEM sample as "
+        "many as the true count, which they read from the data); das's are the model's expected counts rounded to "
+        "its noisy tract total",
+        "", *table(results), ""]
+    (RECORDED / "references.md").write_text("\n".join(lines))
+
+
+def _log(line: str) -> None:
+    """Progress, to runs/bench_references/progress.log (the harness keeps the child's output until it ends)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    with open(WORK / "progress.log", "a") as f:
+        f.write(f"{dt.datetime.now():%H:%M:%S} {line}\n")
+
+
+def compare_references() -> dict:
+    t0 = time.perf_counter()
+    results = run_all(log=_log)
+    record(results, time.perf_counter() - t0)
+    return {"seconds": time.perf_counter() - t0, "worst_das_over_best_reference": worst_ratio(results),
+            "runs": float(len(results))}
+
+
+BENCHES = [
+    Bench("references", "das's MST, AIM and MWEM beside Private-PGM's and SmartNoise Synth's at the same guarantee, on "
+          "every tract of Grand Isle VT and Perry County AL, rho 293764/114921 and 1/4, 3 seeds (SmartNoise's MWEM 1); "
+          "table in "
+          "benchmarks/recorded/references.md (hours: not in the default suite)",
+          compare_references, key="worst_das_over_best_reference", repeats=1, default=False),
+]
