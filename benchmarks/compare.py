@@ -46,8 +46,8 @@ def _compare(spec: str, title: str) -> dict:
     fast = tuple(m for m in mechanisms if m not in SLOW)
     slow = tuple(m for m in mechanisms if m in SLOW)
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    progress = logging.FileHandler(out / "progress.log")  # the harness keeps the child's stdout until it ends: follow this
+    out.parent.mkdir(parents=True, exist_ok=True)  # beside the output, never in it: das compare owns that directory
+    progress = logging.FileHandler(out.parent / f"{spec}.progress.log")  # the harness keeps the child's stdout: follow this
     progress.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     logging.getLogger("das").addHandler(progress)
     logging.getLogger("das").setLevel(logging.INFO)
@@ -56,7 +56,7 @@ def _compare(spec: str, title: str) -> dict:
     if slow:
         meta = run_comparison(Comparison(spec, mechanisms=slow, seeds=SLOW_SEEDS, attack_seeds=ATTACK_SEEDS, **ATTACK),
                               out, workers=WORKERS)
-    history_path = out / "bench_invocations.json"
+    history_path = out.parent / f"{spec}.invocations.json"
     history = json.loads(history_path.read_text()) if history_path.exists() else []
     history.append({"when": f"{dt.datetime.now():%Y-%m-%d %H:%M}", "seconds": time.perf_counter() - t0,
                     "mechanisms": list(mechanisms)})
