@@ -20,8 +20,7 @@ from das.research.report import (
     _html_table,
     _img_html,
     _panels,
-    log_values,
-    mark_zeros,
+    mae_panels,
     page_style,
 )
 
@@ -82,27 +81,10 @@ def plot_accuracy(table: pd.DataFrame, path: Path) -> bool:
 
 
 def plot_queries(pooled: pd.DataFrame, path: Path, units: dict | None = None) -> bool:
-    """MAE by level for every scored query, one panel per query, one line per estimator, on log axes whose floor the
-    data set (an exact 0 drawn on it)."""
-    frame = pooled[(pooled["bin"] == "all") & pooled["level"].isin(LEVELS)]
-    queries = list(dict.fromkeys(frame["query"]))
-    if not queries:
-        return False
-    estimators = list(dict.fromkeys(frame["estimator"]))
+    """MAE by level for every scored query, one panel per query, one line per mechanism (report.mae_panels)."""
     ticks = [f"{lv}\n{units[lv]:,}" if units and lv in units else lv for lv in LEVELS]
-    fig, axes = _panels(len(queries), 5.0, 3.4)
-    for ax, query in zip(axes, queries):
-        zeros = []
-        for k, estimator in enumerate(estimators):
-            g = frame[(frame["query"] == query) & (frame["estimator"] == estimator)].set_index("level").reindex(LEVELS)
-            x = np.arange(len(LEVELS)) + (k - (len(estimators) - 1) / 2) * 0.05
-            zero = log_values(ax, x, g["mae"], marker="o", color=series.color(estimator), label=series.label(estimator))
-            zeros.append((x, zero, series.color(estimator)))
-        mark_zeros(ax, zeros)
-        ax.set_xticks(range(len(LEVELS)), ticks)
-        ax.set_title(query, fontsize=10)
-        ax.set_ylabel("MAE per cell (persons, log)")
-    return _finish(fig, axes, "MAE by level and query (pooled over seeds; n under each level: geounits)", path)
+    return mae_panels(pooled[(pooled["bin"] == "all") & pooled["level"].isin(LEVELS)], list(LEVELS), ticks,
+                      "MAE by level and query (pooled over seeds; n under each level: geounits)", path)
 
 
 def _rate_se(attack: pd.DataFrame, mechanism: str, column: str, asked) -> float:

@@ -218,21 +218,18 @@ def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, pa
     return _finish(fig, axes, title, path)
 
 
-def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
-    """The MAE of each query by level and estimator, on log axes (a noisy spike flattens nothing; an exact 0 is
-    drawn on the floor, never as float noise)."""
-    frame = pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)]
+def mae_panels(frame: pd.DataFrame, levels: list[str], ticks: list[str], title: str, path: Path) -> bool:
+    """The MAE of each query by level, one panel per query and one line per estimator, on log axes whose floor the
+    data set (a noisy spike flattens nothing; an exact 0 is drawn on the floor, never as float noise)."""
     queries = list(dict.fromkeys(frame["query"]))
     if not queries:
         return False
     fig, axes = _panels(len(queries), 5.0, 3.6)
-    levels = list(meta["levels"])
-    ticks = [f"{lv.replace('_', ' ')}\n{meta['units'].get(lv, 0):,}" for lv in levels]
     estimators = list(dict.fromkeys(frame["estimator"]))
     for ax, query in zip(axes, queries):
         zeros = []
-        for k, (estimator, g) in enumerate(frame[frame["query"] == query].groupby("estimator", observed=True, sort=False)):
-            g = g.set_index("level").reindex(levels)
+        for k, estimator in enumerate(estimators):
+            g = frame[(frame["query"] == query) & (frame["estimator"] == estimator)].set_index("level").reindex(levels)
             x = np.arange(len(levels)) + (k - (len(estimators) - 1) / 2) * 0.06  # equal values stay apart
             zero = log_values(ax, x, g["mae"], marker="o", color=series.color(estimator), label=series.label(estimator))
             zeros.append((x, zero, series.color(estimator)))
@@ -242,7 +239,15 @@ def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) ->
         ax.set_ylabel("MAE per cell (persons, log)")
         ax.set_xlabel("level (geounits)", fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
-    return _finish(fig, axes, f"Mean absolute error by level (rho = {rho}, {_draws(meta)})", path)
+    return _finish(fig, axes, title, path)
+
+
+def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
+    """The MAE of each query by level and estimator at one budget (`mae_panels`)."""
+    levels = list(meta["levels"])
+    ticks = [f"{lv.replace('_', ' ')}\n{meta['units'].get(lv, 0):,}" for lv in levels]
+    return mae_panels(pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)], levels, ticks,
+                      f"Mean absolute error by level (rho = {rho}, {_draws(meta)})", path)
 
 
 def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Path, *, meta: dict | None = None) -> bool:
