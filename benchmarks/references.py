@@ -33,7 +33,8 @@ table of 1,000 to 10,000 records, fixed here so that it does not depend on the d
 Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench references`; the runs are
 kept per (mechanism, implementation, fixture, rho, seed) in runs/bench_references/results and a rerun
 does only the missing ones. DAS_REFERENCES_SEEDS (default 3), DAS_REFERENCES_SLOW_SEEDS (SmartNoise's
-MWEM, which takes over ten minutes a release, default 1), DAS_REFERENCES_TIMEOUT (seconds a reference
+MWEM, which takes over ten minutes a release on Grand Isle and over 40 minutes a tract on Perry, default 1;
+0 runs none and keeps those made), DAS_REFERENCES_TIMEOUT (seconds a reference
 may take on one tract, default 7200). The table goes to benchmarks/recorded/references.md.
 """
 
@@ -376,6 +377,13 @@ def worst_ratio(results: list[dict]) -> float:
     return max(ratios) if ratios else float("nan")
 
 
+def _slow_runs(results: list[dict]) -> str:
+    """Which runs of SmartNoise's MWEM the table holds (DAS_REFERENCES_SLOW_SEEDS=0 adds none, keeping those made)."""
+    made = sorted(f"{FIXTURES[r['fixture']]} rho {r['rho']} seed {r['seed']}" for r in results
+                  if (r["mechanism"], r["implementation"]) == ("mwem", "smartnoise") and r["status"] == "ok")
+    return ", ".join(made) or "none"
+
+
 def record(results: list[dict], seconds: float) -> None:
     """benchmarks/recorded/references.md: the table, the versions and the conversions."""
     versions = {name: json.loads((WORK / "envs" / name / "das-installed.json").read_text())["versions"]
@@ -394,7 +402,8 @@ def record(results: list[dict], seconds: float) -> None:
         "change-one, their selections four times), SmartNoise's MWEM pure eps = sqrt(32 T rho / 17) with "
         f"T = {MWEM_ITERATIONS} iterations (benchmarks/references.py says why)",
         f"- the tables: each tract of the fixture, block x hhgq x votingage x hispanic x cenrace; seeds 0..{SEEDS - 1} "
-        f"(SmartNoise's MWEM, over ten minutes a release: 0..{SLOW_SEEDS - 1}); "
+        f"(SmartNoise's MWEM, over ten minutes a release on Grand Isle and over 40 minutes a tract on Perry: "
+        f"{_slow_runs(results)}); "
         "AIM's workload every clique of up to three attributes within 100,000 cells (SmartNoise's AIM: its degree-3 "
         "workload within the same limit); MAE over all blocks (block total population) and over every tract x "
         "detailed cell, by das.research's scorer; mean ± standard error over seeds (the number of seeds in brackets)",
