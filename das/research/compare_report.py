@@ -83,8 +83,8 @@ def plot_accuracy(table: pd.DataFrame, path: Path) -> bool:
 def plot_queries(pooled: pd.DataFrame, path: Path, units: dict | None = None) -> bool:
     """MAE by level for every scored query, one panel per query, one line per mechanism (report.mae_panels)."""
     ticks = [f"{lv}\n{units[lv]:,}" if units and lv in units else lv for lv in LEVELS]
-    return mae_panels(pooled[(pooled["bin"] == "all") & pooled["level"].isin(LEVELS)], list(LEVELS), ticks,
-                      "MAE by level and query (pooled over seeds; n under each level: geounits)", path)
+    return mae_panels(pooled[(pooled["bin"] == "all") & pooled["level"].isin(LEVELS)], path, levels=list(LEVELS),
+                      ticks=ticks, title="MAE by level and query (pooled over seeds; n under each level: geounits)")
 
 
 def _rate_se(attack: pd.DataFrame, mechanism: str, column: str, asked) -> float:

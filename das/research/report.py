@@ -218,7 +218,7 @@ def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, pa
     return _finish(fig, axes, title, path)
 
 
-def mae_panels(frame: pd.DataFrame, levels: list[str], ticks: list[str], title: str, path: Path) -> bool:
+def mae_panels(frame: pd.DataFrame, path: Path, *, levels: list[str], ticks: list[str], title: str) -> bool:
     """The MAE of each query by level, one panel per query and one line per estimator, on log axes whose floor the
     data set (a noisy spike flattens nothing; an exact 0 is drawn on the floor, never as float noise)."""
     queries = list(dict.fromkeys(frame["query"]))
@@ -246,8 +246,8 @@ def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) ->
     """The MAE of each query by level and estimator at one budget (`mae_panels`)."""
     levels = list(meta["levels"])
     ticks = [f"{lv.replace('_', ' ')}\n{meta['units'].get(lv, 0):,}" for lv in levels]
-    return mae_panels(pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)], levels, ticks,
-                      f"Mean absolute error by level (rho = {rho}, {_draws(meta)})", path)
+    return mae_panels(pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)], path, levels=levels, ticks=ticks,
+                      title=f"Mean absolute error by level (rho = {rho}, {_draws(meta)})")
 
 
 def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Path, *, meta: dict | None = None) -> bool:
