@@ -72,19 +72,11 @@ def test_flat_tract_error_falls_as_the_budget_grows():
 
 @needs_mbi
 @pytest.mark.slow
-def test_mst_block_error_falls_as_the_budget_grows():
+@pytest.mark.parametrize("name", ["mst", "aim"])
+def test_mbi_block_error_falls_as_the_budget_grows(name):
     truth, geocodes = tract()
-    low = block_total_mae("mst", truth, geocodes, LOW, range(2))
-    high = block_total_mae("mst", truth, geocodes, HIGH, range(2))
-    assert high < 0.6 * low, (low, high)
-
-
-@needs_mbi
-@pytest.mark.slow
-def test_aim_block_error_falls_as_the_budget_grows():
-    truth, geocodes = tract()
-    low = block_total_mae("aim", truth, geocodes, LOW, range(2))
-    high = block_total_mae("aim", truth, geocodes, HIGH, range(2))
+    low = block_total_mae(name, truth, geocodes, LOW, range(2))
+    high = block_total_mae(name, truth, geocodes, HIGH, range(2))
     assert high < 0.6 * low, (low, high)
 
 
