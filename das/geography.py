@@ -2,7 +2,9 @@
 
 A block geocode has 15 digits: state 2 + county 3 + tract 6 + block 4 (the block group is the
 block's first digit). A level is a prefix length, so with blocks sorted by geocode every
-geounit's blocks, and every parent's children, are contiguous ranges.
+geounit's blocks, and every parent's children, are contiguous ranges. A spine (das.spine) may
+give the units of the levels below the county as data instead: the blocks are then ordered by
+those units (`Geography.from_spine`), so the ranges stay contiguous.
 
 >>> g = Geography.from_blocks(["440010001001000", "440010001001001", "440030002002000"])
 >>> g.units("county").tolist(), g.children_of("county", 0).tolist()
@@ -43,8 +45,9 @@ def level_digits(levels: tuple[str, ...]) -> tuple[int, ...]:
 class Geography:
     """The blocks of a run (sorted 15-digit geocodes) and the levels above them."""
 
-    blocks: np.ndarray  # (n_blocks,) str, sorted, unique
+    blocks: np.ndarray  # (n_blocks,) str, unique; sorted, or in the spine's order
     levels: tuple[str, ...] = DEFAULT_LEVELS
+    spine: dict[str, np.ndarray] = field(default_factory=dict)  # level -> each block's unit, where not a prefix
     _unit_index: dict = field(default_factory=dict, repr=False)  # level -> (geocodes, block->unit)
 
     @classmethod
@@ -60,16 +63,49 @@ class Geography:
             raise ValueError("block geocodes repeat")
         return cls(blocks=blocks, levels=tuple(levels))
 
+    @classmethod
+    def from_spine(cls, blocks, levels: tuple[str, ...], units: dict[str, np.ndarray]) -> Geography:
+        """The blocks ordered by a spine: `units` gives, aligned with `blocks`, each block's unit (a code) at
+        levels below the county; the other levels stay geocode prefixes. Units must nest in their parents."""
+        standard = cls.from_blocks(blocks, levels)
+        if not units:
+            return standard
+        wrong = [lv for lv in units if lv not in levels or LEVEL_DIGITS[lv] <= LEVEL_DIGITS["county"] or lv == "block"]
+        if wrong:
+            raise ValueError(f"a spine gives the units of levels between the county and the block, not {wrong}")
+        given = np.asarray(blocks, dtype=f"U{GEOCODE_WIDTH}")
+        position = np.argsort(given, kind="stable")  # given[position] == standard.blocks
+        codes = {lv: np.asarray(units[lv], dtype=str)[position] for lv in units}
+        labels = [codes[lv] if lv in codes else standard.labels(lv) for lv in levels[1:-1]]
+        order = np.lexsort((standard.blocks, *reversed(labels)))
+        geography = cls(standard.blocks[order], tuple(levels), {lv: c[order] for lv, c in codes.items()})
+        for level in levels[1:-1]:
+            found = geography.units(level)
+            if len(np.unique(found)) != len(found):
+                raise ValueError(f"the spine's {level} units do not nest in the levels above (a unit in two parents)")
+        return geography
+
     @property
     def n_blocks(self) -> int:
         return len(self.blocks)
+
+    @property
+    def standard(self) -> bool:
+        """Whether every level is a geocode prefix (the blocks sorted by geocode)."""
+        return not self.spine
+
+    def labels(self, level: str) -> np.ndarray:
+        """Each block's unit code at `level`: the spine's, or the geocode prefix."""
+        if level in self.spine:
+            return self.spine[level]
+        return pd.Series(self.blocks).str.slice(0, LEVEL_DIGITS[level]).to_numpy(dtype=str)
 
     def _index(self, level: str) -> tuple[np.ndarray, np.ndarray]:
         if level not in self._unit_index:
             if level not in self.levels:
                 raise KeyError(f"level {level!r} is not in this geography's levels {self.levels}")
-            prefixes = pd.Series(self.blocks).str.slice(0, LEVEL_DIGITS[level]).to_numpy(dtype=str)
-            # Sorted blocks give sorted prefixes: a unit starts wherever the prefix changes.
+            prefixes = self.labels(level)
+            # Blocks in order give each unit's blocks together: a unit starts wherever the code changes.
             changes = prefixes[1:] != prefixes[:-1]
             starts = np.flatnonzero(np.r_[True, changes]) if len(prefixes) else np.array([], dtype=np.int64)
             block_to_unit = np.cumsum(np.r_[0, changes.astype(np.int64)]) if len(prefixes) else np.array([], dtype=np.int64)
@@ -77,7 +113,7 @@ class Geography:
         return self._unit_index[level]
 
     def units(self, level: str) -> np.ndarray:
-        """Geocodes of the geounits at `level`, sorted."""
+        """Geocodes of the geounits at `level` (sorted; a spine's in its order)."""
         return self._index(level)[0]
 
     def n_units(self, level: str) -> int:
