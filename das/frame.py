@@ -26,7 +26,8 @@ from pathlib import Path
 from das import bundle, outdir, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
-from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, ValidationRecord
+from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord,
+                        ValidationRecord
 from das.runspec import RunSpec
 from das.validate import validate_run
 
@@ -59,7 +60,8 @@ def operator_fingerprint(spec: RunSpec, key: bytes) -> dict:
         "spec_sha256": bundle.spec_digest(spec.fingerprint_text),
         "seed": spec.seed,
         "inputs": {name: bundle.keyed_fingerprint(key, p)
-                   for name, p in (("persons", spec.persons_path), ("units", spec.units_path)) if p is not None},
+                   for name, p in (("persons", spec.persons_path), ("units", spec.units_path),
+                                   *((f"{t} areas", path) for t, path in spec.areas.items())) if p is not None},
     }
 
 
@@ -96,7 +98,8 @@ def output_plan(spec: RunSpec, tables: tuple, metadata: dict, *, synthetic: bool
     """What a release of `spec` writes: tables, levels, PL 94-171 files, the MDF layout; a TopDown release
     its NMF and a units MDF too, a synthetic one (das synth) the persons MDF alone."""
     return OutputPlan(tables, metadata, spec.levels, spec.pl94171 and not synthetic, spec.mdf_layout,
-                      mdf_kinds=("persons",) if synthetic else ("persons", "units"), nmf=not synthetic)
+                      mdf_kinds=("persons",) if synthetic else ("persons", "units"), nmf=not synthetic,
+                      spine=not synthetic and spec.spine != "standard")
 
 
 def holds(plan: OutputPlan, *, synthetic: bool) -> tuple[str, ...]:
@@ -116,6 +119,7 @@ class Opening:
     private: bool  # the randomness: the OS CSPRNG, or seeded (NOT private)
     version: str  # of the code (das.pipeline.code_version)
     mechanism: MechanismRecord | None = None
+    spine: SpineRecord | None = None  # a spine other than the standard one
 
 
 def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: OutputPlan, overwrite: bool = False,
@@ -147,6 +151,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         levels=tuple(spec.levels), tables=spec.tables, persons=opening.releases["persons"],
         units=opening.releases.get("units"), privacy=dict(opening.certificates), python=platform.python_version(),
         seed=spec.seed, invariants=opening.invariants, mechanism=opening.mechanism, holds=opening.holds,
+        spine=opening.spine,
         warning=None if private else NOT_PRIVATE,
     )
     if not private:

@@ -20,11 +20,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import scipy.sparse as sp
 
 import das
 from das import bundle, preflight
 from das.geography import Geography
+from das.io.areas import read_areas
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables, table_widths
@@ -34,9 +36,10 @@ from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.rules import Invariants, household_persons
-from das.rundir import PublishedInvariants
+from das.rundir import PublishedInvariants, SpineRecord
 from das.runspec import Budget, Release, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
+from das.spine import block_order, recut_level, spine_geography
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
 
 logger = logging.getLogger(__name__)
@@ -85,15 +88,32 @@ class InputsRead(Protocol):
     @property
     def n_blocks(self) -> int: ...
 
+    @property
+    def spine_record(self) -> SpineRecord | None: ...
+
 
 @dataclass(frozen=True)
 class Confidential:
     """The inputs as read: geography, published invariants, true block histograms per release.
-    Like a partitioned run's das.partitioned.Tops, it says what is published exactly and its size."""
+    Like a partitioned run's das.partitioned.Tops, it says what is published exactly and its size.
+    On a spine other than the standard one (`on_spine`) the blocks are in the spine's order and
+    `tabulation` is the standard geography the outputs are written in."""
 
     geography: Geography
     invariants: Invariants
     histograms: dict[str, sp.csr_matrix]
+    tabulation: Geography | None = None
+    spine_record: SpineRecord | None = None
+
+    def on_spine(self, spine: Geography, record: SpineRecord | None = None) -> Confidential:
+        """The same inputs with the blocks in the order of `spine` (the engine's geography)."""
+        if spine is self.geography:
+            return self
+        order = block_order(spine, self.geography)
+        invariants = replace(self.invariants, housing_units=self.invariants.housing_units[order],
+                             gq_facilities=self.invariants.gq_facilities[order])
+        histograms = {name: None if h is None else h[order] for name, h in self.histograms.items()}
+        return Confidential(spine, invariants, histograms, tabulation=self.geography, spine_record=record)
 
     def published_invariants(self) -> PublishedInvariants:
         """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
@@ -107,11 +127,16 @@ class Confidential:
 
     def without_truth(self) -> Confidential:
         """The same inputs with the true counts dropped (past the measurement they are not needed)."""
-        return Confidential(self.geography, self.invariants, {})
+        return replace(self, histograms={})
 
     def solved_release(self, schemas: dict[str, Schema], solved: dict[str, sp.csr_matrix]) -> SolvedRelease:
-        """What the writers (das.io.outputs) take of a release solved from these inputs."""
-        return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities)
+        """What the writers (das.io.outputs) take of a release solved from these inputs: in the standard
+        geography, whatever the spine."""
+        if self.tabulation is None:
+            return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities)
+        back = np.argsort(block_order(self.geography, self.tabulation))
+        return SolvedRelease(self.tabulation, schemas, {name: h[back] for name, h in solved.items()},
+                             self.invariants.gq_facilities[back], spine=self.geography)
 
 
 def release_rho(release: Release, strategy: Strategy, delta: Fraction) -> Fraction | None:
@@ -196,12 +221,24 @@ class Pipeline:
             preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
                                    out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
                                    pl94171=self.spec.pl94171)
+        spine, record = self.spine(geography)  # public geography: the block list and the declared areas
         invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
         histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
         self.timings["read_inputs"] = time.perf_counter() - t0
         logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
                  f"({self.timings['read_inputs']:.1f} s)")
-        return Confidential(geography, invariants, histograms)
+        return Confidential(geography, invariants, histograms).on_spine(spine, record)
+
+    def spine(self, geography: Geography) -> tuple[Geography, SpineRecord | None]:
+        """The engine's geography for the spec's spine and declared areas (their files read and checked
+        against the blocks: InputError before anything is drawn), and what the manifest records of it."""
+        if self.spec.spine == "standard":
+            return geography, None
+        areas = read_areas(self.spec.areas, geography.blocks)
+        spine = spine_geography(self.spec.spine, geography, areas.ids)
+        logger.info(f"{self.spec.spine} spine: {spine.n_units(recut_level(spine.levels)):,} units at "
+                    f"{recut_level(spine.levels)} for the areas {', '.join(areas.types)}")
+        return spine, SpineRecord(self.spec.spine, {t: f.sha256 for t, f in areas.files.items()})
 
     def measure(self, confidential: Confidential, target: Target) -> None:
         """Measure every release into target.nmf_dir, charging an exact accountant before any draw.

@@ -105,6 +105,8 @@ MANIFEST: dict[str, str] = {
     "mechanism.budget": "parameter: the budget given",
     "mechanism.details.{detail}.**": "mechanism: the detail's own declaration",
     "holds[]": "parameter: what the release claims (das.frame.holds)",
+    "spine.kind": "parameter: the spine of the spec's [geography] (das.spine)",
+    "spine.areas.{area}": "public fact: SHA-256 of a declared area file (public geography)",
 }
 
 # Parquet key-value metadata of every release file: das's own keys (das.bundle.parquet_metadata), and the
@@ -138,6 +140,7 @@ KEYS: dict[str, Callable[[str, Mapping], bool]] = {  # what each {name} of a dec
     "parameter": lambda k, c: k in CHARGE_PARAMETERS,
     "step": lambda k, c: bool(re.fullmatch(r"[a-zA-Z][a-zA-Z0-9 _-]*", k)),  # a step's name: the code's words
     "detail": lambda k, c: k in c.get("details", ()),
+    "area": lambda k, c: bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)),  # an area type: an identifier
 }
 
 

@@ -86,7 +86,7 @@ def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
     the invariants published exactly, and what it holds (das.frame.holds)."""
     releases = {name: ReleaseInfo(r.spec.schema, r.spec.strategy) for name, r in pipe.releases.items()}
     return Opening(releases, pipe.certificates, confidential.published_invariants(), holds(_plan(pipe), synthetic=False),
-                   private=pipe.rng.private, version=code_version())
+                   private=pipe.rng.private, version=code_version(), spine=confidential.spine_record)
 
 
 def _plan(pipe: Pipeline):
@@ -266,7 +266,8 @@ def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
     """The same spec, seed and inputs (keyed fingerprints, read before any input is read)."""
     current = {"spec_sha256": bundle.spec_digest(spec.fingerprint_text), "seed": spec.seed}
     _check_fingerprint(run_dir.path, stored.operator["fingerprint"], current, "spec")
-    for name, path in (("persons", spec.persons_path), ("units", spec.units_path)):
+    for name, path in (("persons", spec.persons_path), ("units", spec.units_path),
+                       *((f"{t} areas", p) for t, p in spec.areas.items())):
         if not Path(path).exists():  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
             raise RunError(f"cannot resume {run_dir.path}: the {name} input {path} is not found")
     _check_fingerprint(run_dir.path, stored.operator["fingerprint"], operator_fingerprint(spec, stored.key), "inputs")

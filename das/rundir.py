@@ -282,6 +282,28 @@ class MechanismRecord:
 
 
 @dataclass(frozen=True)
+class SpineRecord:
+    """The spine a release was measured and solved on (das.spine), when not the standard one: its kind and
+    each declared area file's SHA-256 (public geography; the files' paths stay with the operator)."""
+
+    kind: str
+    areas: Mapping[str, str] = field(default_factory=dict)  # area type -> SHA-256 of its file
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "areas": dict(self.areas)}
+
+    @classmethod
+    def from_dict(cls, data, where: str) -> SpineRecord:
+        if not isinstance(data, Mapping):
+            raise RunDirError(f"{where}: expected an object")
+        areas = _get(data, "areas", dict, where, optional=True) or {}
+        bad = [k for k, v in areas.items() if not isinstance(v, str)]
+        if bad:
+            raise RunDirError(f"{where}.areas.{bad[0]}: expected a SHA-256 (text)")
+        return cls(_get(data, "kind", str, where), dict(areas))
+
+
+@dataclass(frozen=True)
 class Interruption:
     """One resumption of an interrupted run: when, from which status, what it found and reused. The
     operator's (RunDir.process_file), never public: when a run stopped and what it had done by then
@@ -337,6 +359,7 @@ class Manifest:
     validation: ValidationRecord | None = None
     mechanism: MechanismRecord | None = None  # a synthetic release (das.mechanisms)
     holds: tuple[str, ...] | None = None  # what the release claims (das.validate); None: a TopDown release
+    spine: SpineRecord | None = None  # a spine other than the standard one (das.spine)
     extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know, kept as they are
 
     ORDER = ("kind", "das_version", "spec_name", "spec_text", "spec_sha256", "status", "private", "randomness",
@@ -391,6 +414,7 @@ class Manifest:
             mechanism=None if data.get("mechanism") is None
             else MechanismRecord.from_dict(data["mechanism"], f"{where}: mechanism"),
             holds=_strings(data, "holds", where, optional=True),
+            spine=None if data.get("spine") is None else SpineRecord.from_dict(data["spine"], f"{where}: spine"),
             extra={k: v for k, v in data.items() if k not in known},
         )
 
@@ -508,6 +532,11 @@ class RunDir:
     @property
     def pl94171_dir(self) -> Path:
         return self.path / "pl94171"
+
+    @property
+    def spine(self) -> Path:
+        """The spine a release was measured on, when not the standard one: each block's unit at the levels it re-forms."""
+        return self.path / "spine.parquet"
 
     # the noisy measurement file
     @property

@@ -31,6 +31,7 @@ from das.io import pl94171
 from das.io.tables import TableSpec, arrow_table, level_frames, level_rows, table_answers, write_tables
 from das.rundir import RunDir
 from das.schema import Schema
+from das.spine import spine_table
 
 _HERE = RunDir(".")  # file patterns relative to a run directory, from RunDir's layout
 TABLE_COMPRESSION = "snappy"  # what das.io.tables.write_tables writes (pyarrow's default)
@@ -49,6 +50,7 @@ class OutputPlan:
     mdf_layout: str = "parquet"
     mdf_kinds: tuple[str, ...] = mdf_io.KINDS  # a synthetic release (das synth) has no units MDF
     nmf: bool = True  # the release was measured (TopDown): its NMF is one of its outputs
+    spine: bool = False  # measured on a spine other than the standard one (das.spine): it is published
 
     @property
     def part_levels(self) -> tuple[str, ...]:
@@ -67,6 +69,7 @@ class SolvedRelease:
     schemas: dict[str, Schema]
     solved: dict[str, sp.csr_matrix]
     gq_facilities: np.ndarray | None = None
+    spine: Geography | None = None  # the engine's geography, when not `geography` (das.spine)
 
     def by_schema(self) -> dict[str, tuple[Schema, sp.csr_matrix]]:
         """(schema, histograms) keyed by schema name, as the tables name them."""
@@ -384,5 +387,43 @@ class NmfOutput(Output):
         return run_dir.nmf_files()
 
 
-for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output()):
+# ---------------------------------------------------------------------------------------------
+# The spine
+
+
+class SpineOutput(Output):
+    """The spine a release was measured and solved on, when not the standard one (das.spine): every block and
+    its unit at the levels the spine re-forms, so the NMF's geounits of those levels can be read."""
+
+    name = "spine"
+
+    def patterns(self) -> tuple[str, ...]:
+        return (_HERE.relative(_HERE.spine),)
+
+    def checks(self, plan: OutputPlan) -> tuple[str, ...]:
+        return ("spine",)
+
+    def wanted(self, plan: OutputPlan) -> bool:
+        return plan.spine
+
+    def _table(self, release: SolvedRelease) -> pa.Table:
+        if release.spine is None or release.spine.standard:
+            raise ValueError("a release planned on a spine was solved without one")
+        return pa.Table.from_pandas(spine_table(release.spine), preserve_index=False)
+
+    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
+        return [mdf_io.write_table(self._table(release), run_dir.spine, metadata=plan.metadata)]
+
+    def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
+        path = mdf_io.write_table(self._table(release), part.spine, metadata=plan.metadata)
+        return {"rows": pq.read_metadata(path).num_rows}
+
+    def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
+        tables = [pq.read_table(part.directory.spine) for part in parts]
+        if not tables:
+            raise ValueError("no state part holds a spine")
+        return [mdf_io.write_table(pa.concat_tables(tables), run_dir.spine, metadata=plan.metadata)]
+
+
+for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output(), SpineOutput()):
     register(_output)

@@ -23,6 +23,8 @@ each claim by the checks registered for it (das.validate.registry), in this orde
     invariants      invariants: the published total population (nation, state...)
     rules           schema_constraints: every rule of each schema (das.rules gives the bounds from the
                     facts counted in the MDFs), at every level
+    spine           spine: a release measured on a spine other than the standard one (das.spine) publishes
+                    it, one nesting hierarchy over exactly its blocks; the NMF check reads its geounits
     inputs          invariants, with the run's operator files (the confidential inputs): population,
                     housing units and GQ facilities per block equal the inputs'
 
@@ -34,7 +36,7 @@ Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
 from das import callable_module
-from das.validate import certificate, files, invariants, nmf, records, rules, signature, tables
+from das.validate import certificate, files, invariants, nmf, records, rules, signature, spine, tables
 from das.validate import inputs as confidential
 from das.validate.driver import main, release_claims, validate_run, validate_state
 from das.validate.reading import GEO
@@ -43,7 +45,8 @@ from das.validate.report import MAX_LISTED, Findings, Report, Stop, ValidationEr
 
 for _check in (signature.SIGNATURE, files.CHECKSUMS, files.METADATA, certificate.CHARGES, certificate.CERTIFICATE,
                records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
-               records.CODES_CHECK, tables.TABLES, invariants.POPULATION_CHECK, rules.RULES, confidential.INPUTS):
+               records.CODES_CHECK, tables.TABLES, invariants.POPULATION_CHECK, rules.RULES, spine.SPINE,
+               confidential.INPUTS):
     register(_check)
 
 __all__ = ["GEO", "HOLDS", "MAX_LISTED", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",

@@ -23,6 +23,7 @@ from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
 from das.validate.report import Report, ValidationError, first
+from das.validate.spine import release_spine, state_spine
 
 NMF_CHECK = "NMF: exactly the certified measurements"
 
@@ -47,10 +48,12 @@ def _in_order(cells: np.ndarray, unit_codes: np.ndarray, unit_position: np.ndarr
 
 
 def _positions(geounits: np.ndarray, names: np.ndarray) -> np.ndarray:
-    """Each distinct geocode's position among the level's geounits (-1: not a geounit of the level)."""
-    found = np.searchsorted(geounits, names)
+    """Each distinct geocode's position among the level's geounits (-1: not a geounit of the level); the
+    geounits in geocode order, or in a spine's."""
+    order = np.argsort(geounits, kind="stable")
+    found = np.searchsorted(geounits[order], names)
     found[found >= len(geounits)] = 0
-    return np.where(geounits[found] == names, found, -1) if len(geounits) else found - 1
+    return np.where(geounits[order][found] == names, order[found], -1) if len(geounits) else found - 1
 
 
 def _batch_problems(batch: pa.RecordBatch, name: str, level, *, sizes: dict, geounits: np.ndarray,
@@ -156,10 +159,15 @@ def whole_levels(release: Release, plan) -> tuple[list, dict[tuple[str, str], li
     """The plan, and the problems of each NMF level stored as one file (a partitioned run stores only the
     nation and the states so: their geounits are the release's states, and the units MDF is not read)."""
     whole = [(name, level, path) for name, level, path, _ in plan if path is not None]
-    geounits = _geounits(release, sorted({LEVEL_DIGITS[level.level] for _, level, _ in whole}))
+    spine = release_spine(release)
+    if spine is None:
+        by_digits = _geounits(release, sorted({LEVEL_DIGITS[level.level] for _, level, _ in whole}))
+        geounits = {level.level: by_digits[LEVEL_DIGITS[level.level]] for _, level, _ in whole}
+    else:  # the spine's geounits, in its order
+        geounits = {level.level: spine.units(level.level) for _, level, _ in whole}
     return plan, {(name, level.level): file_problems(path, release.run.relative(path), level,
                                                      load_schema(release.manifest.schema(name)),
-                                                     geounits=geounits[LEVEL_DIGITS[level.level]])
+                                                     geounits=geounits[level.level])
                   for name, level, path in whole}
 
 
@@ -181,7 +189,9 @@ def nmf_state(rows: StateRows) -> dict[tuple[str, str], list[str]]:
             path = run.nmf_level(name, level.level, rows.state)
             if not path.is_file():
                 raise ValidationError(f"{path} is missing (the certificate measures {name} at {level.level})")
-            geounits = np.unique(blocks.str.slice(0, LEVEL_DIGITS[level.level]).to_numpy(dtype=str))
+            spine = state_spine(rows.release, rows.state)
+            geounits = (np.unique(blocks.str.slice(0, LEVEL_DIGITS[level.level]).to_numpy(dtype=str)) if spine is None
+                        else spine.units(level.level))
             problems[(name, level.level)] = file_problems(path, run.relative(path), level,
                                                           load_schema(rows.release.manifest.schema(name)), geounits=geounits)
     return problems

@@ -1,0 +1,85 @@
+"""`spine`: a release measured on a spine other than the standard one publishes it (spine.parquet), and it
+is one nesting hierarchy over exactly the release's blocks, of the kind the manifest records. The NMF check
+reads the geounits of every level from it (das.validate.nmf), in the spine's order.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from das.geography import LEVEL_DIGITS, Geography
+from das.validate.reading import unreadable
+from das.validate.registry import Check
+from das.validate.release import Release, StateRows
+from das.validate.report import Report, ValidationError, first
+
+SPINE_CHECK = "spine: every block of the release on one nesting hierarchy"
+
+
+@lru_cache(maxsize=4)
+def _read(path: Path, levels: tuple[str, ...], modified: float) -> Geography:
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing (the manifest records a spine)")
+    try:
+        table = pq.read_table(path).to_pandas()
+    except Exception as e:
+        raise unreadable(path, e) from None
+    given = [lv for lv in levels if lv in table.columns]
+    expected = [lv for lv in levels if LEVEL_DIGITS["county"] < LEVEL_DIGITS[lv] < LEVEL_DIGITS["block"]]
+    if "GEOID" not in table.columns or not given or set(given) - set(expected):
+        raise ValidationError(f"{path}: expected the columns GEOID and some of {expected}, found {list(table.columns)}")
+    try:
+        return Geography.from_spine(table["GEOID"].astype(str).to_numpy(), levels,
+                                    {lv: table[lv].astype(str).to_numpy() for lv in given})
+    except ValueError as e:
+        raise ValidationError(f"{path}: {e}") from None
+
+
+def release_spine(release: Release) -> Geography | None:
+    """The spine a release was measured on, read from its spine file (None: the standard spine)."""
+    if release.manifest.spine is None:
+        return None
+    path = release.run.spine
+    return _read(path, tuple(release.manifest.levels), path.stat().st_mtime if path.exists() else 0.0)
+
+
+def state_spine(release: Release, state: str) -> Geography | None:
+    """One state's part of the spine (its blocks, in the spine's order)."""
+    spine = release_spine(release)
+    if spine is None:
+        return None
+    keep = np.char.startswith(spine.blocks, state)
+    return Geography(spine.blocks[keep], spine.levels, {lv: codes[keep] for lv, codes in spine.spine.items()})
+
+
+def spine_state(rows: StateRows) -> list[str]:
+    """The state's blocks in the spine are exactly its blocks of the release universe."""
+    spine = state_spine(rows.release, rows.state)
+    if spine is None:
+        return []
+    universe = np.unique(np.asarray(rows.universe, dtype=str))
+    found = np.sort(spine.blocks)
+    if np.array_equal(found, universe):
+        return []
+    missing = np.setdiff1d(universe, found)[:3].tolist()
+    extra = np.setdiff1d(found, universe)[:3].tolist()
+    return [f"state {rows.state}: the spine's blocks differ from the release's"
+            + (f" (missing {missing})" if missing else "") + (f" (not of the release {extra})" if extra else "")]
+
+
+def spine_combine(release: Release, parts: dict[str, list[str]], report: Report, alongside) -> None:
+    problems = [p for part in parts.values() for p in part]
+    spine = release_spine(release)
+    if spine is None:
+        problems.insert(0, "the release claims a spine and its manifest records none")
+    elif release.manifest.spine.kind == "standard":
+        problems.insert(0, "the manifest records the standard spine beside a spine file")
+    report.check(SPINE_CHECK, first(problems))
+
+
+SPINE = Check("spine", spine_combine, state=spine_state)
