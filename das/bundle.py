@@ -1,6 +1,6 @@
 """A run directory: the release bundle (publishable) apart from the operator's files.
 
-    RUN_DIR/manifest.json        public: spec (input paths redacted), certificate, checksums, invariants
+    RUN_DIR/manifest.json        public: spec (input and area file paths redacted), certificate, checksums, invariants
     RUN_DIR/mdf_*.parquet, tables/, nmf/      public: the release
     RUN_DIR/operator/            operator only (0700, its files 0600): input paths, keyed input fingerprints,
                                  the key, how the run went (process.json: timings, interruptions, errors)
@@ -73,13 +73,15 @@ def spec_digest(text: str) -> str:
 
 def public_spec(text: str, *, budget: dict | None = None) -> dict:
     """The run spec as published: parsed, its [input] table (confidential paths) replaced by REDACTED
-    values under the known keys, so no input path and no comment of the text can reach a public file;
+    values under the known keys, and the paths of its area files ([geography] areas: the operator's
+    file system) by REDACTED under their area types, so no input path and no comment of the text can
+    reach a public file (the area types and the spine stay: they say what was released);
     `budget` (das.runspec.RunSpec.budget_table: a budget the command line gave) is written into the
     sections it stands for, replacing the spec's own rho or eps, so the published spec states the
     budget the release was made with (das validate recomputes the certificate from it).
 
-    Refused (SpecError) when not TOML, when [input] is not a table, or when an input path also
-    appears elsewhere in the spec (in a key or a string outside [input] it cannot be told from text)."""
+    Refused (SpecError) when not TOML, when [input] or [geography] areas is not a table, or when an input
+    or area path also appears elsewhere in the spec (in a key or another string it cannot be told from text)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -89,19 +91,31 @@ def public_spec(text: str, *, budget: dict | None = None) -> dict:
         if "rho" in values or "eps" in values:
             table.pop("rho", None), table.pop("eps", None)
         data[section] = {**table, **values}
-    given = data.get("input")
-    if given is None:
+    given, areas = data.get("input"), _areas(data)
+    if given is None and areas is None:
         return data
-    if not isinstance(given, dict):
+    if given is not None and not isinstance(given, dict):
         raise SpecError(f"[input] must be a table of input paths (persons, units), not {type(given).__name__}: "
                         "written so it cannot be redacted for publication")
     public = {k: v for k, v in data.items() if k != "input"}
-    paths = {str(v) for v in _leaves(given) if "/" in str(v) or "\\" in str(v)}  # a bare name says nothing
+    if areas is not None:
+        public["geography"] = {**data["geography"], "areas": {k: REDACTED for k in areas}}
+    paths = {str(v) for v in _leaves([given or {}, areas or {}]) if "/" in str(v) or "\\" in str(v)}  # a bare name says nothing
     found = sorted(p for p in paths if any(p in t for t in _texts(public)))
     if found:
-        raise SpecError(f"the input path {found[0]!r} also appears outside [input]; it cannot be redacted for "
-                        "publication: keep input paths in [input] alone")
-    return {"input": {k: REDACTED for k in INPUT_KEYS if k in given}, **public}
+        raise SpecError(f"the input or area path {found[0]!r} also appears elsewhere in the spec; it cannot be "
+                        "redacted for publication: keep input paths in [input] and area files in [geography] areas")
+    return public if given is None else {"input": {k: REDACTED for k in INPUT_KEYS if k in given}, **public}
+
+
+def _areas(data: dict) -> dict | None:
+    """The spec's [geography] areas (area type -> file path), None when it declares none."""
+    geography = data.get("geography")
+    areas = geography.get("areas") if isinstance(geography, dict) else None
+    if areas is not None and not isinstance(areas, dict):
+        raise SpecError(f"[geography] areas must be a table of area files (type = path), not {type(areas).__name__}: "
+                        "written so it cannot be redacted for publication")
+    return areas
 
 
 def public_spec_text(text: str, *, budget: dict | None = None) -> str:

@@ -4,8 +4,9 @@ A release spends a budget that cannot be spent twice, so a run checks, in this o
 1. the spec and the command line, before any confidential file is opened (`check_spec`):
    solver, rounding, L2 passes, delta, rho (a cap above which `--allow-large-rho` must
    acknowledge it, and a floor below which the noise is unusable and its variance does not fit
-   the NMF's int64 columns), workers, engine, and the output directory (writable, not a file,
-   not something `--overwrite` must not replace: see das/bundle.py);
+   the NMF's int64 columns), workers, engine, that every declared area file ([geography] areas)
+   is there (its contents are das/io/areas.py's to check), and the output directory (writable,
+   not a file, not something `--overwrite` must not replace: see das/bundle.py);
 2. the inputs, once read and validated by das/io/microdata.py (`check_inputs`): that the
    invariants can be met at all (every GQ facility needs a person of its type, within the
    published state and nation totals; occupied housing units against household persons), and
@@ -133,6 +134,22 @@ def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *,
     for name, allocation in allocations.items():
         check_budget(name, allocation.rho, prep_spec.delta, allocation, where=where, allow_large_rho=allow_large_rho)
     check_workers(workers, engine)
+    check_area_files(getattr(prep_spec, "areas", {}), where=where,
+                     written=getattr(prep_spec, "areas_as_written", {}))
+
+
+def check_area_files(areas: dict[str, Path], *, where: str, written: dict[str, str] | None = None) -> None:
+    """Every declared area file (area type -> path) exists and is a file, so a mistyped path stops the run
+    before its inputs are read; `written`: the paths as the spec writes them, named in the message."""
+    problems = []
+    for name, path in areas.items():
+        key = f"[geography] areas.{name} = {(written or {}).get(name, str(path))!r}"
+        if not path.exists():
+            problems.append(f"{key}: no such file ({path}; a relative path is relative to the spec file)")
+        elif not path.is_file():
+            problems.append(f"{key}: not a file ({path} is a directory or a device): expected a .parquet or .csv file")
+    if problems:
+        raise PreflightError(f"{where}: " + "; ".join(problems))
 
 
 def estimate_space(geography, schemas: dict, plans: dict, *, n_records: int, out_dir: Path,

@@ -1,7 +1,7 @@
 """Run specs (`specs/runs/*.toml`): which inputs, hierarchy, schemas, strategies and budget.
 
 A run spec is the whole description of a release, so the manifest can record it verbatim.
-Input paths are relative to the spec file (or absolute).
+Input paths and area files are relative to the spec file (or absolute).
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from pydantic import AfterValidator, Field, model_validator
 
 from das import specfile
 from das.geography import DEFAULT_LEVELS, level_digits
+from das.io.areas import TYPE_NAME as AREA_TYPE
 from das.privacy.certificate import delta_text, fraction_text
 from das.schema import SpecError, resolve_spec
 from das.specfile import Exact, Section
 from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
 
+SPINES = ("standard", "optimized")  # [geography] spine: the geographic levels as given, or optimized for declared areas
 DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (das validate recomputes certificates with it)
 
 
@@ -55,6 +57,9 @@ class RunSpec:
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes, where they differ
     overrides: str = ""  # a budget given on the command line (--rho, --eps, --delta), as typed
     budget: Budget | None = None  # that budget itself: the published spec states it (`budget_table`)
+    areas: dict[str, Path] = field(default_factory=dict)  # [geography] areas: area type -> its file (das.io.areas)
+    areas_as_written: dict[str, str] = field(default_factory=dict)  # those paths as the spec writes them, for messages
+    spine: str = "standard"  # [geography] spine: "standard" or "optimized" (for the declared areas)
 
     @property
     def fingerprint_text(self) -> str:
@@ -161,6 +166,20 @@ class PostprocessSection(Section):
                                                                "passes a non-empty list of lists of query names")
 
 
+def _area_types(areas: dict[str, str]) -> dict[str, str]:
+    bad = [name for name in areas if not AREA_TYPE.fullmatch(name)]
+    if bad:
+        raise ValueError(f"area type {specfile.shown(bad[0])} is not a simple name: expected letters, digits and "
+                         "underscores, not starting with a digit (it becomes a column name)")
+    return areas
+
+
+class GeographySection(Section):
+    areas: Annotated[dict[str, Annotated[str, Field(min_length=1)]], AfterValidator(_area_types)] = Field(
+        {}, description='a table of area type = file path (.parquet or .csv), e.g. { place = "places.parquet" }')
+    spine: Literal[SPINES] = Field("standard", description=" or ".join(map(repr, SPINES)))
+
+
 class RunSpecFile(Section):
     """A run spec as written (specs/runs/*.toml): every key, its type and its default."""
 
@@ -174,6 +193,7 @@ class RunSpecFile(Section):
     privacy: PrivacySection = PrivacySection()
     output: OutputSection = OutputSection()
     postprocess: PostprocessSection = PostprocessSection()
+    geography: GeographySection = GeographySection()
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -182,6 +202,9 @@ class RunSpecFile(Section):
             raise ValueError(f"[postprocess.passes_by_level] names {unknown}, not levels of this run {list(self.levels)}")
         if self.output.pl94171 and self.units is None:
             raise ValueError("[output] pl94171 needs a [units] release (the files carry table H1)")
+        if self.geography.spine == "optimized" and not self.geography.areas:
+            raise ValueError('[geography] spine = "optimized" needs areas to optimize for: declare them in [geography] '
+                             'areas, e.g. areas = { place = "places.parquet" }, or use spine = "standard"')
         return self
 
 
@@ -220,6 +243,9 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Bud
         passes=_passes(post.passes),
         passes_by_level={level: _passes(v) for level, v in post.passes_by_level.items()},
         text=path.read_text(),
+        areas={name: input_path(raw) for name, raw in data.geography.areas.items()},
+        areas_as_written=dict(data.geography.areas),
+        spine=data.geography.spine,
     )
     return with_budget(spec, budget) if budget else spec
 

@@ -57,6 +57,38 @@ def test_a_spec_that_cannot_be_redacted_is_refused(text):
         bundle.public_spec(text)
 
 
+AREAS = '[geography]\nareas = { place = "/secret/geo/places.parquet", town = "towns.csv" }  # from /secret\nspine = "optimized"\n'
+
+
+@pytest.mark.parametrize("where", ["after", "before"])
+def test_the_published_spec_keeps_the_area_types_and_spine_but_not_the_area_paths(where):
+    text = INPUT_FORMS["header"] + AREAS if where == "after" else AREAS + INPUT_FORMS["header"]
+    public = bundle.public_spec_text(text)
+    assert "secret" not in public and "towns.csv" not in public and "#" not in public
+    parsed = tomllib.loads(public)
+    assert parsed["geography"] == {"areas": {"place": bundle.REDACTED, "town": bundle.REDACTED}, "spine": "optimized"}
+    assert parsed["input"] == {"persons": bundle.REDACTED, "units": bundle.REDACTED}
+    assert bundle.public_spec_text(public) == public
+
+
+def test_a_published_spec_with_areas_is_still_a_run_spec():
+    from das.runspec import RunSpecFile
+    from das.specfile import check
+
+    text = (ROOT / "specs/runs/tiny.toml").read_text() + "\n" + AREAS
+    published = check(tomllib.loads(bundle.public_spec_text(text)), RunSpecFile, "published")
+    assert sorted(published.geography.areas) == ["place", "town"] and published.geography.spine == "optimized"
+
+
+@pytest.mark.parametrize("text", [
+    f'{REST}[geography]\nareas = "/secret/places.csv"\n',  # areas not a table
+    f'description = "places from /secret/geo/places.parquet"\n{REST}{AREAS}',  # an area path also elsewhere
+])
+def test_a_spec_whose_area_paths_cannot_be_redacted_is_refused(text):
+    with pytest.raises(SpecError, match="redacted"):
+        bundle.public_spec(text)
+
+
 def test_das_run_refuses_an_unredactable_spec_before_anything_is_read_or_written(tmp_path, capsys):
     spec = tmp_path / "spec.toml"
     persons = (TINY / "persons.csv").as_posix()

@@ -81,6 +81,11 @@ CASES = {
     "rho inexact": dict(old=STRATEGY_LINE, new=STRATEGY_LINE + '\nrho = "0.12345678901234567890123"',
                         expected=["does not fit the NMF's int64 columns"]),
     "delta 2": dict(old='delta = "1e-10"', new='delta = "2"', expected=["delta must be strictly between 0 and 1"]),
+    "area file missing": dict(extra='\n[geography]\nareas = { place = "places.parquet", town = "../towns.csv" }\n',
+                              expected=["[geography] areas.place = 'places.parquet': no such file",
+                                        "[geography] areas.town = '../towns.csv': no such file", "relative to the spec"]),
+    "area file a directory": dict(extra='\n[geography]\nareas = { place = "." }\n',
+                                  expected=["[geography] areas.place = '.': not a file"]),
 }
 
 

@@ -1,6 +1,7 @@
 """Run specs: every shipped one loads; a bad one is refused naming the file and what was expected."""
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -79,9 +80,31 @@ def _refused(tmp_path, old: str, new: str) -> str:
     ('[privacy]', '[output]\nmdf_layout = "csv"\n[privacy]',
      "[output] mdf_layout: 'csv' is not valid (expected 'parquet' or 'pipe')"),
     ('[privacy]', '[output]\npl94171 = "yes"\n[privacy]', "[output] pl94171: 'yes' is not valid (expected true or false)"),
+    ('[privacy]', '[geography]\nspline = "optimized"\n[privacy]', "[geography]: unknown key(s) ['spline']: did you mean spine?"),
+    ('[privacy]', '[geography]\nareas = { place = "p.csv" }\nspine = "fast"\n[privacy]',
+     "[geography] spine: 'fast' is not valid (expected 'standard' or 'optimized')"),
+    ('[privacy]', '[geography]\nspine = "optimized"\n[privacy]', '[geography] spine = "optimized" needs areas to optimize for'),
+    ('[privacy]', '[geography]\nareas = { "school district" = "s.csv" }\n[privacy]',
+     "[geography] areas: area type 'school district' is not a simple name"),
+    ('[privacy]', '[geography]\nareas = { place = "" }\n[privacy]', "[geography.areas] place: '' is not valid (expected a table"),
+    ('[privacy]', '[geography]\nareas = "places.csv"\n[privacy]', "[geography] areas: 'places.csv' is not valid"),
 ])
 def test_a_mistyped_spec_is_refused_naming_the_section_the_key_and_what_was_expected(tmp_path, old, new, expected):
     assert expected in _refused(tmp_path, old, new)
+
+
+def test_a_spec_without_geography_declares_no_areas_and_the_standard_spine():
+    spec = load_run_spec("tiny")
+    assert spec.areas == {} and spec.spine == "standard"
+
+
+def test_area_files_are_relative_to_the_spec_file(tmp_path):
+    path = _spec(tmp_path, "[privacy]", '[geography]\nareas = { place = "places.parquet", town = "../x/towns.csv", '
+                                        'cdp = "/abs/cdp.csv" }\nspine = "optimized"\n[privacy]')
+    spec = load_run_spec(path)
+    assert spec.areas == {"place": tmp_path / "places.parquet", "town": (tmp_path.parent / "x/towns.csv").resolve(),
+                          "cdp": Path("/abs/cdp.csv")}
+    assert spec.areas_as_written["town"] == "../x/towns.csv" and spec.spine == "optimized"
 
 
 def test_every_problem_of_a_spec_is_reported_in_one_pass(tmp_path):
