@@ -79,9 +79,11 @@ class Geography:
         labels = [codes[lv] if lv in codes else standard.labels(lv) for lv in levels[1:-1]]
         order = np.lexsort((standard.blocks, *reversed(labels)))
         geography = cls(standard.blocks[order], tuple(levels), {lv: c[order] for lv, c in codes.items()})
-        for level in levels[1:-1]:
+        for parent, level in zip(levels[1:-2], levels[2:-1]):
+            above, here = geography.labels(parent), geography.labels(level)
+            crossing = (above[1:] != above[:-1]) & (here[1:] == here[:-1])  # a unit that runs on into the next parent
             found = geography.units(level)
-            if len(np.unique(found)) != len(found):
+            if crossing.any() or len(np.unique(found)) != len(found):
                 raise ValueError(f"the spine's {level} units do not nest in the levels above (a unit in two parents)")
         return geography
 

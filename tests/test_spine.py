@@ -1,0 +1,225 @@
+"""The spine as data (issue 29): the optimized spine's units, a run measured and solved on it, its
+publication, validation and resumption; a standard spine leaves a release as it was."""
+
+import errno
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import das.io.nmf
+from das.geography import Geography, block_geocodes
+from das.io.areas import areas_from_frames
+from das.run import RunError, resume_run, run
+from das.spine import optimized, optimized_units, spine_geography, spine_table
+
+SEED = 11
+FIXTURE = ROOT / "geography_fixtures" / "vt_grand_isle"
+
+
+def _blocks(fixture: Path = FIXTURE) -> np.ndarray:
+    u = pd.read_parquet(fixture / "units.parquet", columns=["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"])
+    return np.unique(block_geocodes(u.TABBLKST, u.TABBLKCOU, u.TABTRACTCE, u.TABBLK))
+
+
+def _runs(blocks: np.ndarray, length: int, *, every: int = 1, prefix: str = "A") -> np.ndarray:
+    """Areas of `length` consecutive blocks (geocode order: they cut across tracts), every `every`-th run kept."""
+    run_of = np.arange(len(blocks)) // length
+    return np.where(run_of % every == 0, np.char.add(prefix, run_of.astype(str)), "")
+
+
+def _spine_spec(tmp: Path, areas: dict[str, pd.DataFrame], spine: str = "optimized") -> Path:
+    text = (ROOT / "specs/runs/vt_grand_isle.toml").read_text().replace("../../geography_fixtures", str(ROOT / "geography_fixtures"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, frame in areas.items():
+        frame.to_csv(tmp / f"{name}.csv", index=False)
+    listed = ", ".join(f'{name} = "{name}.csv"' for name in areas)
+    path = tmp / "spec.toml"
+    path.write_text(text + f'\n[geography]\nareas = {{ {listed} }}\nspine = "{spine}"\n')
+    return path
+
+
+def _area_frames(blocks: np.ndarray) -> dict[str, pd.DataFrame]:
+    place, town = _runs(blocks, 15, every=2, prefix="P"), _runs(blocks, 70, prefix="T")
+    return {"place": pd.DataFrame({"GEOID": blocks[place != ""], "area": place[place != ""]}),
+            "town": pd.DataFrame({"GEOID": blocks, "area": town})}
+
+
+# ---------------------------------------------------------------------------------------------
+# The units
+
+
+def _check_optimized(standard: Geography, areas: dict[str, np.ndarray]) -> None:
+    """Inside each parent, one unit per cell of the areas; blocks in no area keep their standard units."""
+    codes = optimized_units(standard, areas)["block_group"]
+    tract, bg = standard.labels("tract"), standard.labels("block_group")
+    key = [tuple(areas[t][i] for t in sorted(areas)) for i in range(standard.n_blocks)]
+    cells: dict = {}
+    for i in range(standard.n_blocks):
+        in_none = all(k == "" for k in key[i])
+        cells.setdefault((tract[i], key[i] if not in_none else ("", bg[i])), set()).add(codes[i])
+        assert codes[i].startswith(tract[i])  # inside its tract
+    assert all(len(c) == 1 for c in cells.values())  # a cell is one unit
+    assert len({c for s in cells.values() for c in s}) == len(cells)  # and a unit one cell
+    untouched = {tract[i] for i in range(standard.n_blocks)} - {tract[i] for i in range(standard.n_blocks)
+                                                                if any(k != "" for k in key[i])}
+    for i in range(standard.n_blocks):
+        if tract[i] in untouched:
+            assert codes[i] == bg[i]
+
+
+def test_each_declared_area_is_a_union_of_whole_units_on_a_real_county():
+    standard = Geography.from_blocks(_blocks())
+    frames = _area_frames(standard.blocks)
+    areas = {t: ids.astype(str) for t, ids in areas_from_frames(frames, standard.blocks).ids.items()}
+    _check_optimized(standard, areas)
+    spine = optimized(standard, areas)
+    for t, ids in areas.items():  # every area's blocks are exactly the blocks of its units
+        unit = pd.Series(spine.labels("block_group"), index=spine.blocks)
+        of = pd.Series(ids, index=standard.blocks)
+        for area in np.unique(ids[ids != ""]):
+            units = set(unit[of.index[of == area]])
+            assert set(unit.index[unit.isin(units)]) == set(of.index[of == area])
+    assert sorted(spine.blocks) == list(standard.blocks)
+    assert spine.n_units("tract") == standard.n_units("tract")  # tracts kept: published units, measured as before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 2), st.sampled_from(["", "a", "b"]),
+                          st.sampled_from(["", "x", "y", "z"])), min_size=1, max_size=40, unique_by=lambda t: t[:3]))
+def test_optimized_units_property(rows):
+    blocks = np.array([f"50001{tract:06d}{bg}{b:03d}" for tract, bg, b, _, _ in rows])
+    standard = Geography.from_blocks(blocks)
+    order = np.argsort(blocks)
+    areas = {"place": np.array([r[3] for r in rows])[order], "town": np.array([r[4] for r in rows])[order]}
+    _check_optimized(standard, areas)
+    spine = optimized(standard, areas)  # nests, contiguous: from_spine checks it
+    assert spine.n_units("block") == len(rows)
+
+
+def test_a_spine_that_does_not_nest_is_refused():
+    blocks = ["500010001001000", "500010002001000"]
+    with pytest.raises(ValueError, match="do not nest"):
+        Geography.from_spine(blocks, ("nation", "state", "county", "tract", "block_group", "block"),
+                             {"block_group": np.array(["X", "X"])})  # one unit in two tracts
+    with pytest.raises(ValueError, match="between the county and the block"):
+        Geography.from_spine(blocks, ("nation", "state", "county", "tract", "block"), {"county": np.array(["1", "2"])})
+    with pytest.raises(ValueError, match="none below the county"):
+        spine_geography("optimized", Geography.from_blocks(blocks, ("nation", "state", "county", "block")),
+                        {"place": np.array(["a", ""])})
+
+
+# ---------------------------------------------------------------------------------------------
+# A release on the optimized spine
+
+
+@pytest.fixture(scope="module")
+def spine_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("spine")
+    spec = _spine_spec(tmp / "spec", _area_frames(_blocks()))
+    return run(spec, tmp / "run", seed=SEED, progress=False), spec
+
+
+def test_a_release_on_the_optimized_spine_is_valid_and_keeps_the_standard_geography(spine_run):
+    result, spec = spine_run
+    assert result.valid, result.manifest.validation
+    out = result.out_dir
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["spine"]["kind"] == "optimized" and set(m["spine"]["areas"]) == {"place", "town"}
+    assert "spine" in m["holds"] and "spine.parquet" in m["outputs"]
+    text = "\n".join(p.read_text(errors="replace") for p in out.glob("*.json"))
+    assert str(spec.parent) not in text  # the area files' paths stay with the operator
+    published = pq.read_table(out / "spine.parquet").to_pandas()
+    assert sorted(published.GEOID) == sorted(_blocks())
+    # the NMF's block groups are the spine's units; the tables' are the standard block groups
+    nmf = pq.read_table(out / "nmf/persons/block_group.parquet").column("geocode").unique().to_pylist()
+    assert sorted(nmf) == sorted(published.block_group.unique())
+    p1 = pq.read_table(out / "tables/P1.parquet").to_pandas()
+    assert set(p1.loc[p1.level == "block_group", "geocode"]) <= {b[:12] for b in _blocks()}
+    mdf = pd.read_parquet(out / "mdf_persons.parquet")
+    assert int(len(mdf)) == result.manifest.counts.persons
+
+
+def test_the_validator_catches_a_spine_that_is_tampered_with(spine_run, tmp_path, capsys):
+    from das.cli import main
+
+    result, _ = spine_run
+    for change in ("cross", "drop"):
+        copy = tmp_path / change
+        shutil.copytree(result.out_dir, copy)
+        table = pd.read_parquet(copy / "spine.parquet")
+        if change == "cross":  # a unit of one tract given to a block of another
+            other = table.index[table.GEOID.str[:11] != table.GEOID.iloc[0][:11]][0]
+            table.loc[other, "block_group"] = table.block_group.iloc[0]
+        else:
+            table = table.iloc[1:]
+        table.to_parquet(copy / "spine.parquet")
+        assert main(["validate", str(copy)]) in (1, 2)
+        said = capsys.readouterr()
+        assert ("do not nest" if change == "cross" else "the spine's blocks differ") in said.out + said.err
+
+
+def test_a_standard_spine_with_areas_declared_is_the_release_without_them(tmp_path):
+    blocks = _blocks()
+    plain = (ROOT / "specs/runs/vt_grand_isle.toml").read_text().replace("../../geography_fixtures",
+                                                                          str(ROOT / "geography_fixtures"))
+    (tmp_path / "plain.toml").write_text(plain)
+    standard = _spine_spec(tmp_path / "declared", _area_frames(blocks), spine="standard")
+    a = run(tmp_path / "plain.toml", tmp_path / "a", seed=SEED, progress=False)
+    b = run(standard, tmp_path / "b", seed=SEED, progress=False)
+    assert a.valid and b.valid
+    for name in ("mdf_persons.parquet", "mdf_units.parquet", "tables/P1.parquet", "nmf/persons/block_group.parquet"):
+        assert pq.read_table(a.out_dir / name).equals(pq.read_table(b.out_dir / name))
+    assert "spine" not in json.loads((b.out_dir / "manifest.json").read_text())
+
+
+def test_a_bad_area_file_is_refused_before_anything_is_drawn(tmp_path, capsys):
+    from das.cli import main
+
+    frames = _area_frames(_blocks())
+    frames["place"].loc[3, "GEOID"] = "500139999999999"
+    spec = _spine_spec(tmp_path / "spec", frames)
+    assert main(["run", str(spec), "--out", str(tmp_path / "out"), "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "place.csv" in err and "500139999999999" in err and "row 4" in err
+    assert not (tmp_path / "out" / "nmf").exists()
+
+
+def test_a_resume_with_a_changed_area_file_is_refused(tmp_path, monkeypatch):
+    spec = _spine_spec(tmp_path / "spec", _area_frames(_blocks()))
+    reference = run(spec, tmp_path / "reference", seed=SEED, progress=False)
+    out, original, calls = tmp_path / "run", das.io.nmf.write_part, []
+
+    def filling(path, batch):
+        calls.append(path)
+        if len(calls) == 4:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".partial")
+        return original(path, batch)
+
+    monkeypatch.setattr(das.io.nmf, "write_part", filling)
+    with pytest.raises(RunError, match="disk full"):
+        run(spec, out, seed=SEED, progress=False)
+    monkeypatch.setattr(das.io.nmf, "write_part", original)
+    town = spec.parent / "town.csv"
+    kept = town.read_bytes()
+    town.write_bytes(kept.replace(b"T0", b"T1", 1))
+    with pytest.raises(RunError, match="town areas input changed"):
+        resume_run(out, progress=False)
+    town.write_bytes(kept)
+    resumed = resume_run(out, progress=False)
+    assert resumed.valid and resumed.manifest.outputs == reference.manifest.outputs
+
+
+def test_the_published_spine_reads_back_as_the_engine_geography(spine_run):
+    result, _ = spine_run
+    table = pd.read_parquet(result.out_dir / "spine.parquet")
+    again = Geography.from_spine(table.GEOID.to_numpy(), tuple(result.manifest.levels),
+                                 {"block_group": table.block_group.to_numpy()})
+    assert spine_table(again).equals(table)
