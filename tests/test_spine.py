@@ -223,3 +223,14 @@ def test_the_published_spine_reads_back_as_the_engine_geography(spine_run):
     again = Geography.from_spine(table.GEOID.to_numpy(), tuple(result.manifest.levels),
                                  {"block_group": table.block_group.to_numpy()})
     assert spine_table(again).equals(table)
+
+
+def test_a_partitioned_run_on_an_optimized_spine_is_refused_clearly(tmp_path):
+    from test_partitioned import two_states
+
+    spec = two_states(tmp_path / "inputs")
+    pd.DataFrame({"GEOID": _blocks()[:5], "area": "P"}).to_csv(tmp_path / "inputs" / "place.csv", index=False)
+    spec.write_text(spec.read_text() + '\n[geography]\nareas = { place = "place.csv" }\nspine = "optimized"\n')
+    with pytest.raises(RunError, match="partitioned run .* standard spine only"):
+        run(spec, tmp_path / "out", seed=SEED, progress=False)
+    assert not (tmp_path / "out" / "nmf").exists()
