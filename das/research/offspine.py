@@ -12,7 +12,6 @@ A study directory gains:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +20,12 @@ import numpy as np
 import pandas as pd
 
 from das.geography import LEVEL_DIGITS
+from das.io.areas import TYPE_NAME, read_areas
 from das.research.areas import area_stats, area_table
 from das.research.composition import composition_stats, composition_table, group_counts, has_groups, largest_share, share_bin
 from das.research.districts import DISTRICT_SIZES, synthetic_districts
 from das.research.metrics import SIZE_BINS, markdown_table
 
-AREA_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 BLOCKS_FILE = "blocks.parquet"
 SYNTHETIC = ("synthetic districts (no area files given): within each county, blocks in geocode order cut into runs "
              "of about {size:,} persons, not reset at tract boundaries (das.research.districts)")
@@ -43,10 +42,11 @@ class BlockGroups:
 
 
 def area_type_problem(types, levels=tuple(LEVEL_DIGITS)) -> str | None:
-    """Why these area type names cannot be used (None if they can): a name, not a level of the spine."""
+    """Why these area type names cannot be used (None if they can): a name (das.io.areas.TYPE_NAME), not a level
+    of the spine."""
     for name in types:
-        if not AREA_TYPE.fullmatch(name):
-            return f"area type {name!r} is not a name (a letter, then letters, digits or _; at most 64)"
+        if not TYPE_NAME.fullmatch(name):
+            return f"area type {name!r} is not a name: letters, digits and underscores, not starting with a digit"
         if name in levels:
             return f"area type {name!r} is a level of the geographic spine; name the area type otherwise"
     return None
@@ -57,12 +57,8 @@ def block_groups(schema, blocks: np.ndarray, histograms, *, paths: Mapping[str, 
     populations) and the composition share bins of blocks (true block `histograms`, in `blocks` order)."""
     totals = np.asarray(histograms.sum(axis=1)).reshape(-1)
     if paths:
-        from das.io.areas import read_areas
-
         read = read_areas(dict(paths), blocks)
-        areas = {t: np.asarray(read.codes(t)[1], dtype=np.int64) for t in read.types}
-        described = {t: {"path": str(read.files[t].path), "sha256": read.files[t].sha256,
-                         "areas": int(len(read.codes(t)[0]))} for t in read.types}
+        areas, described = _indices(read), _described(read)
     else:
         areas = synthetic_districts(blocks, totals)
         described = {t: {"synthetic": SYNTHETIC.format(size=DISTRICT_SIZES[t]), "areas": int(index.max()) + 1
@@ -90,6 +86,49 @@ def tables(stats: pd.DataFrame, area_parts: pd.DataFrame, composition_parts: pd.
     areas = area_table(stats, area_parts, levels=levels) if len(area_parts) else pd.DataFrame()
     composition = composition_table(composition_parts) if len(composition_parts) else pd.DataFrame()
     return areas, composition
+
+
+def rescored(errors: pd.DataFrame, stats: pd.DataFrame, *, blocks: np.ndarray, paths: Mapping[str, str],
+             levels) -> tuple[pd.DataFrame, dict]:
+    """(areas table, area types described) of area files scored from a study's kept block errors of total
+    population (`errors`: unit, truth, estimate per rho, replicate and estimator; `blocks`: blocks.parquet's geocodes)
+    beside its spine `stats`: what `das report DIR --areas` draws. ValueError: no block totals were kept."""
+    read = read_areas(dict(paths), blocks)
+    index = _indices(read)
+    block = errors[(errors["level"] == "block") & (errors["query"] == "total")] if len(errors) else errors
+    if not len(block):
+        raise ValueError("it kept no block errors of total population (score it with --keep total)")
+    parts = []
+    for (rho, replicate, estimator), g in block.groupby(["rho", "replicate", "estimator"], sort=False, observed=True):
+        truth, estimate = np.zeros(len(blocks)), np.zeros(len(blocks))
+        truth[g["unit"].to_numpy()] = g["truth"].to_numpy()
+        estimate[g["unit"].to_numpy()] = g["estimate"].to_numpy()
+        parts.append(area_stats(truth, {estimator: estimate}, index).assign(rho=rho, replicate=replicate))
+    return area_table(stats, pd.concat(parts, ignore_index=True), levels=levels), _described(read)
+
+
+def _indices(read) -> dict[str, np.ndarray]:
+    """Area type -> per-block area index (-1: none) of das.io.areas.Areas."""
+    return {t: np.asarray(read.codes(t)[1], dtype=np.int64) for t in read.types}
+
+
+def _described(read) -> dict[str, dict]:
+    """Area type -> its file, the file's SHA-256 and its number of areas, for study.json and the report."""
+    return {t: {"path": str(read.files[t].path), "sha256": read.files[t].sha256, "areas": int(len(read.codes(t)[0]))}
+            for t in read.types}
+
+
+def headline(areas: pd.DataFrame, *, rho: str | None = None) -> pd.DataFrame:
+    """The terminal's table: the MAE of total population per level and area type (all sizes), a row each with its
+    units, a column per estimator; the first budget's unless `rho` is given."""
+    frame = areas[areas["bin"] == "all"]
+    frame = frame[frame["rho"] == (rho if rho is not None else frame["rho"].iloc[0])]
+    table = frame.pivot_table(index="level", columns="estimator", values="mae", aggfunc="first", observed=True)
+    order = list(dict.fromkeys(frame["level"]))
+    table = table.reindex(index=order, columns=list(dict.fromkeys(frame["estimator"])))
+    units = frame.drop_duplicates("level").set_index("level")["units"].reindex(order)
+    table.insert(0, "units", units.to_numpy())
+    return table.reset_index().rename_axis(columns=None)
 
 
 def render(areas: pd.DataFrame, composition: pd.DataFrame) -> list[str]:
