@@ -77,6 +77,25 @@ def path(text: str) -> str:
     return text
 
 
+AREA_TYPE = r"[A-Za-z_][A-Za-z0-9_]*"  # das.io.areas.TYPE_NAME, spelled out so --help imports nothing heavy (tests agree)
+
+
+def area_file(text: str) -> tuple[str, str]:
+    """An argument type: TYPE=PATH, an area type (letters, digits, underscores; not starting with a digit) and
+    its area file (das.io.areas: columns GEOID and area).
+
+    >>> area_file("place=places.csv")
+    ('place', 'places.csv')
+    """
+    area_type, equals, file = text.partition("=")
+    if not equals or not file:
+        raise argparse.ArgumentTypeError(f"expected TYPE=PATH (an area type, '=', its area file), got {shown(text)}")
+    if not re.fullmatch(AREA_TYPE, area_type):
+        raise argparse.ArgumentTypeError(f"the area type of {shown(text)} is not a name: letters, digits and "
+                                         "underscores, not starting with a digit")
+    return area_type, path(file)
+
+
 def integer(minimum: int):
     """An argument type: an integer of at least `minimum`."""
 

@@ -5,17 +5,42 @@ from __future__ import annotations
 import os
 import sys
 
-from das.cli.args import SEED_HELP, fraction, names, nonnegative_int, path, positive_int, spec_help
+from das.cli.args import SEED_HELP, area_file, fraction, names, nonnegative_int, path, positive_int, spec_help
 from das.cli.synth import MECHANISM_NAMES
 
 # das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
 # imports nothing heavy (tests/test_cli_research.py checks they agree)
 ESTIMATORS = ("topdown", "noisy", "wls")
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
+AREAS_HELP = ("an area type and its file (columns GEOID, the block, and area, its id; Parquet or CSV), scored off the "
+              "spine beside its levels; repeatable (default: synthetic districts of about 1,000 and 5,000 persons that "
+              "cut across tracts, docs/research.md)")
 
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _areas(pairs) -> dict[str, str] | None:
+    """--areas TYPE=PATH ... as a mapping (None: none given); a type given twice, or named as a level, is refused."""
+    from das.research.replicate import check_areas
+
+    if not pairs:
+        return None
+    check_areas(pairs)
+    return dict(pairs)
+
+
+def _offspine_headline(study) -> None:
+    """The MAE of total population in the areas off the spine beside the spine's levels (areas.parquet)."""
+    from das.research.metrics import text_table
+    from das.research.offspine import headline
+
+    if (study.path / "areas.parquet").is_file():
+        table = headline(study.frame("areas"))
+        shown = table[~table["level"].isin(study.meta["levels"][:-3])]  # the areas beside the three finest levels
+        print("MAE of total population per area off the spine, beside the finest levels (units: areas or geounits)")
+        print(text_table(shown))
 
 
 def _headline(study, what: str) -> None:
@@ -36,8 +61,9 @@ def _cmd_metrics(args) -> int:
     import das
 
     study = das.metrics(args.run_dir, truth=args.truth, out=args.out, estimators=args.estimators,
-                        queries=_names(args.queries), keep=_names(args.keep))
+                        queries=_names(args.queries), keep=_names(args.keep), areas=_areas(args.areas))
     _headline(study, "das metrics")
+    _offspine_headline(study)
     print(f"details (every query, level and size bin; the bias by true size): {study.path / 'metrics.md'}; "
           f"tables as Parquet in {study.path} (confidential)")
     return 0
@@ -50,11 +76,12 @@ def _cmd_replicate(args) -> int:
     rhos = [r for r in rho_list(args.rho) if r != "spec"] or None
     study = das.replicate(args.spec, out=args.out, runs=args.runs, rho=rhos, seed=args.seed, estimators=args.estimators,
                           queries=_names(args.queries), keep=_names(args.keep), workers=args.workers,
-                          overwrite=args.overwrite, allow_large_rho=args.allow_large_rho)
+                          overwrite=args.overwrite, allow_large_rho=args.allow_large_rho, areas=_areas(args.areas))
     meta = study.meta
     print(f"{meta['replicates']} replicate(s) per budget of {meta['spec_name']} in {meta['wall_seconds']:.1f} s "
           f"({args.workers} worker(s)); noise: {meta['randomness']}")
     _headline(study, "das replicate")
+    _offspine_headline(study)
     print(f"details: {study.path / 'metrics.md'}; tables as Parquet in {study.path} (confidential)")
     if args.report:
         print(f"report: {study.report()}")
@@ -64,7 +91,7 @@ def _cmd_replicate(args) -> int:
 def _cmd_report(args) -> int:
     from das.research.report import build_report
 
-    print(f"wrote {build_report(args.dir, args.out)}")
+    print(f"wrote {build_report(args.dir, args.out, areas=_areas(args.areas))}")
     return 0
 
 
@@ -82,6 +109,7 @@ def add_parsers(sub) -> None:
     m.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     m.add_argument("--keep", default="total", help="queries whose per-geounit errors are written")
+    m.add_argument("--areas", type=area_file, action="append", metavar="TYPE=PATH", help=AREAS_HELP)
     m.set_defaults(func=_cmd_metrics)
 
     r = sub.add_parser("replicate", help="N independent noise draws on the same input, scored per estimator")
@@ -96,6 +124,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
+    r.add_argument("--areas", type=area_file, action="append", metavar="TYPE=PATH", help=AREAS_HELP)
     r.add_argument("--overwrite", action="store_true",
                    help="replace another study in --out (deleting only the study's own files and its report; a "
                         "directory holding anything else is refused); without it the same study is continued")
@@ -107,6 +136,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--out", type=path, default=None,
                    help="report directory (default DIR/report, part of the study); a rerun replaces its own earlier "
                         "report, a directory holding anything else is refused")
+    p.add_argument("--areas", type=area_file, action="append", metavar="TYPE=PATH",
+                   help="an area type and its file, scored from DIR's block errors in place of the areas DIR was "
+                        "scored on (those: the default); repeatable. Needs the block total kept (--keep total)")
     p.set_defaults(func=_cmd_report)
 
     _add_compare(sub)

@@ -40,8 +40,8 @@ from das.privacy.strategy import parse_fraction
 from das.progress import bar, step
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
-from das.research.metrics import combine, metrics
-from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, bias_table, score, scored_queries
+from das.research.metrics import bias_table, combine, metrics
+from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, score, scored_queries
 from das.research.resources import run_measured
 from das.rundir import RunDir
 
@@ -199,8 +199,8 @@ def score_release(ctx, run_dir: Path, mechanism: str, *, queries, seed: int) -> 
         if wls_unsupported(ctx.schema, measured) is None:
             estimators.append("wls")
     rho = fraction_text(cert.rho)
-    stats, _ = score(ctx, nmf_dir, released, estimators=tuple(estimators), queries=queries, keep=(),
-                     tags={"rho": rho, "replicate": seed})
+    stats = score(ctx, nmf_dir, released, estimators=tuple(estimators), queries=queries, keep=(),
+                  tags={"rho": rho, "replicate": seed}).stats
     stats["estimator"] = stats["estimator"].replace({TOPDOWN: mechanism})
     return stats
 

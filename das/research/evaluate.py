@@ -17,6 +17,7 @@ from das.bundle import BundleError, input_paths
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.privacy.certificate import fraction_text
+from das.research import offspine
 from das.research.estimators import ESTIMATORS, wls_unsupported
 from das.research.replicate import (
     CONFIDENTIAL,
@@ -26,11 +27,13 @@ from das.research.replicate import (
     WITH_REPORT,
     Context,
     StudyError,
-    _part_name,
     _write_parquet,
+    check_areas,
     score,
     scored_queries,
     summarize,
+    with_groups,
+    write_parts,
 )
 from das.rules import Invariants
 from das.rundir import RunDir, RunDirError
@@ -58,10 +61,13 @@ def truth_context(persons, units, schema_name: str, levels) -> Context:
 
 
 def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
-                 queries=DEFAULT_QUERIES, keep=("total",)) -> dict:
+                 queries=DEFAULT_QUERIES, keep=("total",), areas=()) -> dict:
     """Score a `das run` output directory; writes stats/errors/metrics files to `out` (default
-    metrics_dir(run_dir)), replacing only an earlier `das metrics` output there."""
+    metrics_dir(run_dir)), replacing only an earlier `das metrics` output there. `areas`: (type, area file)
+    pairs scored off the spine (none: synthetic districts, das.research.districts)."""
     run_dir = Path(run_dir)
+    areas = tuple((str(t), str(p)) for t, p in areas)
+    check_areas(areas)
     unknown = [e for e in estimators if e not in ESTIMATORS]
     if unknown or not estimators:
         raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
@@ -79,9 +85,9 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         if not Path(path).exists():
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
     out = Path(out) if out else metrics_dir(run_dir)
-    claim = outdir.check(out, METRICS, protected=[run_dir, persons, units])
+    claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])
     queries = scored_queries(load_schema(manifest.schema("persons")), queries)  # refused before anything is read
-    ctx = truth_context(persons, units, manifest.schema("persons"), manifest.levels)
+    ctx = with_groups(truth_context(persons, units, manifest.schema("persons"), manifest.levels), areas)
     mdf = RunDir(run_dir).mdf("persons")
     topdown = None
     if "topdown" in estimators:
@@ -100,20 +106,20 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
             raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
+    offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)
     rho = fraction_text(manifest.certificate(RELEASE).rho)
-    stats, errors = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
-                          tags={"rho": str(rho), "replicate": 0})
-
-    _write_parquet(errors, out / "parts" / _part_name(0, 0, "errors"))
-    _write_parquet(stats, out / "parts" / _part_name(0, 0, "stats"))
+    scores = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
+                   tags={"rho": str(rho), "replicate": 0})
+    write_parts(scores, out / "parts", rho_index=0, replicate=0)
     meta = {
         "kind": "run", "run_dir": str(run_dir), "spec_name": manifest.spec_name, "rhos": [str(rho)],
         "study": {"spec": manifest.spec_name, "runs": 1, "estimators": list(estimators), "queries": list(queries),
-                  "keep": list(keep), "seed": None},
+                  "keep": list(keep), "seed": None, "areas": [list(a) for a in areas]},
         "queries": list(queries), "levels": list(manifest.levels), "schema": ctx.schema.name,
         "randomness": manifest.randomness, "notice": CONFIDENTIAL, "confidential": True, "status": "complete",
         "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+        "areas": dict(ctx.groups.described), "composition": ctx.groups.shares is not None,
     }
     meta.update(summarize(out))
     (out / "study.json").write_text(json.dumps(meta, indent=2))

@@ -24,6 +24,7 @@ ALL = "all"
 
 STAT_COLUMNS = ("n", "n_pos", "sum_err", "sum_abs", "sum_sq", "max_abs", "sum_rel", "sum_abs_rel",
                 "n_off5", "tvd_sum", "n_tvd")
+BIAS_KEYS = ("rho", "estimator", "level", "query", "bin")  # a row of the bias test
 METRIC_COLUMNS = ("n", "mean_error", "mae", "rmse", "mape", "malpe", "max_abs_error", "share_off_5pct", "tvd")
 
 
@@ -115,6 +116,45 @@ def metrics(stats: pd.DataFrame) -> pd.DataFrame:
         out["share_off_5pct"] = stats["n_off5"] / n
         out["tvd"] = np.where(n_tvd > 0, stats["tvd_sum"] / n_tvd, np.nan)
     return out.reset_index(drop=True)
+
+
+def bias_table(stats: pd.DataFrame, *, by=BIAS_KEYS) -> pd.DataFrame:
+    """Mean signed error per group (`by`: rho, estimator, level, query, bin) across replicates, with its
+    standard error and t statistic: each replicate's mean error is one independent draw."""
+    per_rep = stats.assign(mean_error=stats["sum_err"] / stats["n"])
+    groups = per_rep.groupby(list(by), sort=False, observed=True)["mean_error"]
+    table = groups.agg(["mean", "std", "count"]).reset_index()
+    table = table.rename(columns={"mean": "mean_error", "std": "sd_between", "count": "replicates"})
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["se"] = table["sd_between"] / np.sqrt(table["replicates"])
+        # t is undefined where replicates agree to rounding (an invariant): se ~ 0
+        table["t"] = np.where(table["se"] > 1e-9 * (1 + table["mean_error"].abs()), table["mean_error"] / table["se"], np.nan)
+    # two-sided p-value of "no bias" (Student t, replicates - 1 degrees of freedom)
+    from scipy.stats import t as student_t  # here: scipy.stats costs every `das` command (and worker) 0.5 s to import
+
+    table["p"] = 2 * student_t.sf(np.abs(table["t"]), np.maximum(table["replicates"] - 1, 1))
+    return table
+
+
+def signed_error_test(stats: pd.DataFrame, *, by) -> pd.DataFrame:
+    """Mean signed error per group of `by`, with its standard error, t and the basis of both (`se_basis`).
+
+    Several replicates: across replicates (`bias_table`: each replicate's mean is one draw of noise). One
+    release: across the group's cells (standard deviation of their errors / sqrt(n), from `sum_sq`); the
+    errors of cells under one parent are not independent, so that t says how far the mean stands out of the
+    cells' spread, not that the mechanism is biased.
+    """
+    by = list(by)
+    if stats["replicate"].nunique() > 1:
+        return bias_table(stats, by=by).assign(se_basis="replicates")
+    pooled = combine(stats, by)
+    n = pooled["n"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = pooled["sum_err"].to_numpy() / n
+        variance = np.clip(pooled["sum_sq"].to_numpy() / n - mean ** 2, 0, None) * n / (n - 1)
+        se = np.where(n > 1, np.sqrt(variance / n), np.nan)
+        t = np.where(se > 1e-9 * (1 + np.abs(mean)), mean / se, np.nan)
+    return pooled[by].assign(replicates=1, mean_error=mean, se=se, t=t, se_basis="cells")
 
 
 def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:

@@ -8,6 +8,9 @@ scored against the truth, kept compactly.
   DIR/stats.parquet        sufficient statistics per (rho, replicate, estimator, level, query, bin)
   DIR/errors.parquet       per-geounit estimates and truth for the `keep` queries (default total)
   DIR/metrics.parquet/.md  metrics pooled over replicates, and the bias test across replicates
+  DIR/areas.parquet        total population off the spine (area files, or synthetic districts) beside
+                           the spine's levels; DIR/composition.parquet: bias by block composition
+                           (das.research.offspine, which also writes DIR/blocks.parquet)
 Every output is computed against the confidential truth: it is research output, not a release, and
 says so (study.json, das-output.json, each Parquet file's `das.confidential`). The directory is the
 study's own (das.outdir): a rerun of the same study continues it, another study is refused unless
@@ -43,8 +46,9 @@ from das.privacy.accounting import PrivacyAccountant
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import parse_fraction
 from das.progress import bar, step
+from das.research import offspine
 from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
-from das.research.metrics import SIZE_BINS, combine, error_stats, markdown_table, metrics
+from das.research.metrics import SIZE_BINS, bias_table, combine, error_stats, markdown_table, metrics
 from das.rules import Invariants
 from das.run import protected_paths
 from das.rundir import nmf_level_path
@@ -60,7 +64,9 @@ CONFIDENTIAL = ("Research output computed against the confidential input: it hol
 BIAS_COLUMNS = ["rho", "query", "level", "estimator", "bin", "replicates", "mean_error", "se", "t", "p"]
 # The files of a study or metrics directory (parts in progress, a replicate's NMF while it is scored)
 STUDY_FILES = ("study.json", "stats.parquet", "errors.parquet", "metrics.parquet", "bias.parquet", "metrics.md",
-               "parts/stats-rho*-rep*.parquet", "parts/errors-rho*-rep*.parquet", "parts/rep[0-9]*-*/*", "*.partial")
+               "areas.parquet", "composition.parquet", "blocks.parquet", "parts/stats-rho*-rep*.parquet",
+               "parts/errors-rho*-rep*.parquet", "parts/areas-rho*-rep*.parquet", "parts/composition-rho*-rep*.parquet",
+               "parts/rep[0-9]*-*/*", "*.partial")
 WITH_REPORT = (("report", "das report"),)  # `das report DIR` writes DIR/report: part of the study
 STUDY = outdir.Owner("das replicate", "study", STUDY_FILES, confidential=True, nested=WITH_REPORT)
 
@@ -80,6 +86,7 @@ class Study:
     queries: tuple[str, ...] = DEFAULT_QUERIES
     keep: tuple[str, ...] = ("total",)  # queries whose per-geounit estimates are kept
     seed: int | None = None  # None: OS CSPRNG noise
+    areas: tuple[tuple[str, str], ...] = ()  # (type, area file); none: synthetic districts (das.research.offspine)
 
     def check(self) -> None:
         unknown = [e for e in self.estimators if e not in ESTIMATORS]
@@ -92,6 +99,18 @@ class Study:
         for r in self.rhos:
             if r != "spec" and parse_fraction(r, "--rho") <= 0:
                 raise StudyError(f"--rho must be positive, not {r}")
+        check_areas(self.areas)
+
+
+def check_areas(areas) -> None:
+    """Refuse area types that are no names, repeat, or name a level of the spine (StudyError, before any work)."""
+    types = [t for t, _ in areas]
+    repeated = sorted({t for t in types if types.count(t) > 1})
+    if repeated:
+        raise StudyError(f"--areas gives area type {repeated[0]!r} twice; give each type one file")
+    problem = offspine.area_type_problem(types)
+    if problem:
+        raise StudyError(f"--areas: {problem}")
 
 
 @dataclass
@@ -104,6 +123,7 @@ class Context:
     invariants: Invariants
     blocks: sp.csr_matrix  # true block histograms
     truth: dict = field(default_factory=dict)  # (level, query) -> true answers
+    groups: offspine.BlockGroups | None = None  # areas off the spine and composition, scored at the block level
 
     def true_answers(self, level: str, query: str) -> np.ndarray:
         if (level, query) not in self.truth:
@@ -111,11 +131,29 @@ class Context:
         return self.truth[level, query]
 
 
-def load_context(spec_path: str, seed: int | None) -> Context:
+def load_context(spec_path: str, seed: int | None, *, areas=()) -> Context:
+    """The study's confidential input, with its blocks' areas (`areas`: (type, file) pairs) and composition."""
     pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=True)  # the cap: replicate_study's, first
     confidential = pipe.read_inputs()
-    return Context(pipe, pipe.schemas[RELEASE], confidential.geography, confidential.invariants,
-                   confidential.histograms[RELEASE].tocsr())
+    ctx = Context(pipe, pipe.schemas[RELEASE], confidential.geography, confidential.invariants,
+                  confidential.histograms[RELEASE].tocsr())
+    return with_groups(ctx, areas)
+
+
+def with_groups(ctx: Context, areas=()) -> Context:
+    """The context with its blocks' areas off the spine (area files, or synthetic districts) and composition."""
+    ctx.groups = offspine.block_groups(ctx.schema, ctx.geography.blocks, ctx.blocks, paths=dict(areas))
+    return ctx
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One draw of noise scored: stats and kept errors of the spine, and stats of areas and composition."""
+
+    stats: pd.DataFrame
+    errors: pd.DataFrame
+    areas: pd.DataFrame
+    composition: pd.DataFrame
 
 
 def scored_queries(schema: Schema, queries) -> tuple[str, ...]:
@@ -148,9 +186,10 @@ def _frames(ctx: Context, estimator: str, level: str, estimates: dict, *, keep):
     return stats, errors
 
 
-def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, queries, keep, tags: dict):
-    """(stats, errors) DataFrames of every estimator, level and query of one draw of noise."""
-    stats, errors = [], []
+def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, queries, keep, tags: dict) -> Scores:
+    """Every estimator, level and query of one draw of noise scored; and, when the context groups blocks
+    (`ctx.groups`), the areas off the spine and the composition, from each estimator's block totals."""
+    stats, errors, block_totals = [], [], {}
     schema, geography = ctx.schema, ctx.geography
     parent = None
     for level in geography.levels:
@@ -166,6 +205,9 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, que
         if "wls" in estimators:
             parent = wls_level(schema, geography, ctx.invariants, level, noisy=noisy, parent=parent)
             per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
+        if level == "block" and ctx.groups is not None:
+            block_totals = _block_totals(schema, estimators, noisy=noisy, hist=hist if "topdown" in estimators else None,
+                                         wls=parent)
         del noisy
         for estimator in estimators:
             s, e = _frames(ctx, estimator, level, per_estimator[estimator], keep=keep)
@@ -173,7 +215,23 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, que
             errors += e
     stats = pd.concat(stats, ignore_index=True).assign(**tags)
     errors = pd.concat(errors, ignore_index=True).assign(**tags) if errors else pd.DataFrame()
-    return stats, errors
+    areas = composition = pd.DataFrame()
+    if block_totals:
+        truth = ctx.true_answers("block", "total")[:, 0]
+        areas, composition = offspine.score_blocks(ctx.groups, truth, block_totals, tags)
+    return Scores(stats, errors, areas, composition)
+
+
+def _block_totals(schema: Schema, estimators, *, noisy, hist, wls) -> dict[str, np.ndarray]:
+    """Each estimator's total population per block (the raw noisy one only where a block total was measured)."""
+    totals = {}
+    if hist is not None:
+        totals["topdown"] = answers(schema, hist, "total")[:, 0]
+    if "noisy" in estimators and (measured := noisy_answers(schema, noisy, "total")) is not None:
+        totals["noisy"] = measured[:, 0]
+    if wls is not None and "wls" in estimators:
+        totals["wls"] = answers(schema, wls, "total")[:, 0]
+    return totals
 
 
 def plan_for_rho(ctx: Context, rho_text: str) -> ReleasePlan:
@@ -183,7 +241,7 @@ def plan_for_rho(ctx: Context, rho_text: str) -> ReleasePlan:
 
 
 def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, work_dir: Path):
-    """One draw of noise at one budget: measure, post-process, score. Returns (stats, errors, seconds)."""
+    """One draw of noise at one budget: measure, post-process, score. Returns (Scores, seconds)."""
     t0 = time.perf_counter()
     planned = plan_for_rho(ctx, rho_text)
     rho = planned.allocation.rho
@@ -201,10 +259,10 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, 
                                      options=ctx.pipeline.engine_options())
         timings["postprocess"] = time.perf_counter() - t0 - timings["measure"]
         queries = scored_queries(ctx.schema, study.queries)
-        stats, errors = score(ctx, nmf_dir, topdown, estimators=study.estimators, queries=queries, keep=study.keep,
-                              tags={"rho": str(rho), "replicate": replicate})
+        scores = score(ctx, nmf_dir, topdown, estimators=study.estimators, queries=queries, keep=study.keep,
+                       tags={"rho": str(rho), "replicate": replicate})
         timings["total"] = time.perf_counter() - t0
-        return stats, errors, timings
+        return scores, timings
     finally:
         shutil.rmtree(nmf_dir, ignore_errors=True)
 
@@ -226,42 +284,35 @@ _CONTEXT: dict = {}
 def _worker(args):
     """Process-pool entry: one replicate, its parts written atomically; returns timings."""
     study, rho_index, rho_text, replicate, out_dir = args
-    key = (study.spec, study.seed)
+    key = (study.spec, study.seed, study.areas)
     if key not in _CONTEXT:
         _CONTEXT.clear()
-        _CONTEXT[key] = load_context(study.spec, study.seed)
+        _CONTEXT[key] = load_context(study.spec, study.seed, areas=study.areas)
     ctx = _CONTEXT[key]
     parts = Path(out_dir) / "parts"
-    stats, errors, timings = run_replicate(ctx, study, rho_text, replicate, work_dir=parts)
-    _write_parquet(errors, parts / _part_name(rho_index, replicate, "errors"))
-    _write_parquet(stats, parts / _part_name(rho_index, replicate, "stats"))  # written last: marks done
+    scores, timings = run_replicate(ctx, study, rho_text, replicate, work_dir=parts)
+    write_parts(scores, parts, rho_index=rho_index, replicate=replicate)
     return rho_index, replicate, timings
 
 
-def bias_table(stats: pd.DataFrame) -> pd.DataFrame:
-    """Mean signed error per (rho, estimator, level, query, bin) across replicates, with its
-    standard error and t statistic: each replicate's mean error is one independent draw."""
-    per_rep = stats.assign(mean_error=stats["sum_err"] / stats["n"])
-    groups = per_rep.groupby(["rho", "estimator", "level", "query", "bin"], sort=False, observed=True)["mean_error"]
-    table = groups.agg(["mean", "std", "count"]).reset_index()
-    table = table.rename(columns={"mean": "mean_error", "std": "sd_between", "count": "replicates"})
-    with np.errstate(invalid="ignore", divide="ignore"):
-        table["se"] = table["sd_between"] / np.sqrt(table["replicates"])
-        # t is undefined where replicates agree to rounding (an invariant): se ~ 0
-        table["t"] = np.where(table["se"] > 1e-9 * (1 + table["mean_error"].abs()), table["mean_error"] / table["se"], np.nan)
-    # two-sided p-value of "no bias" (Student t, replicates - 1 degrees of freedom)
-    from scipy.stats import t as student_t  # here: scipy.stats costs every `das` command (and worker) 0.5 s to import
+def write_parts(scores: Scores, parts: Path, *, rho_index: int, replicate: int) -> None:
+    """One replicate's part files (an empty frame, none), its stats last: that file marks the replicate done."""
+    for kind in ("errors", "areas", "composition", "stats"):
+        frame = getattr(scores, kind)
+        if kind in ("errors", "stats") or len(frame):
+            _write_parquet(frame, parts / _part_name(rho_index, replicate, kind))
 
-    table["p"] = 2 * student_t.sf(np.abs(table["t"]), np.maximum(table["replicates"] - 1, 1))
-    return table
+
+def _read_parts(parts: Path, kind: str) -> pd.DataFrame:
+    frames = [f for p in sorted(parts.glob(f"{kind}-*.parquet")) if len(f := pd.read_parquet(p))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def summarize(out_dir: Path) -> dict:
-    """Pool the parts into stats/errors/metrics files; returns the headline figures."""
+    """Pool the parts into stats/errors/metrics files (and areas/composition); returns the headline figures."""
     parts = out_dir / "parts"
-    stats = pd.concat([pd.read_parquet(p) for p in sorted(parts.glob("stats-*.parquet"))], ignore_index=True)
-    error_parts = [pd.read_parquet(p) for p in sorted(parts.glob("errors-*.parquet"))]
-    errors = pd.concat([e for e in error_parts if len(e)], ignore_index=True) if error_parts else pd.DataFrame()
+    stats = _read_parts(parts, "stats")
+    errors = _read_parts(parts, "errors")
     _write_parquet(stats, out_dir / "stats.parquet")
     if len(errors):
         _write_parquet(errors, out_dir / "errors.parquet")
@@ -269,12 +320,18 @@ def summarize(out_dir: Path) -> dict:
     bias = bias_table(stats)
     _write_parquet(pooled, out_dir / "metrics.parquet")
     _write_parquet(bias, out_dir / "bias.parquet")
-    (out_dir / "metrics.md").write_text(render_metrics(pooled, bias))
+    areas, composition = offspine.tables(stats, _read_parts(parts, "areas"), _read_parts(parts, "composition"),
+                                         levels=list(dict.fromkeys(stats["level"])))
+    for name, frame in (("areas", areas), ("composition", composition)):
+        if len(frame):
+            _write_parquet(frame, out_dir / f"{name}.parquet")
+    (out_dir / "metrics.md").write_text(render_metrics(pooled, bias, areas=areas, composition=composition))
     return {"replicates": int(stats["replicate"].nunique()), "rows": len(stats)}
 
 
-def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
-    """Markdown: metrics over all cells ("all" bin) and the bias test by size bin."""
+def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame, *, areas: pd.DataFrame | None = None,
+                   composition: pd.DataFrame | None = None) -> str:
+    """Markdown: metrics over all cells ("all" bin), the bias test by size bin, and what is off the spine."""
     lines = [f"> {CONFIDENTIAL}", "", "## Metrics, pooled over replicates (all cells)", ""]
     overall = pooled[pooled["bin"] == "all"].drop(columns=["bin"])
     lines += [markdown_table(overall), "", "## Signed error by true size (mean over replicates; t = mean / se)", ""]
@@ -282,6 +339,8 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame) -> str:
     table["bin"] = pd.Categorical(table["bin"], SIZE_BINS, ordered=True)
     table = table.sort_values(["rho", "query", "level", "estimator", "bin"])
     lines += [markdown_table(table[BIAS_COLUMNS]), ""]
+    lines += offspine.render(areas if areas is not None else pd.DataFrame(),
+                             composition if composition is not None else pd.DataFrame())
     return "\n".join(lines)
 
 
@@ -298,13 +357,13 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
             preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what="--rho")
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
-    config = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(study).items()}
+    config = json.loads(json.dumps(asdict(study)))  # as study.json holds it: lists, not tuples
     old = _read_json(meta_path) if outdir.holds(out_dir, STUDY) else {}
     same = old.get("study") == config and not overwrite  # the same study: continued
     claim = outdir.check(out_dir, STUDY, overwrite=overwrite, resume=same,
                          protected=protected_paths(load_run_spec(study.spec, seed=study.seed)))
     earlier = old.get("replicate_timings", []) if same else []  # timings of an earlier invocation's replicates
-    ctx = load_context(study.spec, study.seed)  # reads and validates the input before any work
+    ctx = load_context(study.spec, study.seed, areas=study.areas)  # reads and validates the input (and area files)
     queries = scored_queries(ctx.schema, study.queries)
     rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in study.rhos]
     if "wls" in study.estimators:
@@ -318,9 +377,11 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
         "randomness": "operating-system CSPRNG" if study.seed is None else f"seeded (seed {study.seed}): NOT private",
         "notice": CONFIDENTIAL, "confidential": True, "status": "running", "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
+        "areas": dict(ctx.groups.described), "composition": ctx.groups.shares is not None,
     }
     claim.start()  # the study's own earlier files deleted (--overwrite), its record written
     (out_dir / "parts").mkdir(parents=True, exist_ok=True)
+    offspine.write_blocks(ctx.geography.blocks, out_dir, _write_parquet)
     meta_path.write_text(json.dumps(meta, indent=2))
     tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(study.rhos) for rep in range(study.runs)
              if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
@@ -344,7 +405,7 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
 def _replicates(ctx: Context, study: Study, tasks: list, workers: int):
     """(budget index, replicate, timings) of each task as it finishes: in this process, or on a pool of `workers`."""
     if workers <= 1:
-        _CONTEXT[(study.spec, study.seed)] = ctx
+        _CONTEXT[(study.spec, study.seed, study.areas)] = ctx
         yield from (_worker(t) for t in tasks)
         return
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads) as pool:

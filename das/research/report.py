@@ -13,16 +13,20 @@ import numpy as np
 import pandas as pd
 
 from das import outdir
-from das.research import series
+from das.research import offspine, series
+from das.research.areas import AREA
+from das.research.composition import SHARE_BINS
 from das.research.metrics import SIZE_BINS, markdown_table
 from das.research.replicate import BIAS_COLUMNS, StudyError
 
-STUDY_READ = ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet", "errors.parquet")
+STUDY_READ = ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet", "errors.parquet", "areas.parquet",
+              "composition.parquet", "blocks.parquet")
 # plots of errors against the truth: confidential, like the study. Deterministic: a rerun replaces it. A budget
 # after the first has its figures named <figure>-rho<i>.png (a sweep shows every budget).
 REPORT = outdir.Owner("das report", "report", ("index.html", "report.md", "signed_error_vs_truth*.png",
                                                "bias_by_size_[0-9]*.png", "mae_by_level*.png", "error_distribution*.png",
-                                               "accuracy_vs_rho.png"), confidential=True, replaces=True)
+                                               "accuracy_vs_rho.png", "areas_mae*.png", "areas_by_size*.png",
+                                               "composition_bias*.png"), confidential=True, replaces=True)
 PAGE_PX = 1200  # the report's width in CSS pixels; every figure is drawn at most this wide, so its text stays legible
 DPI = 110
 FIGURE_INCHES = (PAGE_PX - 40) / DPI  # the widest figure, in inches (a margin for the page's padding)
@@ -293,6 +297,89 @@ def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
     return _finish(fig, axes, f"Accuracy against the privacy budget ({_draws(meta)} per budget)", path)
 
 
+def plot_area_mae(areas: pd.DataFrame, rho: str, path: Path) -> bool:
+    """The MAE of total population per level and area type (all sizes), the areas beside the spine (`mae_panels`)."""
+    frame = areas[(areas["rho"] == rho) & (areas["bin"] == "all")].assign(query="total population")
+    levels = list(dict.fromkeys(frame["level"]))
+    units = frame.drop_duplicates("level").set_index("level")["units"]
+    ticks = [f"{lv.replace('_', ' ')}\n{units[lv]:,}" for lv in levels]
+    return mae_panels(frame, path, levels=levels, ticks=ticks,
+                      title=f"Total population: MAE per area off the spine,\nbeside the spine's levels (rho = {rho})")
+
+
+def plot_area_by_size(areas: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
+    """The MAE of total population by the true population of the unit, a panel per area type and per level of the
+    spine at or below the county (a line per estimator)."""
+    frame = areas[(areas["rho"] == rho) & (areas["bin"] != "all")]
+    fine = [lv for lv in meta["levels"] if lv not in ("nation", "state")]
+    names = [lv for lv in dict.fromkeys(frame["level"]) if lv in fine or lv not in meta["levels"]]
+    if not names:
+        return False
+    fig, axes = _panels(len(names), 4.2, 3.4)
+    for ax, name in zip(axes, names):
+        part = frame[frame["level"] == name]
+        bins = [b for b in SIZE_BINS if b in set(part["bin"])]
+        for estimator, g in part.groupby("estimator", sort=False, observed=True):
+            g = g.set_index("bin").reindex(bins)
+            ax.plot(range(len(bins)), g["mae"], marker="o", color=series.color(estimator), label=series.label(estimator))
+        counts = part.drop_duplicates("bin").set_index("bin")["units"]
+        ax.set_xticks(range(len(bins)), [f"{b}\nn={counts[b]:,}" for b in bins], fontsize=7)
+        kind = "area type" if name not in meta["levels"] else "level"
+        ax.set_title(f"{name.replace('_', ' ')} ({kind})", fontsize=9)
+        ax.set_xlabel("true population (n: units per bin)", fontsize=8)
+        ax.set_ylabel("MAE (persons)")
+        ax.set_ylim(bottom=0)
+    return _finish(fig, axes, f"Total population: MAE by true size, areas and levels (rho = {rho}, {_draws(meta)})",
+                   path)
+
+
+def plot_composition(composition: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
+    """Block total population's mean signed error by true size, a bar per share of the block's largest group
+    (darker: more homogeneous), a panel per estimator, bars +- 2 s.e. (across replicates, or across blocks)."""
+    frame = composition[(composition["rho"] == rho) & (composition["bin"] != "all")]
+    estimators = list(dict.fromkeys(frame["estimator"]))
+    if frame.empty:
+        return False
+    shares = [s for s in SHARE_BINS if s in set(frame["share"])]
+    fig, axes = _panels(len(estimators), 5.2, 3.8)
+    for ax, estimator in zip(axes, estimators):
+        part = frame[frame["estimator"] == estimator]
+        bins = [b for b in SIZE_BINS if b in set(part["bin"])]
+        width = 0.8 / max(len(shares), 1)
+        for k, share in enumerate(shares):
+            g = part[part["share"] == share].set_index("bin").reindex(bins)
+            xs = np.arange(len(bins)) + (k - (len(shares) - 1) / 2) * width
+            ax.bar(xs, g["mean_error"], width, color=series.color(estimator), alpha=0.35 + 0.65 * (k + 1) / len(shares),
+                   yerr=2 * g["se"].fillna(0), capsize=2, label=f"largest group's share {share}")
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(range(len(bins)), bins, fontsize=8)
+        ax.set_xlabel("true block population")
+        ax.set_ylabel("mean signed error (persons)")
+        ax.set_title(series.label(estimator), fontsize=10)
+    basis = f"across {replicates(meta)} replicates" if replicates(meta) > 1 else "across the blocks of one release"
+    return _finish(fig, axes, f"Block total population by composition (rho = {rho}; bars +- 2 s.e. {basis})", path)
+
+
+def offspine_findings(areas: pd.DataFrame, composition: pd.DataFrame, meta: dict, rho: str) -> list[str]:
+    """Plain-language lines: each estimator's MAE per area type beside the spine's finest levels, and the signed error
+    of the most mixed and the most homogeneous blocks."""
+    lines = []
+    a = areas[(areas["rho"] == rho) & (areas["bin"] == "all")] if len(areas) else areas
+    for estimator in dict.fromkeys(a["estimator"]) if len(a) else ():
+        g = a[a["estimator"] == estimator]
+        shown = [f"{r.level} {r.mae:.2f} ({r.units:,})" for r in g.itertuples()
+                 if r.kind == AREA or r.level in meta["levels"][-3:]]
+        lines.append(f"{series.label(estimator)}: MAE of total population per unit (units): {', '.join(shown)}.")
+    c = composition[(composition["rho"] == rho) & (composition["bin"] != "all")] if len(composition) else composition
+    for estimator in dict.fromkeys(c["estimator"]) if len(c) else ():
+        g = c[c["estimator"] == estimator]
+        parts = [f"share {r.share}, {r.bin} persons: {r.mean_error:+.2f}" + ("" if pd.isna(r.t) else f" (t {r.t:.1f})")
+                 for r in g.itertuples() if r.blocks >= 10]
+        if parts:
+            lines.append(f"{series.label(estimator)}: block signed error by composition: {'; '.join(parts)}.")
+    return lines
+
+
 def findings(bias: pd.DataFrame, pooled: pd.DataFrame, meta: dict, rho: str) -> list[str]:
     """Plain-language headline figures computed from the tables (a single release's errors are not called a bias)."""
     lines = []
@@ -355,9 +442,10 @@ def size_table(bias: pd.DataFrame, meta: dict, rho: str) -> pd.DataFrame:
     return table.reset_index().rename(columns={"bin": f"true {finest} size"})
 
 
-def build_report(study_dir, out=None) -> Path:
+def build_report(study_dir, out=None, *, areas=None) -> Path:
     """Write report/index.html (self-contained) and report/report.md (+ PNGs); returns the HTML path.
-    `out` (default study_dir/report, part of the study) holds only a report: das.outdir's rules."""
+    `out` (default study_dir/report, part of the study) holds only a report: das.outdir's rules. `areas` (type ->
+    area file): scored from the study's block errors in place of the areas the study was scored on."""
     study_dir = Path(study_dir)
     meta_path = study_dir / "study.json"
     for name in ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet"):
@@ -373,19 +461,59 @@ def build_report(study_dir, out=None) -> Path:
     bias = pd.read_parquet(study_dir / "bias.parquet")
     errors = pd.read_parquet(study_dir / "errors.parquet") if (study_dir / "errors.parquet").exists() else pd.DataFrame(
         columns=["rho", "query", "level", "estimator", "unit", "truth", "estimate"])
+    off = _offspine_frames(study_dir, meta, errors=errors, areas=areas)
     claim.start()
-    sections = [_section(meta, out, rho=rho, index=i, pooled=pooled, bias=bias, errors=errors)
+    sections = [_section(meta, out, rho=rho, index=i, pooled=pooled, bias=bias, errors=errors, off=off)
                 for i, rho in enumerate(meta["rhos"])]
     across = [("Accuracy against rho", out / "accuracy_vs_rho.png")] \
         if plot_accuracy_vs_rho(pooled, meta, out / "accuracy_vs_rho.png") else []
-    _write_markdown(out / "report.md", meta, sections, across, pooled=pooled, bias=bias)
+    _write_markdown(out / "report.md", meta, sections, across, pooled=pooled, bias=bias, off=off)
     index = out / "index.html"
     index.write_text(_page(meta, sections, across))
     claim.finish()
     return index
 
 
-def _section(meta: dict, out: Path, *, rho: str, index: int, pooled, bias, errors) -> dict:
+def _offspine_frames(study_dir: Path, meta: dict, *, errors: pd.DataFrame, areas) -> dict:
+    """The study's areas and composition tables (empty where it has none); with `areas` (type -> file), the areas
+    table scored from its kept block errors instead, and meta's record of the areas replaced by those files'."""
+    def read(name: str) -> pd.DataFrame:
+        return pd.read_parquet(study_dir / f"{name}.parquet") if (study_dir / f"{name}.parquet").exists() else pd.DataFrame()
+
+    frames = {"areas": read("areas"), "composition": read("composition")}
+    if areas:
+        if not (study_dir / offspine.BLOCKS_FILE).exists():
+            raise StudyError(f"{study_dir} has no {offspine.BLOCKS_FILE} to align area files with; score it again "
+                             "(das metrics or das replicate) to report on --areas")
+        blocks = pd.read_parquet(study_dir / offspine.BLOCKS_FILE)["geocode"].to_numpy(dtype=str)
+        try:
+            frames["areas"], meta["areas"] = offspine.rescored(errors, pd.read_parquet(study_dir / "stats.parquet"),
+                                                               blocks=blocks, paths=areas, levels=meta["levels"])
+        except ValueError as e:
+            raise StudyError(f"--areas: {study_dir}: {e}") from None
+    return frames
+
+
+def _offspine_section(meta: dict, out: Path, *, rho: str, suffix: str, off: dict) -> tuple[list, list, list]:
+    """(figures, tables, findings) of one budget on the areas off the spine and the composition."""
+    areas, composition = off["areas"], off["composition"]
+    figures, tables = [], []
+    if len(areas):
+        if plot_area_mae(areas, rho, out / f"areas_mae{suffix}.png"):
+            figures.append(("MAE per area off the spine, beside the spine's levels", out / f"areas_mae{suffix}.png"))
+        if plot_area_by_size(areas, meta, rho, out / f"areas_by_size{suffix}.png"):
+            figures.append(("MAE by true size: areas and levels", out / f"areas_by_size{suffix}.png"))
+        table = areas[(areas["rho"] == rho) & (areas["bin"] == "all")].drop(columns=["rho", "bin"])
+        tables.append(("Total population per area off the spine, beside the spine's levels (persons)", table))
+    if len(composition):
+        if plot_composition(composition, meta, rho, out / f"composition_bias{suffix}.png"):
+            figures.append(("Signed error by block composition", out / f"composition_bias{suffix}.png"))
+        table = composition[(composition["rho"] == rho) & (composition["bin"] != "all")].drop(columns=["rho"])
+        tables.append(("Block total population's signed error by composition and true size (persons)", table))
+    return figures, tables, offspine_findings(areas, composition, meta, rho)
+
+
+def _section(meta: dict, out: Path, *, rho: str, index: int, pooled, bias, errors, off: dict) -> dict:
     """One budget's part of the report: its findings, figures and tables (every budget of a sweep has one)."""
     suffix = "" if index == 0 else f"-rho{index}"
     finest = meta["levels"][-1]
@@ -405,9 +533,11 @@ def _section(meta: dict, out: Path, *, rho: str, index: int, pooled, bias, error
     add("MAE by level", f"mae_by_level{suffix}.png", plot_mae_by_level(pooled, meta, rho, out / f"mae_by_level{suffix}.png"))
     add(f"Error distribution ({finest})", f"error_distribution{suffix}.png",
         plot_error_distribution(errors, rho, finest, out / f"error_distribution{suffix}.png", meta=meta))
-    return {"rho": rho, "findings": findings(bias, pooled, meta, rho), "figures": figures,
+    off_figures, off_tables, off_findings = _offspine_section(meta, out, rho=rho, suffix=suffix, off=off)
+    return {"rho": rho, "findings": findings(bias, pooled, meta, rho) + off_findings, "figures": figures + off_figures,
             "tables": [("MAE of total population per geounit (persons), by level", mae_table(pooled, meta, rho)),
-                       (f"{word} of {finest} total population by true size (persons)", size_table(bias, meta, rho))]}
+                       (f"{word} of {finest} total population by true size (persons)", size_table(bias, meta, rho)),
+                       *off_tables]}
 
 
 def _page(meta: dict, sections: list[dict], across: list) -> str:
@@ -432,7 +562,7 @@ def _page(meta: dict, sections: list[dict], across: list) -> str:
             f"<style>{page_style(PAGE_PX)}</style></head><body>{''.join(body)}</body></html>")
 
 
-def _write_markdown(path: Path, meta: dict, sections: list[dict], across: list, *, pooled, bias) -> None:
+def _write_markdown(path: Path, meta: dict, sections: list[dict], across: list, *, pooled, bias, off: dict) -> None:
     """report.md: the page's content, and the full tables (every query, level and bin)."""
     md = [f"# Accuracy report: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
     md += [f"- {line}" for line in _intro(meta)] + [""]
@@ -450,7 +580,22 @@ def _write_markdown(path: Path, meta: dict, sections: list[dict], across: list, 
     by_bin = by_bin.sort_values(["rho", "query", "level", "estimator", "bin"])[BIAS_COLUMNS]
     md += ["## Every metric (all cells)", "", markdown_table(overall), "",
            "## Signed error by true size, every query and level", "", markdown_table(by_bin), ""]
+    md += offspine.render(off["areas"], off["composition"])
     path.write_text("\n".join(md))
+
+
+def _offspine_intro(meta: dict) -> list[str]:
+    """What the areas off the spine are (files or synthetic districts) and how composition is binned."""
+    lines = []
+    for area_type, about in meta.get("areas", {}).items():
+        source = about.get("synthetic") or f"area file (SHA-256 {about.get('sha256', '')[:12]}...)"
+        lines.append(f"Area type `{area_type}`: {about.get('areas', 0):,} areas; {source}. An area's error is the sum "
+                     "of its blocks' errors; its size bin is its true population.")
+    if meta.get("composition"):
+        lines.append("Composition: a block's share of its largest group of eight (Hispanic; not Hispanic: each of six "
+                     "races alone, two or more races), true counts, binned [0, 0.5), [0.5, 0.9), [0.9, 1]; blocks of no "
+                     "persons left out. Its s.e. is across replicates, or for one release across the blocks of a cell.")
+    return lines
 
 
 def _intro(meta: dict) -> list[str]:
@@ -473,6 +618,7 @@ def _intro(meta: dict) -> list[str]:
         "Errors are estimate minus truth per geounit and query cell, in persons. Size bins are by the true count of the "
         "cell. MALPE and MAPE are over cells with a positive true count.",
     ]
+    lines += _offspine_intro(meta)
     if runs > 1:
         lines.append("t is the mean signed error divided by its standard error across replicates (|t| > 3: a bias the "
                      "replicates resolve).")
