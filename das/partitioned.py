@@ -24,7 +24,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,16 +38,18 @@ from das.frame import output_plan
 from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
+from das.io.areas import Scope, read_areas
 from das.io.microdata import read_inputs
 from das.io.outputs import NationRelease, OutputPlan, Part
 from das.io.tables import table_widths
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
-from das.pipeline import Pipeline, RunError
+from das.pipeline import Confidential, Pipeline, RunError
 from das.privacy.accounting import PrivacyAccountant
 from das.rules import Bounds, Invariants, household_persons, level_bounds
-from das.rundir import PublishedInvariants, RunDir, nmf_level_path
+from das.rundir import PublishedInvariants, RunDir, SpineRecord, nmf_level_path
 from das.schema import Schema
+from das.spine import spine_geography
 from das.topdown.engine import (
     BatchReads,
     BatchTask,
@@ -87,6 +89,9 @@ class Work:
     outputs: OutputPlan
     memory_mb: float | None = None  # what the state tasks in flight may hold together (None: no limit)
     spread: bool = False  # a state task submits its chunks and batches to the cluster it runs on (Dask)
+    spine: str = "standard"  # the spec's [geography] spine (das.spine)
+    areas: dict[str, Path] = field(default_factory=dict)  # the declared area files (public geography)
+    states: tuple[str, ...] = ()  # every state of the run: each reads its own rows of the area files
 
     @property
     def persons_limit(self) -> float | None:
@@ -98,7 +103,9 @@ class Work:
         metadata = pipe.metadata()
         return cls(pipe.spec.levels, pipe.schemas, {n: r.measured for n, r in pipe.releases.items()}, pipe.rng,
                    metadata, run_dir.path, pipe.engine_options(workers=1, progress=False),
-                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb, getattr(executor, "spreads", False))
+                   output_plan(pipe.spec, pipe.tables, metadata), memory_mb, getattr(executor, "spreads", False),
+                   pipe.spec.spine, dict(pipe.spec.areas),
+                   tuple(si.state for si in state_inputs(pipe.spec.persons_path, pipe.spec.units_path)))
 
     def pool(self, width: int):
         """Where a state task's chunks and batches run: the cluster it runs on (`spread`), a pool of `width`
@@ -131,6 +138,7 @@ class StateTop:
     truth: dict[str, sp.csr_matrix]  # release -> (1 x cells), confidential: never written
     bounds: list[Bounds]             # the persons' bounds of the state, total population invariant included
     bytes_needed: int = 0            # the disk its part of the release needs (das.preflight.estimate_space)
+    spine: SpineRecord | None = None  # the spine's record (the area files' digests), when not the standard one
 
     @property
     def population(self) -> int:
@@ -157,9 +165,9 @@ class Tops:
         return [s.population for s in self.states]
 
     @property
-    def spine_record(self) -> None:
-        """A partitioned run is measured on the standard spine (das.run refuses another)."""
-        return None
+    def spine_record(self) -> SpineRecord | None:
+        """The spine the states are measured on (every state reads the same area files)."""
+        return self.states[0].spine if self.states else None
 
 
 def check_levels(levels: tuple[str, ...]) -> None:
@@ -183,6 +191,23 @@ def _read(work: Work, si: StateInputs):
     return inputs, geography, invariants
 
 
+def _spine(work: Work, si: StateInputs, geography: Geography) -> tuple[Geography, SpineRecord | None]:
+    """The state's part of the spine: its rows of the area files (checked against its blocks) and its units."""
+    if work.spine == "standard":
+        return geography, None
+    areas = read_areas(work.areas, geography.blocks, scope=Scope(si.state, work.states))
+    return (spine_geography(work.spine, geography, areas.ids),
+            SpineRecord(work.spine, {t: f.sha256 for t, f in areas.files.items()}))
+
+
+def _on_spine(work: Work, si: StateInputs):
+    """A state's inputs read, with its blocks, histograms and facts in the order of its spine."""
+    inputs, geography, invariants = _read(work, si)
+    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+    confidential = Confidential(geography, invariants, histograms).on_spine(_spine(work, si, geography)[0])
+    return confidential.geography, confidential.invariants, confidential.histograms
+
+
 def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
     work, si = task
@@ -190,10 +215,11 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()},
                                    out_dir=work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
                                    pl94171=work.outputs.pl94171)
+    _, spine = _spine(work, si, geography)  # the area files checked here too, before any noise
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
     truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}
     return StateTop(si.state, geography.n_blocks, truth,
-                    level_bounds(work.schemas["persons"], invariants, geography, level="state"), space.needed)
+                    level_bounds(work.schemas["persons"], invariants, geography, level="state"), space.needed, spine)
 
 
 def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
@@ -295,8 +321,10 @@ def _facts_path(work: Work, state: str) -> Path:
 
 
 def _state_facts(work: Work, state: str) -> tuple[Geography, Invariants]:
+    """A state's blocks (in its spine's order), its spine's units and its facts, as B saved them."""
     with np.load(_facts_path(work, state)) as z:
-        geography = Geography.from_blocks(z["blocks"], work.levels)
+        spine = {lv: z[f"spine_{lv}"] for lv in work.levels if f"spine_{lv}" in z.files}
+        geography = Geography(z["blocks"], work.levels, spine) if spine else Geography.from_blocks(z["blocks"], work.levels)
         return geography, Invariants(z["housing_units"], z["gq_facilities"], {})
 
 
@@ -332,8 +360,7 @@ def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geogra
     """Read a state again and measure its levels below the state into its own NMF files (committed chunks are
     reused), its chunks drawn on `executor` (a wide state's own pool) or in this process."""
     work, si = task
-    inputs, geography, invariants = _read(work, si)
-    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+    geography, invariants, histograms = _on_spine(work, si)
     for name, measured in work.plans.items():
         measure_release(measured, geography, histograms[name], rng=work.rng,
                         target=Target(work.nmf_dir, metadata=work.metadata, executor=executor, state=si.state),
@@ -372,7 +399,7 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
     finally:
         pool.close()
     save_arrays(_facts_path(work, si.state), blocks=geography.blocks, housing_units=invariants.housing_units,
-                gq_facilities=invariants.gq_facilities)
+                gq_facilities=invariants.gq_facilities, **{f"spine_{lv}": c for lv, c in geography.spine.items()})
     save_solved(solution, persons, [], {"reports": [_record(r) for r in reports]})
     return StateSolved(si.state, reports, _units_bounds(work, geography, invariants, persons))
 
@@ -410,9 +437,11 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
             if pool is not None:
                 pool.close()
     atomic.write_text(reports_path, json.dumps([_record(r) for r in reports]))
-    written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas,
-                                            geography.blocks, solved, gq_facilities=invariants.gq_facilities,
-                                            plan=work.outputs)
+    back = np.argsort(geography.blocks, kind="stable")  # the outputs in geocode order, whatever the spine
+    written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas, geography.blocks[back],
+                                            {name: h[back] for name, h in solved.items()},
+                                            gq_facilities=invariants.gq_facilities[back], plan=work.outputs,
+                                            spine=None if geography.standard else geography)
     return StateDone(state, reports, written)
 
 

@@ -138,10 +138,6 @@ class _Partitioned:
     partitioned = True
 
     def read(self, pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None) -> Tops:
-        if pipe.spec.spine != "standard":
-            raise RunError(f"[geography] spine = {pipe.spec.spine!r}: a partitioned run (inputs as one file per state) "
-                           "is measured on the standard spine only, for now; give the inputs as one file each, or "
-                           'use spine = "standard"')
         try:
             return read_states(pipe, run_dir, executor, memory_gb)
         except PartitionError as e:

@@ -225,12 +225,27 @@ def test_the_published_spine_reads_back_as_the_engine_geography(spine_run):
     assert spine_table(again).equals(table)
 
 
-def test_a_partitioned_run_on_an_optimized_spine_is_refused_clearly(tmp_path):
-    from test_partitioned import two_states
+def test_a_partitioned_run_reads_each_state_s_rows_of_the_area_files(tmp_path):
+    from test_partitioned import FIXTURES, two_states
+
+    from das.io.microdata import InputError
 
     spec = two_states(tmp_path / "inputs")
-    pd.DataFrame({"GEOID": _blocks()[:5], "area": "P"}).to_csv(tmp_path / "inputs" / "place.csv", index=False)
-    spec.write_text(spec.read_text() + '\n[geography]\nareas = { place = "place.csv" }\nspine = "optimized"\n')
-    with pytest.raises(RunError, match="partitioned run .* standard spine only"):
-        run(spec, tmp_path / "out", seed=SEED, progress=False)
-    assert not (tmp_path / "out" / "nmf").exists()
+    blocks = np.concatenate([_blocks(FIXTURES / "al_perry"), _blocks()])  # two states in one area file
+    frames = _area_frames(np.sort(blocks))
+    for name, frame in frames.items():
+        frame.to_csv(tmp_path / "inputs" / f"{name}.csv", index=False)
+    spec.write_text(spec.read_text() + '\n[geography]\nareas = { place = "place.csv", town = "town.csv" }\n'
+                    'spine = "optimized"\n')
+    result = run(spec, tmp_path / "out", seed=SEED, progress=False)
+    assert result.valid, result.manifest.validation
+    published = pd.read_parquet(result.out_dir / "spine.parquet")
+    standard = Geography.from_blocks(np.sort(blocks))
+    ids = {t: ids.astype(str) for t, ids in areas_from_frames(frames, standard.blocks).ids.items()}
+    assert spine_table(optimized(standard, ids)).equals(published)  # the states' parts are the whole spine
+    # a block of no state of the run is refused by every state, before anything is drawn
+    frames["town"].loc[0, "GEOID"] = "020010001001000"
+    frames["town"].to_csv(tmp_path / "inputs" / "town.csv", index=False)
+    with pytest.raises(InputError, match="020010001001000"):
+        run(spec, tmp_path / "again", seed=SEED, progress=False)
+    assert not (tmp_path / "again" / "nmf").exists()

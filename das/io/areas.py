@@ -79,10 +79,21 @@ class Areas:
         return distinct, index
 
 
-def read_areas(paths: Mapping[str, str | Path], blocks: np.ndarray) -> Areas:
+@dataclass(frozen=True)
+class Scope:
+    """One state's share of area files that cover several (a partitioned run reads them state by state): its
+    rows are checked against `state`'s blocks, rows of the run's other `states` are left to theirs, and a
+    block of no state of the run is refused (by every state alike)."""
+
+    state: str
+    states: tuple[str, ...]
+
+
+def read_areas(paths: Mapping[str, str | Path], blocks: np.ndarray, *, scope: Scope | None = None) -> Areas:
     """The area files (type -> path, `.parquet` or `.csv`) aligned with `blocks` (sorted unique 15-digit
-    geocodes: the run's blocks). InputError lists every problem of every file, each naming the file, the
-    row (the n-th data row, the header not counted: in a CSV file row n is line n + 1) and the reason."""
+    geocodes: the run's blocks, or with `scope` one state's). InputError lists every problem of every file,
+    each naming the file, the row (the n-th data row, the header not counted: in a CSV file row n is line
+    n + 1) and the reason."""
     sorted_blocks = _sorted_blocks(blocks)
     problems: list[Problem] = []
     ids, files = {}, {}
@@ -93,7 +104,7 @@ def read_areas(paths: Mapping[str, str | Path], blocks: np.ndarray) -> Areas:
         if _type_name_ok(type, col):
             table = _load(path, col)
             frame = None if table is None else _frame(table, col)
-            aligned = None if frame is None else _aligned(frame, sorted_blocks, col)
+            aligned = None if frame is None else _aligned(frame, sorted_blocks, col, scope=scope)
         if col.problems:
             problems += col.problems
             continue
@@ -154,18 +165,19 @@ def _frame(table: pa.Table, col: _Collector) -> pd.DataFrame | None:
         return None
 
 
-def _aligned(frame: pd.DataFrame, blocks: np.ndarray, col: _Collector) -> np.ndarray | None:
+def _aligned(frame: pd.DataFrame, blocks: np.ndarray, col: _Collector, *, scope: Scope | None = None) -> np.ndarray | None:
     """Each block's area id ('' for none) from a frame's rows, or None after reporting every problem."""
     geoid, area = _text(frame, GEOID, col), _text(frame, AREA, col)
     if geoid is not None:
-        index = _block_index(geoid, blocks, col)
+        index = _block_index(geoid, blocks, col, scope=scope)
         _listed_twice(geoid, col)
     if area is not None:
         _empty_ids(area, col)
     if col.problems:
         return None
     ids = np.full(len(blocks), "", dtype=object)
-    ids[index] = area
+    mine = index >= 0  # a row of another state of the run (scope) is -1
+    ids[index[mine]] = area[mine]
     return ids
 
 
@@ -191,8 +203,9 @@ def _text(frame: pd.DataFrame, name: str, col: _Collector) -> np.ndarray | None:
     return values.to_numpy(dtype=object)
 
 
-def _block_index(geoid: np.ndarray, blocks: np.ndarray, col: _Collector) -> np.ndarray:
-    """Each row's index into `blocks`; rows whose GEOID is empty, malformed or not a block are reported."""
+def _block_index(geoid: np.ndarray, blocks: np.ndarray, col: _Collector, *, scope: Scope | None = None) -> np.ndarray:
+    """Each row's index into `blocks` (-1: a block of another state of the run, with `scope`); rows whose
+    GEOID is empty, malformed or not a block are reported."""
     missing = pd.isna(geoid)
     text = pd.Series(geoid, dtype=object).fillna("")
     formed = text.str.fullmatch(WELL_FORMED).to_numpy(dtype=bool) & ~missing
@@ -202,6 +215,10 @@ def _block_index(geoid: np.ndarray, blocks: np.ndarray, col: _Collector) -> np.n
         wanted = text[formed].to_numpy(dtype=f"U{BLOCK_DIGITS}")
         at = np.minimum(np.searchsorted(blocks, wanted), len(blocks) - 1)
         index[formed], known[formed] = at, blocks[at] == wanted
+    if scope is not None:
+        state = text.str.slice(0, 2)
+        elsewhere = formed & (state != scope.state).to_numpy() & state.isin(scope.states).to_numpy()
+        index[elsewhere], known[elsewhere] = -1, True
     unknown = formed & ~known
     for rows, expected in ((missing, "a block geocode; the cell is " + ("empty" if col.csv else "null")),
                            (~formed & ~missing, f"a block geocode of {BLOCK_DIGITS} ASCII digits 0-9, zero-padded; "
