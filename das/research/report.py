@@ -335,12 +335,14 @@ def plot_area_by_size(areas: pd.DataFrame, meta: dict, rho: str, path: Path) -> 
 
 def plot_composition(composition: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
     """Block total population's mean signed error by true size, a bar per share of the block's largest group
-    (darker: more homogeneous), a panel per estimator, bars +- 2 s.e. (across replicates, or across blocks)."""
+    (darker: more homogeneous), a panel per estimator: with +- 2 s.e. across replicates for a study; a single
+    release's is one draw of noise, drawn without error bars and not called a bias (as `plot_bias_by_bin`)."""
     frame = composition[(composition["rho"] == rho) & (composition["bin"] != "all")]
     estimators = list(dict.fromkeys(frame["estimator"]))
     if frame.empty:
         return False
     shares = [s for s in SHARE_BINS if s in set(frame["share"])]
+    study = replicates(meta) > 1
     fig, axes = _panels(len(estimators), 5.2, 3.8)
     for ax, estimator in zip(axes, estimators):
         part = frame[frame["estimator"] == estimator]
@@ -350,14 +352,16 @@ def plot_composition(composition: pd.DataFrame, meta: dict, rho: str, path: Path
             g = part[part["share"] == share].set_index("bin").reindex(bins)
             xs = np.arange(len(bins)) + (k - (len(shares) - 1) / 2) * width
             ax.bar(xs, g["mean_error"], width, color=series.color(estimator), alpha=0.35 + 0.65 * (k + 1) / len(shares),
-                   yerr=2 * g["se"].fillna(0), capsize=2, label=f"largest group's share {share}")
+                   label=f"largest group's share {share}", **({"yerr": 2 * g["se"].fillna(0), "capsize": 2} if study else {}))
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(range(len(bins)), bins, fontsize=8)
         ax.set_xlabel("true block population")
-        ax.set_ylabel("mean signed error (persons)")
+        ax.set_ylabel("mean signed error (persons)" if study else "signed error, mean over the blocks (persons)")
         ax.set_title(series.label(estimator), fontsize=10)
-    basis = f"across {replicates(meta)} replicates" if replicates(meta) > 1 else "across the blocks of one release"
-    return _finish(fig, axes, f"Block total population by composition (rho = {rho}; bars +- 2 s.e. {basis})", path)
+    title = (f"Bias of block total population by composition (rho = {rho}; bars +- 2 s.e. across {replicates(meta)} "
+             "replicates)" if study else f"Signed error of block total population by composition (one release, rho = "
+             f"{rho}: one draw of noise, not a bias)")
+    return _finish(fig, axes, title, path)
 
 
 def offspine_findings(areas: pd.DataFrame, composition: pd.DataFrame, meta: dict, rho: str) -> list[str]:
@@ -371,12 +375,15 @@ def offspine_findings(areas: pd.DataFrame, composition: pd.DataFrame, meta: dict
                  if r.kind == AREA or r.level in meta["levels"][-3:]]
         lines.append(f"{series.label(estimator)}: MAE of total population per unit (units): {', '.join(shown)}.")
     c = composition[(composition["rho"] == rho) & (composition["bin"] != "all")] if len(composition) else composition
+    study = replicates(meta) > 1
+    what = "mean signed error across replicates" if study else "signed error of this one release (not a bias)"
     for estimator in dict.fromkeys(c["estimator"]) if len(c) else ():
         g = c[c["estimator"] == estimator]
-        parts = [f"share {r.share}, {r.bin} persons: {r.mean_error:+.2f}" + ("" if pd.isna(r.t) else f" (t {r.t:.1f})")
-                 for r in g.itertuples() if r.blocks >= 10]
+        parts = [f"share {r.share}, {r.bin} persons: {r.mean_error:+.2f}"
+                 + ("" if pd.isna(r.t) or not study else f" (t {r.t:.1f})") for r in g.itertuples() if r.blocks >= 10]
         if parts:
-            lines.append(f"{series.label(estimator)}: block signed error by composition: {'; '.join(parts)}.")
+            lines.append(f"{series.label(estimator)}: {what}, block total population by the largest group's share "
+                         f"and true size (cells of 10 blocks or more): {'; '.join(parts)}.")
     return lines
 
 
