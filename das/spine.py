@@ -102,3 +102,10 @@ def spine_table(spine: Geography) -> pd.DataFrame:
     order = np.argsort(spine.blocks, kind="stable")
     return pd.DataFrame({"GEOID": spine.blocks[order], **{lv: spine.spine[lv][order] for lv in spine.levels
                                                             if lv in spine.spine}})
+
+
+def from_table(table: pd.DataFrame, levels: tuple[str, ...]) -> Geography:
+    """The engine's geography from a published spine (`spine_table`'s frame: GEOID and a column per level)."""
+    given = [lv for lv in levels if lv in table.columns]
+    return Geography.from_spine(table["GEOID"].astype(str).to_numpy(), tuple(levels),
+                                {lv: table[lv].astype(str).to_numpy() for lv in given})

@@ -249,3 +249,25 @@ def test_a_partitioned_run_reads_each_state_s_rows_of_the_area_files(tmp_path):
     with pytest.raises(InputError, match="020010001001000"):
         run(spec, tmp_path / "again", seed=SEED, progress=False)
     assert not (tmp_path / "again" / "nmf").exists()
+
+
+def test_a_study_on_the_optimized_spine_scores_the_declared_areas(spine_run, tmp_path):
+    from das.cli import main
+
+    _, spec = spine_run
+    out = tmp_path / "study"
+    assert main(["replicate", str(spec), "--runs", "2", "--seed", "3", "--estimators", "topdown", "--workers", "1",
+                 "--areas", f"place={spec.parent / 'place.csv'}", "--out", str(out)]) == 0
+    areas = pd.read_parquet(out / "areas.parquet")
+    assert "place" in set(areas.astype(str).stack())  # the declared type scored, on blocks in the spine's order
+
+
+def test_das_metrics_scores_a_release_made_on_the_optimized_spine(spine_run, tmp_path):
+    from das.cli import main
+
+    result, spec = spine_run
+    out = tmp_path / "metrics"
+    assert main(["metrics", str(result.out_dir), "--out", str(out), "--areas", f"town={spec.parent / 'town.csv'}"]) == 0
+    stats = pd.read_parquet(out / "stats.parquet")
+    assert {"tract", "block_group", "block"} <= set(stats.astype(str).stack())
+    assert "town" in set(pd.read_parquet(out / "areas.parquet").astype(str).stack())

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
 
 from das import outdir
 from das.bundle import BundleError, input_paths
@@ -35,9 +39,11 @@ from das.research.replicate import (
     with_groups,
     write_parts,
 )
+from das.pipeline import Confidential
 from das.rules import Invariants
 from das.rundir import RunDir, RunDirError
 from das.schema import load_schema
+from das.spine import block_order, from_table
 
 METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
                        nested=WITH_REPORT)
@@ -58,6 +64,18 @@ def truth_context(persons, units, schema_name: str, levels) -> Context:
     geography = Geography.from_blocks(inputs.inventory.blocks, tuple(levels))
     blocks = inputs.person_histograms.tocsr()
     return Context(None, schema, geography, Invariants.from_inputs(inputs.inventory, blocks, geography), blocks)
+
+
+def on_release_spine(ctx: Context, run_dir: Path, levels) -> tuple[Context, np.ndarray | None]:
+    """The context on the spine a release was measured on (its published spine.parquet), so its NMF's geounits
+    are the context's, and the positions of the spine's blocks among the sorted ones (None: standard)."""
+    path = RunDir(run_dir).spine
+    if not path.is_file():
+        return ctx, None
+    spine = from_table(pd.read_parquet(path), tuple(levels))
+    on = Confidential(ctx.geography, ctx.invariants, {RELEASE: ctx.blocks}).on_spine(spine)
+    return replace(ctx, geography=spine, invariants=on.invariants, blocks=on.histograms[RELEASE]), \
+        block_order(spine, ctx.geography)
 
 
 def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
@@ -87,14 +105,17 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     out = Path(out) if out else metrics_dir(run_dir)
     claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])
     queries = scored_queries(load_schema(manifest.schema("persons")), queries)  # refused before anything is read
-    ctx = with_groups(truth_context(persons, units, manifest.schema("persons"), manifest.levels), areas)
+    standard = truth_context(persons, units, manifest.schema("persons"), manifest.levels)
+    ctx, order = on_release_spine(standard, run_dir, manifest.levels)
+    ctx = with_groups(ctx, areas)
     mdf = RunDir(run_dir).mdf("persons")
     topdown = None
     if "topdown" in estimators:
         if not mdf.exists():
             raise StudyError(f"{mdf} is missing: the topdown estimator reads the run's MDF")
-        records = read_records(mdf, ctx.schema, ctx.geography.blocks)
+        records = read_records(mdf, ctx.schema, standard.geography.blocks)
         topdown = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
+        topdown = topdown if order is None else topdown[order]
     nmf_dir = RunDir(run_dir).nmf_dir
     if {"noisy", "wls"} & set(estimators) and not any(RunDir(run_dir).nmf_level_files(RELEASE, lv) for lv in manifest.levels):
         raise StudyError(f"{nmf_dir / RELEASE} is missing: the noisy and wls estimators read the run's NMF")

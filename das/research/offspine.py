@@ -56,9 +56,11 @@ def block_groups(schema, blocks: np.ndarray, histograms, *, paths: Mapping[str, 
     """The area indices (from `paths`, type -> area file; without them the synthetic districts of the true block
     populations) and the composition share bins of blocks (true block `histograms`, in `blocks` order)."""
     totals = np.asarray(histograms.sum(axis=1)).reshape(-1)
-    if paths:
-        read = read_areas(dict(paths), blocks)
-        areas, described = _indices(read), _described(read)
+    if paths:  # the files read against the sorted blocks, then put in `blocks` order (a spine's, maybe)
+        order = np.argsort(np.asarray(blocks, dtype=str), kind="stable")
+        read = read_areas(dict(paths), np.asarray(blocks, dtype=str)[order])
+        back = np.argsort(order)
+        areas, described = {t: index[back] for t, index in _indices(read).items()}, _described(read)
     else:
         areas = synthetic_districts(blocks, totals)
         described = {t: {"synthetic": SYNTHETIC.format(size=DISTRICT_SIZES[t]), "areas": int(index.max()) + 1
