@@ -271,3 +271,17 @@ def test_das_metrics_scores_a_release_made_on_the_optimized_spine(spine_run, tmp
     stats = pd.read_parquet(out / "stats.parquet")
     assert {"tract", "block_group", "block"} <= set(stats.astype(str).stack())
     assert "town" in set(pd.read_parquet(out / "areas.parquet").astype(str).stack())
+
+
+def test_the_api_takes_a_dict_spec_whose_area_files_are_relative_to_the_working_directory(tmp_path, monkeypatch):
+    import das
+    from das.specfile import load_toml
+
+    for name, frame in _area_frames(_blocks()).items():
+        frame.to_csv(tmp_path / f"{name}.csv", index=False)
+    data = load_toml(ROOT / "specs/runs/vt_grand_isle.toml")
+    data["input"] = {k: str(FIXTURE / f"{k}.parquet") for k in ("persons", "units")}
+    data["geography"] = {"areas": {"place": "place.csv", "town": "town.csv"}, "spine": "optimized"}
+    monkeypatch.chdir(tmp_path)
+    release = das.run(data, out=tmp_path / "out", seed=SEED, workers=1, progress=False)
+    assert release.validate().ok and (tmp_path / "out" / "spine.parquet").is_file()

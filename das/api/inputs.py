@@ -53,15 +53,21 @@ def _spec_data(spec) -> tuple[dict, Path | None]:
     return load_toml(path), path.resolve()
 
 
+def _resolved(paths: Mapping, root: Path) -> dict:
+    return {key: str((root / value).resolve()) if isinstance(value, str) and value and not Path(value).is_absolute()
+            else value for key, value in paths.items()}
+
+
 def _absolute(data: dict, base: Path | None) -> dict:
-    """The spec's [input] paths made absolute: relative to the spec's file, or (a dict) to the working directory."""
-    section = data.get("input")
-    if not isinstance(section, Mapping):
-        return data
+    """The spec's [input] paths and [geography] area files made absolute: relative to the spec's file, or (a
+    dict) to the working directory."""
     root = base.parent if base is not None else Path.cwd()
-    fixed = {key: str((root / value).resolve()) if isinstance(value, str) and value and not Path(value).is_absolute()
-             else value for key, value in section.items()}
-    return {**data, "input": fixed}
+    section, geography = data.get("input"), data.get("geography")
+    if isinstance(section, Mapping):
+        data = {**data, "input": _resolved(section, root)}
+    if isinstance(geography, Mapping) and isinstance(geography.get("areas"), Mapping):
+        data = {**data, "geography": {**geography, "areas": _resolved(geography["areas"], root)}}
+    return data
 
 
 @contextlib.contextmanager
