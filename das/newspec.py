@@ -120,6 +120,10 @@ def spec_text(persons, units, *, spec_path, name: str | None = None, schema: str
         f'tables = "{kind.tables}"   # the table set (specs/tables)',
         "# pl94171 = true   # also the 2020 PL 94-171 summary files",
         "",
+        "# [geography]   # areas off the spine (places, towns...): one file per type, GEOID and area (docs/spine.md)",
+        '# areas = { place = "places.csv" }',
+        '# spine = "optimized"   # re-cut the level above the block so each area is a union of whole units',
+        "",
     ]
     if schema == DEFAULT_KIND and {"QSEX", "QAGE"} <= _columns(persons):
         lines.insert(4, "# The persons file also has QSEX and QAGE: `das init --schema dhc_persons` writes a DHC-style spec.")
