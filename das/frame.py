@@ -26,8 +26,7 @@ from pathlib import Path
 from das import bundle, outdir, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
-from das.rundir import (Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord,
-                        ValidationRecord)
+from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord, ValidationRecord
 from das.runspec import RunSpec
 from das.validate import validate_run
 

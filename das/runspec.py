@@ -16,10 +16,10 @@ from pydantic import AfterValidator, Field, model_validator
 from das import specfile
 from das.geography import DEFAULT_LEVELS, level_digits
 from das.io.areas import TYPE_NAME as AREA_TYPE
-from das.spine import SPINES  # [geography] spine: the levels as geocode prefixes, or optimized for declared areas
 from das.privacy.certificate import delta_text, fraction_text
 from das.schema import SpecError, resolve_spec
 from das.specfile import Exact, Section
+from das.spine import SPINES  # [geography] spine: the levels as geocode prefixes, or optimized for declared areas
 from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
 
 DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (das validate recomputes certificates with it)

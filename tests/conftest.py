@@ -71,6 +71,24 @@ def cli_refused_by_parser(argv: list[str], capsys) -> str:
     return err
 
 
+def disk_full_at(call: int, monkeypatch) -> None:
+    """das.io.nmf.write_part fails with ENOSPC at its `call`-th call: the disk filling up during the measurement
+    (undo with monkeypatch.undo(), or by setting the original back)."""
+    import errno
+
+    import das.io.nmf
+
+    original, calls = das.io.nmf.write_part, []
+
+    def filling(path, batch):
+        calls.append(path)
+        if len(calls) == call:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".partial")
+        return original(path, batch)
+
+    monkeypatch.setattr(das.io.nmf, "write_part", filling)
+
+
 def resume_recording_draws(out: Path, monkeypatch):
 
     """`das run --resume` of `out` in this process, recording the key of every random stream it draws from:

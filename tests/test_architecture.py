@@ -8,8 +8,9 @@ import pytest
 from conftest import ROOT
 
 LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from its own layer or above
-    {"das", "das.progress", "das.specfile", "das.schema", "das.geography", "das.spine", "das.rules", "das.atomic", "das.histogram",
-     "das.specs", "das.attack", "das.io", "das.privacy", "das.research", "das.topdown"},  # the packages' (empty) __init__
+    {"das", "das.progress", "das.specfile", "das.schema", "das.geography", "das.spine", "das.rules", "das.atomic",
+     "das.histogram", "das.specs", "das.attack", "das.io", "das.privacy", "das.research",
+     "das.topdown"},  # the packages' (empty) __init__
     {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",
      "das.privacy.randomness",
      "das.privacy.exponential"},
@@ -20,8 +21,8 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
     {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.published", "das.frame", "das.run",
      "das.summary_files", "das.validate", "das.validate.report", "das.validate.registry", "das.validate.reading",
      "das.validate.release", "das.validate.files", "das.validate.certificate", "das.validate.epnum",
-     "das.validate.records", "das.validate.nmf", "das.validate.spine", "das.validate.tables", "das.validate.invariants", "das.validate.rules",
-     "das.validate.inputs", "das.validate.driver", "das.validate.signature", "das.newspec"},
+     "das.validate.records", "das.validate.nmf", "das.validate.spine", "das.validate.tables", "das.validate.invariants",
+     "das.validate.rules", "das.validate.inputs", "das.validate.driver", "das.validate.signature", "das.newspec"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
      "das.research.series", "das.research.areas", "das.research.composition", "das.research.districts",

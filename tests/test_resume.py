@@ -4,7 +4,6 @@ Seeded mode makes a redraw invisible in the outputs (same stream, same noise), s
 here also records the random streams it draws from and checks that none was committed before.
 """
 
-import errno
 import json
 import os
 import random
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, resume_recording_draws
+from conftest import ROOT, disk_full_at, resume_recording_draws
 
 import das.io.nmf
 import das.measure
@@ -210,16 +209,8 @@ def test_a_directory_is_never_continued_by_another_run(tiny, tmp_path):
 
 def test_disk_full_ends_clearly_and_resumably(tiny, tmp_path, monkeypatch):
     reference = run(tiny, tmp_path / "reference", seed=SEED, progress=False).manifest.to_dict()
-    out = tmp_path / "run"
-    original, calls = das.io.nmf.write_part, []
-
-    def filling(path, batch):
-        calls.append(path)
-        if len(calls) == 5:
-            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".partial")
-        return original(path, batch)
-
-    monkeypatch.setattr(das.io.nmf, "write_part", filling)
+    out, original = tmp_path / "run", das.io.nmf.write_part
+    disk_full_at(5, monkeypatch)
     with pytest.raises(RunError, match=r"disk full .*das run --resume"):
         run(tiny, out, seed=SEED, progress=False)
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"

@@ -1,7 +1,6 @@
 """The spine as data (issue 29): the optimized spine's units, a run measured and solved on it, its
 publication, validation and resumption; a standard spine leaves a release as it was."""
 
-import errno
 import json
 import shutil
 from pathlib import Path
@@ -10,11 +9,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT
+from conftest import ROOT, disk_full_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import das.io.nmf
 from das.geography import Geography, block_geocodes
 from das.io.areas import areas_from_frames
 from das.run import RunError, resume_run, run
@@ -36,7 +34,8 @@ def _runs(blocks: np.ndarray, length: int, *, every: int = 1, prefix: str = "A")
 
 
 def _spine_spec(tmp: Path, areas: dict[str, pd.DataFrame], spine: str = "optimized") -> Path:
-    text = (ROOT / "specs/runs/vt_grand_isle.toml").read_text().replace("../../geography_fixtures", str(ROOT / "geography_fixtures"))
+    text = (ROOT / "specs/runs/vt_grand_isle.toml").read_text()
+    text = text.replace("../../geography_fixtures", str(ROOT / "geography_fixtures"))
     tmp.mkdir(parents=True, exist_ok=True)
     for name, frame in areas.items():
         frame.to_csv(tmp / f"{name}.csv", index=False)
@@ -81,7 +80,7 @@ def test_each_declared_area_is_a_union_of_whole_units_on_a_real_county():
     areas = {t: ids.astype(str) for t, ids in areas_from_frames(frames, standard.blocks).ids.items()}
     _check_optimized(standard, areas)
     spine = optimized(standard, areas)
-    for t, ids in areas.items():  # every area's blocks are exactly the blocks of its units
+    for ids in areas.values():  # every area's blocks are exactly the blocks of its units
         unit = pd.Series(spine.labels("block_group"), index=spine.blocks)
         of = pd.Series(ids, index=standard.blocks)
         for area in np.unique(ids[ids != ""]):
@@ -195,18 +194,11 @@ def test_a_bad_area_file_is_refused_before_anything_is_drawn(tmp_path, capsys):
 def test_a_resume_with_a_changed_area_file_is_refused(tmp_path, monkeypatch):
     spec = _spine_spec(tmp_path / "spec", _area_frames(_blocks()))
     reference = run(spec, tmp_path / "reference", seed=SEED, progress=False)
-    out, original, calls = tmp_path / "run", das.io.nmf.write_part, []
-
-    def filling(path, batch):
-        calls.append(path)
-        if len(calls) == 4:
-            raise OSError(errno.ENOSPC, "No space left on device", str(path) + ".partial")
-        return original(path, batch)
-
-    monkeypatch.setattr(das.io.nmf, "write_part", filling)
+    out = tmp_path / "run"
+    disk_full_at(4, monkeypatch)
     with pytest.raises(RunError, match="disk full"):
         run(spec, out, seed=SEED, progress=False)
-    monkeypatch.setattr(das.io.nmf, "write_part", original)
+    monkeypatch.undo()
     town = spec.parent / "town.csv"
     kept = town.read_bytes()
     town.write_bytes(kept.replace(b"T0", b"T1", 1))

@@ -20,6 +20,7 @@ from das import outdir
 from das.bundle import BundleError, input_paths
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
+from das.pipeline import Confidential
 from das.privacy.certificate import fraction_text
 from das.research import offspine
 from das.research.estimators import ESTIMATORS, wls_unsupported
@@ -39,7 +40,6 @@ from das.research.replicate import (
     with_groups,
     write_parts,
 )
-from das.pipeline import Confidential
 from das.rules import Invariants
 from das.rundir import RunDir, RunDirError
 from das.schema import load_schema

@@ -9,7 +9,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow.parquet as pq
 
 from das.geography import LEVEL_DIGITS, Geography
