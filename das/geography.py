@@ -66,13 +66,13 @@ class Geography:
     @classmethod
     def from_spine(cls, blocks, levels: tuple[str, ...], units: dict[str, np.ndarray]) -> Geography:
         """The blocks ordered by a spine: `units` gives, aligned with `blocks`, each block's unit (a code) at
-        levels below the county; the other levels stay geocode prefixes. Units must nest in their parents."""
+        levels below the state; the other levels stay geocode prefixes. Units must nest in their parents."""
         standard = cls.from_blocks(blocks, levels)
         if not units:
             return standard
-        wrong = [lv for lv in units if lv not in levels or LEVEL_DIGITS[lv] <= LEVEL_DIGITS["county"] or lv == "block"]
+        wrong = [lv for lv in units if lv not in levels or LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"] or lv == "block"]
         if wrong:
-            raise ValueError(f"a spine gives the units of levels between the county and the block, not {wrong}")
+            raise ValueError(f"a spine gives the units of levels between the state and the block, not {wrong}")
         given = np.asarray(blocks, dtype=f"U{GEOCODE_WIDTH}")
         position = np.argsort(given, kind="stable")  # given[position] == standard.blocks
         codes = {lv: np.asarray(units[lv], dtype=str)[position] for lv in units}

@@ -103,13 +103,22 @@ def test_optimized_units_property(rows):
     assert spine.n_units("block") == len(rows)
 
 
+def test_any_level_below_the_state_may_come_from_the_table():
+    blocks = ["500010001001000", "500010002001000", "500030001001000"]
+    levels = ("nation", "state", "county", "tract", "block")
+    g = Geography.from_spine(blocks, levels, {"county": np.array(["50-east", "50-east", "50-west"]),
+                                              "tract": np.array(["e1", "e2", "w1"])})
+    assert g.units("county").tolist() == ["50-east", "50-west"] and g.children_of("county", 0).tolist() == ["e1", "e2"]
+    assert g.parent_index("tract").tolist() == [0, 0, 1]
+
+
 def test_a_spine_that_does_not_nest_is_refused():
     blocks = ["500010001001000", "500010002001000"]
     with pytest.raises(ValueError, match="do not nest"):
         Geography.from_spine(blocks, ("nation", "state", "county", "tract", "block_group", "block"),
                              {"block_group": np.array(["X", "X"])})  # one unit in two tracts
-    with pytest.raises(ValueError, match="between the county and the block"):
-        Geography.from_spine(blocks, ("nation", "state", "county", "tract", "block"), {"county": np.array(["1", "2"])})
+    with pytest.raises(ValueError, match="between the state and the block"):
+        Geography.from_spine(blocks, ("nation", "state", "county", "tract", "block"), {"state": np.array(["1", "2"])})
     with pytest.raises(ValueError, match="none below the county"):
         spine_geography("optimized", Geography.from_blocks(blocks, ("nation", "state", "county", "block")),
                         {"place": np.array(["a", ""])})

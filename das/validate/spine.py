@@ -29,7 +29,7 @@ def _read(path: Path, levels: tuple[str, ...], modified: float) -> Geography:
     except Exception as e:
         raise unreadable(path, e) from None
     given = [lv for lv in levels if lv in table.columns]
-    expected = [lv for lv in levels if LEVEL_DIGITS["county"] < LEVEL_DIGITS[lv] < LEVEL_DIGITS["block"]]
+    expected = [lv for lv in levels if LEVEL_DIGITS["state"] < LEVEL_DIGITS[lv] < LEVEL_DIGITS["block"]]
     if "GEOID" not in table.columns or not given or set(given) - set(expected):
         raise ValidationError(f"{path}: expected the columns GEOID and some of {expected}, found {list(table.columns)}")
     try:
