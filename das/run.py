@@ -31,6 +31,7 @@ from das.frame import (
     protected_paths,
     release_valid,
 )
+from das.io.outputs import write_spine
 from das.measure import Target, parts_dir
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
@@ -181,7 +182,11 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
     finally:
         executor.close()
     nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
-    return frame.noted(timings_seconds=dict(pipe.timings)).recorded(frame.manifest.but(status="measured", nmf=nmf)).manifest
+    spine = getattr(confidential, "geography", None)  # the NMF's geounits where the spine re-forms a level
+    outputs = None if spine is None or spine.standard else [write_spine(run_dir, spine, pipe.metadata())]
+    manifest = frame.manifest.but(status="measured", nmf=nmf,
+                                  outputs=outputs and {run_dir.relative(p): file_sha256(p) for p in outputs})
+    return frame.noted(timings_seconds=dict(pipe.timings)).recorded(manifest).manifest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -286,3 +286,15 @@ def test_the_api_takes_a_dict_spec_whose_area_files_are_relative_to_the_working_
     monkeypatch.chdir(tmp_path)
     release = das.run(data, out=tmp_path / "out", seed=SEED, workers=1, progress=False)
     assert release.validate().ok and (tmp_path / "out" / "spine.parquet").is_file()
+
+
+def test_das_measure_publishes_the_spine_beside_the_nmf(tmp_path, capsys):
+    from das.cli import main
+
+    spec = _spine_spec(tmp_path / "spec", _area_frames(_blocks()))
+    assert main(["measure", str(spec), "--out", str(tmp_path / "m"), "--seed", "2"]) == 0
+    assert "spine.parquet" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    published = pd.read_parquet(tmp_path / "m" / "spine.parquet")
+    nmf = pq.read_table(tmp_path / "m" / "nmf/persons/block_group.parquet").column("geocode").unique().to_pylist()
+    assert sorted(nmf) == sorted(published.block_group.unique()) and "spine.parquet" in manifest["outputs"]

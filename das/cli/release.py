@@ -117,7 +117,8 @@ def _cmd_measure(args) -> int:
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
                             allow_large_rho=args.allow_large_rho, budget=budget(args))
-    print(f"wrote {len(manifest.nmf)} NMF files and manifest.json to {args.out}")
+    also = "".join(f", {name}" for name in (manifest.outputs or {}))  # the spine, when not the standard one
+    print(f"wrote {len(manifest.nmf)} NMF files{also} and manifest.json to {args.out}")
     return 0
 
 

@@ -391,6 +391,14 @@ class NmfOutput(Output):
 # The spine
 
 
+def write_spine(run_dir: RunDir, spine: Geography | None, metadata: dict) -> Path:
+    """The spine a release is measured on (not the standard one), as its spine.parquet."""
+    if spine is None or spine.standard:
+        raise ValueError("a release planned on a spine was made without one")
+    table = pa.Table.from_pandas(spine_table(spine), preserve_index=False)
+    return mdf_io.write_table(table, run_dir.spine, metadata=metadata)
+
+
 class SpineOutput(Output):
     """The spine a release was measured and solved on, when not the standard one (das.spine): every block and
     its unit at the levels the spine re-forms, so the NMF's geounits of those levels can be read."""
@@ -406,17 +414,11 @@ class SpineOutput(Output):
     def wanted(self, plan: OutputPlan) -> bool:
         return plan.spine
 
-    def _table(self, release: SolvedRelease) -> pa.Table:
-        if release.spine is None or release.spine.standard:
-            raise ValueError("a release planned on a spine was solved without one")
-        return pa.Table.from_pandas(spine_table(release.spine), preserve_index=False)
-
     def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        return [mdf_io.write_table(self._table(release), run_dir.spine, metadata=plan.metadata)]
+        return [write_spine(run_dir, release.spine, plan.metadata)]
 
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
-        path = mdf_io.write_table(self._table(release), part.spine, metadata=plan.metadata)
-        return {"rows": pq.read_metadata(path).num_rows}
+        return {"rows": pq.read_metadata(write_spine(part, release.spine, plan.metadata)).num_rows}
 
     def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
         tables = [pq.read_table(part.directory.spine) for part in parts]
