@@ -119,7 +119,10 @@ def test_metrics_prints_a_short_summary(tmp_path, capsys):
     capsys.readouterr()
     assert main(["metrics", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) <= 10 and out[1].split() == ["level", "topdown", "noisy", "wls"] and "metrics.md" in out[-1]
+    # one table: a row per level, then one per area type off the spine (the synthetic districts here), then where
+    # the details are
+    assert len(out) <= 12 and out[1].split() == ["level", "topdown", "noisy", "wls"] and "metrics.md" in out[-1]
+    assert [line.split()[0] for line in out[2:-1]][-2:] == ["district_1k", "district_5k"]
 
 
 def _in_a_terminal(argv: list[str]) -> str:

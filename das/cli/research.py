@@ -31,30 +31,28 @@ def _areas(pairs) -> dict[str, str] | None:
     return dict(pairs)
 
 
-def _offspine_headline(study) -> None:
-    """The MAE of total population in the areas off the spine beside the spine's levels (areas.parquet)."""
-    from das.research.metrics import text_table
-    from das.research.offspine import headline
-
-    if (study.path / "areas.parquet").is_file():
-        table = headline(study.frame("areas"))
-        shown = table[~table["level"].isin(study.meta["levels"][:-3])]  # the areas beside the three finest levels
-        print("MAE of total population per area off the spine, beside the finest levels (units: areas or geounits)")
-        print(text_table(shown))
-
-
 def _headline(study, what: str) -> None:
-    """A few lines on the terminal: the MAE of total population per geounit, by level and estimator for one budget, by
-    budget and estimator at the finest level for a sweep (details in files)."""
+    """A few lines on the terminal: the MAE of total population per geounit, by level and estimator for one budget,
+    with a row per area type off the spine after the levels (areas.parquet); by budget and estimator at the finest
+    level for a sweep (details in files)."""
+    import pandas as pd
+
     from das.research.metrics import headline, sweep_headline, text_table
+    from das.research.offspine import headline as area_headline
 
     meta = study.meta
     if len(meta["rhos"]) > 1:
         print(f"{what} {meta['spec_name']}: MAE of total population per {meta['levels'][-1]}, by budget")
         print(text_table(sweep_headline(study.metrics, meta["levels"][-1])))
         return
-    print(f"{what} {meta['spec_name']}: MAE of total population per geounit (rho {meta['rhos'][0]})")
-    print(text_table(headline(study.metrics, meta["levels"])))
+    table = headline(study.metrics, meta["levels"])
+    if (study.path / "areas.parquet").is_file():
+        areas = area_headline(study.frame("areas"))
+        areas = areas[~areas["level"].isin(meta["levels"])].drop(columns="units")  # the area types' rows
+        table = pd.concat([table, areas[[c for c in table.columns if c in areas.columns]]], ignore_index=True)
+    print(f"{what} {meta['spec_name']}: MAE of total population per geounit, then per area off the spine "
+          f"(rho {meta['rhos'][0]})")
+    print(text_table(table))
 
 
 def _cmd_metrics(args) -> int:
@@ -63,7 +61,6 @@ def _cmd_metrics(args) -> int:
     study = das.metrics(args.run_dir, truth=args.truth, out=args.out, estimators=args.estimators,
                         queries=_names(args.queries), keep=_names(args.keep), areas=_areas(args.areas))
     _headline(study, "das metrics")
-    _offspine_headline(study)
     print(f"details (every query, level and size bin; the bias by true size): {study.path / 'metrics.md'}; "
           f"tables as Parquet in {study.path} (confidential)")
     return 0
@@ -81,7 +78,6 @@ def _cmd_replicate(args) -> int:
     print(f"{meta['replicates']} replicate(s) per budget of {meta['spec_name']} in {meta['wall_seconds']:.1f} s "
           f"({args.workers} worker(s)); noise: {meta['randomness']}")
     _headline(study, "das replicate")
-    _offspine_headline(study)
     print(f"details: {study.path / 'metrics.md'}; tables as Parquet in {study.path} (confidential)")
     if args.report:
         print(f"report: {study.report()}")
