@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
@@ -39,8 +40,9 @@ from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
 from das.io.areas import Scope, read_areas
+from das.io.mdf import write_table
 from das.io.microdata import read_inputs
-from das.io.outputs import NationRelease, OutputPlan, Part
+from das.io.outputs import NationRelease, OutputPlan, Part, write_spine
 from das.io.tables import table_widths
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
@@ -368,16 +370,25 @@ def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geogra
     return geography, invariants  # the true counts stay here
 
 
-def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> None:
-    """`das measure` of a partitioned run: the top, then every state's levels below it, largest first."""
+def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> list[Path]:
+    """`das measure` of a partitioned run: the top, then every state's levels below it, largest first; and the
+    spine they were measured on, when not the standard one (the states' parts of it assembled): its file."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
     largest_first(executor, _measured, [(work, si) for si in tops.inputs], sizes=tops.persons, desc="measuring the states")
+    if work.spine == "standard":
+        return []
+    parts = [pq.read_table(RunDir(work.files.state_dir(si.state)).spine) for si in tops.inputs]
+    return [write_table(pa.concat_tables(parts), run_dir.spine, metadata=work.metadata)]
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:
-    measure_state(task)
-    return task[1].state
+    work, si = task
+    geography, _ = measure_state(task)
+    if not geography.standard:  # the state's part of the spine, for the driver to assemble
+        work.files.state_dir(si.state).mkdir(parents=True, exist_ok=True)
+        write_spine(RunDir(work.files.state_dir(si.state)), geography, work.metadata)
+    return si.state
 
 
 def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolved:

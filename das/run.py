@@ -116,6 +116,12 @@ class _Whole:
         pipe.measure(confidential, Target(run_dir.nmf_dir, executor=executor, report=measured))
         return measured
 
+    def measure_only(self, pipe: Pipeline, run_dir: RunDir, confidential: Confidential, executor) -> list[Path]:
+        """`das measure`: the NMF, and the spine it was measured on when not the standard one (its file)."""
+        self.measure(pipe, run_dir, confidential, executor)
+        spine = confidential.geography
+        return [] if spine.standard else [write_spine(run_dir, spine, pipe.metadata())]
+
     def release(self, job: _Job, confidential: Confidential) -> Completion:
         pipe, frame = job.pipe, job.frame
         measured = self.measure(pipe, frame.run_dir, confidential, job.executor)
@@ -144,9 +150,8 @@ class _Partitioned:
         except PartitionError as e:
             raise RunError(str(e)) from None
 
-    def measure(self, pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> dict:
-        measure_states(pipe, run_dir, tops, executor)
-        return {}
+    def measure_only(self, pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> list[Path]:
+        return measure_states(pipe, run_dir, tops, executor)
 
     def release(self, job: _Job, tops: Tops) -> Completion:
         nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
@@ -178,14 +183,12 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
     try:
         confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
         frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite))
-        shape.measure(pipe, run_dir, confidential, executor)
+        outputs = shape.measure_only(pipe, run_dir, confidential, executor)  # the NMF, and the spine if not standard
     finally:
         executor.close()
     nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
-    spine = getattr(confidential, "geography", None)  # the NMF's geounits where the spine re-forms a level
-    outputs = None if spine is None or spine.standard else [write_spine(run_dir, spine, pipe.metadata())]
     manifest = frame.manifest.but(status="measured", nmf=nmf,
-                                  outputs=outputs and {run_dir.relative(p): file_sha256(p) for p in outputs})
+                                  outputs={run_dir.relative(p): file_sha256(p) for p in outputs} or None)
     return frame.noted(timings_seconds=dict(pipe.timings)).recorded(manifest).manifest
 
 

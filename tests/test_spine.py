@@ -298,3 +298,22 @@ def test_das_measure_publishes_the_spine_beside_the_nmf(tmp_path, capsys):
     published = pd.read_parquet(tmp_path / "m" / "spine.parquet")
     nmf = pq.read_table(tmp_path / "m" / "nmf/persons/block_group.parquet").column("geocode").unique().to_pylist()
     assert sorted(nmf) == sorted(published.block_group.unique()) and "spine.parquet" in manifest["outputs"]
+
+
+def test_das_measure_of_a_partitioned_input_assembles_the_states_spines(tmp_path):
+    from test_partitioned import FIXTURES, two_states
+
+    from das.run import measure_only
+
+    spec = two_states(tmp_path / "inputs")
+    blocks = np.sort(np.concatenate([_blocks(FIXTURES / "al_perry"), _blocks()]))
+    for name, frame in _area_frames(blocks).items():
+        frame.to_csv(tmp_path / "inputs" / f"{name}.csv", index=False)
+    spec.write_text(spec.read_text() + '\n[geography]\nareas = { place = "place.csv", town = "town.csv" }\n'
+                    'spine = "optimized"\n')
+    manifest = measure_only(spec, tmp_path / "m", seed=SEED)
+    published = pd.read_parquet(tmp_path / "m" / "spine.parquet")
+    assert sorted(published.GEOID) == sorted(blocks) and "spine.parquet" in manifest.outputs
+    for state in ("01", "50"):
+        nmf = pq.read_table(tmp_path / "m" / f"nmf/persons/block_group/{state}.parquet").column("geocode")
+        assert set(nmf.unique().to_pylist()) == set(published.block_group[published.GEOID.str[:2] == state])
