@@ -225,7 +225,7 @@ def scores(ctx, histograms) -> dict:
     from das.research.metrics import metrics
     from das.research.replicate import score
 
-    stats, _ = score(ctx, None, histograms, estimators=("topdown",), queries=("total", "detailed"), keep=(), tags={})
+    stats = score(ctx, None, histograms, estimators=("topdown",), queries=("total", "detailed"), keep=(), tags={}).stats
     table = metrics(stats)
 
     def pick(level, query, column):

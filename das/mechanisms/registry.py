@@ -29,8 +29,9 @@ MECHANISMS: dict[str, Mechanism] = {
     "privsyn": Mechanism("privsyn", "PrivSyn: DenseMarg greedy choice of pairs from noisy InDif, marginals by discrete "
                          "Gaussian allocated by cells^(2/3), GUM synthesis", "per tract, the block one attribute",
                          privsyn.run, details=privsyn.DETAILS),
-    "mst": Mechanism("mst", "MST: one-way marginals, a maximum spanning tree of pairs chosen by the exponential "
-                     "mechanism, Private-PGM (mbi) estimation", "per tract, the block one attribute", mst.run,
+    "mst": Mechanism("mst", "MST: one-way marginals, the block's pairs (a star), a maximum spanning tree of pairs "
+                     "among the other attributes chosen by the exponential mechanism, Private-PGM (mbi) estimation",
+                     "per tract, the block one attribute", mst.run,
                      extra=EXTRA, available=available, details=mst.DETAILS),
     "aim": Mechanism("aim", "AIM (annealed rounds under a privacy filter): exponential-mechanism choice among cliques of "
                      "up to 3 attributes, Private-PGM (mbi) estimation each round", "per tract, the block one attribute",
