@@ -34,7 +34,8 @@ Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench ref
 kept per (mechanism, implementation, fixture, rho, seed) in runs/bench_references/results and a rerun
 does only the missing ones. DAS_REFERENCES_SEEDS (default 3), DAS_REFERENCES_SLOW_SEEDS (SmartNoise's
 MWEM, which takes over ten minutes a release on Grand Isle and over 40 minutes a tract on Perry, default 1;
-0 runs none and keeps those made), DAS_REFERENCES_TIMEOUT (seconds a reference
+0 runs none and keeps those made), DAS_REFERENCES_ROW_SEEDS (more seeds for some rows, e.g.
+`aim:al_perry:1/4=6`), DAS_REFERENCES_TIMEOUT (seconds a reference
 may take on one tract, default 7200). The table goes to benchmarks/recorded/references.md.
 """
 
@@ -65,6 +66,20 @@ FIXTURES = {"vt_grand_isle": "Grand Isle VT", "al_perry": "Perry County AL"}
 RHOS = ("293764/114921", "1/4")
 SEEDS = int(os.environ.get("DAS_REFERENCES_SEEDS", "3"))
 SLOW_SEEDS = int(os.environ.get("DAS_REFERENCES_SLOW_SEEDS", "1"))  # SmartNoise's MWEM
+
+
+def row_seeds(text: str) -> dict[tuple[str, str, str], int]:
+    """DAS_REFERENCES_ROW_SEEDS: more seeds for some rows, `mechanism:fixture:rho=N` separated by `;`
+    (e.g. `aim:al_perry:1/4=6`), every implementation of the row, SmartNoise's MWEM included."""
+    rows = {}
+    for item in filter(None, (t.strip() for t in text.split(";"))):
+        key, _, seeds = item.rpartition("=")
+        mechanism, fixture, rho = key.split(":", 2)
+        rows[(mechanism, fixture, rho)] = int(seeds)
+    return rows
+
+
+ROW_SEEDS = row_seeds(os.environ.get("DAS_REFERENCES_ROW_SEEDS", ""))
 TIMEOUT = int(os.environ.get("DAS_REFERENCES_TIMEOUT", "7200"))
 DELTA = 1e-10  # what the references' (eps, delta) interface is given beside eps; their rho is what counts
 MWEM_ITERATIONS = 40
@@ -278,7 +293,7 @@ def tasks() -> list[tuple[str, str, str, str, int]]:
             for implementation in implementations:
                 is_slow = (mechanism, implementation) == ("mwem", "smartnoise")
                 for rho in RHOS:
-                    for seed in range(SLOW_SEEDS if is_slow else SEEDS):
+                    for seed in range(ROW_SEEDS.get((mechanism, fixture, rho), SLOW_SEEDS if is_slow else SEEDS)):
                         (slow if is_slow else fast).append((fixture, mechanism, implementation, rho, seed))
     return fast + slow
 
@@ -405,7 +420,8 @@ def record(results: list[dict], seconds: float) -> None:
         "change-one, their selections four times), SmartNoise's MWEM pure eps = sqrt(32 T rho / 17) with "
         f"T = {MWEM_ITERATIONS} iterations (benchmarks/references.py says why)",
         f"- the tables: each tract of the fixture, block x hhgq x votingage x hispanic x cenrace; seeds 0..{SEEDS - 1} "
-        f"(SmartNoise's MWEM, over ten minutes a release on Grand Isle and over 40 minutes a tract on Perry: "
+        + "".join(f"(0..{n - 1} for {m} on {FIXTURES.get(f, f)} at rho {r}) " for (m, f, r), n in ROW_SEEDS.items())
+        + f"(SmartNoise's MWEM, over ten minutes a release on Grand Isle and over 40 minutes a tract on Perry: "
         f"{_slow_runs(results)}); "
         "AIM's workload every clique of up to three attributes within 100,000 cells (SmartNoise's AIM: its degree-3 "
         "workload within the same limit); MAE over all blocks (block total population) and over every tract x "
