@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from das.geography import LEVEL_DIGITS, Geography
+from das.spine import from_table
 from das.validate.reading import unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
@@ -33,8 +34,7 @@ def _read(path: Path, levels: tuple[str, ...], modified: float) -> Geography:
     if "GEOID" not in table.columns or not given or set(given) - set(expected):
         raise ValidationError(f"{path}: expected the columns GEOID and some of {expected}, found {list(table.columns)}")
     try:
-        return Geography.from_spine(table["GEOID"].astype(str).to_numpy(), levels,
-                                    {lv: table[lv].astype(str).to_numpy() for lv in given})
+        return from_table(table, levels)
     except ValueError as e:
         raise ValidationError(f"{path}: {e}") from None
 
