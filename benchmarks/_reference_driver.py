@@ -58,6 +58,54 @@ def private_pgm(job: dict, frame: pd.DataFrame, sizes: list[int]) -> tuple[np.nd
     return synth.df[list(ATTRS)].to_numpy(dtype=np.int64), used
 
 
+def public_domain_mwem(sizes: list[int]):
+    """SmartNoise's `MWEMSynthesizer` with two changes, neither to what it computes from the data's measurements.
+
+    1. Its histogram spans the public domain (codes 0..size-1 of every column). As published, `fit` sizes the
+       histogram from each column's smallest and largest value in the data (`_histogram_from_data_attributes`),
+       a bound read outside its privacy accounting: on Grand Isle every person has hhgq 0, so it models 248 and
+       192 of a tract's 2,016 detailed cells and releases exact zeros in the rest.
+    2. Its multiplicative-weights step multiplies only the measured slice and keeps the histogram's scale as a
+       factor, where the published loop builds a full-size mask and renormalizes the whole array for every
+       slice: the same update (cells outside the slice are multiplied by exp(0) = 1, an underflow to 0 is
+       treated as 1 as there), O(slice) instead of O(domain), without which the public domain takes hours a
+       tract.
+    """
+    from snsynth.mwem import Histogram, MWEMSynthesizer
+
+    class PublicDomainMWEM(MWEMSynthesizer):
+        def _histogram_from_data_attributes(self, data, splits=()):
+            out = []
+            for split in splits:
+                dims = [sizes[i] for i in split]
+                for i in split:
+                    self.mins_maxes[str(i)] = (0, sizes[i] - 1)
+                    self.scale[str(i)] = 1
+                histogram, bins = np.histogramdd(data[:, split], bins=dims, range=[(0, d) for d in dims])
+                out.append(Histogram(histogram, dims, bins, split))
+            return out
+
+        def _multiplicative_weights(self, synth_hist, queries, m, hist, iterate):
+            sum_a = np.sum(synth_hist)
+            raw, raw_total = synth_hist.astype(float), float(np.sum(synth_hist))
+            for _ in range(iterate):
+                for qi in m:
+                    for measurement, query in zip(m[qi], queries[qi].queries):
+                        index = tuple(query.query)
+                        part = raw.T[index]
+                        inside = float(np.sum(part))
+                        error = measurement - inside * (sum_a / raw_total)
+                        multiplier = np.exp(error / (2.0 * sum_a))
+                        multiplier = 1.0 if multiplier == 0.0 else multiplier
+                        raw.T[index] = part * multiplier
+                        raw_total += inside * (multiplier - 1.0)
+                    raw *= sum_a / np.sum(raw)  # after each query: no drift of the total, no under- or overflow
+                    raw_total = float(sum_a)
+            return raw * (sum_a / raw_total)
+
+    return PublicDomainMWEM
+
+
 def smartnoise(job: dict, frame: pd.DataFrame, sizes: list[int]) -> tuple[np.ndarray, dict]:
     from snsynth.transform.label import LabelTransformer
     from snsynth.transform.table import TableTransformer
@@ -69,10 +117,8 @@ def smartnoise(job: dict, frame: pd.DataFrame, sizes: list[int]) -> tuple[np.nda
     transformer.fit(public)  # the public domain: every code of every column, nothing from the data
     name = job["mechanism"]
     if name == "smartnoise_mwem":
-        from snsynth.mwem import MWEMSynthesizer
-
-        synth = MWEMSynthesizer(epsilon=job["epsilon"], iterations=job["iterations"])
-        used = {"epsilon": job["epsilon"], "iterations": job["iterations"]}
+        synth = public_domain_mwem(sizes)(epsilon=job["epsilon"], iterations=job["iterations"])
+        used = {"epsilon": job["epsilon"], "iterations": job["iterations"], "domain": "public"}
     else:
         eps = eps_for_rho(cdp_rho, job["rho"], job["delta"])
         if name == "smartnoise_mst":
