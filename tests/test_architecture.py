@@ -32,7 +32,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.attack.privacy", "das.attack.release_audit",
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat",
      "das.mechanisms.stability", "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn",
-     "das.mechanisms.pgm", "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry",
+     "das.mechanisms.pgm", "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry", "das.mechanisms.rounding",
      "das.mechanisms.release"},
     {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init",
      "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},

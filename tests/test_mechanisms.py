@@ -148,7 +148,7 @@ def test_simplex_projection_is_the_euclidean_projection():
 def test_rounding_by_block_keeps_every_block_total_within_one():
     """Rounding all cells at once moves persons to the largest fractions wherever they are: here the big block's
     cells (0.6 each) win and the small blocks (0.3 each) keep two of their six; block totals first keeps them."""
-    from das.mechanisms.base import round_by_block, round_to_total
+    from das.mechanisms.rounding import round_by_block, round_to_total
 
     expected = np.r_[np.full(10, 0.6), np.full(10, 0.3), np.full(10, 0.3)]  # 3 blocks of 10 cells: totals 6, 3, 3
     at_once = round_to_total(expected[None, :], np.array([12]))[0].reshape(3, 10).sum(axis=1)
@@ -156,6 +156,39 @@ def test_rounding_by_block_keeps_every_block_total_within_one():
     assert at_once.tolist() == [10, 2, 0]  # ties go to the lower index
     assert by_block.sum(axis=1).tolist() == [6, 3, 3] and (by_block >= 0).all() and by_block.max() == 1
     assert round_by_block(np.zeros(6), 2, 4).sum() == 4  # no mass: spread evenly
+
+
+def test_controlled_rounding_holds_blocks_and_the_geounits_cells_within_one():
+    """Rounded block by block, every block puts its one person in its first cell (0.4 against 0.3 and 0.3) and the
+    geounit's first cell gets 30 against an expected 12; the controlled rounding keeps blocks, cells and the
+    geounit's cells within one of their expected values."""
+    from das.mechanisms.rounding import holds, round_by_block, round_to_total
+
+    expected = np.tile([0.4, 0.3, 0.3], (30, 1))
+    by_block = round_to_total(expected, np.ones(30, dtype=np.int64))
+    assert by_block.sum(axis=0).tolist() == [30, 0, 0]
+    out = round_by_block(expected.ravel(), 30, 30).reshape(30, 3)
+    assert out.sum(axis=1).tolist() == [1] * 30 and out.sum(axis=0).tolist() == [12, 9, 9]
+    assert holds(out, expected, 30) and not holds(by_block, expected, 30)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_controlled_rounding_on_model_shaped_tables(seed):
+    """Model-like tables (a few dense cells, a long tail of small fractions, some empty blocks): every output is a
+    controlled rounding to the noisy total, and at least as close as block-by-block rounding on the geounit's cells."""
+    from das.mechanisms.rounding import holds, round_by_block, round_to_total
+
+    rng = np.random.default_rng(seed)
+    n_blocks, cells = int(rng.integers(5, 60)), int(rng.integers(20, 300))
+    table = rng.gamma(0.05, 1.0, (n_blocks, cells)) * rng.integers(0, 40, n_blocks)[:, None] / 5
+    total = int(round(table.sum() * rng.uniform(0.9, 1.1))) + 1
+    out = round_by_block(table.ravel(), n_blocks, total).reshape(n_blocks, cells)
+    scaled = table * (total / table.sum())
+    assert out.dtype.kind == "i" and holds(out, scaled, total)
+    block_totals = round_to_total(scaled.sum(axis=1)[None, :], np.array([total]))[0]
+    by_block = round_to_total(scaled, block_totals)
+    assert np.abs(out.sum(axis=0) - scaled.sum(axis=0)).sum() <= np.abs(by_block.sum(axis=0) - scaled.sum(axis=0)).sum()
+    assert np.abs(out.sum(axis=1) - scaled.sum(axis=1)).max() < 1
 
 
 def test_flat_tract_and_county_totals_are_unbiased_with_many_empty_blocks():

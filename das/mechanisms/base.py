@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-import numpy as np
 import scipy.sparse as sp
 
 from das.geography import Geography
@@ -226,47 +225,3 @@ def selection_eps(share: Fraction) -> Fraction:
 def eps_below_sqrt(x: Fraction, bits: int = 20) -> Fraction:
     """The largest multiple of 2^-bits at or below sqrt(x): an exact eps with eps^2 <= x."""
     return Fraction(math.isqrt(x.numerator * (1 << (2 * bits)) // x.denominator), 1 << bits)
-
-
-def round_by_block(expected: np.ndarray, n_blocks: int, total: int) -> np.ndarray:
-    """A geounit's nonnegative expected counts (block-major, n_blocks x cells flattened) -> integers summing to
-    `total`: scaled to it, the block totals rounded first (largest remainders), then each block's cells to its
-    block total. Every block's total is then within one of its expected value; rounding all cells at once
-    instead moves persons to the cells with the largest fractions wherever they are, and block totals drift.
-    """
-    rows = np.asarray(expected, dtype=float).reshape(n_blocks, -1)
-    mass = rows.sum()
-    rows = rows * (total / mass) if mass > 0 else np.full(rows.shape, total / rows.size)
-    block_totals = round_to_total(rows.sum(axis=1)[None, :], np.array([total]))[0]
-    return round_to_total(rows, block_totals).ravel()
-
-
-def round_to_total(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
-    """Rows of nonnegative reals -> nonnegative integers summing to `totals` per row (largest remainders).
-
-    Each row's floors are raised by one at its largest fractional parts (ties: lower index) until the
-    row sums to its total; requires sum(floor(row)) <= total <= sum(ceil(row)) unless the row is all zero,
-    in which case the total is spread evenly (never happens for a projection onto that total).
-    """
-    values = np.asarray(values, dtype=float)
-    totals = np.asarray(totals, dtype=np.int64)
-    floors = np.floor(values + 1e-9).astype(np.int64)
-    floors = np.maximum(floors, 0)
-    short = totals - floors.sum(axis=1)
-    frac = values - floors
-    order = np.argsort(-frac, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    rows = np.arange(values.shape[0])[:, None]
-    ranks[rows, order] = np.arange(values.shape[1])[None, :]
-    add = ranks < short[:, None]
-    out = floors + add
-    over = short < 0  # floors exceed the total (can only come from rounding slack): take from the largest
-    for i in np.flatnonzero(over):
-        excess = -short[i]
-        for j in np.argsort(-out[i], kind="stable"):
-            take = min(excess, out[i, j])
-            out[i, j] -= take
-            excess -= take
-            if not excess:
-                break
-    return out

@@ -5,8 +5,8 @@ whole budget at the block: blocks are disjoint, so one change costs rho once; sq
 sensitivity 2). Post-processing (no extra budget) per tract, a public unit (per block group where a
 tract would exceed `MAX_DOMAIN_CELLS` cells, as for the full-domain mechanisms): the Euclidean projection
 of the tract's noisy cells (all its blocks together) onto {x >= 0, sum x = N}, N = max(0, round(sum of
-those cells)), an unbiased estimate of the tract total, then integers with the same sum, block totals
-first (base.round_by_block). One projection threshold for the whole tract: projecting each block onto its own noisy
+those cells)), an unbiased estimate of the tract total, then integers with the same sum by controlled
+rounding (rounding.round_by_block). One projection threshold for the whole tract: projecting each block onto its own noisy
 total instead clips every small block's total at zero (sd sqrt(cells / rho), 28 persons at the 2020
 budget), which biases tract and county totals up by hundreds.
 """
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from das.mechanisms.base import MechanismError, Synthesis, SynthesisInput, round_by_block
+from das.mechanisms.base import MechanismError, Synthesis, SynthesisInput
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.rounding import round_by_block
 from das.privacy.sampler import discrete_gaussian
 
 

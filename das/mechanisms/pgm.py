@@ -17,8 +17,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from das.mechanisms.base import MechanismError, round_by_block
+from das.mechanisms.base import MechanismError
 from das.mechanisms.domain import Domain, Merged
+from das.mechanisms.rounding import round_by_block
 from das.privacy.sampler import discrete_gaussian
 
 EXTRA = "mbi"
@@ -102,5 +103,5 @@ class Model:
         return self.domain.expand(np.maximum(self.marginal(self.domain.names), 0))
 
     def counts(self) -> np.ndarray:
-        """The model's expected counts at the noisy total, rounded block by block (base.round_by_block)."""
+        """The model's expected counts at the noisy total, controlled-rounded (rounding.round_by_block)."""
         return round_by_block(self.joint(), self.domain.n_blocks, self.total)

@@ -29,8 +29,9 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, round_by_block, selection_eps
+from das.mechanisms.base import Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
 

@@ -38,9 +38,10 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput, round_by_block
+from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput
 from das.mechanisms.domain import assemble, geounits
 from das.mechanisms.flat import projection_level
+from das.mechanisms.rounding import round_by_block
 from das.privacy.accounting import EPS_DECIMALS, eps_for_delta, stability_threshold
 from das.privacy.certificate import fraction_text
 from das.privacy.sampler import discrete_laplace_scaled
@@ -66,8 +67,8 @@ def stability_histogram(truth: sp.csr_matrix, eps_half: Fraction, T: int, rng) -
 
 def to_total(released: np.ndarray, total: int) -> np.ndarray:
     """A tract's released (blocks x cells) counts brought to `total`: the persons missing spread evenly over its
-    blocks in proportion to its released cell counts, or the released counts scaled down; integers, block totals
-    first (base.round_by_block)."""
+    blocks in proportion to its released cell counts, or the released counts scaled down; integers by controlled
+    rounding (rounding.round_by_block)."""
     have = int(released.sum())
     n_blocks = released.shape[0]
     if total <= have:
