@@ -172,6 +172,17 @@ def test_controlled_rounding_holds_blocks_and_the_geounits_cells_within_one():
     assert holds(out, expected, 30) and not holds(by_block, expected, 30)
 
 
+def test_controlled_rounding_falls_back_to_block_by_block(monkeypatch):
+    """If the program gives no controlled rounding (or one that fails the check), the table is rounded block by
+    block: still integers summing to the total with every block total within one."""
+    from das.mechanisms import rounding
+
+    expected = np.tile([0.4, 0.3, 0.3], (30, 1))
+    monkeypatch.setattr(rounding, "_controlled", lambda rows, total, restrict: np.zeros_like(rows, dtype=np.int64))
+    out = rounding.round_by_block(expected.ravel(), 30, 30).reshape(30, 3)
+    assert out.sum(axis=1).tolist() == [1] * 30 and out.sum(axis=0).tolist() == [30, 0, 0]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_controlled_rounding_on_model_shaped_tables(seed):
     """Model-like tables (a few dense cells, a long tail of small fractions, some empty blocks): every output is a
