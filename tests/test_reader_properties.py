@@ -69,6 +69,14 @@ def test_validate_input_never_raises_on_corrupt_csv(tmp_path, persons, units, wh
         assert str(p)  # every problem renders
 
 
+def test_a_carriage_return_in_the_header_is_a_problem_not_a_crash(tmp_path):
+    """Found by the property above: a lone carriage return at the start of line 1 made Python's CSV reader raise."""
+    (tmp_path / "persons.csv").write_bytes(b"\r" + PERSONS[1:])
+    (tmp_path / "units.csv").write_bytes(UNITS)
+    problems = validate_input(tmp_path / "persons.csv", tmp_path / "units.csv", PL94)
+    assert any("header line" in str(p) and "carriage return" in str(p) for p in problems)
+
+
 def _parquet_bytes(data: bytes) -> bytes:
     frame = pd.read_csv(io.BytesIO(data), dtype=str)
     sink = io.BytesIO()

@@ -222,7 +222,12 @@ def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     if not header.strip():
         col.add("the first line is empty: expected a header line naming the columns", unreadable=True)
         return None
-    names = next(pycsv.reader([header]))
+    try:
+        names = next(pycsv.reader([header]))
+    except pycsv.Error:  # e.g. a lone carriage return inside the line: Python's reader refuses it
+        col.add("a header line of comma-separated column names (line 1 holds a carriage return or another "
+                "character the CSV reader refuses inside a name)", unreadable=True)
+        return None
     if len(names) == 1:
         for delimiter, word in OTHER_DELIMITERS.items():
             if delimiter in header:
@@ -288,6 +293,8 @@ def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tu
                     bad.append((i, len(row)))
                     if len(bad) >= limit:
                         break
+    except pycsv.Error:  # the scan cannot go on: the rows found so far (the caller reports the file otherwise)
+        pass
     finally:
         pycsv.field_size_limit(field_limit)
     return bad
