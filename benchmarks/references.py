@@ -340,12 +340,12 @@ def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, se
                                             "das_code": DAS_CODE if implementation == "das" else None}
 
 
-def _mean_se(values: list[float]) -> str:
+def _mean_se(values: list[float], digits: int = 2) -> str:
     if not values:
         return "-"
     mean = float(np.mean(values))
     se = float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
-    return f"{mean:.2f}" + (f" ± {se:.2f}" if se == se else "")
+    return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "")
 
 
 def table(results: list[dict]) -> list[str]:
@@ -364,7 +364,8 @@ def table(results: list[dict]) -> list[str]:
                         ok = [r[metric] for r in mine if r["status"] == "ok"]
                         failed = [r["status"] for r in mine if r["status"] != "ok"]
                         text = "n/a" if implementation not in implementations else (
-                            (_mean_se(ok) if metric != "seconds" else (f"{np.median(ok):.0f}" if ok else "-"))
+                            (_mean_se(ok, 3 if metric == "tract_detailed_mae" else 2) if metric != "seconds"
+                             else (f"{np.median(ok):.0f}" if ok else "-"))
                             + (f" ({len(ok)})" if ok and metric == "block_mae" else "")
                             + (f" [{len(failed)} {failed[0].split(':')[0]}]" if failed else ""))
                         cells[metric].append(text)
