@@ -101,7 +101,7 @@ def public_domain_mwem(sizes: list[int]):
                         raw_total += inside * (multiplier - 1.0)
                     raw *= sum_a / np.sum(raw)  # after each query: no drift of the total, no under- or overflow
                     raw_total = float(sum_a)
-            return raw * (sum_a / raw_total)
+            return raw  # sums to sum_a, as the published step's result
 
     return PublicDomainMWEM
 

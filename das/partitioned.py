@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
@@ -40,9 +39,8 @@ from das.geography import Geography
 from das.io import nmf
 from das.io import parts as state_parts
 from das.io.areas import Scope, read_areas
-from das.io.mdf import write_table
 from das.io.microdata import read_inputs
-from das.io.outputs import NationRelease, OutputPlan, Part, write_spine
+from das.io.outputs import NationRelease, OutputPlan, Part, assemble_spine, write_spine
 from das.io.tables import table_widths
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
@@ -378,8 +376,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> lis
     largest_first(executor, _measured, [(work, si) for si in tops.inputs], sizes=tops.persons, desc="measuring the states")
     if work.spine == "standard":
         return []
-    parts = [pq.read_table(RunDir(work.files.state_dir(si.state)).spine) for si in tops.inputs]
-    return [write_table(pa.concat_tables(parts), run_dir.spine, metadata=work.metadata)]
+    return [assemble_spine(run_dir, [RunDir(work.files.state_dir(si.state)) for si in tops.inputs], work.metadata)]
 
 
 def _measured(task: tuple[Work, StateInputs]) -> str:

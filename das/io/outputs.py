@@ -399,6 +399,14 @@ def write_spine(run_dir: RunDir, spine: Geography | None, metadata: dict) -> Pat
     return mdf_io.write_table(table, run_dir.spine, metadata=metadata)
 
 
+def assemble_spine(run_dir: RunDir, part_dirs: list[RunDir], metadata: dict) -> Path:
+    """The states' parts of the spine (each written by `write_spine`), in their order, as the release's spine.parquet."""
+    tables = [pq.read_table(part.spine) for part in part_dirs]
+    if not tables:
+        raise ValueError("no state part holds a spine")
+    return mdf_io.write_table(pa.concat_tables(tables), run_dir.spine, metadata=metadata)
+
+
 class SpineOutput(Output):
     """The spine a release was measured and solved on, when not the standard one (das.spine): every block and
     its unit at the levels the spine re-forms, so the NMF's geounits of those levels can be read."""
@@ -421,10 +429,7 @@ class SpineOutput(Output):
         return {"rows": pq.read_metadata(write_spine(part, release.spine, plan.metadata)).num_rows}
 
     def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
-        tables = [pq.read_table(part.directory.spine) for part in parts]
-        if not tables:
-            raise ValueError("no state part holds a spine")
-        return [mdf_io.write_table(pa.concat_tables(tables), run_dir.spine, metadata=plan.metadata)]
+        return [assemble_spine(run_dir, [part.directory for part in parts], plan.metadata)]
 
 
 for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output(), SpineOutput()):

@@ -33,10 +33,9 @@ def round_by_block(expected: np.ndarray, n_blocks: int, total: int) -> np.ndarra
     rows = np.asarray(expected, dtype=float).reshape(n_blocks, -1)
     mass = rows.sum()
     rows = rows * (total / mass) if mass > 0 else np.full(rows.shape, total / rows.size)
-    for restrict in (True, False):
-        out = _controlled(rows, total, restrict=restrict)
-        if out is not None and holds(out, rows, total):
-            return out.ravel()
+    out = _controlled(rows, total)
+    if out is not None:
+        return out.ravel()
     block_totals = round_to_total(rows.sum(axis=1)[None, :], np.array([total]))[0]
     return round_to_total(rows, block_totals).ravel()
 
@@ -67,20 +66,28 @@ def _candidates(frac: np.ndarray, need_rows: np.ndarray, need_cols: np.ndarray) 
     return (rank_in_row <= need_rows[:, None] + SPARE) | (rank_in_col <= need_cols[None, :] + SPARE)
 
 
-def _controlled(rows: np.ndarray, total: int, *, restrict: bool) -> np.ndarray | None:
-    """The min-cost controlled rounding over the candidate cells, or None if the program has no integral optimum."""
+def _controlled(rows: np.ndarray, total: int) -> np.ndarray | None:
+    """The min-cost controlled rounding over the candidate cells, or over all cells if that gives none that holds;
+    None if neither does."""
     floors = np.floor(rows + SLACK).astype(np.int64)
     frac = np.clip(rows - floors, 0, 1)
     k = int(total - floors.sum())
-    if k == 0:
-        return floors
-    row_low, row_frac, row_up = _bounds(rows.sum(axis=1), floors.sum(axis=1))
-    col_low, col_frac, col_up = _bounds(rows.sum(axis=0), floors.sum(axis=0))
-    mask = frac > SLACK
-    if restrict:
-        mask &= _candidates(frac, row_low, col_low)
+    row_bounds = _bounds(rows.sum(axis=1), floors.sum(axis=1))
+    col_bounds = _bounds(rows.sum(axis=0), floors.sum(axis=0))
+    fractional = frac > SLACK
+    for mask in (fractional & _candidates(frac, row_bounds[0], col_bounds[0]), fractional):
+        up = np.zeros_like(floors) if k == 0 else _flow(frac, mask, k, rows=row_bounds, cols=col_bounds)
+        if up is not None and holds(floors + up, rows, total):
+            return floors + up
+    return None
+
+
+def _flow(frac: np.ndarray, mask: np.ndarray, k: int, *, rows: tuple, cols: tuple) -> np.ndarray | None:
+    """The cells of `mask` to round up (a 0/1 table), k of them, at least cost; None if the program has no integral
+    optimum. `rows` and `cols`: each block's and each geounit cell's `_bounds`."""
+    (row_low, row_frac, row_up), (col_low, col_frac, col_up) = rows, cols
     i, j = np.nonzero(mask)
-    n, n_rows, n_cols = len(i), rows.shape[0], rows.shape[1]
+    n, (n_rows, n_cols) = len(i), frac.shape
     if n < k:
         return None
     cells = np.arange(n)
@@ -102,9 +109,9 @@ def _controlled(rows: np.ndarray, total: int, *, restrict: bool) -> np.ndarray |
     chosen = np.rint(result.x[:n])
     if np.abs(result.x[:n] - chosen).max() > 1e-6:
         return None
-    out = floors.copy()
-    out[i, j] += chosen.astype(np.int64)
-    return out
+    up = np.zeros(frac.shape, dtype=np.int64)
+    up[i, j] = chosen.astype(np.int64)
+    return up
 
 
 def round_to_total(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
