@@ -91,6 +91,9 @@ MANIFEST: dict[str, str] = {
     "levels_report.{release}[].parents": "public fact: geounits of the level above (the block universe's)",
     "levels_report.{release}[].failsafe_events": "noisy: failsafe events of the level's post-processing",
     "levels_report.{release}[].l2_certificate.{l2}": "noisy: the least-squares solves' certificate (L2_CERTIFICATE)",
+    **{f"levels_report.{{release}}[].uncertified[].{name}": "noisy: a least-squares pass whose duality gap stayed above "
+                                                         "the tolerance: its parent's geocode, pass, objective and gap"
+       for name in ("parent", "pass", "objective", "gap")},
     **{f"failsafe_events[].{name}": "noisy: a parent of the post-processing solved with a relaxation"
        for name in ("release", "level", "parent", "stage", "relaxed", "slack", "detail")},
     "outputs.{file}": "release: SHA-256 of a released file",

@@ -395,7 +395,7 @@ class _Job:
         times the operator's)."""
         events = tuple(FailsafeRecord(name, r.level, e.parent, e.stage, e.relaxed, e.slack, e.detail)
                        for name, reports in level_reports.items() for r in reports for e in r.failsafe_events)
-        levels = {name: tuple(LevelRecord(r.level, r.parents, len(r.failsafe_events), r.certificate) for r in reports)
+        levels = {name: tuple(LevelRecord.of(r.level, r.parents, len(r.failsafe_events), r.certificate) for r in reports)
                   for name, reports in level_reports.items()}
         times = {name: [{"level": r.level, "seconds": r.seconds, "tasks": task_summary(r)} for r in reports]
                  for name, reports in level_reports.items()}
@@ -435,12 +435,7 @@ def render_summary(frame: ReleaseFrame) -> str:
     events = manifest.failsafe_events or ()
     lines.append(f"failsafe: {len(events)} event(s)" + (
         " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
-    certs = [r.l2_certificate for reports in (manifest.levels_report or {}).values() for r in reports]
-    if certs:
-        worst = max(c.get("max_rel_gap", 0.0) for c in certs)
-        lines.append(f"least squares: {sum(c.get('problems', 0) for c in certs):,} problems, largest relative "
-                     f"duality gap {worst:.1e}, {sum(c.get('retried', 0) for c in certs)} retried, "
-                     f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance")
+    lines += least_squares_lines(manifest.levels_report or {})
     v = manifest.validation
     lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
     against = process.get("validation_against_inputs")
@@ -452,6 +447,24 @@ def render_summary(frame: ReleaseFrame) -> str:
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)
+
+
+def least_squares_lines(levels_report: dict, *, listed: int = 5) -> list[str]:
+    """The summary's lines on the least-squares certificates: the totals, then the uncertified optima by release,
+    level and parent (the first `listed`), so an optimum above the tolerance is never passed over."""
+    certs = [r.l2_certificate for reports in levels_report.values() for r in reports]
+    if not certs:
+        return []
+    worst = max(c.get("max_rel_gap", 0.0) for c in certs)
+    found = [f"{name}/{r.level} parent {u.parent or '(root)'} pass {u.pass_index}: relative gap {u.relative_gap:.1e}"
+             for name, reports in levels_report.items() for r in reports for u in r.uncertified]
+    lines = [f"least squares: {sum(c.get('problems', 0) for c in certs):,} problems, largest relative "
+             f"duality gap {worst:.1e}, {sum(c.get('retried', 0) for c in certs)} retried, "
+             f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance"]
+    lines += [f"  NOT CERTIFIED OPTIMAL: {line}" for line in found[:listed]]
+    if len(found) > listed:
+        lines.append(f"  ... and {len(found) - listed} more (manifest.json: levels_report)")
+    return lines
 
 
 callable_module(__name__)  # `das.run(spec, ...)` is das.api.run: the library's release (see das/__init__.py)

@@ -190,18 +190,55 @@ class EngineRecord:
 
 
 @dataclass(frozen=True)
+class UncertifiedRecord:
+    """A least-squares pass whose duality gap stayed above the tolerance after every retry: its parent (geocode;
+    "" for the root), the pass, its objective and gap in original units (das.topdown.solve)."""
+
+    parent: str
+    pass_index: int
+    objective: float
+    gap: float
+
+    def to_dict(self) -> dict:
+        return {"parent": self.parent, "pass": self.pass_index, "objective": self.objective, "gap": self.gap}
+
+    @classmethod
+    def from_dict(cls, data, where: str) -> UncertifiedRecord:
+        if not isinstance(data, Mapping):
+            raise RunDirError(f"{where}: expected an object")
+        return cls(_get(data, "parent", str, where), _get(data, "pass", int, where),
+                   _number(_get(data, "objective", (int, float), where), f"{where}.objective"),
+                   _number(_get(data, "gap", (int, float), where), f"{where}.gap"))
+
+    @property
+    def relative_gap(self) -> float:
+        return self.gap / max(self.objective, 1.0)
+
+
+@dataclass(frozen=True)
 class LevelRecord:
-    """One level of a release's post-processing: parents solved, failsafe events, the L2 certificate. Its
-    times are the operator's (RunDir.process_file): a run time may depend on the data outside the noise."""
+    """One level of a release's post-processing: parents solved, failsafe events, the L2 certificate and the
+    passes it could not certify. Its times are the operator's (RunDir.process_file): a run time may depend on
+    the data outside the noise."""
 
     level: str
     parents: int
     failsafe_events: int
     l2_certificate: Mapping[str, float]
+    uncertified: tuple[UncertifiedRecord, ...] = ()
+
+    @classmethod
+    def of(cls, level: str, parents: int, failsafe_events: int, certificate: Mapping) -> LevelRecord:
+        """From an engine's level certificate (das.topdown.solve.new_certificate): its figures, and its list of
+        uncertified passes as records."""
+        figures = {k: v for k, v in certificate.items() if k != "uncertified_at"}
+        found = tuple(UncertifiedRecord(r["parent"], r["pass"], r["objective"], r["gap"])
+                      for r in certificate.get("uncertified_at", ()))
+        return cls(level, parents, failsafe_events, figures, found)
 
     def to_dict(self) -> dict:
         return {"level": self.level, "parents": self.parents, "failsafe_events": self.failsafe_events,
-                "l2_certificate": dict(self.l2_certificate)}
+                "l2_certificate": dict(self.l2_certificate), "uncertified": [u.to_dict() for u in self.uncertified]}
 
     @classmethod
     def from_dict(cls, data, where: str) -> LevelRecord:
@@ -209,7 +246,8 @@ class LevelRecord:
             raise RunDirError(f"{where}: expected an object")
         return cls(_get(data, "level", str, where), _get(data, "parents", int, where),
                    _get(data, "failsafe_events", int, where),
-                   _mapping(data, "l2_certificate", (int, float), where, optional=False))
+                   _mapping(data, "l2_certificate", (int, float), where, optional=False),
+                   _records(UncertifiedRecord, data, "uncertified", where) or ())
 
 
 @dataclass(frozen=True)

@@ -278,31 +278,27 @@ def _least_squares_cvxpy(columns, stated: l2.Pass, solver: str, *, tight: bool, 
     return np.clip(np.asarray(z.value, dtype=float) * scale, 0, None)
 
 
-def _min_linear(problem, columns, cost, *, parent_sums, bounds, fixed, cap: float | None = None):
-    """min cost'y over the pass's feasible set {y >= 0, parent sums, child bounds, held answers}; None if unbounded.
+def _min_linear(problem, columns, cost, region: Region, *, cap: float | None = None):
+    """min cost'y over `region` (y >= 0, the parent sums, the bound rows, the held answers; 1'y <= cap if given);
+    None if the LP has no optimum (unbounded, infeasible within HiGHS's tolerances, or a solver failure).
 
-    Without bound rows the set is a product of per-cell simplices (each cell's parent count split
-    over its children) and the minimum is closed-form; otherwise an LP (HiGHS).
+    Without bound rows, held answers or cap the set is a product of per-cell simplices (each cell's parent count
+    split over its children) and the minimum is closed-form; otherwise an LP (HiGHS) over the region's rows,
+    the parent sums as the band that contains x (`Region`).
     """
-    b_matrix, lower, upper = bounds
-    if parent_sums is not None and b_matrix is None and not fixed and cap is None:
-        cell_of = columns % problem.n_cells
-        best = np.full(problem.n_cells, np.inf)
-        np.minimum.at(best, cell_of, cost)
-        need = np.asarray(parent_sums, dtype=float) > 0
-        if np.isinf(best[need]).any():
-            return None
-        return float(np.asarray(parent_sums, dtype=float)[need] @ best[need])
+    b_matrix, lower, upper = region.bounds
+    if region.parent_sums is not None and b_matrix is None and not region.held and cap is None:
+        return _min_over_parent_sums(problem, columns, cost, region.parent_sums)
     rows, lows, highs = [], [], []
-    if parent_sums is not None:
+    if region.parent_sums is not None:
         rows.append(_parent_sum(problem, columns))
-        lows.append(np.asarray(parent_sums, dtype=float))
-        highs.append(np.asarray(parent_sums, dtype=float))
+        lows.append(region.parent_sums - region.parent_half)
+        highs.append(region.parent_sums + region.parent_half)
     if b_matrix is not None:
         rows.append(b_matrix)
-        lows.append(np.where(lower > 0, lower, -np.inf).astype(float))
-        highs.append(np.asarray(upper, dtype=float))
-    for matrix, target, half in fixed:
+        lows.append(lower)
+        highs.append(upper)
+    for matrix, target, half in region.held:
         rows.append(matrix)
         lows.append(target - half)
         highs.append(target + half)
@@ -315,6 +311,18 @@ def _min_linear(problem, columns, cost, *, parent_sums, bounds, fixed, cap: floa
     y = _highs_lp(cost, sp.vstack(rows).tocsr(), np.concatenate(lows), np.concatenate(highs),
                   col_upper=np.full(len(columns), np.inf), integer=False)
     return None if y is None else float(cost @ y)
+
+
+def _min_over_parent_sums(problem, columns, cost, parent_sums) -> float | None:
+    """min cost'y over y >= 0 with each cell's children summing to its parent count: each cell's count on its
+    cheapest child (None if a counted cell has no variable)."""
+    cell_of = columns % problem.n_cells
+    best = np.full(problem.n_cells, np.inf)
+    np.minimum.at(best, cell_of, cost)
+    need = parent_sums > 0
+    if np.isinf(best[need]).any():
+        return None
+    return float(parent_sums[need] @ best[need])
 
 
 def _total_cap(terms, value: float) -> float | None:
@@ -330,6 +338,49 @@ def _total_cap(terms, value: float) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class Region:
+    """A set a certificate's lower bound is taken over: y >= 0, the parent sums (within `parent_half` of them), the
+    bound rows (lower <= B y <= upper) and the held answers of earlier passes (rows, target, half-width)."""
+
+    parent_sums: np.ndarray | None
+    parent_half: np.ndarray | None
+    bounds: l2.BoundRows
+    held: list
+
+
+def _slack(values: np.ndarray) -> np.ndarray:
+    """The margin a row widened to contain x gets beyond x's own violation: 1e-9 relative (for the LP's tolerance)."""
+    return 1e-9 * np.maximum(1.0, np.abs(values))
+
+
+def regions_of(problem, columns, x, *, parent_sums, bounds: l2.BoundRows, fixed) -> tuple[Region, Region]:
+    """The feasible set of a pass as stated, then widened to contain x; each bounds the optimum from below.
+
+    Stated: the parent sums and bound rows exact, the held answers (rows, target) within x's own distance of
+    their targets (the solver holds them to its feasibility tolerance; a band just wide enough for x makes the
+    gap that of x's own face). The solver meets every row only to its tolerance, and answers held from an
+    earlier pass can contradict a bound row by that much (a GQ type held at 0.99984 persons against a bound of
+    at least 1: vt_demo seed 10), so the stated set can be empty. Widened: every row also within x's own
+    violation of it, a superset of the stated set that contains x, so never empty; the minimum over a
+    superset is still a lower bound, only a looser one (an active bound widened by d costs its multiplier x d).
+    """
+    b_matrix, lower, upper = bounds
+    exact_sums = None if parent_sums is None else np.asarray(parent_sums, dtype=float)
+    held = [(matrix, target, np.abs(matrix @ x - target) + _slack(target)) for matrix, target in fixed]
+    stated = Region(exact_sums, None if exact_sums is None else np.zeros_like(exact_sums),
+                    l2.BoundRows(b_matrix, None if b_matrix is None else np.where(lower > 0, lower, -np.inf).astype(float),
+                                 None if b_matrix is None else np.asarray(upper, dtype=float)), held)
+    half, widened_bounds = None, stated.bounds
+    if exact_sums is not None:
+        half = np.abs(_parent_sum(problem, columns) @ x - exact_sums) + _slack(exact_sums)
+    if b_matrix is not None:
+        values = b_matrix @ x
+        widened_bounds = l2.BoundRows(b_matrix, np.minimum(stated.bounds.lower, values - _slack(values)),
+                                      np.maximum(stated.bounds.upper, values + _slack(values)))
+    return stated, Region(exact_sums, half, widened_bounds, held)
+
+
 def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=None) -> tuple[float, float]:
     """(objective, duality gap) of x in original units; the gap bounds objective(x) - optimum from above.
 
@@ -341,35 +392,54 @@ def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=N
     tolerance, and the larger bound is kept. The solver's answers carry its dual
     accuracy, not A x's: x is clipped at zero after the solve and the answer definitions hold only to the
     feasibility tolerance, and either shifts the gradient by a little that the parent counts multiply
-    (docs/scale.md). Where the set is unbounded (a root without a total invariant) the minimum is taken
-    over the optimal solutions' provable total (`_total_cap`), still a bound.
+    (docs/scale.md). `fixed`: the held answers of earlier passes, (rows, target).
+
+    The gap is always finite, at most the objective: the minimum is taken over the feasible set as stated, or
+    where that has none, over supersets of it (`_lower_bound`), and the optimum is never below 0.
     """
     residuals = [a @ x - y for a, y, _ in terms]
     value = sum(w * float(r @ r) for (_, _, w), r in zip(terms, residuals))
+    regions = regions_of(problem, columns, x, parent_sums=parent_sums, bounds=bounds, fixed=fixed)
     candidates = [residuals] if answers is None else [[v - y for v, (_, y, _) in zip(answers, terms)], residuals]
-    gap = np.inf
+    gap = value
     for r in candidates:  # the solver's answers first: Frank-Wolfe's (an LP where bounds bind) only if they fail
-        gap = min(gap, _dual_gap(problem, columns, terms, r, value=value, parent_sums=parent_sums, bounds=bounds,
-                                 fixed=fixed, x_total=float(x.sum())))
+        gap = min(gap, _dual_gap(problem, columns, terms, r, value=value, regions=regions, x_total=float(x.sum())))
         if gap <= GAP_TOL * max(value, 1.0):
             break
     return value, gap
 
 
-def _dual_gap(problem, columns, terms, residuals, *, value: float, parent_sums, bounds, fixed, x_total: float) -> float:
-    """objective(x) - the Fenchel dual bound at u_q = 2 w_q r_q (`certify`); inf when the set is unbounded below."""
+def _dual_gap(problem, columns, terms, residuals, *, value: float, regions, x_total: float) -> float:
+    """objective(x) - the Fenchel dual bound at u_q = 2 w_q r_q (`certify`), at most objective(x) (the optimum is >= 0)."""
     grad, offset = np.zeros(len(columns)), 0.0
     for (a, y, w), r in zip(terms, residuals):
         rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
         grad += (2.0 * w) * np.bincount(a.indices, weights=a.data * r[rows], minlength=len(columns))
         offset += w * float(r @ r + 2.0 * (r @ y))  # value - dual = value + sum w (|r|^2 + 2 r'y) - min g'y
-    low = _min_linear(problem, columns, grad, parent_sums=parent_sums, bounds=bounds, fixed=fixed)
-    if low is None and parent_sums is None:
-        cap = _total_cap(terms, value)
-        if cap is not None:
-            low = _min_linear(problem, columns, grad, parent_sums=parent_sums, bounds=bounds, fixed=fixed,
-                              cap=max(cap, x_total))
-    return np.inf if low is None else max(0.0, value + offset - low)
+    low = _lower_bound(problem, columns, grad, regions, cap=lambda: _total_cap(terms, value), x_total=x_total)
+    if low is None or not np.isfinite(low):
+        return value
+    return float(min(value, max(0.0, value + offset - low)))
+
+
+def _lower_bound(problem, columns, grad, regions: tuple[Region, ...], *, cap, x_total: float) -> float | None:
+    """min grad'y over the first of `regions` (each a superset of the one before) that has a minimum; at a root
+    with no total invariant (unbounded), within the optimal solutions' provable total `cap()`; where no LP has an
+    answer, over a superset with a closed form: the parent sums alone, or y >= 0 with the total capped. None when
+    none of these has a finite minimum."""
+    root = regions[0].parent_sums is None
+    limit = cap() if root else None
+    limit = None if limit is None else max(limit, x_total)
+    for total in (None, limit) if limit is not None else (None,):
+        for region in regions:
+            low = _min_linear(problem, columns, grad, region, cap=total)
+            if low is not None:
+                return low
+    if not root:
+        return _min_over_parent_sums(problem, columns, grad, regions[0].parent_sums)
+    if limit is not None:  # min over {y >= 0, 1'y <= limit}: all of it on the cheapest variable, if that is negative
+        return limit * min(0.0, float(grad.min(initial=0.0)))
+    return None
 
 
 def _relaxation(problem, columns, parent, bounds, *, relax_bounds: bool):
@@ -433,11 +503,12 @@ def _failsafe(problem, columns, parent, bounds):
     return bounds, budget, event
 
 
-def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certificate: dict):
-    """Solve one pass, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
+def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certificate: dict, index: int = 0):
+    """Solve pass `index`, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
 
     The better of the two solutions is kept; one still above GAP_TOL is counted as uncertified in
-    `certificate` (and reported per level in the manifest), never accepted silently.
+    `certificate`, with its parent, pass, objective and gap (`uncertified_at`; reported per level in the
+    manifest, the run's summary and by the validator), never accepted silently.
     """
     terms, fixed, parent, bounds = stated.terms, stated.fixed, stated.parent, stated.bounds
     point = _least_squares(columns, stated, solver)
@@ -447,8 +518,7 @@ def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certifica
     parent_sums = None
     if parent is not None:
         parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
-    held = _held_at(fixed, x)
-    value, gap = certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=held,
+    value, gap = certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=fixed,
                          answers=point.answers)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
@@ -458,30 +528,19 @@ def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certifica
             retry = _least_squares(columns, stated, path, tight=True)
             if retry is not None:
                 v2, g2 = certify(problem, columns, terms, retry.x, parent_sums=parent_sums, bounds=bounds,
-                                 fixed=_held_at(fixed, retry.x), answers=retry.answers)
+                                 fixed=fixed, answers=retry.answers)
                 if g2 < gap:
                     x, value, gap = retry.x, v2, g2
             if gap <= GAP_TOL * max(value, 1.0):
                 break
         if gap > GAP_TOL * max(value, 1.0):
             certificate["uncertified"] += 1
+            certificate["uncertified_at"].append({"parent": problem.parent, "pass": index, "objective": value,
+                                                  "gap": gap})
     certificate["objective"] += on_grid(value, OBJECTIVE_GRID)
     certificate["gap"] += on_grid(gap, GAP_GRID)
     certificate["max_rel_gap"] = max(certificate["max_rel_gap"], gap / max(value, 1.0))
     return x
-
-
-def _held_at(fixed, x):
-    """The held answers of earlier passes as the certificate's feasible set: (rows, target, half-width).
-
-    The solver holds them as equalities to its relative feasibility tolerance; the band is just
-    wide enough to contain x (and 1e-9 relative, for the LP), so the gap is that of x's own face.
-    """
-    held = []
-    for matrix, target in fixed:
-        half = np.abs(matrix @ x - target) + 1e-9 * np.maximum(1.0, np.abs(target))
-        held.append((matrix, target, half))
-    return held
 
 
 # A problem's objective and gap enter a certificate on a grid of powers of two, so a level's sums are exact and the
@@ -497,16 +556,20 @@ def on_grid(value: float, grid: float) -> float:
 
 
 def new_certificate() -> dict:
-    """Per-problem (or summed per level) record of the L2 duality gaps, in original units."""
-    return {"problems": 0, "objective": 0.0, "gap": 0.0, "max_rel_gap": 0.0, "retried": 0, "uncertified": 0}
+    """Per-problem (or summed per level) record of the L2 duality gaps, in original units; `uncertified_at` lists
+    the passes above the tolerance after every retry (parent geocode, pass, objective, gap)."""
+    return {"problems": 0, "objective": 0.0, "gap": 0.0, "max_rel_gap": 0.0, "retried": 0, "uncertified": 0,
+            "uncertified_at": []}
 
 
 def merge_certificates(records) -> dict:
+    """The records of several problems (or batches) as one, in the order given."""
     total = new_certificate()
     for r in records:
         for k in ("problems", "objective", "gap", "retried", "uncertified"):
             total[k] += r.get(k, 0)
         total["max_rel_gap"] = max(total["max_rel_gap"], r.get("max_rel_gap", 0.0))
+        total["uncertified_at"] += list(r.get("uncertified_at", ()))
     return total
 
 
@@ -531,18 +594,18 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
     fixed: list = []
     done: set[str] = set()
     x = None
-    for names in problem.passes:
+    for index, names in enumerate(problem.passes):
         queries = _queries_in_pass(problem, names, done)
         if not queries:
             continue
         terms = _terms(problem, columns, queries)
         x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
-                            certificate=certificate)
+                            certificate=certificate, index=index)
         if x is None and not events:
             bounds, slack_budget, event = _failsafe(problem, columns, parent, bounds)
             events.append(event)
             x = _certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
-                                certificate=certificate)
+                                certificate=certificate, index=index)
         if x is None:
             raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:

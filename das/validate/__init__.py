@@ -14,6 +14,8 @@ each claim by the checks registered for it (das.validate.registry), in this orde
                     the privacy claim (every release): a TopDown certificate adds up exactly and is what
                     its spec's strategy and budget give, recomputed; a synthetic one's charges have the
                     rho their parameters give; eps re-derived from rho and delta
+    optimality      the least-squares optima (a TopDown release): the manifest's count of uncertified optima is
+                    its list's, every gap finite; each uncertified one named in the notes (every release)
     records         units_mdf: housing units vs facilities, the persons in the units' blocks;
                     mdf_codes: valid codes, derived columns agree with the schema, EPNUM 1..N without
                     repeats (every release)
@@ -36,7 +38,7 @@ Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
 from das import callable_module
-from das.validate import certificate, files, invariants, nmf, records, rules, signature, spine, tables
+from das.validate import certificate, files, invariants, nmf, optimality, records, rules, signature, spine, tables
 from das.validate import inputs as confidential
 from das.validate.driver import main, release_claims, validate_run, validate_state
 from das.validate.reading import GEO
@@ -44,7 +46,7 @@ from das.validate.registry import HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, 
 from das.validate.report import MAX_LISTED, Findings, Report, Stop, ValidationError
 
 for _check in (signature.SIGNATURE, files.CHECKSUMS, files.METADATA, certificate.CHARGES, certificate.CERTIFICATE,
-               records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
+               optimality.LEAST_SQUARES, records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
                records.CODES_CHECK, tables.TABLES, invariants.POPULATION_CHECK, rules.RULES, spine.SPINE,
                confidential.INPUTS):
     register(_check)
