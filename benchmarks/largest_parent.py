@@ -87,9 +87,9 @@ def _certificates(problem) -> dict:
         value, gap = solve.certify(problem, columns, terms, x, parent_sums=parent[1], bounds=bounds, fixed=[],
                                    answers=answers)
         if answers is not None:  # the dual bound alone (certify keeps the better of it and Frank-Wolfe's)
+            regions = solve.regions_of(problem, columns, x, parent_sums=parent[1], bounds=bounds, fixed=[])
             value, gap = value, solve._dual_gap(problem, columns, terms, [v - y for v, (_, y, _) in zip(answers, terms)],
-                                                value=value, parent_sums=parent[1], bounds=bounds, fixed=[],
-                                                x_total=float(x.sum()))
+                                                value=value, regions=regions, x_total=float(x.sum()))
         figures[f"{name}_gap"], figures[f"{name}_ratio"] = gap, gap / (solve.GAP_TOL * max(value, 1.0))
     figures["objective"] = value
     figures["negative_answers"] = int((unclipped < 0).sum())
