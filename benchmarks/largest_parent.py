@@ -10,7 +10,8 @@ variances, their bounds from their blocks' facts, one L2 pass. Printed (JSON): t
 direct path's solve (seconds, CPU, the process's peak RSS over its baseline), the certificate of that
 solution three ways, each as gap / (GAP_TOL x objective), above 1 failing: Frank-Wolfe's at the clipped
 x (what das certified before issue 26), at the unclipped x, and the Fenchel dual at the solver's own
-answer variables (what `certify` adds); then `solve_parent` whole (L2, rounding, checks) with its
+answer variables (what `certify` adds), and the Lagrangian bound at the solver's dual variables (what `certify`
+tries first); then `solve_parent` whole (L2, rounding, checks) with its
 certificate. Run each size in its own process, so the peak is the problem's.
 """
 
@@ -91,6 +92,9 @@ def _certificates(problem) -> dict:
             value, gap = value, solve._dual_gap(problem, columns, terms, [v - y for v, (_, y, _) in zip(answers, terms)],
                                                 value=value, regions=regions, x_total=float(x.sum()))
         figures[f"{name}_gap"], figures[f"{name}_ratio"] = gap, gap / (solve.GAP_TOL * max(value, 1.0))
+    if point.lower is not None:  # the Lagrangian bound at the solver's own dual variables (tried first by certify)
+        gap = max(0.0, value - point.lower)
+        figures["lagrangian_gap"], figures["lagrangian_ratio"] = gap, gap / (solve.GAP_TOL * max(value, 1.0))
     figures["objective"] = value
     figures["negative_answers"] = int((unclipped < 0).sum())
     return figures

@@ -49,6 +49,11 @@ class RunError(RuntimeError):
     """A run cannot start or continue (bad output directory, spec mismatch...)."""
 
 
+class RunStopped(RuntimeError):
+    """A run that had started stopped on an error of das's own (not of its input): nothing is released, and what it
+    had committed (noisy measurements, solved levels) is kept for `das run --resume`. Its cause is `__cause__`."""
+
+
 def code_version() -> str:
     """das version, plus the git commit when running from a checkout (and '+dirty' if modified)."""
     root = Path(__file__).resolve().parents[1]

@@ -31,12 +31,15 @@ from das.frame import (
     protected_paths,
     release_valid,
 )
+from das.io.microdata import InputError
 from das.io.outputs import write_spine
 from das.measure import Target, parts_dir
+from das.outdir import OutDirError
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
-from das.pipeline import Confidential, InputsRead, Pipeline, RunError, code_version
+from das.pipeline import Confidential, InputsRead, Pipeline, RunError, RunStopped, code_version
 from das.privacy.certificate import delta_text, fraction_text
+from das.privacy.strategy import BudgetError
 from das.rundir import (
     Counts,
     EngineRecord,
@@ -49,11 +52,13 @@ from das.rundir import (
     RunDirError,
 )
 from das.runspec import Budget, RunSpec, load_run_spec
+from das.schema import SpecError
 from das.topdown.engine import task_summary
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run", "run"]
+__all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "RunStopped", "code_version", "measure_only", "resume_run",
+           "run"]
 
 
 @dataclass(frozen=True)
@@ -345,6 +350,10 @@ def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, 
         executor.close()
 
 
+# errors that say what to do themselves (the CLI's refusals: input, spec, directory, disk); anything else is das's own
+EXPECTED = (RunError, InputError, SpecError, BudgetError, OutDirError, PartitionError, OSError)
+
+
 @dataclass
 class _Job:
     """A run under way: its pipeline, options and worker pool, its frame, and this resumption's record."""
@@ -378,6 +387,13 @@ class _Job:
                 raise RunError(f"disk full while writing to {run_dir.path} ({e.strerror}: "
                                f"{e.filename or 'an output file'}); everything committed so far is kept: free some "
                                f"space and continue with `das run --resume {run_dir.path}`") from e
+            if isinstance(e, Exception) and not isinstance(e, EXPECTED):
+                logger.debug("the error that stopped the run", exc_info=e)
+                raise RunStopped(f"stopped by an error of das's own, not of the input ({type(e).__name__}: "
+                                 f"{str(e)[:300]}); nothing is released. What the run committed (its noisy "
+                                 f"measurements, the levels it solved) is kept in {run_dir.path}: `das run --resume "
+                                 f"{run_dir.path}` continues from it without drawing noise again. Please report the "
+                                 f"error (-v shows where it was raised)") from e
             raise
         return RunResult(run_dir.path, self.frame.manifest, release_valid(self.frame), render_summary(self.frame))
 

@@ -140,6 +140,36 @@ def test_kill_and_resume_gives_identical_output_without_redrawing(county, tmp_pa
     assert not (out / "checkpoints").exists()  # removed once the outputs are complete
 
 
+def test_a_run_stopped_by_an_error_in_post_processing_resumes_without_drawing(county, tmp_path, monkeypatch, capsys):
+    """An error of das's own after the noise was drawn (the infinite duality gap that stopped vt_demo's root with an
+    OverflowError, issue 41) is a clean stop: RunStopped (rc 1 from the CLI) saying how to continue, nothing
+    released; the fixed code then resumes from the NMF, drawing nothing, to the uninterrupted run's release."""
+    import das.topdown.solve
+    from das.cli import main
+    from das.run import RunStopped
+
+    spec, reference = county
+    out = tmp_path / "run"
+
+    def overflow(value, grid):
+        raise OverflowError("cannot convert float infinity to integer")
+
+    with monkeypatch.context() as broken:
+        broken.setattr(das.topdown.solve, "on_grid", overflow)
+        with pytest.raises(RunStopped, match="das run --resume") as stopped:
+            run(spec, out, seed=SEED, workers=1, progress=False)
+        assert isinstance(stopped.value.__cause__, OverflowError)
+        assert main(["run", "--resume", str(out), "--workers", "1", "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        assert "OverflowError" in err and f"das run --resume {out}" in err and "Traceback" not in err
+    before = json.loads((out / "manifest.json").read_text())
+    assert before["status"] == "interrupted" and not (out / "mdf_persons.parquet").exists()
+    assert "OverflowError" in read_process(out)["error"]  # the operator's record says why
+    manifest, drawn = _resume_recording_draws(out, monkeypatch)
+    _same_content(manifest, reference)
+    assert drawn == []  # every level was measured before the stop
+
+
 def test_batching_and_workers_leave_the_manifest_unchanged(county, tmp_path):
     """The CLI's batches of 64 parents on two workers (how an interrupted run's checkpointed levels were solved) and
     the reference's one worker give the same manifest: a level's certificate sums are exact (solve.on_grid), where

@@ -61,7 +61,7 @@ def _refusals(args) -> int:
     from das.outdir import OutDirError
     from das.privacy.strategy import BudgetError
     from das.research.replicate import StudyError
-    from das.run import RunError
+    from das.run import RunError, RunStopped
     from das.schema import SpecError
     from das.signing import SigningError
     from das.specfile import cut_long_words
@@ -74,6 +74,9 @@ def _refusals(args) -> int:
     except InputError as e:
         print(f"das {args.command}: input is invalid:\n{cut_long_words(str(e))}", file=sys.stderr)
         return 2
+    except RunStopped as e:  # a run that had started stopped on an error of das's own: how to continue, no traceback
+        print(f"das {args.command}: {cut_long_words(str(e))}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         raise
     except OSError as e:  # a file or directory the system refused (permission, a symbolic link loop, disk full...)

@@ -213,11 +213,13 @@ class Pass:
 
 
 class Point(NamedTuple):
-    """A solution in counts: x clipped at zero, and the solver's own answer variables of every term (unclipped,
-    in the terms' order): what the certificate's dual point is built from (das.topdown.solve.certify)."""
+    """A solution in counts: x clipped at zero, the solver's own answer variables of every term (unclipped, in the
+    terms' order), and the Lagrangian lower bound on the optimum that the solver's dual variables give (`dual_bound`;
+    None where there is none): what the certificate is built from (das.topdown.solve.certify)."""
 
     x: np.ndarray
     answers: list[np.ndarray]
+    lower: float | None = None
 
 
 def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.ndarray | None:
@@ -297,5 +299,62 @@ def solve_point(stated: Pass, n_var: int, scale: float, tight: bool = False) -> 
         return None
     if status not in ("Solved", "AlmostSolved"):
         raise Stalled(f"Clarabel stopped with status {status} after {solution.iterations} iterations")
-    values = (np.asarray(solution.x, dtype=float) + shift) * scale
-    return Point(np.clip(values[:n_var], 0, None), [values[h] for h in lifted.holders])
+    primal = np.asarray(solution.x, dtype=float)
+    values = (primal + shift) * scale
+    lower = None
+    if n_slack == 0:  # the failsafe's slack variables carry no weight: no closed-form bound (solve.certify's LP decides)
+        system = System(diagonal, a_matrix, b_vector, n_eq, n_eq + np.arange(n_var))
+        bound = dual_bound(system, primal, np.asarray(solution.z, dtype=float))
+        lower = None if bound is None else bound + _constant(lifted, terms)
+    return Point(np.clip(values[:n_var], 0, None), [values[h] for h in lifted.holders], lower)
+
+
+class System(NamedTuple):
+    """The QP as Clarabel takes it: min 1/2 e'diag(P)e s.t. A e + s = b, s in {0}^n_eq x R+^rest; `sign_rows[i]` is
+    the row -e_i <= b of variable i's nonnegativity (x's variables come first)."""
+
+    diagonal: np.ndarray
+    a_matrix: sp.csc_matrix
+    b_vector: np.ndarray
+    n_eq: int
+    sign_rows: np.ndarray
+
+
+def dual_bound(system: System, primal: np.ndarray, dual: np.ndarray) -> float | None:
+    """A lower bound on min 1/2 e'Pe over the system's set widened to contain `primal`, from any dual point.
+
+    Weak duality: for z with z >= 0 on the inequality rows, every e of the set has 1/2 e'Pe >= g(z) = -b'z +
+    min_e (1/2 e'Pe + (A'z)'e) = -b'z - sum (A'z)_i^2 / 2P_i, provided (A'z)_i = 0 wherever P_i = 0. The set is
+    widened to contain the solver's own point (each equality within |A_i e - b_i| of b_i, each inequality moved by
+    its violation), which costs |z_i| times that: the bound then holds for a set the solution is in, so it is
+    never vacuous, even when the rows as stated contradict each other within the solver's tolerance. Dual
+    feasibility is restored first: the inequality duals clipped at 0, and (A'z)_i moved into the multiplier of
+    e_i >= 0 where P_i = 0 (possible when that multiplier stays >= 0; else None). Its accuracy is second order in
+    the dual's error where P_i > 0 (no parent count multiplies a gradient error, as in Frank-Wolfe's gap), first
+    order in the primal residuals.
+    """
+    z = dual.copy()
+    z[system.n_eq:] = np.maximum(z[system.n_eq:], 0.0)
+    c = system.a_matrix.T @ z
+    free = np.flatnonzero(system.diagonal == 0)
+    if len(free):
+        if free.max() >= len(system.sign_rows):
+            return None
+        rows = system.sign_rows[free]
+        z[rows] += c[free]  # the row is -e_i: its multiplier's increase lowers (A'z)_i by as much
+        if (z[rows] < 0).any():
+            return None
+        c[free] = 0.0
+    residual = system.a_matrix @ primal - system.b_vector
+    widened = (np.abs(z[:system.n_eq]) @ np.abs(residual[:system.n_eq])
+               + z[system.n_eq:] @ np.maximum(residual[system.n_eq:], 0.0))
+    held = system.diagonal > 0
+    value = -(system.b_vector @ z) - widened - float(np.sum(c[held] ** 2 / (2.0 * system.diagonal[held])))
+    return float(value) if np.isfinite(value) else None
+
+
+def _constant(lifted: Lifted, terms) -> float:
+    """The objective in counts less what Clarabel sees (1/2 e'Pe): each measurement's squared distance to the weighted
+    mean of its answer's measurements, summed directly (not as a difference of large sums)."""
+    mean = np.divide(-lifted.linear, 2.0 * lifted.weight, out=np.zeros_like(lifted.weight), where=lifted.weight > 0)
+    return float(sum(w * float(np.sum((y - mean[h]) ** 2)) for (_, y, w), h in zip(terms, lifted.holders)))

@@ -381,7 +381,8 @@ def regions_of(problem, columns, x, *, parent_sums, bounds: l2.BoundRows, fixed)
     return stated, Region(exact_sums, half, widened_bounds, held)
 
 
-def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=None) -> tuple[float, float]:
+def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=None,
+            lower: float | None = None) -> tuple[float, float]:
     """(objective, duality gap) of x in original units; the gap bounds objective(x) - optimum from above.
 
     The gap is objective(x) minus a lower bound on the optimum: the Fenchel dual of the least-squares
@@ -392,7 +393,9 @@ def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=N
     tolerance, and the larger bound is kept. The solver's answers carry its dual
     accuracy, not A x's: x is clipped at zero after the solve and the answer definitions hold only to the
     feasibility tolerance, and either shifts the gradient by a little that the parent counts multiply
-    (docs/scale.md). `fixed`: the held answers of earlier passes, (rows, target).
+    (docs/scale.md). `fixed`: the held answers of earlier passes, (rows, target). `lower`: a lower bound the solver's
+    own dual variables give (das.topdown.l2.dual_bound), tried before all of these: it needs no LP, and the
+    parent counts do not multiply its error.
 
     The gap is always finite, at most the objective: the minimum is taken over the feasible set as stated, or
     where that has none, over supersets of it (`_lower_bound`), and the optimum is never below 0.
@@ -401,8 +404,9 @@ def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=N
     value = sum(w * float(r @ r) for (_, _, w), r in zip(terms, residuals))
     regions = regions_of(problem, columns, x, parent_sums=parent_sums, bounds=bounds, fixed=fixed)
     candidates = [residuals] if answers is None else [[v - y for v, (_, y, _) in zip(answers, terms)], residuals]
-    gap = value
-    for r in candidates:  # the solver's answers first: Frank-Wolfe's (an LP where bounds bind) only if they fail
+    gap = value if lower is None else min(value, max(0.0, value - lower))
+    for r in candidates if gap > GAP_TOL * max(value, 1.0) else ():
+        # the solver's answers first: Frank-Wolfe's (an LP where bounds bind) only if they fail
         gap = min(gap, _dual_gap(problem, columns, terms, r, value=value, regions=regions, x_total=float(x.sum())))
         if gap <= GAP_TOL * max(value, 1.0):
             break
@@ -519,7 +523,7 @@ def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certifica
     if parent is not None:
         parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
     value, gap = certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=fixed,
-                         answers=point.answers)
+                         answers=point.answers, lower=point.lower)
     if gap > GAP_TOL * max(value, 1.0):
         certificate["retried"] += 1
         # tight tolerances on the same path; if the direct path is still not certified, the cvxpy path's
@@ -528,7 +532,7 @@ def _certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certifica
             retry = _least_squares(columns, stated, path, tight=True)
             if retry is not None:
                 v2, g2 = certify(problem, columns, terms, retry.x, parent_sums=parent_sums, bounds=bounds,
-                                 fixed=fixed, answers=retry.answers)
+                                 fixed=fixed, answers=retry.answers, lower=retry.lower)
                 if g2 < gap:
                     x, value, gap = retry.x, v2, g2
             if gap <= GAP_TOL * max(value, 1.0):
