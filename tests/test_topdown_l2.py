@@ -184,3 +184,52 @@ def test_overlapping_bound_rows_are_written_over_answer_variables():
         start = d.shape[1] - d.shape[0]
         values[start:d.shape[1]] = -(d[:, :start] @ values[:start])
     assert np.allclose(expressed @ values, rows @ x, rtol=1e-12, atol=1e-9)
+
+
+def _stated(problem: ParentProblem, queries=None) -> tuple[l2.Pass, np.ndarray, list]:
+    """One pass of `problem` over `queries` (default: all) as the direct path states it: (pass, columns, terms)."""
+    columns = solve._variables(problem)
+    terms = solve._terms(problem, columns, problem.queries if queries is None else queries)
+    parent = (solve._parent_sum(problem, columns), problem.parent_counts.astype(float))
+    return l2.Pass(terms, [], parent, solve._bound_rows(problem, columns)), columns, terms
+
+
+@pytest.mark.parametrize("seed, detailed", [(0, True), (1, True), (2, False), (3, False)])
+def test_the_lagrangian_bound_is_below_the_optimum_at_any_dual_and_tight_at_the_solvers(seed, detailed):
+    """dual_bound at the solver's duals certifies its point; at duals moved far from them it is still below the
+    optimum (weak duality), also where x carries no weight of its own (no `detailed` query: the duals of x >= 0
+    absorb what the weightless variables need)."""
+    problem, _ = make_problem(n_children=12, n_cells=40, seed=seed, noise=2.0)
+    queries = [q for q in problem.queries if detailed or q.name != "detailed"]
+    stated, columns, terms = _stated(problem, queries)
+    scale = solve._scale_of([y for _, y, _ in terms], stated.parent)
+    optimum = solve.objective(terms, l2.solve_point(stated, len(columns), scale, tight=True).x)[0]
+    point = l2.solve_point(stated, len(columns), scale)
+    value = solve.objective(terms, point.x)[0]
+    assert point.lower is not None and point.lower <= optimum * (1 + 1e-9) + 1e-9
+    assert value - point.lower <= solve.GAP_TOL * max(value, 1.0)
+    qp = l2.system_of(stated, len(columns), scale)
+    primal = point.x / scale - qp.shift[:len(columns)]  # not the solver's: a point of x alone, answers at 0
+    primal = np.r_[primal, -qp.shift[len(columns):]]
+    rng = np.random.default_rng(seed)
+    n_rows = qp.system.a_matrix.shape[0]
+    for spread in (1e-3, 1.0, 100.0):
+        dual = rng.normal(0, spread, n_rows)
+        bound = l2.dual_bound(qp.system, primal, dual)
+        if bound is not None:
+            assert bound + qp.constant <= optimum * (1 + 1e-9) + 1e-9
+
+
+def test_the_lagrangian_bound_at_a_huge_cell_is_not_multiplied_by_its_count():
+    """Millions of persons in one cell over 40 children (a large county's largest cell): Frank-Wolfe's gap at the
+    clipped x multiplies each gradient error by the parent count; the bound from the solver's duals does not."""
+    from test_topdown_solver import _huge_cell_problem
+
+    problem = _huge_cell_problem()
+    stated, columns, terms = _stated(problem)
+    point = l2.solve_point(stated, len(columns), solve._scale_of([y for _, y, _ in terms], stated.parent))
+    value = solve.objective(terms, point.x)[0]
+    sums = problem.parent_counts.astype(float)
+    frank_wolfe = solve.certify(problem, columns, terms, point.x, parent_sums=sums, bounds=stated.bounds, fixed=[])[1]
+    assert value - point.lower <= solve.GAP_TOL * value
+    assert value - point.lower < frank_wolfe

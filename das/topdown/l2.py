@@ -233,8 +233,63 @@ def solve(stated: Pass, n_var: int, scale: float, tight: bool = False) -> np.nda
 
 
 def solve_point(stated: Pass, n_var: int, scale: float, tight: bool = False) -> Point | None:
-    """`solve`, with the solver's answer variables of every term (the `Point`)."""
+    """`solve`, with the solver's answer variables of every term and its dual bound (the `Point`)."""
+    qp = system_of(stated, n_var, scale)
+    system = qp.system
+    width = len(system.diagonal)
+    held = np.flatnonzero(system.diagonal)  # as sp.diags(diagonal, format="csc"): no stored zeros
+    starts = np.zeros(width + 1, dtype=np.int32)
+    np.cumsum(system.diagonal != 0, out=starts[1:])
+    p_matrix = sp.csc_matrix((system.diagonal[held], held.astype(np.int32), starts), shape=(width, width))
+    n_rows = system.a_matrix.shape[0]
+    cones = ([clarabel.ZeroConeT(system.n_eq)] if system.n_eq else []) + [clarabel.NonnegativeConeT(n_rows - system.n_eq)]
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    for key, value in (TIGHT_SETTINGS if tight else DEFAULT_SETTINGS).items():
+        setattr(settings, key, value)
+    solution = clarabel.DefaultSolver(p_matrix, np.zeros(width), system.a_matrix, system.b_vector, cones, settings).solve()
+    status = str(solution.status)
+    if status in ("PrimalInfeasible", "AlmostPrimalInfeasible"):
+        return None
+    if status not in ("Solved", "AlmostSolved"):
+        raise Stalled(f"Clarabel stopped with status {status} after {solution.iterations} iterations")
+    primal = np.asarray(solution.x, dtype=float)
+    values = qp.counts(primal)
+    # the failsafe's pass is certified against the sums it settled on (das.topdown.solve), not this relaxed QP's
+    bound = dual_bound(system, primal, np.asarray(solution.z, dtype=float)) if stated.slack_budget is None else None
+    return Point(np.clip(values[:n_var], 0, None), [values[h] for h in qp.lifted.holders],
+                 None if bound is None else bound + qp.constant)
 
+
+class System(NamedTuple):
+    """The QP as Clarabel takes it: min 1/2 e'diag(P)e s.t. A e + s = b, s in {0}^n_eq x R+^rest; `sign_rows[i]` is
+    the row -e_i <= b_i of variable i's nonnegativity (-1: none, a free variable)."""
+
+    diagonal: np.ndarray
+    a_matrix: sp.csc_matrix
+    b_vector: np.ndarray
+    n_eq: int
+    sign_rows: np.ndarray
+
+
+@dataclass(frozen=True)
+class StatedQP:
+    """A pass as the QP Clarabel solves (`system`), and how its variables e map back: counts = (e + shift) * scale,
+    and the objective in counts is 1/2 e'Pe + `constant` wherever the answers are x's (das.topdown.solve.objective)."""
+
+    system: System
+    lifted: Lifted
+    shift: np.ndarray
+    scale: float
+    constant: float
+
+    def counts(self, primal: np.ndarray) -> np.ndarray:
+        return (primal + self.shift) * self.scale
+
+
+def system_of(stated: Pass, n_var: int, scale: float) -> StatedQP:
+    """The pass as a QP over x / scale and its answer variables (`lift`): equalities first (the answers' definitions,
+    the parent sums, the held answers), then inequalities (the failsafe's slack budget, x >= 0, the bound rows)."""
     terms, parent, slack_budget, bounds, fixed = (stated.terms, stated.parent, stated.slack_budget, stated.bounds,
                                                   stated.fixed)
     lifted = lift(terms, n_var)
@@ -256,9 +311,15 @@ def solve_point(stated: Pass, n_var: int, scale: float, tight: bool = False) -> 
             eq_rhs.append(counts / scale)
             le_rows.append(sp.csr_matrix(np.r_[np.zeros(n), np.ones(n_slack)][None, :]))
             le_rhs.append(np.array([slack_budget / scale]))
+    for matrix, target in fixed:  # held answers of earlier passes: equalities
+        eq_rows.append(express(lifted, matrix))
+        eq_rhs.append(target / scale)
     width = n + n_slack
     # x >= 0 and the slacks >= 0; answer variables are defined from x (sums: nonneg by themselves)
     signed = np.r_[np.arange(n_var), np.arange(n, width)]
+    n_eq = sum(m.shape[0] for m in eq_rows)
+    sign_rows = np.full(width, -1)
+    sign_rows[signed] = n_eq + sum(m.shape[0] for m in le_rows) + np.arange(len(signed))
     le_rows.append(csr_rows(-np.ones(len(signed)), signed, np.ones(len(signed), dtype=np.int32), width))
     le_rhs.append(np.zeros(len(signed)))
     b_matrix, lower, upper = bounds
@@ -271,53 +332,16 @@ def solve_point(stated: Pass, n_var: int, scale: float, tight: bool = False) -> 
         if hi.any():
             le_rows.append(_picked(rows, hi))
             le_rhs.append(upper[hi] / scale)
-    for matrix, target in fixed:  # held answers of earlier passes: equalities
-        eq_rows.append(express(lifted, matrix))
-        eq_rhs.append(target / scale)
     a_matrix = _stacked(eq_rows + le_rows, width).tocsc()
     b_vector = np.concatenate(eq_rhs + le_rhs)
-    n_eq = sum(m.shape[0] for m in eq_rows)
     weight = np.r_[lifted.weight, np.zeros(n_slack)]
     linear = np.r_[lifted.linear, np.zeros(n_slack)]
     # z = e + shift, shift the weighted mean of each answer's measurements: the objective Clarabel sees
     # is then the sum of squared residuals itself, so its relative gap tolerance is relative to f
     shift = np.divide(-linear, 2.0 * weight * scale, out=np.zeros(width), where=weight > 0)
     b_vector = b_vector - a_matrix @ shift
-    diagonal = 2.0 * weight * scale**2
-    held = np.flatnonzero(diagonal)  # as sp.diags(diagonal, format="csc"): no stored zeros
-    starts = np.zeros(width + 1, dtype=np.int32)
-    np.cumsum(diagonal != 0, out=starts[1:])
-    p_matrix = sp.csc_matrix((diagonal[held], held.astype(np.int32), starts), shape=(width, width))
-    cones = ([clarabel.ZeroConeT(n_eq)] if n_eq else []) + [clarabel.NonnegativeConeT(a_matrix.shape[0] - n_eq)]
-    settings = clarabel.DefaultSettings()
-    settings.verbose = False
-    for key, value in (TIGHT_SETTINGS if tight else DEFAULT_SETTINGS).items():
-        setattr(settings, key, value)
-    solution = clarabel.DefaultSolver(p_matrix, np.zeros(width), a_matrix, b_vector, cones, settings).solve()
-    status = str(solution.status)
-    if status in ("PrimalInfeasible", "AlmostPrimalInfeasible"):
-        return None
-    if status not in ("Solved", "AlmostSolved"):
-        raise Stalled(f"Clarabel stopped with status {status} after {solution.iterations} iterations")
-    primal = np.asarray(solution.x, dtype=float)
-    values = (primal + shift) * scale
-    lower = None
-    if n_slack == 0:  # the failsafe's slack variables carry no weight: no closed-form bound (solve.certify's LP decides)
-        system = System(diagonal, a_matrix, b_vector, n_eq, n_eq + np.arange(n_var))
-        bound = dual_bound(system, primal, np.asarray(solution.z, dtype=float))
-        lower = None if bound is None else bound + _constant(lifted, terms)
-    return Point(np.clip(values[:n_var], 0, None), [values[h] for h in lifted.holders], lower)
-
-
-class System(NamedTuple):
-    """The QP as Clarabel takes it: min 1/2 e'diag(P)e s.t. A e + s = b, s in {0}^n_eq x R+^rest; `sign_rows[i]` is
-    the row -e_i <= b of variable i's nonnegativity (x's variables come first)."""
-
-    diagonal: np.ndarray
-    a_matrix: sp.csc_matrix
-    b_vector: np.ndarray
-    n_eq: int
-    sign_rows: np.ndarray
+    system = System(2.0 * weight * scale**2, a_matrix, b_vector, n_eq, sign_rows)
+    return StatedQP(system, lifted, shift, scale, _constant(lifted, terms))
 
 
 def dual_bound(system: System, primal: np.ndarray, dual: np.ndarray) -> float | None:
@@ -338,9 +362,9 @@ def dual_bound(system: System, primal: np.ndarray, dual: np.ndarray) -> float | 
     c = system.a_matrix.T @ z
     free = np.flatnonzero(system.diagonal == 0)
     if len(free):
-        if free.max() >= len(system.sign_rows):
-            return None
         rows = system.sign_rows[free]
+        if (rows < 0).any():  # a weightless variable without a sign: (A'z)_i must be 0 exactly, which no repair gives
+            return None
         z[rows] += c[free]  # the row is -e_i: its multiplier's increase lowers (A'z)_i by as much
         if (z[rows] < 0).any():
             return None
