@@ -52,6 +52,7 @@ def test_the_shared_case_root_is_certified(tmp_path):
     solved, report = engine._solve_root(job, time.perf_counter())
     cert = report.certificate
     assert cert["problems"] == 1 and cert["uncertified"] == 0 and not cert["uncertified_at"]
+    assert cert["retried"] == 0  # the held answers meet the bounds: the direct path solves the second pass at once
     assert math.isfinite(cert["gap"]) and 0 <= cert["max_rel_gap"] <= solve.GAP_TOL
     assert solved.sum() == confidential.invariants.total_population["nation"][0]
 
@@ -103,6 +104,16 @@ def test_held_answers_below_a_bound_leave_the_stated_set_empty_and_the_gap_finit
     assert math.isfinite(gap) and 0 <= gap <= value
     assert value - gap <= _optimum_containing(terms, bounds, fixed, x) * (1 + 1e-9) + 1e-12  # a lower bound
     assert gap <= 1e-3 * value  # x is (nearly) that set's optimum: the bound is not vacuous
+
+
+def test_the_answers_held_for_the_next_pass_are_moved_within_the_rules_by_the_least_l1():
+    problem, columns, terms, bounds, fixed, x = _held_below_a_bound()
+    held = solve._within_rules(x, parent=None, bounds=bounds)
+    values = bounds.matrix @ held
+    assert (values >= bounds.lower - 1e-9).all() and (values <= bounds.upper + 1e-9).all() and (held >= 0).all()
+    assert np.abs(held - x).sum() == pytest.approx(2e-4, rel=1e-6)  # 1e-4 into the GQ type, 1e-4 out of the rest
+    inside = np.array([0.6, 0.5, 8.9])
+    assert solve._within_rules(inside, parent=None, bounds=bounds) is inside  # nothing to move: x itself
 
 
 # ---------------------------------------------------------------------------------------------

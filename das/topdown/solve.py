@@ -577,6 +577,36 @@ def merge_certificates(records) -> dict:
     return total
 
 
+def _within_rules(x: np.ndarray, *, parent, bounds: l2.BoundRows) -> np.ndarray:
+    """x, or where it breaks a bound row or the parent sums by more than rounding, the nearest point in L1 (an LP,
+    HiGHS) that meets them: the answers a pass holds for the next must be reachable within the rules.
+
+    The solver meets each row only to its feasibility tolerance: vt_demo's root put a GQ type at 0.99984 persons
+    against its bound of at least one (seed 10), and holding that answer made the next pass infeasible as stated
+    (the direct path said so, the cvxpy path solved it loosely, the certificate's LP had no solution). Moving the
+    held answers by that 1.6e-4 costs nothing; x itself is returned unchanged to the caller."""
+    rows, lows, highs = [], [], []
+    b_matrix, lower, upper = bounds
+    if b_matrix is not None:
+        rows.append(b_matrix)
+        lows.append(np.where(lower > 0, lower, -np.inf))
+        highs.append(np.asarray(upper, dtype=float))
+    if parent is not None:
+        rows.append(parent[0])
+        lows.append(parent[1])
+        highs.append(parent[1])
+    if not rows:
+        return x
+    matrix, low, high = sp.vstack(rows).tocsr(), np.concatenate(lows), np.concatenate(highs)
+    at = matrix @ x
+    if not ((at < low - _slack(low)) | (at > high + _slack(high))).any():
+        return x
+    # x + up - down with up >= 0, 0 <= down <= x: every row within its bounds, the least L1 movement
+    d = _highs_lp(np.ones(2 * len(x)), sp.hstack([matrix, -matrix]).tocsr(), low - at, high - at,
+                  col_upper=np.r_[np.full(len(x), np.inf), x], integer=False)
+    return x if d is None else np.maximum(x + d[:len(x)] - d[len(x):], 0.0)
+
+
 def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: dict | None = None):
     """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
 
@@ -614,10 +644,12 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
             raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:
             done.add(q.name)
-        if names:  # hold this pass's answers for the next passes
+        if names:  # hold this pass's answers for the next passes, where a point that meets every rule puts them
+            held = _within_rules(x, parent=None if slack_budget is not None else parent,
+                                 bounds=bounds)
             for q in queries:
                 a = _query_rows(problem, q, columns)
-                fixed.append((a, a @ x))
+                fixed.append((a, a @ held))
     if x is None:  # no queries at all: any feasible point
         point = _least_squares(columns, l2.Pass([], [], parent, bounds, slack_budget), solver)
         x = None if point is None else point.x
