@@ -80,9 +80,9 @@ BIG_STATES = Path(os.environ.get("DAS_BIG_STATE_DIR", Path(tempfile.gettempdir()
 RECORD = Path(os.environ.get("DAS_STRESS_RECORD", ROOT / "benchmarks" / "recorded"))
 
 GROUPS = ("roots", "chains", "largest", "runs")
-# the full run: 3 states x 2 spines x 3 budgets x 120 = 2,160 roots; every largest parent 200 times but the
-# 2,400-tract county's (100-200 s a solve) 20; 30 whole runs
-DEFAULT_DRAWS = {"roots": 120, "chains": 60, "largest": 200, "largest/big/county-2400": 20, "runs": 30}
+# the full run: 3 states x 2 spines x 3 budgets x 120 = 2,160 roots; 7 chain shapes x 3 budgets x 100 = 2,100
+# chains; every largest parent 200 times but the 2,400-tract county's (100-200 s a solve) 20; 30 whole runs
+DEFAULT_DRAWS = {"roots": 120, "chains": 100, "largest": 200, "largest/big/county-2400": 20, "runs": 30}
 BUDGETS = (1, 10, 100)  # the strategy's rho divided by each
 STATES = {"vt": ROOT / "geography_fixtures" / "vt", "de": ROOT / "geography_fixtures" / "de", "hi": None}
 SPINES = {"six": ("pl94_six_level", ("nation", "state", "county", "tract", "block_group", "block")),
@@ -135,6 +135,18 @@ def draws_wanted(name: str, given: str | None = None) -> int:
         if keys:
             return table[max(keys, key=len)]
     raise ValueError(f"no draw count for case {name!r}")
+
+
+def check_draw_keys(names: list[str], group: str, given: str | None = None) -> None:
+    """Refuse a key of DAS_STRESS_DRAWS that names no group, or, for `group`, none of its cases `names` (a typo
+    would otherwise leave the defaults in place: hours instead of a smoke run)."""
+    given = os.environ.get("DAS_STRESS_DRAWS", "") if given is None else given
+    for item in filter(None, (s.strip() for s in given.split(","))):
+        key = item.partition("=")[0].strip().strip("/")
+        first = key.split("/")[0]
+        if first not in GROUPS or first == group and not any(n == key or n.startswith(key + "/") for n in names):
+            raise ValueError(f"DAS_STRESS_DRAWS: {key!r} is no group ({', '.join(GROUPS)}) nor a case of one "
+                             "(`python -m benchmarks.stress list` lists them)")
 
 
 def draw_source(case: str, draw: int):
@@ -335,11 +347,17 @@ def prepared(s: Setup, level: str, parent: int | None, budget) -> Prepared:
         shape = f"{level} (root)" + "".join(f" + its only {c.level}" for c in chains)
     else:
         size = parent_problem(s.schema, top[0], g.units(child)[lo:hi], top[1], answers=[], bounds=bounds)
-        in_chain = len({int(r) for c in chains for r in c.rows})
-        shape = f"{level} {top[0]}: {hi - lo} {child}s" + (
-            f", {in_chain} with a chain to {chains[-1].level}" if chains else "")
+        shape = f"{level} {top[0]}: {hi - lo} {_plural(child)}" + (
+            "; only children measured again: " + ", ".join(f"{len(c.rows)} {_plural(c.level)}" for c in chains)
+            if chains else "")
     return Prepared(s, s.plan(budget), _measured(s, child, np.arange(lo, hi)), chains, bounds, top, shape,
                     int(size.allowed.sum()))
+
+
+def _plural(level: str) -> str:
+    """A level's name in the plural, in words: "block groups", "counties"."""
+    words = level.replace("_", " ")
+    return words[:-1] + "ies" if words.endswith("y") else words + "s"
 
 
 @dataclass
@@ -530,7 +548,9 @@ def figures_of(rows: list[dict]) -> dict:
 
 def run_cases(group: str) -> dict:
     """Every case of `group`, each drawn `draws_wanted` times; writes the record and returns the figures."""
-    cases = [c for c in CASES[group]() if draws_wanted(c.name) > 0]
+    every = CASES[group]()
+    check_draw_keys([c.name for c in every], group)
+    cases = [c for c in every if draws_wanted(c.name) > 0]
     if not cases:
         raise RuntimeError(f"stress.{group}: no case has a draw (DAS_STRESS_DRAWS)")
     tallies, cpu = [], []
@@ -616,6 +636,7 @@ def manifest_figures(path: Path) -> dict:
 
 
 def run_runs() -> dict:
+    check_draw_keys(["runs/vt_demo"], "runs")
     n = draws_wanted("runs/vt_demo")
     if n <= 0:
         raise RuntimeError("stress.runs: no run asked for (DAS_STRESS_DRAWS)")
@@ -637,11 +658,11 @@ def run_runs() -> dict:
                "max_rel_gap": max((r.get("max_rel_gap", 0.0) for r in records), default=0.0),
                "wall_median_s": statistics.median(wall), "wall_max_s": max(wall),
                "cpu_median_s": statistics.median(cpu), "cpu_max_s": max(cpu)}
-    row = {"case": "runs/vt_demo", "level": "all", "shape": "das run vt_demo --workers 2, OS randomness",
-           "variables": 0, "draws": n, "crashes": int(figures["crashes"]), "uncertified": int(figures["uncertified"]),
-           "failsafe": int(figures["failsafe"]), "fallbacks": 0, "retried": sum(r.get("retried", 0) for r in records),
-           "max_rel_gap": figures["max_rel_gap"], "cpu_median_s": figures["cpu_median_s"], "cpu_max_s": figures["cpu_max_s"],
-           "invalid": int(figures["validation_failures"]), "wall_median_s": figures["wall_median_s"]}
+    row = {"case": "runs/vt_demo", "shape": "das run vt_demo --workers 2, OS randomness", "runs": n,
+           "crashes": int(figures["crashes"]), "invalid": int(figures["validation_failures"]),
+           "uncertified": int(figures["uncertified"]), "failsafe": int(figures["failsafe"]),
+           "retried": sum(r.get("retried", 0) for r in records), "max_rel_gap": figures["max_rel_gap"],
+           **{k: figures[k] for k in ("wall_median_s", "wall_max_s", "cpu_median_s", "cpu_max_s")}}
     bad = [{**r, "kinds": [k for k in ("crash", "invalid", "uncertified", "failsafe") if r.get(k)]} for r in records
            if "crash" in r or r.get("invalid") or r.get("uncertified") or r.get("failsafe")]
     write_record("runs", [row], bad, figures)
@@ -677,6 +698,8 @@ def _g(x) -> str:
 
 TABLE = ("case", "level", "shape", "variables", "draws", "crashes", "uncertified", "failsafe", "fallbacks", "retried",
          "max_rel_gap", "cpu_median_s", "cpu_max_s")
+RUNS_TABLE = ("case", "shape", "runs", "crashes", "invalid", "uncertified", "failsafe", "retried", "max_rel_gap",
+              "wall_median_s", "wall_max_s", "cpu_median_s", "cpu_max_s")
 SHOWN_FAILURES = 60  # per group in stress.md; the JSON beside it has every one
 
 
@@ -692,18 +715,21 @@ def render() -> str:
         if not path.is_file():
             continue
         r = json.loads(path.read_text())
+        table = RUNS_TABLE if group == "runs" else TABLE
         lines += [f"### stress.{group}", "",
                   f"- when: {r['when']} (code {r['code']}, 1-min load at the end {r['load']}); seed {r['seed']}; "
                   f"DAS_STRESS_DRAWS={r['draws_setting'] or '(defaults)'}",
                   "- totals: " + ", ".join(f"{k} {_g(v)}" for k, v in r["figures"].items()), "",
-                  "| " + " | ".join(TABLE) + " |", "|" + "---|" * len(TABLE)]
-        lines += ["| " + " | ".join(_g(row.get(k, "")) for k in TABLE) + " |" for row in r["rows"]]
+                  "| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
+        lines += ["| " + " | ".join(_g(row.get(k, "")) for k in table) + " |" for row in r["rows"]]
         lines.append("")
         if r["failures"]:
-            lines.append(f"Draws to look at ({len(r['failures'])}; replay: `python -m benchmarks.stress replay CASE DRAW`):")
+            again = ("each kept run directory resumes with `das run --resume DIR`" if group == "runs"
+                     else "replay: `python -m benchmarks.stress replay CASE DRAW`")
+            lines.append(f"Draws to look at ({len(r['failures'])}; {again}):")
             lines.append("")
             for x in r["failures"][:SHOWN_FAILURES]:
-                where = f" kept {x['kept']}" if "kept" in x else ""
+                where = f"; kept {x['kept']}" if "kept" in x else ""
                 lines.append(f"- {x['case']} {x['draw']}: {', '.join(x['kinds'])}: {_said(x)}{where}")
             if len(r["failures"]) > SHOWN_FAILURES:
                 lines.append(f"- ... {len(r['failures']) - SHOWN_FAILURES} more in benchmarks/recorded/stress/{group}.json")

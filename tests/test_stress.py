@@ -151,6 +151,19 @@ def test_uncertified_failsafe_and_fallback_are_counted(monkeypatch):
     assert (row["uncertified"], row["fallbacks"], row["retried"], row["max_rel_gap"]) == (1, 1, 2, 2.4e-6)
 
 
+def test_draw_counts():
+    assert stress.draws_wanted("largest/big/county-2400", "largest=2") == 2  # a key given beats every default
+    assert stress.draws_wanted("largest/big/county-2400", "") == 20
+    assert stress.draws_wanted("roots/vt/six/1", "largest=2") == 120
+    assert stress.draws_wanted("roots/vt/six/1", "roots=5,roots/vt=7") == 7  # the longest key
+    assert stress.draws_wanted("roots/vtx/six/1", "roots/vt=7,roots=5") == 5  # by whole components
+    names = [c.name for c in stress.root_cases()]
+    stress.check_draw_keys(names, "roots", "roots=1,roots/hi/five=2,largest/big=3")
+    for typo in ("root=1", "roots/vt/seven=1"):
+        with pytest.raises(ValueError, match="no group"):
+            stress.check_draw_keys(names, "roots", typo)
+
+
 def test_no_draw_is_an_error_not_a_zero(monkeypatch):
     monkeypatch.setenv("DAS_STRESS_DRAWS", "roots=0")
     with pytest.raises(RuntimeError, match="no case has a draw"):
