@@ -27,7 +27,8 @@ Groups (a Bench `stress.<group>` each) and their cases, each case a name `group/
   `largest/honolulu/county-488` and `largest/honolulu/block-group` (`--big 488 --small '' --tracts-from
   hi:003`: Honolulu's tracts twice).
 - `runs`: `das run vt_demo --out TMP --workers 2` with the operating system's randomness, whole: exit code,
-  validation, the manifest's uncertified optima, failsafe events and largest relative gap, wall and CPU.
+  validation, the manifest's uncertified optima, failsafe events and largest relative gap, wall and CPU; at the
+  spec's budget (`runs/vt_demo/1`) and with `--rho` 1/10 and 1/100 of it (`runs/vt_demo/10`, `runs/vt_demo/100`).
 
 Below the root the parent's counts are the true sum of its children (as benchmarks/largest_parent.py): a run's
 parent is the solved one, whose difference from the truth is what makes a child's bounds infeasible; that, the
@@ -81,8 +82,10 @@ RECORD = Path(os.environ.get("DAS_STRESS_RECORD", ROOT / "benchmarks" / "recorde
 
 GROUPS = ("roots", "chains", "largest", "runs")
 # the full run: 3 states x 2 spines x 3 budgets x 120 = 2,160 roots; 7 chain shapes x 3 budgets x 100 = 2,100
-# chains; every largest parent 200 times but the 2,400-tract county's (100-200 s a solve) 20; 30 whole runs
-DEFAULT_DRAWS = {"roots": 120, "chains": 100, "largest": 200, "largest/big/county-2400": 20, "runs": 30}
+# chains; every largest parent 200 times but the 2,400-tract county's (100-200 s a solve) 20; 30 whole runs at the
+# production budget, 10 at 1/10 and 10 at 1/100 of it
+DEFAULT_DRAWS = {"roots": 120, "chains": 100, "largest": 200, "largest/big/county-2400": 20, "runs": 30,
+                 "runs/vt_demo/10": 10, "runs/vt_demo/100": 10}
 BUDGETS = (1, 10, 100)  # the strategy's rho divided by each
 STATES = {"vt": ROOT / "geography_fixtures" / "vt", "de": ROOT / "geography_fixtures" / "de", "hi": None}
 SPINES = {"six": ("pl94_six_level", ("nation", "state", "county", "tract", "block_group", "block")),
@@ -588,16 +591,38 @@ def _said(record: dict) -> str:
 # Whole runs
 
 
-def whole_run(index: int, out: Path) -> dict:
-    """`das run vt_demo --out OUT --workers 2` (operating-system randomness) in a new process; its outcome.
-    A failing run's directory is kept under WORK/kept (its NMF resumes it); a passing one is deleted."""
+RUN_SPEC = "vt_demo"
+KEEP_FAILSAFE = 3  # run directories kept per case for failsafe events alone (expected at 1/100 of the budget)
+
+
+def run_cases_of() -> list[str]:
+    return [f"runs/{RUN_SPEC}/{budget}" for budget in BUDGETS]
+
+
+def run_rho(budget: int) -> str | None:
+    """`--rho` of a whole run at the persons budget divided by `budget` (None: the spec's own)."""
+    if budget == 1:
+        return None
+    from das.pipeline import release_rho
+    from das.privacy.strategy import load_strategy
+    from das.runspec import load_run_spec
+
+    spec = load_run_spec(RUN_SPEC)
+    return str(release_rho(spec.persons, load_strategy(spec.persons.strategy), spec.delta) / budget)
+
+
+def whole_run(case: str, index: int, out: Path, *, keep: bool = True) -> dict:
+    """`das run vt_demo --out OUT --workers 2` (operating-system randomness; `--rho` at a budget below the spec's)
+    in a new process; its outcome. A failing run's directory is kept under WORK/kept (its NMF resumes it; one with
+    failsafe events alone only if `keep`); a passing one is deleted."""
+    rho = run_rho(int(case.rsplit("/", 1)[1]))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", "import sys; from das.cli import main; sys.exit(main())", "run",
-                           "vt_demo", "--out", str(out), "--workers", "2"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           RUN_SPEC, "--out", str(out), "--workers", "2", *(["--rho", rho] if rho else [])], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    record = {"case": "runs/vt_demo", "draw": index, "rc": proc.returncode, "wall_s": time.perf_counter() - t0,
+    record = {"case": case, "draw": index, "rc": proc.returncode, "wall_s": time.perf_counter() - t0,
               "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
     record.update(manifest_figures(out / "manifest.json"))
     if record.get("valid") is False:
@@ -605,8 +630,8 @@ def whole_run(index: int, out: Path) -> dict:
     elif proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         record.update(crash=f"exit {proc.returncode}", message=lines[-1][:300] if lines else "")
-    if proc.returncode != 0 or record.get("invalid") or record.get("uncertified") or record.get("failsafe"):
-        kept = WORK / "kept" / f"vt_demo-{dt.datetime.now():%Y%m%d-%H%M%S}-{index}"
+    if proc.returncode != 0 or record.get("invalid") or record.get("uncertified") or record.get("failsafe") and keep:
+        kept = WORK / "kept" / f"{case.replace('/', '-')}-{dt.datetime.now():%Y%m%d-%H%M%S}-{index}"
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(out), kept)
         (kept / "stress-stderr.txt").write_text(proc.stderr)
@@ -636,37 +661,50 @@ def manifest_figures(path: Path) -> dict:
 
 
 def run_runs() -> dict:
-    check_draw_keys(["runs/vt_demo"], "runs")
-    n = draws_wanted("runs/vt_demo")
-    if n <= 0:
+    """Whole runs of each case of run_cases_of(), drawn `draws_wanted` times; writes the record, returns the
+    figures (totals over every run)."""
+    cases = run_cases_of()
+    check_draw_keys(cases, "runs")
+    if not sum(draws_wanted(c) for c in cases):
         raise RuntimeError("stress.runs: no run asked for (DAS_STRESS_DRAWS)")
-    records = []
+    records, rows = [], []
     WORK.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
-        for i in range(n):
-            record = whole_run(i, Path(tmp) / f"run{i}")
-            records.append(record)
-            print(f"[stress] runs/vt_demo run {i}: rc {record['rc']}, valid {record.get('valid')}, uncertified "
-                  f"{record.get('uncertified')}, failsafe {record.get('failsafe')}, {record['wall_s']:.0f} s"
-                  + (f", {record['crash']}: {record['message']}" if "crash" in record else ""),
-                  file=sys.stderr, flush=True)
+    for case in cases:
+        mine = []
+        with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+            for i in range(draws_wanted(case)):
+                kept = sum("kept" in r and not (r.get("crash") or r.get("invalid") or r.get("uncertified")) for r in mine)
+                mine.append(whole_run(case, i, Path(tmp) / f"run{i}", keep=kept < KEEP_FAILSAFE))
+                r = mine[-1]
+                print(f"[stress] {case} run {i}: rc {r['rc']}, valid {r.get('valid')}, uncertified {r.get('uncertified')}, "
+                      f"failsafe {r.get('failsafe')}, {r['wall_s']:.0f} s"
+                      + (f", {r['crash']}: {r['message']}" if "crash" in r else ""), file=sys.stderr, flush=True)
+        if mine:
+            rows.append(runs_row(case, mine))
+        records += mine
+    figures = {k: float(sum(row[k] for row in rows)) for k in ("runs", "crashes", "invalid", "uncertified", "failsafe")}
+    figures["validation_failures"] = figures.pop("invalid")
     wall, cpu = [r["wall_s"] for r in records], [r["cpu_s"] for r in records]
-    figures = {"draws": float(n), "crashes": float(sum("crash" in r for r in records)),
-               "validation_failures": float(sum(bool(r.get("invalid")) for r in records)),
-               "uncertified": float(sum(r.get("uncertified", 0) for r in records)),
-               "failsafe": float(sum(r.get("failsafe", 0) for r in records)),
-               "max_rel_gap": max((r.get("max_rel_gap", 0.0) for r in records), default=0.0),
-               "wall_median_s": statistics.median(wall), "wall_max_s": max(wall),
-               "cpu_median_s": statistics.median(cpu), "cpu_max_s": max(cpu)}
-    row = {"case": "runs/vt_demo", "shape": "das run vt_demo --workers 2, OS randomness", "runs": n,
-           "crashes": int(figures["crashes"]), "invalid": int(figures["validation_failures"]),
-           "uncertified": int(figures["uncertified"]), "failsafe": int(figures["failsafe"]),
-           "retried": sum(r.get("retried", 0) for r in records), "max_rel_gap": figures["max_rel_gap"],
-           **{k: figures[k] for k in ("wall_median_s", "wall_max_s", "cpu_median_s", "cpu_max_s")}}
+    figures.update(max_rel_gap=max(row["max_rel_gap"] for row in rows), wall_median_s=statistics.median(wall),
+                   wall_max_s=max(wall), cpu_median_s=statistics.median(cpu), cpu_max_s=max(cpu))
     bad = [{**r, "kinds": [k for k in ("crash", "invalid", "uncertified", "failsafe") if r.get(k)]} for r in records
            if "crash" in r or r.get("invalid") or r.get("uncertified") or r.get("failsafe")]
-    write_record("runs", [row], bad, figures)
+    write_record("runs", rows, bad, figures)
     return figures
+
+
+def runs_row(case: str, records: list[dict]) -> dict:
+    """One case's whole runs, summed (a row of the record's table)."""
+    rho = run_rho(int(case.rsplit("/", 1)[1]))
+    wall, cpu = [r["wall_s"] for r in records], [r["cpu_s"] for r in records]
+    return {"case": case, "shape": f"das run {RUN_SPEC} --workers 2" + (f" --rho {rho}" if rho else "") + ", OS randomness",
+            "runs": len(records), "crashes": sum("crash" in r for r in records),
+            "invalid": sum(bool(r.get("invalid")) for r in records),
+            "uncertified": sum(r.get("uncertified", 0) for r in records),
+            "failsafe": sum(r.get("failsafe", 0) for r in records), "retried": sum(r.get("retried", 0) for r in records),
+            "max_rel_gap": max(r.get("max_rel_gap", 0.0) for r in records),
+            "wall_median_s": statistics.median(wall), "wall_max_s": max(wall),
+            "cpu_median_s": statistics.median(cpu), "cpu_max_s": max(cpu)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -765,8 +803,9 @@ BENCHES = [
     Bench("stress.largest", "the largest parents of scripts/make_big_state (the 2,400- and 1,000-tract counties, a "
           "Honolulu-like 488-tract county, the largest tract and block groups), production budget",
           run_largest, key="crashes", repeats=1, default=False, target=_TARGET),
-    Bench("stress.runs", "whole `das run vt_demo --workers 2` with OS randomness: crashes, validation failures, "
-          "uncertified optima, failsafe events", run_runs, key="crashes", repeats=1, default=False,
+    Bench("stress.runs", "whole `das run vt_demo --workers 2` with OS randomness at the spec's persons budget (30), "
+          "1/10 and 1/100 of it (10 each): crashes, validation failures, uncertified optima, failsafe events",
+          run_runs, key="crashes", repeats=1, default=False,
           target="0 crashes, 0 validation failures, 0 uncertified"),
 ]
 
@@ -803,8 +842,8 @@ def main(argv: list[str] | None = None) -> int:
         return replay(args.case, args.draw)
     if args.command == "list":
         for group in GROUPS:
-            for case in CASES[group]() if group in CASES else [Case("runs/vt_demo", "vt", "six", "all")]:
-                print(f"{case.name:40s} {draws_wanted(case.name)}")
+            for name in [c.name for c in CASES[group]()] if group in CASES else run_cases_of():
+                print(f"{name:40s} {draws_wanted(name)}")
         return 0
     for group in args.groups:
         print(json.dumps({group: RUNNERS[group]()}), flush=True)
