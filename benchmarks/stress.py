@@ -524,7 +524,8 @@ class Tally:
                 "retried": sum(x.get("retried", 0) for x in r),
                 "max_rel_gap": max((x.get("max_rel_gap", 0.0) for x in r), default=0.0),
                 "cpu_median_s": statistics.median(cpu) if cpu else float("nan"),
-                "cpu_max_s": max(cpu, default=float("nan"))}
+                "cpu_max_s": max(cpu, default=float("nan")),
+                "build_median_s": statistics.median(x.get("build_s", float("nan")) for x in r) if r else float("nan")}
 
 
 def failures(records: list[dict]) -> list[dict]:
