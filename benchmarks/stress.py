@@ -433,8 +433,8 @@ def solve_draw(case: Case, draw: int) -> dict:
                   max_rel_gap=float(certificate.get("max_rel_gap", 0.0)), failsafe=len(solution.events),
                   events=[f"{e.parent or '(root)'} {e.stage}: {e.relaxed} (slack {e.slack:.3g})" for e in solution.events],
                   rounding=solution.rounding_method)
-    extra = {k: v for k, v in certificate.items() if k not in ("problems", "objective", "gap", "max_rel_gap",
-                                                                "retried", "uncertified")}
+    extra = {k: v for k, v in certificate.items() if v and k not in ("problems", "objective", "gap", "max_rel_gap",
+                                                                     "retried", "uncertified")}
     if extra:  # what the certificate says beyond the counts (e.g. where an uncertified optimum was)
         record["certificate"] = json.loads(json.dumps(extra, default=str))
     return record
@@ -584,8 +584,10 @@ def run_cases(group: str) -> dict:
 def _said(record: dict) -> str:
     if "crash" in record:
         return f"{record['crash']}: {record['message']}" + (f" ({record['where']})" if record.get("where") else "")
+    where = (record.get("certificate") or {}).get("uncertified_at") or record.get("uncertified_at")
     return (f"uncertified {record.get('uncertified', 0)}, gap {record.get('max_rel_gap', 0):.3g}, failsafe "
-            f"{record.get('failsafe', 0)}, rounding {record.get('rounding')}")
+            f"{record.get('failsafe', 0)}, rounding {record.get('rounding', '-')}"
+            + (f"; uncertified at {json.dumps(where[:3], default=str)}" if where else ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -651,10 +653,13 @@ def manifest_figures(path: Path) -> dict:
         return {}
     levels = [lv for release in (manifest.get("levels_report") or {}).values() for lv in release]
     certificates = [lv.get("l2_certificate") or {} for lv in levels]
+    where = [u for lv in levels if isinstance(lv.get("uncertified"), list) for u in lv["uncertified"]]
     figures = {"status": manifest.get("status"), "failsafe": len(manifest.get("failsafe_events") or []),
                "uncertified": sum(int(c.get("uncertified", 0)) for c in certificates),
                "retried": sum(int(c.get("retried", 0)) for c in certificates),
                "max_rel_gap": max((float(c.get("max_rel_gap", 0.0)) for c in certificates), default=0.0)}
+    if where:  # each uncertified pass with its parent and level (recorded since issue 41)
+        figures["uncertified_at"] = where
     validation = manifest.get("validation")
     if isinstance(validation, dict) and "valid" in validation:
         figures["valid"] = bool(validation["valid"])

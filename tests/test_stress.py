@@ -174,11 +174,12 @@ def test_no_draw_is_an_error_not_a_zero(monkeypatch):
 
 
 def test_manifest_figures(tmp_path):
-    level = {"l2_certificate": {"uncertified": 1, "retried": 2, "max_rel_gap": 3e-6}}
+    level = {"l2_certificate": {"uncertified": 1, "retried": 2, "max_rel_gap": 3e-6}, "uncertified": [{"parent": "50"}]}
     manifest = {"status": "complete", "failsafe_events": [{"parent": "50"}],
                 "levels_report": {"persons": [level, {"l2_certificate": {}}], "units": [level]},
                 "validation": {"valid": False}}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert stress.manifest_figures(tmp_path / "manifest.json") == {
-        "status": "complete", "failsafe": 1, "uncertified": 2, "retried": 4, "max_rel_gap": 3e-6, "valid": False}
+        "status": "complete", "failsafe": 1, "uncertified": 2, "retried": 4, "max_rel_gap": 3e-6, "valid": False,
+        "uncertified_at": [{"parent": "50"}, {"parent": "50"}]}
     assert stress.manifest_figures(tmp_path / "missing.json") == {}
