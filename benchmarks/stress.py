@@ -761,7 +761,8 @@ def render() -> str:
         r = json.loads(path.read_text())
         table = RUNS_TABLE if group == "runs" else TABLE
         lines += [f"### stress.{group}", "",
-                  f"- when: {r['when']} (code {r['code']}, 1-min load at the end {r['load']}); seed {r['seed']}; "
+                  f"- when: {r['when']} (code {r['code']}, 1-min load at the end {r['load']}); "
+                  + ("operating-system randomness; " if group == "runs" else f"seed {r['seed']}; ") +
                   f"DAS_STRESS_DRAWS={r['draws_setting'] or '(defaults)'}",
                   "- totals: " + ", ".join(f"{k} {_g(v)}" for k, v in r["figures"].items()), "",
                   "| " + " | ".join(table) + " |", "|" + "---|" * len(table)]
