@@ -28,7 +28,8 @@ Groups (a Bench `stress.<group>` each) and their cases, each case a name `group/
   hi:003`: Honolulu's tracts twice).
 - `runs`: `das run vt_demo --out TMP --workers 2` with the operating system's randomness, whole: exit code,
   validation, the manifest's uncertified optima, failsafe events and largest relative gap, wall and CPU; at the
-  spec's budget (`runs/vt_demo/1`) and with `--rho` 1/10 and 1/100 of it (`runs/vt_demo/10`, `runs/vt_demo/100`).
+  spec's budget (`runs/vt_demo/1`) and with `--rho` 1/10 and 1/100 of it (`runs/vt_demo/10`, `runs/vt_demo/100`);
+  and seeded, `--seed N` for N = 1..20 (`runs/vt_demo/seeded`: seeds 10, 15, 17 and 20 crashed before issue 41).
 
 Below the root the parent's counts are the true sum of its children (as benchmarks/largest_parent.py): a run's
 parent is the solved one, whose difference from the truth is what makes a child's bounds infeasible; that, the
@@ -85,7 +86,7 @@ GROUPS = ("roots", "chains", "largest", "runs")
 # chains; every largest parent 200 times but the 2,400-tract county's (100-200 s a solve) 20; 30 whole runs at the
 # production budget, 10 at 1/10 and 10 at 1/100 of it
 DEFAULT_DRAWS = {"roots": 120, "chains": 100, "largest": 200, "largest/big/county-2400": 20, "runs": 30,
-                 "runs/vt_demo/10": 10, "runs/vt_demo/100": 10}
+                 "runs/vt_demo/10": 10, "runs/vt_demo/100": 10, "runs/vt_demo/seeded": 20}
 BUDGETS = (1, 10, 100)  # the strategy's rho divided by each
 STATES = {"vt": ROOT / "geography_fixtures" / "vt", "de": ROOT / "geography_fixtures" / "de", "hi": None}
 SPINES = {"six": ("pl94_six_level", ("nation", "state", "county", "tract", "block_group", "block")),
@@ -598,8 +599,19 @@ RUN_SPEC = "vt_demo"
 KEEP_FAILSAFE = 3  # run directories kept per case for failsafe events alone (expected at 1/100 of the budget)
 
 
+SEEDED = f"runs/{RUN_SPEC}/seeded"  # `--seed N` for draw N - 1: the seeds 1..20 of issue 41 (10, 15, 17, 20 crashed)
+
+
 def run_cases_of() -> list[str]:
-    return [f"runs/{RUN_SPEC}/{budget}" for budget in BUDGETS]
+    return [f"runs/{RUN_SPEC}/{budget}" for budget in BUDGETS] + [SEEDED]
+
+
+def _run_arguments(case: str, index: int) -> list[str]:
+    """`das run`'s arguments past the spec for run `index` of a case: --rho below the spec's budget, or --seed."""
+    if case == SEEDED:
+        return ["--seed", str(index + 1)]
+    rho = run_rho(int(case.rsplit("/", 1)[1]))
+    return ["--rho", rho] if rho else []
 
 
 def run_rho(budget: int) -> str | None:
@@ -615,14 +627,13 @@ def run_rho(budget: int) -> str | None:
 
 
 def whole_run(case: str, index: int, out: Path, *, keep: bool = True) -> dict:
-    """`das run vt_demo --out OUT --workers 2` (operating-system randomness; `--rho` at a budget below the spec's)
-    in a new process; its outcome. A failing run's directory is kept under WORK/kept (its NMF resumes it; one with
-    failsafe events alone only if `keep`); a passing one is deleted."""
-    rho = run_rho(int(case.rsplit("/", 1)[1]))
+    """`das run vt_demo --out OUT --workers 2` (operating-system randomness, `--rho` at a budget below the spec's;
+    or seeded: `SEEDED`) in a new process; its outcome. A failing run's directory is kept under WORK/kept (its NMF
+    resumes it; one with failsafe events alone only if `keep`); a passing one is deleted."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", "import sys; from das.cli import main; sys.exit(main())", "run",
-                           RUN_SPEC, "--out", str(out), "--workers", "2", *(["--rho", rho] if rho else [])], cwd=ROOT,
+                           RUN_SPEC, "--out", str(out), "--workers", "2", *_run_arguments(case, index)], cwd=ROOT,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {"case": case, "draw": index, "rc": proc.returncode, "wall_s": time.perf_counter() - t0,
@@ -701,9 +712,11 @@ def run_runs() -> dict:
 
 def runs_row(case: str, records: list[dict]) -> dict:
     """One case's whole runs, summed (a row of the record's table)."""
-    rho = run_rho(int(case.rsplit("/", 1)[1]))
+    arguments = " ".join(_run_arguments(case, 0))
+    shape = (f"das run {RUN_SPEC} --workers 2 --seed N, N = 1..{len(records)}" if case == SEEDED else
+             f"das run {RUN_SPEC} --workers 2" + (f" {arguments}" if arguments else "") + ", OS randomness")
     wall, cpu = [r["wall_s"] for r in records], [r["cpu_s"] for r in records]
-    return {"case": case, "shape": f"das run {RUN_SPEC} --workers 2" + (f" --rho {rho}" if rho else "") + ", OS randomness",
+    return {"case": case, "shape": shape,
             "runs": len(records), "crashes": sum("crash" in r for r in records),
             "invalid": sum(bool(r.get("invalid")) for r in records),
             "uncertified": sum(r.get("uncertified", 0) for r in records),
