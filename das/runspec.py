@@ -188,7 +188,9 @@ class RunSpecFile(Section):
     levels: Annotated[list[str], AfterValidator(_levels)] = Field(
         list(DEFAULT_LEVELS), min_length=1, description=f"a list of levels from nation to block, e.g. {list(DEFAULT_LEVELS)}")
     input: InputSection = Field(description="[input] persons and units: the confidential files")
-    persons: ReleaseSection = Field(description="[persons] schema and strategy: the persons release")
+    persons: ReleaseSection = Field(description="[persons] schema and strategy: the persons release, which every "
+                                                "run has (the units are post-processed within bounds from its household "
+                                                "persons, so there is no units-only release)")
     units: ReleaseSection | None = Field(None, description="[units] schema and strategy: the units release")
     privacy: PrivacySection = PrivacySection()
     output: OutputSection = OutputSection()
