@@ -220,7 +220,7 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Bud
 
     def input_path(raw: str) -> Path:
         p = Path(raw)
-        return p if p.is_absolute() else (path.parent / p).resolve()
+        return p if p.is_absolute() else specfile.real_path(path.parent / p)
 
     def release(section: ReleaseSection | None) -> Release | None:
         return None if section is None else Release(section.schema_name, section.strategy, section.rho, section.eps)
