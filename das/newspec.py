@@ -22,6 +22,7 @@ from das.privacy.certificate import fraction_text
 from das.privacy.strategy import load_strategy
 from das.runspec import DEFAULT_DELTA, load_run_spec
 from das.schema import SpecError, load_schema
+from das.specfile import real_path
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,9 @@ DEFAULT_KIND = "pl94_persons"
 
 def _relative(path: Path, spec_dir: Path) -> str:
     """An input path as the spec writes it: relative to the spec's directory (how das reads it), or absolute."""
-    path = path.resolve()
+    path = real_path(path)
     try:
-        return os.path.relpath(path, spec_dir.resolve())
+        return os.path.relpath(path, real_path(spec_dir))
     except ValueError:  # another drive
         return str(path)
 

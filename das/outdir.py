@@ -41,6 +41,7 @@ import das
 from das import atomic
 from das.io.outputs import release_patterns
 from das.rundir import RunDir, RunDirError
+from das.specfile import real_path
 
 RECORD = "das-output.json"
 RECORD_KIND = "das output"
@@ -198,7 +199,7 @@ def release_above(path, *, itself: bool = True) -> Path | None:
     """The das release directory `path` is inside (or is, with itself=True), or None."""
     path = Path(os.path.abspath(path))
     seen = []
-    for start in (path, path.resolve()):
+    for start in (path, real_path(path)):
         seen += ([start] if itself else []) + list(start.parents)
     return next((p for p in seen if RunDir(p).is_das_run()), None)
 
@@ -209,16 +210,19 @@ def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: b
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise OutDirError(f"output directory {path} is a file, not a directory; choose another --out")
+    if path.is_symlink() and not path.exists():
+        raise OutDirError(f"output directory {path} is a symbolic link that reaches no directory (a loop, or its "
+                          "target does not exist); choose another --out")
     release = release_above(path, itself=itself)
     if release is not None:
-        where = "is" if Path(os.path.abspath(path)) in (release, release.resolve()) else "is inside"
+        where = "is" if Path(os.path.abspath(path)) in (release, real_path(release)) else "is inside"
         raise OutDirError(f"output directory {path} {where} the das release {release}: a release must hold only its "
                           "own files (or `das validate` fails); choose an --out outside it")
-    out = path.resolve()
+    out = real_path(path)
     for item in protected:
         if item is None:
             continue
-        item = Path(item).resolve()
+        item = real_path(item)
         relation = ("is" if item == out else "holds" if out in item.parents else
                     "is inside" if item in out.parents else None)
         if relation:

@@ -449,7 +449,8 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
     written = state_parts.write_state_parts(work.files.state_parts(state).path, work.schemas, geography.blocks[back],
                                             {name: h[back] for name, h in solved.items()},
                                             gq_facilities=invariants.gq_facilities[back], plan=work.outputs,
-                                            spine=None if geography.standard else geography)
+                                            spine=None if geography.standard else geography,
+                                            housing_units=invariants.housing_units[back])
     return StateDone(state, reports, written)
 
 

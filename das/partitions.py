@@ -43,7 +43,12 @@ def is_partitioned(persons: Path, units: Path | None) -> bool:
 def _by_state(directory: Path, what: str) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for path in sorted(Path(directory).iterdir()):
-        if path.name.startswith(".") or not path.is_file():
+        if path.name.startswith("."):
+            continue
+        if path.is_symlink() and not path.exists():
+            raise PartitionError(f"{path}: a symbolic link that reaches no file (a loop, or its target does not exist); "
+                                 f"the {what} directory of a partitioned run holds one Parquet or CSV file per state")
+        if not path.is_file():
             continue
         if path.suffix.lower() not in INPUT_SUFFIXES:
             raise PartitionError(f"{path}: not a Parquet or CSV file; the {what} directory of a partitioned run "

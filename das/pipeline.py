@@ -138,10 +138,12 @@ class Confidential:
         """What the writers (das.io.outputs) take of a release solved from these inputs: in the standard
         geography, whatever the spine."""
         if self.tabulation is None:
-            return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities)
+            return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities,
+                                 housing_units=self.invariants.housing_units)
         back = np.argsort(block_order(self.geography, self.tabulation))
         return SolvedRelease(self.tabulation, schemas, {name: h[back] for name, h in solved.items()},
-                             self.invariants.gq_facilities[back], spine=self.geography)
+                             self.invariants.gq_facilities[back], spine=self.geography,
+                             housing_units=self.invariants.housing_units[back])
 
 
 def release_rho(release: Release, strategy: Strategy, delta: Fraction) -> Fraction | None:

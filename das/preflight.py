@@ -144,7 +144,10 @@ def check_area_files(areas: dict[str, Path], *, where: str, written: dict[str, s
     problems = []
     for name, path in areas.items():
         key = f"[geography] areas.{name} = {(written or {}).get(name, str(path))!r}"
-        if not path.exists():
+        if path.is_symlink() and not path.exists():
+            problems.append(f"{key}: a symbolic link that reaches no file (a loop, or its target does not exist): "
+                            "expected a .parquet or .csv file")
+        elif not path.exists():
             problems.append(f"{key}: no such file ({path}; a relative path is relative to the spec file)")
         elif not path.is_file():
             problems.append(f"{key}: not a file ({path} is a directory or a device): expected a .parquet or .csv file")

@@ -188,7 +188,9 @@ class RunSpecFile(Section):
     levels: Annotated[list[str], AfterValidator(_levels)] = Field(
         list(DEFAULT_LEVELS), min_length=1, description=f"a list of levels from nation to block, e.g. {list(DEFAULT_LEVELS)}")
     input: InputSection = Field(description="[input] persons and units: the confidential files")
-    persons: ReleaseSection = Field(description="[persons] schema and strategy: the persons release")
+    persons: ReleaseSection = Field(description="[persons] schema and strategy: the persons release, which every "
+                                                "run has (the units are post-processed within bounds from its household "
+                                                "persons, so there is no units-only release)")
     units: ReleaseSection | None = Field(None, description="[units] schema and strategy: the units release")
     privacy: PrivacySection = PrivacySection()
     output: OutputSection = OutputSection()
@@ -218,7 +220,7 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Bud
 
     def input_path(raw: str) -> Path:
         p = Path(raw)
-        return p if p.is_absolute() else (path.parent / p).resolve()
+        return p if p.is_absolute() else specfile.real_path(path.parent / p)
 
     def release(section: ReleaseSection | None) -> Release | None:
         return None if section is None else Release(section.schema_name, section.strategy, section.rho, section.eps)

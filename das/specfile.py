@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import tomllib
 import types
@@ -122,6 +123,19 @@ class Section(BaseModel):
 
 # ---------------------------------------------------------------------------------------------
 # Reading and checking
+
+
+def real_path(path) -> Path:
+    """`path` made absolute with its symbolic links followed as far as they go, never an error: where
+    `Path.resolve` raises RuntimeError for a link that loops, this keeps its name, so the reader that opens
+    it then refuses it by name (das.io.microdata: "a symbolic link loop"). Every input, spec and output path
+    das compares or makes absolute goes through here (das.outdir, das.runspec, das.api.inputs).
+
+    >>> import tempfile; loop = Path(tempfile.mkdtemp()) / "loop.csv"; loop.symlink_to(loop.name)
+    >>> real_path(loop) == loop
+    True
+    """
+    return Path(os.path.realpath(path))
 
 
 def load_toml(path: Path) -> dict:

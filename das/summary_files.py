@@ -17,6 +17,7 @@ from das.io.table_names import check_naming, readable_names, renamed
 from das.io.tables import load_tables
 from das.rundir import RunDir
 from das.schema import SpecError, load_schema
+from das.specfile import real_path
 
 
 def tables_owner(layout: PLLayout) -> outdir.Owner:
@@ -32,7 +33,7 @@ def convert(source: str | Path, out_dir: str | Path, fmt: str, names: str = "rea
     check_naming(names)
     layout = load_layout()
     source, out_dir = Path(source), Path(out_dir)
-    if out_dir.resolve() == source.resolve():
+    if real_path(out_dir) == real_path(source):
         raise SpecError(f"--out {out_dir} is the source directory; choose another")
     if fmt not in ("pl94171", "parquet"):
         raise SpecError(f"unknown table format {fmt!r}; expected pl94171 or parquet")

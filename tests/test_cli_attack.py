@@ -2,6 +2,8 @@
 and the reason (never a traceback), before anything is read or written. (Attacks that run are in
 tests/test_attack.py.)"""
 
+import json
+
 import pytest
 from conftest import ROOT, cli_commands, cli_refused, cli_refused_by_parser
 
@@ -63,6 +65,10 @@ def test_a_malformed_attack_is_refused_while_parsing(argv, expected, capsys):
     (["--published", "exact", "--geounits", BLOCK, "--tables", "nonesuch"], "das attack: no attack spec 'nonesuch'"),
     (["--published", "exact", "--baselines", "holdout", "--holdout", "/nonexistent/h.parquet"],
      "/nonexistent/h.parquet: file not found"),
+    (["--published", "exact", "--geounits", "123"], "das attack: geounit '123': expected a 15-digit block geocode"),
+    (["--published", "exact", "--geounits", f"{BLOCK},5001302020"], "geounit '5001302020': expected a 15-digit block"),
+    (["--published", "exact", "--level", "tract", "--geounits", BLOCK],
+     f"das attack: geounit '{BLOCK}': expected a 11-digit tract geocode"),
 ])
 def test_a_bad_attack_setting_is_refused_before_any_output(args, expected, tmp_path, capsys):
     out = tmp_path / "audit"
@@ -90,3 +96,20 @@ def test_a_truth_that_does_not_cover_the_releases_geography_is_refused(tmp_path,
     assert f"das attack: --truth {GRAND_ISLE} does not cover the release's geography: it holds no persons in 2 of " \
            "the release's 2 counties (44001, 44003)" in printed
     assert not (tmp_path / "audit").exists()
+
+
+def test_the_corrected_rerun_of_a_refused_attack_runs(tmp_path, capsys):
+    """A geocode --geounits cannot name is refused before --out is claimed (no das-output.json saying
+    "running"), so the same command with the geocode corrected writes its attack there (issue 41)."""
+    from das.cli import main
+
+    out = tmp_path / "audit"
+    quick = ["attack", "--truth", str(GRAND_ISLE), "--published", "exact", "--out", str(out), "--runs", "2",
+             "--relaxed", "50", "--steps", "20", "--ip-top", "0", "--workers", "1"]
+    assert "geounit '123': expected a 15-digit block geocode" in cli_refused([*quick, "--geounits", "123"], capsys)
+    assert not out.exists()
+    assert main([*quick, "--geounits", BLOCK]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    record = json.loads((out / "das-output.json").read_text())
+    assert record["status"] == "complete" and "summary.json" in record["files"]
+    assert [g["geocode"] for g in json.loads((out / "summary.json").read_text())["geounits"]] == [BLOCK]

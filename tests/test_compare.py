@@ -15,7 +15,7 @@ from conftest import recorded_logs
 from das import outdir
 from das.cli import main
 from das.outdir import OutDirError
-from das.research.compare import COMPARE, Comparison, attack_rates, mechanism_names, run_comparison, spec_with_rho
+from das.research.compare import COMPARE, Comparison, attack_rates, mechanism_names, rho_spec_text, run_comparison
 from das.research.replicate import StudyError
 from das.research.resources import run_measured
 from das.runspec import load_run_spec
@@ -52,10 +52,19 @@ def test_failed_command_is_reported():
 
 
 def test_spec_with_rho_keeps_inputs_and_sets_budget(tmp_path):
-    derived = load_run_spec(spec_with_rho(TINY, "3/2", tmp_path / "spec.toml"))
+    (tmp_path / "spec.toml").write_text(rho_spec_text(TINY, "3/2"))
+    derived = load_run_spec(tmp_path / "spec.toml")
     original = load_run_spec(TINY)
     assert str(derived.persons.rho) == "3/2" and original.persons.rho is None
     assert derived.persons_path == original.persons_path and derived.levels == original.levels
+    # a spec giving its budget as eps: --rho replaces it, as in das run (not "rho and eps both set")
+    with_eps = tmp_path / "eps.toml"
+    with_eps.write_text(original.text.replace("../../geography_fixtures", str(ROOT / "geography_fixtures"))
+                        .replace('strategy = "pl94_six_level"', 'strategy = "pl94_six_level"\neps = "4"', 1))
+    assert load_run_spec(with_eps).persons.eps == 4
+    (tmp_path / "from_eps.toml").write_text(rho_spec_text(with_eps, "1/2"))
+    derived = load_run_spec(tmp_path / "from_eps.toml")
+    assert str(derived.persons.rho) == "1/2" and derived.persons.eps is None
 
 
 def test_attack_rates_pool_expected_hits_over_blocks_and_seeds():
@@ -217,3 +226,16 @@ def test_the_comparison_page_tables_fit(tmp_path):
     parts = page_tables(table)
     assert len(parts) == 4 and all(len(part.columns) <= 7 for _, part in parts)
     assert parts[0][1]["estimator"].tolist() == ["TopDown (released)"]
+
+
+def test_a_bad_setting_found_with_the_truth_is_refused_before_the_directory_is_claimed(tmp_path):
+    """--tables (the attack workload) and --rho (a spec derived with it) are checked before das-output.json is
+    written, so the corrected rerun is not refused as another comparison's directory (issue 41)."""
+    from das.schema import SpecError
+
+    out = tmp_path / "out"
+    with pytest.raises(SpecError, match="no attack spec 'nonesuch'"):
+        run_comparison(Comparison(TINY, mechanisms=("flat",), seeds=1, attack_tables="nonesuch"), out)
+    assert not out.exists()
+    meta = run_comparison(Comparison(TINY, mechanisms=("flat",), seeds=1, attack_blocks=0), out)  # corrected
+    assert meta["status"] == "complete" and meta["settings"]["attack_tables"] is None

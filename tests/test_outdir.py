@@ -5,11 +5,12 @@ after every command that reads it ran."""
 
 import json
 import os
+import re
 import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import TINY
+from conftest import ROOT, TINY
 
 from das import outdir
 from das.cli import main as das_main
@@ -156,6 +157,74 @@ def test_a_file_a_spec_or_input_and_a_release_are_no_place_to_write(tmp_path):
             outdir.check(out, OWNER)
     with pytest.raises(outdir.OutDirError, match="is inside the das release"):
         outdir.check_release(release / "sub", overwrite=True)
+
+
+def test_a_symlink_loop_is_compared_by_its_name_and_is_no_output_directory(tmp_path):
+    """A protected path (an input) that is a symbolic link loop is no error here (Path.resolve would raise
+    RuntimeError): the reader that opens it refuses it by name. An --out that is one is refused."""
+    loop = tmp_path / "inputs" / "loop.csv"
+    loop.parent.mkdir()
+    loop.symlink_to(loop.name)
+    outdir.check(tmp_path / "out", OWNER, protected=[loop])
+    outdir.check_release(tmp_path / "run", overwrite=False, protected=[loop])
+    with pytest.raises(outdir.OutDirError, match=r"holds .*loop.csv, an input of das example"):
+        outdir.check(tmp_path, OWNER, protected=[loop])  # still compared, by its name
+    for check in (lambda: outdir.check(loop, OWNER), lambda: outdir.check_release(loop, overwrite=True)):
+        with pytest.raises(outdir.OutDirError, match=f"output directory {loop} is a symbolic link that reaches no "
+                                                     "directory"):
+            check()
+
+
+def _loop_spec(folder):
+    """A loop (loop.csv -> loop.csv) and tiny's spec reading it as its persons, by a relative path."""
+    folder.mkdir(exist_ok=True)
+    loop = folder / "loop.csv"
+    loop.symlink_to(loop.name)
+    text = (ROOT / "specs/runs/tiny.toml").read_text()
+    text = text.replace("../../geography_fixtures/tiny/persons.csv", "loop.csv")
+    (folder / "spec.toml").write_text(text.replace("../../geography_fixtures", str(TINY.parent)))
+    return loop, folder / "spec.toml"
+
+
+LOOP_COMMANDS = {  # every command that takes input paths: its argv (LOOP: the loop, SPEC: a spec reading it)
+    "run": ["run", "SPEC", "--seed", "1", "--workers", "1", "--out", "OUT"],
+    "measure": ["measure", "SPEC", "--seed", "1", "--out", "OUT"],
+    "synth": ["synth", "SPEC", "--mechanism", "flat", "--seed", "1", "--out", "OUT"],
+    "init": ["init", "LOOP", "UNITS", "--out", "OUT.toml"],
+    "validate-input": ["validate-input", "LOOP", "UNITS"],
+    "attack": ["attack", "--truth", "LOOP", "--published", "exact", "--workers", "1", "--out", "OUT"],
+}
+
+
+@pytest.mark.parametrize("command", LOOP_COMMANDS)
+def test_an_input_that_is_a_symlink_loop_is_refused_by_name_before_anything(command, tmp_path, capsys):
+    loop, spec = _loop_spec(tmp_path / "inputs")
+    out = tmp_path / "out"
+    names = {"SPEC": str(spec), "LOOP": str(loop), "UNITS": str(TINY / "units.csv"), "OUT": str(out),
+             "OUT.toml": str(out) + ".toml"}
+    before = _tree(tmp_path)
+    assert das_main([names.get(a, a) for a in LOOP_COMMANDS[command]]) == 2
+    printed = capsys.readouterr()
+    said = printed.out + printed.err
+    assert "Traceback" not in said and "RuntimeError" not in said, said
+    assert f"{loop}: a symbolic link loop (it never reaches a file): expected a .parquet or .csv file" in said, said
+    assert not out.exists() and _tree(tmp_path) == before  # nothing drawn, nothing written (init's spec neither)
+
+
+def test_the_api_refuses_an_input_that_is_a_symlink_loop_by_name(tmp_path, monkeypatch):
+    import das
+    from das.io.microdata import InputError
+    from das.specfile import load_toml
+
+    loop, spec = _loop_spec(tmp_path)
+    expected = re.escape(f"{loop}: a symbolic link loop (it never reaches a file): expected a .parquet or .csv file")
+    with pytest.raises(InputError, match=expected):
+        das.run("tiny", persons=loop, units=TINY / "units.csv", out=tmp_path / "a", seed=1, progress=False)
+    monkeypatch.chdir(tmp_path)  # a dict's relative paths are the working directory's
+    data = {**load_toml(spec), "input": {"persons": "loop.csv", "units": str(TINY / "units.csv")}}
+    with pytest.raises(InputError, match=expected):
+        das.run(data, out=tmp_path / "b", seed=1, progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_removing_keeps_a_users_empty_directory(tmp_path):

@@ -80,3 +80,14 @@ def test_a_directory_that_is_not_one_file_per_state_is_refused_naming_the_file(t
 def test_a_state_in_one_directory_only_is_refused(tmp_path, persons, units, message):
     with pytest.raises(PartitionError, match=message):
         state_inputs(_directory(tmp_path / "persons", persons), _directory(tmp_path / "units", units))
+
+
+@pytest.mark.parametrize("target", ["persons_50.parquet", "gone.parquet"])  # a loop, a broken link
+def test_a_state_file_that_is_a_link_to_nothing_is_refused_naming_it(tmp_path, target):
+    """Not skipped as a non-file (which would say state 50 has no persons file): named, as a link to nothing."""
+    persons = _directory(tmp_path / "persons", [])
+    (persons / "persons_50.parquet").symlink_to(target)
+    units = _directory(tmp_path / "units", ["units_50.parquet"])
+    with pytest.raises(PartitionError, match=f"{persons / 'persons_50.parquet'}: a symbolic link that reaches no file "
+                                             r"\(a loop, or its target does not exist\)"):
+        state_inputs(persons, units)

@@ -62,9 +62,14 @@ def _write_directly(run_dir, states, plan):
     pl94171.write_release(run_dir.pl94171_dir, geography, solved, SCHEMAS)
 
 
+def _housing_units(solved) -> np.ndarray:
+    """Housing units per block (the invariant): the fixture's units histograms' row sums."""
+    return np.asarray(solved["units"].sum(axis=1)).ravel()
+
+
 def _parts(part_root, states, plan, schemas=SCHEMAS):
     return [parts_io.write_state_parts(part_root / f"state{i}", schemas, blocks, {k: solved[k] for k in schemas},
-                                       gq_facilities=gq, plan=plan)
+                                       gq_facilities=gq, plan=plan, housing_units=_housing_units(solved))
             for i, (blocks, solved, gq) in enumerate(states)]
 
 
@@ -209,17 +214,28 @@ def test_assembly_memory_does_not_follow_the_number_of_states(tmp_path, states):
     assert many < 1.5 * few, (few, many)
 
 
-def test_the_units_mdf_without_a_units_release_holds_the_facilities(tmp_path, states):
+def test_the_units_mdf_without_a_units_release_lists_the_invariants(tmp_path, states):
+    """A persons-only release's units MDF: every housing unit (HH_STATUS 0: occupancy not released) and GQ
+    facility of the invariants, block-major, the same assembled from the states as written whole."""
     plan = _plan()
     persons_only = {"persons": SCHEMAS["persons"]}
     parts = _parts(tmp_path, states, plan, persons_only)
     out = RunDir(tmp_path / "out")
     out.path.mkdir()
     parts_io.assemble(out, parts, _nation(states, persons_only), plan)
-    blocks, _, gq = _country(states)
-    want = mdf_io.plain(mdf_io.unit_mdf(SCHEMAS["units"], blocks, None, gq))
+    blocks, solved, gq = _country(states)
+    want = mdf_io.plain(mdf_io.unit_mdf(SCHEMAS["units"], blocks, None, gq, housing_units=_housing_units(solved)))
     assert _decoded(out.mdf("units")).equals(want)
+    units = _decoded(out.mdf("units")).to_pandas()
+    housing = units[units.RTYPE == 2]
+    assert len(housing) == solved["units"].sum() and (housing.HH_STATUS == 0).all()  # no occupancy released
+    assert (units.RTYPE == 4).sum() == gq.sum()
+    with_units = mdf_io.plain(mdf_io.unit_mdf(SCHEMAS["units"], blocks, solved["units"], gq)).to_pandas()
+    geography = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLKGRPCE", "TABBLK", "RTYPE", "GQTYPE_PL"]
+    assert units[geography].equals(with_units[geography])  # the same records as with units, occupancy aside
     assert "H1.parquet" not in {p.name for p in out.tables_dir.iterdir()}
+    with pytest.raises(ValueError, match="housing_units"):  # never the facilities alone
+        mdf_io.unit_mdf(SCHEMAS["units"], blocks, None, gq)
 
 
 def test_streamed_pipe_layout_equals_the_whole_table_written_at_once(tmp_path, states):

@@ -104,6 +104,15 @@ def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise
     assert not (spec_dir / "out").exists()
 
 
+def test_an_area_file_that_is_a_symlink_loop_is_refused_as_one(spec_dir, capsys, no_noise):
+    (spec_dir / "places.csv").symlink_to("places.csv")
+    spec = _spec(spec_dir, extra='\n[geography]\nareas = { place = "places.csv" }\nspine = "optimized"\n')
+    _refused(capsys, no_noise, ["run", str(spec), "--out", str(spec_dir / "out"), "--seed", "1"],
+             "[geography] areas.place = 'places.csv': a symbolic link that reaches no file (a loop, or its target "
+             "does not exist): expected a .parquet or .csv file")
+    assert not (spec_dir / "out").exists()
+
+
 def test_large_rho_runs_when_acknowledged(spec_dir):
     from das.pipeline import Pipeline
 

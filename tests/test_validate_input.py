@@ -416,7 +416,8 @@ def test_a_ragged_row_after_a_huge_field_is_still_located(tmp_path):
 def test_files_that_cannot_be_opened_say_what_happened(tmp_path, monkeypatch):
     loop = tmp_path / "loop.csv"
     loop.symlink_to(loop)
-    assert str(validate_input(loop, TINY / "units.csv", PL94)[0]) == f"{loop}: a symbolic link loop (it never reaches a file)"
+    assert str(validate_input(loop, TINY / "units.csv", PL94)[0]) == (f"{loop}: a symbolic link loop (it never reaches "
+                                                                      "a file): expected a .parquet or .csv file")
     broken = tmp_path / "broken.csv"
     broken.symlink_to(tmp_path / "gone.csv")
     assert "a broken symbolic link (its target does not exist)" in str(validate_input(broken, TINY / "units.csv", PL94)[0])

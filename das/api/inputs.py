@@ -19,7 +19,7 @@ from pathlib import Path
 
 from das.io.microdata import InputError
 from das.schema import SpecError, resolve_spec
-from das.specfile import load_toml, toml_text
+from das.specfile import load_toml, real_path, toml_text
 
 Input = str | os.PathLike | object  # a path, or a pandas DataFrame
 
@@ -54,7 +54,7 @@ def _spec_data(spec) -> tuple[dict, Path | None]:
 
 
 def _resolved(paths: Mapping, root: Path) -> dict:
-    return {key: str((root / value).resolve()) if isinstance(value, str) and value and not Path(value).is_absolute()
+    return {key: str(real_path(root / value)) if isinstance(value, str) and value and not Path(value).is_absolute()
             else value for key, value in paths.items()}
 
 
@@ -92,7 +92,7 @@ def prepared(spec, *, persons: Input | None = None, units: Input | None = None, 
                 frames[str(file)] = f"the {key} DataFrame"
                 given[key] = str(file)
             else:
-                given[key] = str(Path(value).resolve())
+                given[key] = str(real_path(value))
         data = _absolute(data, path)
         if given:
             data = {**data, "input": {**(data.get("input") or {}), **given}}

@@ -146,14 +146,19 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     return result
 
 
+def check_geounits(geounits: list[str], level: str) -> None:
+    """AttackError unless every geocode is one of `level` (its digits, and digits only): das attack checks
+    --geounits so before it reads anything or claims its output directory."""
+    for geocode in geounits:
+        if len(geocode) != GEOCODE_DIGITS[level] or not (geocode.isascii() and geocode.isdigit()):
+            raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[level]}-digit {level} geocode")
+
+
 def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str], options: AuditOptions, *,
               holdout: PersonRecords | None = None) -> list[GeounitResult]:
     """Every geounit attacked and scored, in order; a progress bar (a terminal) or a line per geounit (logging)."""
     tables = load_attack_tables(options.tables or published.schema.name)
-    for geocode in geounits:
-        if len(geocode) != GEOCODE_DIGITS[options.level] or not (geocode.isascii() and geocode.isdigit()):
-            raise AttackError(f"geounit {geocode!r}: expected a {GEOCODE_DIGITS[options.level]}-digit "
-                              f"{options.level} geocode")
+    check_geounits(geounits, options.level)
     results = []
     with bar(total=len(geounits), desc=f"{options.level}s attacked", unit=options.level) as progress:
         for geocode in geounits:

@@ -21,7 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from das import outdir
-from das.attack.audit import ATTACK, REPORT_FRACTIONS, REPORT_K, AuditOptions, auto_geounits, run_audit, write_outputs
+from das.attack.audit import (
+    ATTACK,
+    REPORT_FRACTIONS,
+    REPORT_K,
+    AuditOptions,
+    auto_geounits,
+    check_geounits,
+    run_audit,
+    write_outputs,
+)
 from das.attack.baselines import SCOPES
 from das.attack.data import AttackError, check_covers, read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
@@ -78,6 +87,18 @@ class AttackConfig:
             raise AttackError("--baselines holdout needs --holdout PATH (a disjoint persons file)")
         if min(self.ip_top, self.ip_max_persons, self.seed) < 0:
             raise AttackError("--ip-top, --ip-max-persons and --seed must be nonnegative")
+        self.listed_geounits()
+
+    def listed_geounits(self) -> list[str] | None:
+        """The geocodes --geounits lists, each checked against --level (None: "auto"); AttackError otherwise."""
+        if self.geounits == "auto":
+            return None
+        listed = self.geounits.split(",") if isinstance(self.geounits, str) else list(self.geounits)
+        geounits = [g.strip() for g in listed if g.strip()]
+        if not geounits:
+            raise AttackError("--geounits: expected 'auto' or a comma-separated list of geocodes")
+        check_geounits(geounits, self.level)
+        return geounits
 
     @property
     def exact(self) -> bool:
@@ -122,13 +143,9 @@ def _schema(config: AttackConfig):
 
 
 def _geounits(config: AttackConfig, truth) -> list[str]:
-    if config.geounits == "auto":
-        return auto_geounits(truth, config.level, config.count, np.random.default_rng(config.seed))
-    listed = config.geounits.split(",") if isinstance(config.geounits, str) else list(config.geounits)
-    geounits = [g.strip() for g in listed if g.strip()]
-    if not geounits:
-        raise AttackError("--geounits: expected 'auto' or a comma-separated list of geocodes")
-    return geounits
+    listed = config.listed_geounits()
+    return auto_geounits(truth, config.level, config.count, np.random.default_rng(config.seed)) if listed is None \
+        else listed
 
 
 def run_attack(config: AttackConfig) -> AttackResult:

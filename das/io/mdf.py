@@ -84,38 +84,50 @@ def person_mdf(schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix) ->
 
 
 def unit_mdf(
-    schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix | None, gq_facilities: np.ndarray
+    schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix | None, gq_facilities: np.ndarray, *,
+    housing_units: np.ndarray | None = None,
 ) -> pa.Table:
-    """Housing units from the unit histograms, then one row per GQ facility (an invariant)."""
-    parts = []
+    """Every housing unit, then every GQ facility (an invariant), block by block.
+
+    The housing units are the unit histograms' records; in a release without units (`histograms` None)
+    they are the invariant's, one record per housing unit of `housing_units` (per block) with HH_STATUS 0:
+    its count is published exactly (docs/privacy.md), its occupancy is not released. So the units MDF of
+    every TopDown release lists the block universe and its invariants, which the validator reads.
+    """
     if histograms is not None:
-        block_index, cells = expand(histograms)
-        parts.append(records_table(schema, blocks, block_index, cells, with_epnum=False))
+        unit_blocks, cells = expand(histograms)
+        housing = records_table(schema, blocks, unit_blocks, cells, with_epnum=False)
+    elif housing_units is not None:
+        unit_blocks = np.repeat(np.arange(len(blocks)), np.asarray(housing_units, dtype=np.int64))
+        housing = _invariant_records(blocks, unit_blocks, rtype=2, gq_types=np.zeros(len(unit_blocks), np.int64))
+    else:
+        raise ValueError("a units MDF without a units release lists the invariant's housing units: give housing_units")
     rows, types = np.nonzero(gq_facilities)
     counts = gq_facilities[rows, types].astype(np.int64)
     gq_blocks = np.repeat(rows, counts)
-    gq_types = np.repeat(types + 1, counts)
-    gq = geography_arrays(blocks, gq_blocks)
-    gq["RTYPE"] = pa.array(np.full(len(gq_blocks), 4, dtype=np.int8))
-    gq["GQTYPE_PL"] = pa.array(gq_types.astype(np.int8))
-    gq["HH_STATUS"] = pa.array(np.zeros(len(gq_blocks), dtype=np.int8))
-    gq_table = pa.table(gq)
-    if parts:
-        gq_table = gq_table.select(parts[0].column_names).cast(parts[0].schema)
-        parts.append(gq_table)
-        table = pa.concat_tables(parts).combine_chunks()
-        order = np.lexsort([table["RTYPE"].to_numpy(), np.concatenate([block_index, gq_blocks])])
-        return table.take(order)
-    return gq_table
+    gq = _invariant_records(blocks, gq_blocks, rtype=4, gq_types=np.repeat(types + 1, counts))
+    table = pa.concat_tables([housing, gq.select(housing.column_names).cast(housing.schema)]).combine_chunks()
+    order = np.lexsort([table["RTYPE"].to_numpy(), np.concatenate([unit_blocks, gq_blocks])])
+    return table.take(order)
+
+
+def _invariant_records(blocks: np.ndarray, block_index: np.ndarray, *, rtype: int, gq_types: np.ndarray) -> pa.Table:
+    """Units MDF records of an invariant (housing units or GQ facilities): no occupancy, HH_STATUS 0."""
+    columns = geography_arrays(blocks, block_index)
+    columns["RTYPE"] = pa.array(np.full(len(block_index), rtype, dtype=np.int8))
+    columns["GQTYPE_PL"] = pa.array(np.asarray(gq_types).astype(np.int8))
+    columns["HH_STATUS"] = pa.array(np.zeros(len(block_index), dtype=np.int8))
+    return pa.table(columns)
 
 
 def release_mdf(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solved: dict[str, sp.csr_matrix], *,
-                gq_facilities: np.ndarray) -> pa.Table:
+                gq_facilities: np.ndarray, housing_units: np.ndarray | None = None) -> pa.Table:
     """The MDF of `kind` ("persons" or "units") from a run's solved block histograms (keyed by release);
-    without a units release the units MDF holds the GQ facilities alone."""
+    without a units release the units MDF lists the invariants alone: `housing_units` and `gq_facilities`."""
     if kind == "persons":
         return person_mdf(schemas["persons"], blocks, solved["persons"])
-    return unit_mdf(schemas.get("units") or load_schema("h1_units"), blocks, solved.get("units"), gq_facilities)
+    return unit_mdf(schemas.get("units") or load_schema("h1_units"), blocks, solved.get("units"), gq_facilities,
+                    housing_units=housing_units)
 
 
 STREAM_ROWS = 1 << 17  # records read and written at a time when an MDF is copied (a few MB, whatever the state)

@@ -171,10 +171,11 @@ def _unopenable(path: Path) -> str | None:
     try:
         info = path.stat()
     except FileNotFoundError:
-        return "a broken symbolic link (its target does not exist)" if os.path.lexists(path) else "file not found"
+        return ("a broken symbolic link (its target does not exist): expected a .parquet or .csv file"
+                if os.path.lexists(path) else "file not found")
     except OSError as e:
-        return "a symbolic link loop (it never reaches a file)" if e.errno == errno.ELOOP else \
-            f"cannot be read: {e.strerror or e}"
+        return "a symbolic link loop (it never reaches a file): expected a .parquet or .csv file" \
+            if e.errno == errno.ELOOP else f"cannot be read: {e.strerror or e}"
     if stat.S_ISDIR(info.st_mode):
         return "not a file (a directory?): expected a .parquet or .csv file"
     if not stat.S_ISREG(info.st_mode):

@@ -63,13 +63,16 @@ class OutputPlan:
 @dataclass(frozen=True)
 class SolvedRelease:
     """What the writers need of a release: its geography, schemas and solved block histograms (both keyed by
-    release, "persons" and "units"), and the GQ facilities per block (None: a release without a units MDF)."""
+    release, "persons" and "units"), and the invariants per block its units MDF lists: the GQ facilities (None:
+    a release without a units MDF) and the housing units (a release without a units histogram lists them as
+    they are, das.io.mdf.unit_mdf)."""
 
     geography: Geography
     schemas: dict[str, Schema]
     solved: dict[str, sp.csr_matrix]
     gq_facilities: np.ndarray | None = None
     spine: Geography | None = None  # the engine's geography, when not `geography` (das.spine)
+    housing_units: np.ndarray | None = None
 
     def by_schema(self) -> dict[str, tuple[Schema, sp.csr_matrix]]:
         """(schema, histograms) keyed by schema name, as the tables name them."""
@@ -196,7 +199,7 @@ class MdfOutput(Output):
         if kind == "persons":
             return mdf_io.person_mdf(release.schemas["persons"], release.geography.blocks, release.solved["persons"])
         return mdf_io.release_mdf(kind, release.schemas, release.geography.blocks, release.solved,
-                                  gq_facilities=release.gq_facilities)
+                                  gq_facilities=release.gq_facilities, housing_units=release.housing_units)
 
     def _pipe(self, run_dir: RunDir, kinds, plan: OutputPlan) -> list[Path]:
         if plan.mdf_layout != "pipe":

@@ -36,7 +36,7 @@ def state_of(blocks: np.ndarray) -> str:
 
 def write_state_parts(part_dir: Path, schemas: dict[str, Schema], blocks: np.ndarray,
                       solved: dict[str, sp.csr_matrix], *, gq_facilities: np.ndarray, plan: OutputPlan,
-                      spine: Geography | None = None) -> Part:
+                      spine: Geography | None = None, housing_units: np.ndarray | None = None) -> Part:
     """One state's parts from its solved block histograms (keyed by release, like `schemas`; `spine`: the
     state's spine, when not the standard one); the directory appears whole, with parts.json last, so a
     present parts.json means complete parts."""
@@ -44,7 +44,7 @@ def write_state_parts(part_dir: Path, schemas: dict[str, Schema], blocks: np.nda
     if not np.array_equal(geography.blocks, np.asarray(blocks, dtype="U15")):
         raise ValueError("a state's blocks must be sorted (the rows of its histograms follow them)")
     state = state_of(blocks)
-    release = SolvedRelease(geography, schemas, solved, gq_facilities, spine=spine)
+    release = SolvedRelease(geography, schemas, solved, gq_facilities, spine=spine, housing_units=housing_units)
     with atomic.replacing(Path(part_dir), directory=True) as tmp:
         part = RunDir(tmp)
         records = {output.name: output.write_part(part, release, plan) for output in wanted(plan)}

@@ -241,6 +241,9 @@ def run_records(run_dir: str | Path, layout: PLLayout) -> PLRecords:
         manifest = RunDir(run_dir).read_complete()
     except RunDirError as e:
         raise SpecError(str(e)) from None
+    if manifest.units is None:  # its units MDF lists the invariants only, HH_STATUS 0 (das.io.mdf.unit_mdf)
+        raise SpecError(f"{run_dir} has no units release (a spec without [units], or das synth): the PL 94-171 "
+                        "files carry table H1 (occupied and vacant housing units), which it does not publish")
     schemas = {kind: load_schema(manifest.schema(kind)) for kind in manifest.releases()}
     inventory = read_units(RunDir(run_dir).mdf("units"))
     geography = Geography.from_blocks(inventory.blocks, tuple(manifest.levels))

@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -44,6 +45,7 @@ from das.research.metrics import bias_table, combine, metrics
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, score, scored_queries
 from das.research.resources import run_measured
 from das.rundir import RunDir
+from das.schema import SpecError
 
 logger = logging.getLogger(__name__)
 TOPDOWN = "topdown"
@@ -126,8 +128,10 @@ class Comparison:
 # Releases
 
 
-def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
-    """A copy of a run spec with the persons budget set to `rho` and input paths made absolute."""
+def rho_spec_text(spec_path, rho: str) -> str:
+    """The text of a copy of a run spec with the persons budget set to `rho` (an `eps` it gives dropped: the rho
+    replaces it, as --rho does in das run) and input paths made absolute; read back (from a temporary file) to
+    check it, so a spec it cannot be derived from is refused (StudyError) before anything is written."""
     from das.runspec import load_run_spec
 
     original = load_run_spec(spec_path)
@@ -137,16 +141,21 @@ def spec_with_rho(spec_path, rho: str, out_path: Path) -> Path:
     section = re.search(r"(?ms)^\[persons\]\s*$(.*?)(?=^\[|\Z)", text)
     if section is None:
         raise StudyError(f"{spec_path}: no [persons] section to set rho in")
-    body = re.sub(r"(?m)^\s*rho\s*=.*$\n?", "", section.group(1))
+    body = re.sub(r"(?m)^\s*(rho|eps)\s*=.*$\n?", "", section.group(1))
     text = text[:section.start(1)] + f'\nrho = "{Fraction(rho)}"' + body + text[section.end(1):]
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(text)
-    derived = load_run_spec(out_path)
+    with tempfile.TemporaryDirectory(prefix="das-compare-") as tmp:
+        path = Path(tmp) / "topdown_spec.toml"
+        path.write_text(text)
+        try:
+            derived = load_run_spec(path)
+        except SpecError as e:
+            raise StudyError(f"{spec_path}: could not derive a spec with rho {rho}: {e}") from None
     same = (derived.persons.rho == Fraction(rho) and derived.persons_path == original.persons_path
             and derived.units_path == original.units_path and derived.levels == original.levels)
     if not same:
-        raise StudyError(f"{spec_path}: could not derive a spec with rho {rho} (check {out_path})")
-    return out_path
+        raise StudyError(f"{spec_path}: could not derive a spec with rho {rho} (its [input] paths or levels are not "
+                         "written as das can rewrite them)")
+    return text
 
 
 # The body of each measured child process: it imports only what the release needs, so the
@@ -315,16 +324,18 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
     claim, earlier = _open(comparison, out_dir, overwrite, protected_paths(spec))
     ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
     queries = scored_queries(ctx.schema, comparison.queries)
+    tables = load_attack_tables(comparison.attack_tables or ctx.schema.name)  # --tables, and --rho below: refused
+    rho_spec = None if comparison.rho is None else rho_spec_text(comparison.spec, comparison.rho)  # before the claim
     claim.start()  # its own earlier files deleted (--overwrite), its record written
     topdown_spec = str(comparison.spec)
-    if comparison.rho is not None:
-        topdown_spec = str(spec_with_rho(comparison.spec, comparison.rho, out_dir / "topdown_spec.toml"))
+    if rho_spec is not None:
+        topdown_spec = str(out_dir / "topdown_spec.toml")
+        Path(topdown_spec).write_text(rho_spec)
     truth = read_persons(spec.persons_path, ctx.schema)
     blocks = earlier.get("attack_blocks")
     if blocks is None:
         blocks = auto_geounits(truth, "block", comparison.attack_blocks, np.random.default_rng(0)) \
             if comparison.attack_blocks else []
-    tables = load_attack_tables(comparison.attack_tables or ctx.schema.name)
     rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
     work = _Work(comparison, out_dir, workers, ctx, queries, topdown_spec, truth, blocks, tables, rap)
     return work, claim, earlier, spec

@@ -50,8 +50,9 @@ def derived_problems(mdf: pd.DataFrame, levels: pd.DataFrame, schema: Schema, ro
 
 def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report: Report | Findings,
                        rows: np.ndarray | None = None) -> None:
-    """Housing units carry the units schema's derived codes and an HH_STATUS; GQ facilities a GQ type and
-    HH_STATUS 0. `rows`: each record's row in the MDF file (0-based), when `units` is part of it."""
+    """Housing units carry the units schema's derived codes and an HH_STATUS (a release without units: HH_STATUS
+    0, their occupancy not released); GQ facilities a GQ type and HH_STATUS 0. `rows`: each record's row in the
+    MDF file (0-based), when `units` is part of it."""
     problems = []
     rows = np.arange(len(units)) if rows is None else rows
     for column in ("RTYPE", "GQTYPE_PL", "HH_STATUS"):
@@ -68,6 +69,9 @@ def check_unit_records(units: pd.DataFrame, units_schema: Schema | None, report:
         attribute = units_schema.attributes[0]
         rules.append((housing & ~np.isin(status, np.asarray(attribute.codes, dtype=np.int64)),
                       f"HH_STATUS one of {list(attribute.codes)} for a housing unit", status))
+    else:
+        rules.append((housing & (status != 0), "HH_STATUS 0 for a housing unit of a release without units (its "
+                      "occupancy is not released)", status))
     for bad, expected, values in rules:
         for i in np.flatnonzero(bad)[:3]:
             problems.append(f"row {rows[i] + 1}: {values[i]} (expected {expected})")
