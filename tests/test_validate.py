@@ -69,13 +69,14 @@ def test_the_comparison_with_the_inputs_names_what_differs_from_them(tiny, tmp_p
 
 def test_a_release_runs_the_checks_of_its_claims_in_registration_order():
     names = [c.name for c in select(SYNTHETIC_HOLDS)]
-    assert names == ["signature", "checksums", "metadata", "charges_sum_to_rho", "certificate", "mdf_codes",
-                     "tables_match_mdf"]
+    assert names == ["signature", "checksums", "metadata", "charges_sum_to_rho", "certificate", "least_squares",
+                     "mdf_codes", "tables_match_mdf"]
     topdown = [c.name for c in select(TOPDOWN_HOLDS)]
-    assert topdown == ["signature", "checksums", "metadata", "certificate", "units_mdf", "nmf_matches_certificate",
+    assert topdown == ["signature", "checksums", "metadata", "certificate", "least_squares", "units_mdf",
+                       "nmf_matches_certificate",
                        "persons_in_universe", "mdf_codes", "tables_match_mdf", "invariants", "schema_constraints",
                        "matches_inputs"]
-    every = ["signature", "checksums", "metadata", "certificate"]  # the checks every release has
+    every = ["signature", "checksums", "metadata", "certificate", "least_squares"]  # the checks every release has
     assert [c.name for c in select(["mdf_codes"])] == [*every, "mdf_codes"]
 
 
