@@ -261,6 +261,25 @@ def solve_point(stated: Pass, n_var: int, scale: float, tight: bool = False) -> 
                  None if bound is None else bound + qp.constant)
 
 
+def _independent(equalities: list[tuple[sp.csr_matrix, np.ndarray]]) -> list[tuple[sp.csr_matrix, np.ndarray]]:
+    """Equalities over x (held answers, fixed bound rows) without the queries that others imply, finest first: a query
+    each of whose rows is a union of rows of a partition kept before it (hhinstlevels held beside hhgq; the total
+    invariant beside either) repeats what that partition says, and a row without a variable says 0 = 0. Dependent
+    equalities left Clarabel short of progress at Hawaii's root (stress.roots, issue 41)."""
+    kept, bases = [], []
+    for matrix, target in sorted(equalities, key=lambda e: -e[0].shape[0]):
+        a = sp.csr_matrix(matrix, dtype=float)
+        rows = np.diff(a.indptr) > 0
+        a, target = _picked(a, rows), np.asarray(target)[rows]
+        if not a.shape[0] or (a.data == 1).all() and any(_rows_union_of(a, base) is not None for base in bases):
+            continue
+        labels = partition_labels(a)
+        if labels is not None:
+            bases.append(Base(labels, np.arange(a.shape[0])))
+        kept.append((a, target))
+    return kept
+
+
 class System(NamedTuple):
     """The QP as Clarabel takes it: min 1/2 e'diag(P)e s.t. A e + s = b, s in {0}^n_eq x R+^rest; `sign_rows[i]` is
     the row -e_i <= b_i of variable i's nonnegativity (-1: none, a free variable)."""
@@ -311,7 +330,13 @@ def system_of(stated: Pass, n_var: int, scale: float) -> StatedQP:
             eq_rhs.append(counts / scale)
             le_rows.append(sp.csr_matrix(np.r_[np.zeros(n), np.ones(n_slack)][None, :]))
             le_rhs.append(np.array([slack_budget / scale]))
-    for matrix, target in fixed:  # held answers of earlier passes: equalities
+    b_matrix, lower, upper = bounds
+    equalities = list(fixed)  # held answers of earlier passes
+    if b_matrix is not None:  # a bound row whose lower and upper meet is an equality (an IPM needs an interior)
+        fixed_rows = (lower > 0) & (lower == upper)
+        if fixed_rows.any():
+            equalities.append((_picked(sp.csr_matrix(b_matrix), fixed_rows), lower[fixed_rows]))
+    for matrix, target in _independent(equalities):
         eq_rows.append(express(lifted, matrix))
         eq_rhs.append(target / scale)
     width = n + n_slack
@@ -322,15 +347,14 @@ def system_of(stated: Pass, n_var: int, scale: float) -> StatedQP:
     sign_rows[signed] = n_eq + sum(m.shape[0] for m in le_rows) + np.arange(len(signed))
     le_rows.append(csr_rows(-np.ones(len(signed)), signed, np.ones(len(signed), dtype=np.int32), width))
     le_rhs.append(np.zeros(len(signed)))
-    b_matrix, lower, upper = bounds
     if b_matrix is not None:
-        rows = express(lifted, b_matrix)
-        lo, hi = lower > 0, np.isfinite(upper)
+        bound_rows = express(lifted, b_matrix)
+        lo, hi = (lower > 0) & ~fixed_rows, np.isfinite(upper) & ~fixed_rows
         if lo.any():
-            le_rows.append(_picked(rows, lo, -1.0))
+            le_rows.append(_picked(bound_rows, lo, -1.0))
             le_rhs.append(-lower[lo] / scale)
         if hi.any():
-            le_rows.append(_picked(rows, hi))
+            le_rows.append(_picked(bound_rows, hi))
             le_rhs.append(upper[hi] / scale)
     a_matrix = _stacked(eq_rows + le_rows, width).tocsc()
     b_vector = np.concatenate(eq_rhs + le_rhs)
