@@ -290,3 +290,37 @@ def test_das_run_vt_demo_seed_10_completes_and_validates(tmp_path):
     records = [r for levels in manifest.levels_report.values() for r in levels]
     assert all(r.l2_certificate["uncertified"] == 0 and not r.uncertified for r in records)
     assert max(r.l2_certificate["max_rel_gap"] for r in records) <= solve.GAP_TOL
+
+
+# ---------------------------------------------------------------------------------------------
+# An uncertified optimum is named in the manifest, the run's summary and by the validator
+
+
+def test_an_uncertified_optimum_is_named_by_the_manifest_the_summary_and_the_validator(tmp_path, monkeypatch):
+    """With the tolerance below every gap (none can be met) each pass is retried, then recorded with its parent."""
+    import json
+
+    from das.run import run
+    from das.rundir import RunDir
+    from das.validate import validate_run
+
+    monkeypatch.setattr(solve, "GAP_TOL", -1.0)
+    result = run(RUNS / "tiny.toml", tmp_path / "run", seed=3, workers=1, progress=False)
+    manifest = RunDir(tmp_path / "run").read()
+    records = {(name, r.level): r for name, levels in manifest.levels_report.items() for r in levels}
+    tract = records[("persons", "tract")]
+    assert tract.l2_certificate["uncertified"] == len(tract.uncertified) == tract.l2_certificate["problems"] > 0
+    assert all(len(u.parent) == 5 and u.gap >= 0 and u.pass_index == 0 for u in tract.uncertified)  # counties
+    assert records[("persons", "nation")].uncertified[0].parent == ""  # the root, both of its passes
+    assert [u.pass_index for u in records[("persons", "nation")].uncertified] == [0, 1]
+    assert "NOT CERTIFIED OPTIMAL: persons/nation parent (root) pass 0" in result.summary
+    assert result.valid  # consistent and private: reported, not refused
+    report = validate_run(tmp_path / "run")
+    assert report.ok and any("not certified" in n for n in report.notes)
+    assert any(f"persons/tract parent {tract.uncertified[0].parent} pass 0" in n for n in report.notes)
+    path = tmp_path / "run" / "manifest.json"  # an edited manifest: the count no longer the list's length
+    data = json.loads(path.read_text())
+    data["levels_report"]["persons"][3]["l2_certificate"]["uncertified"] = 0
+    path.write_text(json.dumps(data))
+    edited = validate_run(tmp_path / "run")
+    assert any("uncertified counted" in v and "persons/tract" in v for v in edited.violations)
