@@ -251,19 +251,10 @@ def read_setup(name: str, persons: Path, units: Path, *, spec, strategy: str, le
 def chain_units(geography, level: str, lo: int, hi: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """das.topdown.engine.single_child_chains without its NMF: for the geounits lo..hi-1 of `level`, at each finer
     level, (that level, the geounits whose chain of only children reaches it, the row 0..hi-lo-1 each descends
-    from). The same walk, so the same units in the same order (tests/test_stress.py compares them)."""
-    chains = []
-    units, rows = np.arange(lo, hi), np.arange(hi - lo)
-    current = level
-    while (finer := geography.child_level(current)) is not None and len(units):
-        offsets = geography.child_ranges(current)
-        single = offsets[units + 1] - offsets[units] == 1
-        units, rows = offsets[units[single]], rows[single]
-        current = finer
-        if not len(units):
-            break
-        chains.append((current, units, rows))
-    return chains
+    from): the engine's own walk (`only_children`)."""
+    from das.topdown.engine import only_children
+
+    return only_children(geography, level, lo=lo, hi=hi)
 
 
 @dataclass(frozen=True)

@@ -109,13 +109,9 @@ class SingleChildReads:
     rows: np.ndarray       # the child (0-based in the batch) each one is
 
 
-def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], level: str, *, lo: int, hi: int,
-                        levels_read: dict | None = None) -> list[SingleChildReads]:
-    """For the geounits lo..hi-1 of `level`: at each finer level, those whose chain of only children reaches it.
-
-    A geounit with one child is that child measured twice; the child's measurements (and its only
-    child's, and so on) enter the geounit's own estimate, so no level's budget is wasted on it.
-    """
+def only_children(geography: Geography, level: str, *, lo: int, hi: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """For the geounits lo..hi-1 of `level`, at each finer level: (that level, the geounits whose chain of only
+    children reaches it, the row 0..hi-lo-1 each descends from)."""
     chains = []
     units, rows = np.arange(lo, hi), np.arange(hi - lo)
     current = level
@@ -124,8 +120,20 @@ def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], l
         single = offsets[units + 1] - offsets[units] == 1
         units, rows = offsets[units[single]], rows[single]
         current = finer
-        if not len(units):
-            break
+        if len(units):
+            chains.append((current, units, rows))
+    return chains
+
+
+def single_child_chains(geography: Geography, nmf_file: Callable[[str], Path], level: str, *, lo: int, hi: int,
+                        levels_read: dict | None = None) -> list[SingleChildReads]:
+    """For the geounits lo..hi-1 of `level`: at each finer level, those whose chain of only children reaches it.
+
+    A geounit with one child is that child measured twice; the child's measurements (and its only
+    child's, and so on) enter the geounit's own estimate, so no level's budget is wasted on it.
+    """
+    chains = []
+    for current, units, rows in only_children(geography, level, lo=lo, hi=hi):
         if levels_read is None or current not in levels_read:
             index = nmf.level_index(nmf_file(current), geography.n_units(current))
             if levels_read is not None:
