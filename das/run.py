@@ -188,7 +188,14 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
     try:
         confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
         frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite))
-        outputs = shape.measure_only(pipe, run_dir, confidential, executor)  # the NMF, and the spine if not standard
+        try:
+            outputs = shape.measure_only(pipe, run_dir, confidential, executor)  # the NMF, and the spine if not standard
+        except BaseException as e:
+            mark_interrupted(frame, e)
+            stop = stopped(e, run_dir.path)
+            if stop is e:
+                raise
+            raise stop from e
     finally:
         executor.close()
     nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
@@ -382,19 +389,11 @@ class _Job:
             self.frame = complete(self.frame, completion, validate={"executor": self.executor,
                                                                     "persons_limit": self._persons_limit()})
         except BaseException as e:
-            self._mark_interrupted(e)
-            if is_disk_full(e):
-                raise RunError(f"disk full while writing to {run_dir.path} ({e.strerror}: "
-                               f"{e.filename or 'an output file'}); everything committed so far is kept: free some "
-                               f"space and continue with `das run --resume {run_dir.path}`") from e
-            if isinstance(e, Exception) and not isinstance(e, EXPECTED):
-                logger.debug("the error that stopped the run", exc_info=e)
-                raise RunStopped(f"stopped by an error of das's own, not of the input ({type(e).__name__}: "
-                                 f"{str(e)[:300]}); nothing is released. What the run committed (its noisy "
-                                 f"measurements, the levels it solved) is kept in {run_dir.path}: `das run --resume "
-                                 f"{run_dir.path}` continues from it without drawing noise again. Please report the "
-                                 f"error (-v shows where it was raised)") from e
-            raise
+            self.frame = mark_interrupted(self.frame, e)
+            stop = stopped(e, run_dir.path)
+            if stop is e:
+                raise
+            raise stop from e
         return RunResult(run_dir.path, self.frame.manifest, release_valid(self.frame), render_summary(self.frame))
 
     def record_interruption(self, **changes) -> None:
@@ -423,14 +422,34 @@ class _Job:
         budget = task_budget_mb(self.options.memory_gb, self.executor)
         return None if budget is None else budget / TASK_MB_PER_PERSON
 
-    def _mark_interrupted(self, error: BaseException) -> None:
-        """Best effort (the disk may be full): say in the manifest that the run stopped, and in the operator's
-        record why (an error message may name data-dependent figures: never public)."""
-        try:
-            self.frame.noted(error=f"{type(error).__name__}: {error}"[:500])
-            self.frame = self.frame.recorded(self.frame.manifest.but(status="interrupted"))
-        except OSError:
-            pass
+
+
+def mark_interrupted(frame: ReleaseFrame, error: BaseException) -> ReleaseFrame:
+    """Best effort (the disk may be full): say in the manifest that the run stopped, and in the operator's record
+    why (an error message may name data-dependent figures: never public)."""
+    try:
+        frame.noted(error=f"{type(error).__name__}: {error}"[:500])
+        return frame.recorded(frame.manifest.but(status="interrupted"))
+    except OSError:
+        return frame
+
+
+def stopped(error: BaseException, path: Path) -> BaseException:
+    """What an error that stopped a run (or a measurement) after it opened its directory becomes: a full disk a
+    RunError saying so, an error of das's own a RunStopped saying how to continue (no traceback: -v logs it), any
+    other (an input's, a refusal, an interrupt) itself. Everything committed is kept; `das run --resume` goes on
+    from it without drawing noise again."""
+    if is_disk_full(error):
+        return RunError(f"disk full while writing to {path} ({error.strerror}: {error.filename or 'an output file'}); "
+                        f"everything committed so far is kept: free some space and continue with `das run --resume "
+                        f"{path}`")
+    if isinstance(error, Exception) and not isinstance(error, EXPECTED):
+        logger.debug("the error that stopped the run", exc_info=error)
+        return RunStopped(f"stopped by an error of das's own, not of the input ({type(error).__name__}: "
+                          f"{str(error)[:300]}); nothing is released. What it committed (its noisy measurements, the "
+                          f"levels it solved) is kept in {path}: `das run --resume {path}` continues from it without "
+                          "drawing noise again. Please report the error (-v shows where it was raised)")
+    return error
 
 
 def render_summary(frame: ReleaseFrame) -> str:

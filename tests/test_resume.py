@@ -303,3 +303,30 @@ def test_a_resume_with_another_command_line_budget_is_refused(tmp_path):
     with pytest.raises(RunError, match="the run spec differs"):
         resume_run(out, spec_path="tiny", progress=False)
     assert (out / "manifest.json").read_text() == manifest
+
+
+def test_das_measure_stopped_by_an_error_of_its_own_stops_cleanly_and_resumes(tiny, tmp_path, monkeypatch):
+    """The rule of `das run` holds for `das measure`: an error of das's own while drawing is a RunStopped naming how
+    to continue, the directory marked interrupted; `das run --resume` then finishes it, never redrawing a committed
+    measurement."""
+    from das.run import RunStopped, measure_only
+
+    out = tmp_path / "measured"
+    original, calls = das.measure.discrete_gaussian, []
+
+    def failing(variance, n, stream):
+        calls.append(stream.key)
+        if len(calls) == 5:
+            raise ZeroDivisionError("a bug in the sampler")
+        return original(variance, n, stream)
+
+    with monkeypatch.context() as broken:
+        broken.setattr(das.measure, "discrete_gaussian", failing)
+        with pytest.raises(RunStopped, match=f"das run --resume {out}") as stopped:
+            measure_only(tiny, out, seed=SEED)
+    assert isinstance(stopped.value.__cause__, ZeroDivisionError)
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    levels, streams = _committed_streams(out)
+    result, drawn = resume_recording_draws(out, monkeypatch)
+    assert result.valid
+    _no_second_draw(levels, streams, drawn)
