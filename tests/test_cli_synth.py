@@ -51,3 +51,22 @@ def test_a_bad_synth_value_is_refused_before_anything_is_written(args, expected,
     out = tmp_path / "out"
     assert expected in cli_refused(["synth", *args, "--mechanism", "flat", "--out", str(out)], capsys)
     assert not out.exists()
+
+
+def test_an_error_of_das_own_in_a_mechanism_is_a_clean_stop(tmp_path, monkeypatch, capsys):
+    """As in `das run`: a bug inside a mechanism (after its noise was drawn) ends with rc 1 and what happened, no
+    traceback, and nothing written: the noise drawn goes with it, unpublished."""
+    from dataclasses import replace
+
+    from das.cli import main
+    from das.mechanisms import registry
+
+    def broken(data):
+        raise IndexError("a bug in the mechanism")
+
+    monkeypatch.setitem(registry.MECHANISMS, "flat", replace(registry.MECHANISMS["flat"], run=broken))
+    out = tmp_path / "flat"
+    assert main(["synth", "tiny", "--mechanism", "flat", "--out", str(out), "--seed", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "IndexError: a bug in the mechanism" in err and "nothing was written or released" in err
+    assert "Traceback" not in err and not out.exists()

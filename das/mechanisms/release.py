@@ -9,6 +9,7 @@ units MDF; its manifest says what it holds (`holds`), and `das validate` checks 
 
 from __future__ import annotations
 
+import logging
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -31,14 +32,17 @@ from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import code_version, release_rho
+from das.pipeline import RunStopped, code_version, release_rho
 from das.privacy.accounting import BudgetError
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
+from das.run import EXPECTED
 from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
 from das.runspec import Budget, load_run_spec
 from das.schema import load_schema
+
+logger = logging.getLogger(__name__)
 
 
 def _budget(rho, spec) -> Fraction:
@@ -90,8 +94,17 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     rng = make_random_source(spec.seed)
     ledger = Ledger(budget)
     t0 = time.perf_counter()
-    result = mech.run(SynthesisInput(schema, geography, inputs.person_histograms.tocsr(), budget, spec.delta,
-                                     rng, ledger))
+    try:
+        result = mech.run(SynthesisInput(schema, geography, inputs.person_histograms.tocsr(), budget, spec.delta,
+                                         rng, ledger))
+    except Exception as e:
+        if isinstance(e, (MechanismError, BudgetError, *EXPECTED)):
+            raise
+        logger.debug("the error that stopped the mechanism", exc_info=e)
+        raise RunStopped(f"{mechanism}: stopped by an error of das's own, not of the input ({type(e).__name__}: "
+                         f"{str(e)[:300]}); nothing was written or released (a synthetic release keeps no "
+                         "measurements to continue from: run it again). Please report the error (-v shows where "
+                         "it was raised)") from e
     timings[f"mechanism_{mechanism}"] = time.perf_counter() - t0
     del inputs  # the true counts are not needed past this point
     histograms = _checked(mechanism, result.histograms.tocsr(), (geography.n_blocks, schema.size))
