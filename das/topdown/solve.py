@@ -402,11 +402,12 @@ def certify(problem, columns, terms, x, *, parent_sums, bounds, fixed, answers=N
     """
     residuals = [a @ x - y for a, y, _ in terms]
     value = sum(w * float(r @ r) for (_, _, w), r in zip(terms, residuals))
+    gap = value if lower is None else min(value, max(0.0, value - lower))
+    if gap <= GAP_TOL * max(value, 1.0):
+        return value, gap
     regions = regions_of(problem, columns, x, parent_sums=parent_sums, bounds=bounds, fixed=fixed)
     candidates = [residuals] if answers is None else [[v - y for v, (_, y, _) in zip(answers, terms)], residuals]
-    gap = value if lower is None else min(value, max(0.0, value - lower))
-    for r in candidates if gap > GAP_TOL * max(value, 1.0) else ():
-        # the solver's answers first: Frank-Wolfe's (an LP where bounds bind) only if they fail
+    for r in candidates:  # the solver's answers first: Frank-Wolfe's (an LP where bounds bind) only if they fail
         gap = min(gap, _dual_gap(problem, columns, terms, r, value=value, regions=regions, x_total=float(x.sum())))
         if gap <= GAP_TOL * max(value, 1.0):
             break
