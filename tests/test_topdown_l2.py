@@ -233,3 +233,18 @@ def test_the_lagrangian_bound_at_a_huge_cell_is_not_multiplied_by_its_count():
     frank_wolfe = solve.certify(problem, columns, terms, point.x, parent_sums=sums, bounds=stated.bounds, fixed=[])[1]
     assert value - point.lower <= solve.GAP_TOL * value
     assert value - point.lower < frank_wolfe
+
+
+def test_equalities_that_others_imply_are_left_out_finest_first():
+    """hhgq-like held answers (a partition), hhinstlevels-like ones (unions of its rows), the total (all of them), and
+    a row without a variable: only the partition stays; a row that is no union of it stays too."""
+    groups = np.array([0, 0, 1, 1, 2, 3, 3, 4])
+    n = len(groups)
+    hhgq = sp.csr_matrix((np.ones(n), (groups, np.arange(n))), shape=(6, n))  # row 5: no variable (a structural zero)
+    levels = sp.csr_matrix((np.ones(n), (np.array([0, 0, 0, 0, 1, 1, 1, 2]), np.arange(n))), shape=(3, n))
+    total = sp.csr_matrix(np.ones((1, n)))
+    odd = sp.csr_matrix(np.r_[1.0, np.zeros(n - 1)][None, :])  # half of hhgq's first row: not implied
+    kept = l2._independent([(levels, np.arange(3.0)), (total, np.array([8.0])), (hhgq, np.arange(6.0)),
+                            (odd, np.array([1.0]))])
+    assert [a.shape[0] for a, _ in kept] == [5, 1]  # hhgq without its empty row, then the row no union gives
+    assert np.array_equal(kept[0][1], np.arange(5.0)) and (kept[1][0] != odd).nnz == 0
