@@ -205,7 +205,6 @@ def main(argv=None) -> int:
         for b in benches:
             print(f"{b.name:40s} {'' if b.default else '(only when named) '}{b.description}")
         return 0 if args.list else 1
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     command = "scripts/bench " + " ".join(sys.argv[1:] if argv is None else argv)
     for b in chosen:
         repeats = args.repeats or b.repeats
@@ -225,6 +224,9 @@ def main(argv=None) -> int:
                 except RuntimeError as e:
                     entry["references"][label] = {"error": str(e)}
                 print(f"[bench]   {label}: {entry['references'][label].get('median', entry['references'][label])}", flush=True)
+        # another invocation may have written its own benchmarks since this one started (hours-long runs side by
+        # side): keep theirs, replace only this one's entry
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         results[b.name] = entry
         RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True))
         REPORT.write_text(render(results))
