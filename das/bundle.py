@@ -32,7 +32,6 @@ from das.rundir import RunDir
 from das.schema import SpecError
 
 REDACTED = "<operator only>"
-OWNER_ONLY_FILE, OWNER_ONLY_DIR = 0o600, 0o700  # operator files and their directory
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
 CONVENTION_SUMMARY = "rho-zCDP, bounded neighbours that keep the invariants (the certificate's convention)"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
@@ -149,26 +148,9 @@ def _texts(value):
         yield value
 
 
-def owner_only_directory(folder: Path) -> Path:
-    """`folder`, created if need be, open to its owner only (0700) whatever the umask."""
-    folder = Path(folder)
-    folder.mkdir(mode=OWNER_ONLY_DIR, parents=True, exist_ok=True)
-    os.chmod(folder, OWNER_ONLY_DIR)  # mkdir's mode is masked by the umask, and an older directory may be wider
-    return folder
-
-
 def operator_directory(run_dir: Path) -> Path:
     """RUN_DIR/operator, created if need be, open to its owner only (0700)."""
-    return owner_only_directory(RunDir(run_dir).operator_dir)
-
-
-def write_owner_only(path: Path, data: bytes) -> None:
-    """`path` holds `data`, written atomically, readable and writable by its owner only (0600) whatever the umask."""
-    with atomic.replacing(path) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY_FILE)
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), OWNER_ONLY_FILE)
-            f.write(data)
+    return atomic.owner_only_directory(RunDir(run_dir).operator_dir)
 
 
 def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
@@ -176,8 +158,8 @@ def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> Non
     where = RunDir(run_dir)
     operator_directory(run_dir)
     if key is not None:
-        write_owner_only(where.key_file, key)
-    write_owner_only(where.operator_file, json.dumps(record, indent=2, default=str).encode())
+        atomic.write_owner_only(where.key_file, key)
+    atomic.write_owner_only(where.operator_file, json.dumps(record, indent=2, default=str).encode())
 
 
 def read_operator(run_dir: Path) -> tuple[dict, bytes]:
@@ -209,7 +191,7 @@ def record_process(run_dir: Path, **fields) -> dict:
     noise (run times, when a run stopped and what it had done, error messages) is the operator's, never public."""
     record = {**read_process(run_dir), **fields}
     operator_directory(run_dir)
-    write_owner_only(RunDir(run_dir).process_file, (json.dumps(record, indent=2, default=str) + "\n").encode())
+    atomic.write_owner_only(RunDir(run_dir).process_file, (json.dumps(record, indent=2, default=str) + "\n").encode())
     return record
 
 

@@ -12,6 +12,9 @@ it may not write at all. One policy for `run`, `measure`, `synth`, `metrics`, `r
   anything is computed. So is a path that is a file, an --out equal to, inside or holding the
   command's spec or an input, and an --out inside a release (a release holds only its own files)
   other than the release `run`/`measure`/`synth` write themselves.
+- A confidential command's directory (metrics, replicate, report, compare, attack: computed against the
+  confidential input) is its owner's only: 0700 from the start, and every directory 0700 and file 0600 in it
+  when the command finishes, like a release's operator/.
 - A command's own earlier output: a command that spends budget or hours replaces it only with
   `--overwrite` (or continues it: `resume`); a deterministic one (metrics, report, tables)
   replaces it. Either way only the command's own files are deleted: those its record lists and
@@ -96,9 +99,12 @@ class Claim:
     earlier: dict | None = None  # its own earlier record, when it continues that output (resume)
 
     def start(self) -> None:
-        """Delete the earlier files it replaces, create the directory, write the record (status running)."""
+        """Delete the earlier files it replaces, create the directory (a confidential one open to its owner only,
+        0700, before anything is written in it), write the record (status running)."""
         remove_files(self.path, self.remove)
         self.path.mkdir(parents=True, exist_ok=True)
+        if self.owner.confidential:
+            atomic.owner_only_tree(self.path)
         kept = [f for f in (self.earlier or {}).get("files", []) if (self.path / f).is_file()]
         _write_record(self.path, self.owner, "running", kept)
 
@@ -108,6 +114,8 @@ class Claim:
         nested = tuple(sub + "/" for sub, _ in self.owner.nested)  # their own records list them
         files = sorted(r for p in ours if (r := p.relative_to(self.path).as_posix()) != RECORD and not r.startswith(nested))
         _write_record(self.path, self.owner, "complete", files)
+        if self.owner.confidential:  # true counts and scores against them: 0700 directories, 0600 files, as operator/
+            atomic.owner_only_tree(self.path)
         return files
 
 

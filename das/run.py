@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, callable_module, preflight, signing
+from das import atomic, bundle, callable_module, preflight, signing
 from das.checkpoint import Checkpoints, file_sha256, is_disk_full
 from das.executors import make_executor
 from das.frame import (
@@ -383,7 +383,7 @@ class _Job:
             self.record_interruption(status="running")
         else:
             self.frame = _open(self.pipe, run_dir, confidential, self.options)
-        bundle.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
+        atomic.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
         try:
             completion = shape.release(self, confidential)
             self.frame = complete(self.frame, completion, validate={"executor": self.executor,
