@@ -54,7 +54,7 @@ def detection_limit(trials: int, delta: float, alpha: float) -> float:
     seen in every evaluation trial on D' and in none on D.
 
     >>> round(detection_limit(20, 0.01, 0.05), 3)  # the whole-release audit's default: 10 evaluation trials
-    0.79
+    0.793
     """
     n = evaluation_trials(trials)
     return event_bound(0, n, n, n, delta=delta, alpha=alpha)
