@@ -29,7 +29,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.research.offspine",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
      "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.command", "das.attack.workload",
-     "das.attack.privacy", "das.attack.release_audit",
+     "das.attack.privacy", "das.attack.release_audit", "das.attack.detection",
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat",
      "das.mechanisms.stability", "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn",
      "das.mechanisms.pgm", "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry", "das.mechanisms.rounding",

@@ -228,7 +228,9 @@ def _add_audit_privacy(sub) -> None:
     a.add_argument("spec", type=path, help=spec_help() + ": its schema, strategy and levels are audited (no input is read)")
     a.add_argument("--trials", type=positive_int, default=None,
                    help="runs of the measurement per dataset (default: 20,000; at least 100), or of each release with "
-                        "--release (default: 20)")
+                        "--release (default: 20); the report gives the largest bound the trials can show and the "
+                        "trials that would reach the certificate (575 at the default budget), and says "
+                        "'inconclusive' when they cannot show a violation")
     a.add_argument("--release", action="append", default=[], metavar="COMMAND",
                    help="audit whole releases of this command end to end instead of the measurement: `run`, or a "
                         "`das synth` mechanism (repeat for several); every public output is tested")
