@@ -222,8 +222,11 @@ def _level(details: Mapping, levels) -> str:
     return level
 
 
-def _rounds(details: Mapping) -> int | None:
-    """The rounds a mechanism's details state (MWEM's), None when they state none."""
+def _rounds(details: Mapping, declared: Mapping[str, str]) -> int | None:
+    """The rounds a mechanism's details state as a public parameter (MWEM's; AIM's `rounds` are its selections),
+    None when it declares none."""
+    if not declared.get("rounds", "").startswith("parameter:"):
+        return None
     rounds = details.get("rounds")
     if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
         raise CertificateError(f"mechanism.details.rounds is {rounds!r}, expected a positive integer")
@@ -261,7 +264,7 @@ def synthetic_plan(release: Release):
     rho, delta = _persons_budget(release, _spec(release))
     try:
         schema = load_schema(manifest.persons.schema)
-        public = Public(rho, delta, schema, _level(record.details, manifest.levels), _rounds(record.details))
+        public = Public(rho, delta, schema, _level(record.details, manifest.levels), _rounds(record.details, mechanism.details))
         ledger = Ledger(rho)
         plan = mechanism.plan(public, ledger)
         cert = mechanism_certificate(mechanism, schema, manifest.levels, ledger, delta=delta, private=manifest.private)
