@@ -32,7 +32,6 @@ from das.schema import SpecError
 
 REDACTED = "<operator only>"
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
-CONVENTION_SUMMARY = "rho-zCDP, bounded neighbours that keep the invariants (the certificate's convention)"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
@@ -205,9 +204,10 @@ def input_paths(run_dir: Path) -> dict[str, str]:
 
 
 def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, version: str) -> dict[bytes, bytes]:
-    """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate),
-    spec digest, code version."""
-    summary = {name: {**c.summary(), "convention": CONVENTION_SUMMARY} for name, c in certificates.items()}
+    """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate's summary:
+    rho, (eps, delta), and the certificate's own convention, the guarantee in words true for its release: TopDown's,
+    or the mechanism's), spec digest, code version."""
+    summary = {name: c.summary() for name, c in certificates.items()}
     return {
         b"das.privacy": (b"private" if private else NOT_PRIVATE_MARK.encode()),
         b"das.certificate": json.dumps(summary, sort_keys=True).encode(),

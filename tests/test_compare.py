@@ -82,7 +82,8 @@ def test_unknown_mechanism_and_other_settings_are_refused(tmp_path, monkeypatch)
     import das.mechanisms
     from das.mechanisms import Mechanism
 
-    absent = Mechanism("absent", "needs a library not installed", "none", lambda _: None, extra="nothing",
+    absent = Mechanism("absent", "needs a library not installed", "none", lambda _: None,
+                       plan=lambda public, ledger: None, extra="nothing",
                        available=lambda: False)
     monkeypatch.setitem(das.mechanisms.MECHANISMS, "absent", absent)
     assert "absent" not in mechanism_names()

@@ -160,7 +160,8 @@ class Release:
         from das.privacy.certificate import delta_text
 
         c = self.certificate
-        return (f"Release({str(self.path)!r}: {self.manifest.spec_name}, rho {c.rho}, eps {c.eps} at delta {delta_text(c.delta)}"
+        rho = f"rho {c.rho}" if c.rho is not None else "(eps, delta)-DP directly"
+        return (f"Release({str(self.path)!r}: {self.manifest.spec_name}, {rho}, eps {c.eps} at delta {delta_text(c.delta)}"
                 f"{'' if self.private else ', seeded: NOT private'}{'' if self.valid else ', NOT valid'})")
 
 

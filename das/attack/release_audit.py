@@ -508,7 +508,10 @@ class PairResult:
 
 
 def certified_eps(certificate: Certificate, delta: Fraction) -> float:
-    """The certificate's eps at another delta: its rho converted at delta less its approximate steps' delta."""
+    """The certificate's eps at another delta: its rho converted at delta less its approximate steps' delta; a
+    certificate at a mechanism's own (eps, delta) (no rho) holds its eps at its delta and above, nothing below."""
+    if certificate.rho is None:
+        return certificate.eps if delta >= certificate.delta else math.inf
     steps = sum((v for k, v in (certificate.delta_parts or {}).items() if k != "zCDP conversion"), Fraction(0))
     return eps_for_delta(certificate.rho, delta - steps) if delta > steps else math.inf
 

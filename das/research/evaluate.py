@@ -128,7 +128,8 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)
-    rho = fraction_text(manifest.certificate(RELEASE).rho)
+    cert = manifest.certificate(RELEASE)
+    rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
     scores = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
                    tags={"rho": str(rho), "replicate": 0})
     write_parts(scores, out / "parts", rho_index=0, replicate=0)
