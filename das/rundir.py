@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import atomic
+from das import atomic, pinned
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
@@ -474,6 +474,22 @@ class Manifest:
         if section is None:
             raise RunDirError(f"{MANIFEST}: field {release}.schema is missing; expected the {release} schema name")
         return section.schema
+
+    def schema_of(self, release: str):
+        """The Schema of a release ("persons" or "units") as its published spec pins it (das.pinned), not as
+        a file of this machine says today. SpecError: the spec does not pin it, or was changed."""
+        return pinned.schema(self.spec_text, self.schema(release))
+
+    def strategy_of(self, release: str):
+        """The Strategy of a TopDown release as its published spec pins it (das.pinned)."""
+        section = getattr(self, release) if release in ("persons", "units") else None
+        if section is None or section.strategy is None:
+            raise RunDirError(f"{MANIFEST}: field {release}.strategy is missing; expected the {release} strategy name")
+        return pinned.strategy(self.spec_text, section.strategy)
+
+    def table_set(self) -> tuple:
+        """The release's table specs (das.io.tables.TableSpec) as its published spec pins them (das.pinned)."""
+        return pinned.tables(self.spec_text, self.tables)
 
     def releases(self) -> list[str]:
         return [name for name in ("persons", "units") if getattr(self, name)]

@@ -100,7 +100,6 @@ class Release:
         import pandas as pd
 
         from das.io.table_names import check_naming, pl_fields, renamed
-        from das.io.tables import load_tables
         from das.schema import load_schema
 
         check_naming(names)
@@ -110,7 +109,7 @@ class Release:
             raise KeyError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
         frame = pd.read_parquet(path)
         if names == "pl":
-            spec = {t.name: t for t in load_tables(self.manifest.tables)}.get(name)
+            spec = {t.name: t for t in self.manifest.table_set()}.get(name)
             if spec is not None:
                 frame = renamed(frame, pl_fields(spec, load_schema(spec.schema)))
         return frame
