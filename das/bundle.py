@@ -91,7 +91,11 @@ def public_spec(text: str, *, budget: dict | None = None) -> dict:
         if "rho" in values or "eps" in values:
             table.pop("rho", None), table.pop("eps", None)
         data[section] = {**table, **values}
-    data = pinned.pin(data)
+    return pinned.pin(_redacted(data))
+
+
+def _redacted(data: dict) -> dict:
+    """A parsed run spec, its input and area paths redacted (`public_spec`)."""
     given, areas = data.get("input"), _areas(data)
     if given is None and areas is None:
         return data
