@@ -20,7 +20,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.checkpoint", "das.executors", "das.distributed"},
     {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.published", "das.frame", "das.run",
-     "das.summary_files", "das.validate", "das.validate.report", "das.validate.registry", "das.validate.reading",
+     "das.summary_files", "das.validate", "das.publish", "das.validate.report", "das.validate.registry", "das.validate.reading",
      "das.validate.release", "das.validate.files", "das.validate.certificate", "das.validate.optimality", "das.validate.epnum",
      "das.validate.records", "das.validate.nmf", "das.validate.spine", "das.validate.tables", "das.validate.invariants",
      "das.validate.rules", "das.validate.inputs", "das.validate.driver", "das.validate.signature", "das.newspec"},

@@ -238,3 +238,13 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
         return validate_run(path, public_key=key)
     with input_files(*inputs) as (files, frames), said_of_frames(frames):
         return validate_run(path, inputs=files, public_key=key)
+
+
+def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
+    """`das publish`: write the bundle of a finished, signed and valid release (a Release or a run directory's
+    path): its public files alone, never the operator's, with normalized modes and times, to a directory or (`to`
+    ending in .tar) an archive. Returns das.publish.Bundle (`path`, `files`, `archive`); PublishError when the run
+    may not be published (not signed, not valid), OutDirError when `to` may not be written."""
+    from das.publish import publish as write_bundle
+
+    return write_bundle(release.path if isinstance(release, Release) else release, to, overwrite=overwrite)
