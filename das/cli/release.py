@@ -173,6 +173,22 @@ def _text(value) -> str | None:
     return None if value is None else str(value)
 
 
+def _add_publish(sub) -> None:
+    pb = sub.add_parser("publish", help="write a release's bundle: its public files alone, ready to publish",
+                        description="Write exactly the public files of a finished, signed and valid release (the "
+                                    "manifest, every file it lists, its signature and public key), never the "
+                                    "operator's, each 0644 in 0755 directories with the same modification time "
+                                    "(SOURCE_DATE_EPOCH, else 0), to a directory or a .tar archive. Publish that, "
+                                    "never the run directory (docs/outputs.md).")
+    pb.add_argument("run_dir", type=path, help="a das run directory (written by das run, das synth)")
+    pb.add_argument("--to", type=path, required=True, metavar="DIR_OR_TAR",
+                    help="the bundle: a directory (new or empty), or an archive FILE.tar")
+    pb.add_argument("--overwrite", action="store_true",
+                    help="replace an earlier bundle there (only its own files are deleted); a directory holding "
+                         "any other file is refused")
+    pb.set_defaults(func=_cmd_publish)
+
+
 def add_parsers(sub) -> None:
     """The release commands: run, validate, publish, keygen, validate-input, privacy, measure, tables, audit-privacy."""
 
@@ -191,19 +207,7 @@ def add_parsers(sub) -> None:
                         "signature over manifest.json, then every digest); default: none, internal consistency only")
     v.set_defaults(func=_cmd_validate)
 
-    pb = sub.add_parser("publish", help="write a release's bundle: its public files alone, ready to publish",
-                        description="Write exactly the public files of a finished, signed and valid release (the "
-                                    "manifest, every file it lists, its signature and public key), never the "
-                                    "operator's, each 0644 in 0755 directories with the same modification time "
-                                    "(SOURCE_DATE_EPOCH, else 0), to a directory or a .tar archive. Publish that, "
-                                    "never the run directory (docs/outputs.md).")
-    pb.add_argument("run_dir", type=path, help="a das run directory (written by das run, das synth)")
-    pb.add_argument("--to", type=path, required=True, metavar="DIR_OR_TAR",
-                    help="the bundle: a directory (new or empty), or an archive FILE.tar")
-    pb.add_argument("--overwrite", action="store_true",
-                    help="replace an earlier bundle there (only its own files are deleted); a directory holding "
-                         "any other file is refused")
-    pb.set_defaults(func=_cmd_publish)
+    _add_publish(sub)
 
     k = sub.add_parser("keygen", help="a new Ed25519 key pair to sign releases with (KEY and KEY.pub)")
     k.add_argument("key", type=path, help="where to write the private key (0600); the public key goes to KEY.pub; "
