@@ -26,7 +26,7 @@ from pathlib import Path
 
 import tomli_w
 
-from das import atomic
+from das import atomic, pinned
 from das.rundir import RunDir
 from das.schema import SpecError
 
@@ -75,7 +75,9 @@ def public_spec(text: str, *, budget: dict | None = None) -> dict:
     reach a public file (the area types and the spine stay: they say what was released);
     `budget` (das.runspec.RunSpec.budget_table: a budget the command line gave) is written into the
     sections it stands for, replacing the spec's own rho or eps, so the published spec states the
-    budget the release was made with (das validate recomputes the certificate from it).
+    budget the release was made with (das validate recomputes the certificate from it); and every
+    schema, strategy and table set it names is pinned in it (das.pinned: canonical text and SHA-256,
+    referred to by name, never by path), so the certificate is recomputed from the published bytes alone.
 
     Refused (SpecError) when not TOML, when [input] or [geography] areas is not a table, or when an input
     or area path also appears elsewhere in the spec (in a key or another string it cannot be told from text)."""
@@ -88,6 +90,11 @@ def public_spec(text: str, *, budget: dict | None = None) -> dict:
         if "rho" in values or "eps" in values:
             table.pop("rho", None), table.pop("eps", None)
         data[section] = {**table, **values}
+    return pinned.pin(_redacted(data))
+
+
+def _redacted(data: dict) -> dict:
+    """A parsed run spec, its input and area paths redacted (`public_spec`)."""
     given, areas = data.get("input"), _areas(data)
     if given is None and areas is None:
         return data
@@ -118,7 +125,7 @@ def _areas(data: dict) -> dict | None:
 def public_spec_text(text: str, *, budget: dict | None = None) -> str:
     """The published spec text: `public_spec` written canonically (TOML, no comments, [input] redacted,
     a command-line budget stated). spec_sha256 in the manifest and in every Parquet file is its digest."""
-    return tomli_w.dumps(public_spec(text, budget=budget))
+    return tomli_w.dumps(public_spec(text, budget=budget), multiline_strings=True)
 
 
 def _leaves(value):

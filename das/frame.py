@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das import bundle, outdir, signing
+from das import bundle, outdir, pinned, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
 from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord, ValidationRecord
@@ -147,7 +147,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         das_version=opening.version, spec_name=spec.name, spec_text=text, spec_sha256=bundle.spec_digest(text),
         status="running", private=private,
         randomness="operating-system CSPRNG" if private else f"seeded (seed {spec.seed})",
-        levels=tuple(spec.levels), tables=spec.tables, persons=opening.releases["persons"],
+        levels=tuple(spec.levels), tables=pinned.published_name(spec.tables, "tables"), persons=opening.releases["persons"],
         units=opening.releases.get("units"), privacy=dict(opening.certificates), python=platform.python_version(),
         seed=spec.seed, invariants=opening.invariants, mechanism=opening.mechanism, holds=opening.holds,
         spine=opening.spine,

@@ -350,6 +350,67 @@ def release_files(path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
+# A bundle: `das publish` (its record is its manifest, as a release's; it holds no operator file)
+
+
+def check_bundle(path, *, overwrite: bool, protected=()) -> list[Path]:
+    """May a bundle be written to directory `path`? The files of an earlier bundle there that --overwrite
+    replaces (only its own: its manifest, the files it lists, the signature); OutDirError when it may not: a
+    file, inside a release, holding or inside the run published, a run directory, or a non-empty directory
+    that is not a bundle, holds other files, or is not to be overwritten."""
+    path = Path(path)
+    refuse_unwritable(path, protected=protected, inputs="the release it publishes", itself=False)
+    entries = _entries(path)
+    if not entries:
+        return []
+    run = RunDir(path)
+    if not run.is_das_run() or run.is_run_directory():
+        what = "a das run directory (it holds operator files)" if run.is_das_run() else "not a das bundle"
+        raise OutDirError(f"output directory {path} is not empty and is {what}; it holds {_shown(path, entries)}. das "
+                          "deletes only files it wrote: choose another --to, or move those files away")
+    try:
+        manifest = run.read()
+    except RunDirError as e:
+        raise OutDirError(f"{path}: its manifest is not readable as a das release's ({e}); choose another --to") from None
+    public = RunDir.public_files(manifest)
+    ours, foreign = _split(path, Owner("das publish", "bundle", public), {"files": list(public)}, public)
+    if foreign:
+        raise OutDirError(f"output directory {path} holds files das publish did not write ({_shown(path, foreign)}); "
+                          "das never deletes them: move them away or choose another --to")
+    if not overwrite:
+        raise OutDirError(f"output directory {path} holds a bundle (of {manifest.spec_name!r}); choose another --to, or "
+                          "pass --overwrite to replace it (only its own files are deleted)")
+    return ours
+
+
+def check_bundle_archive(path, *, overwrite: bool) -> None:
+    """May a bundle's tar archive be written to `path`? Refused (OutDirError) when it is inside a release (the
+    run published included), or exists and is not replaced with --overwrite, or is not a das bundle's archive (a
+    tar whose first member is a directory holding nothing but a bundle's names)."""
+    path = Path(path)
+    refuse_unwritable(path.parent, itself=True)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() or path.is_symlink():
+        raise OutDirError(f"{path} is a directory or a symbolic link, not a bundle's archive; choose another --to")
+    if not overwrite:
+        raise OutDirError(f"{path} exists; choose another --to, or pass --overwrite to replace it (only a bundle's "
+                          "archive is replaced)")
+    import tarfile
+
+    try:
+        with tarfile.open(path, "r:") as tar:
+            names = tar.getnames()
+    except (tarfile.TarError, OSError) as e:
+        raise OutDirError(f"--overwrite refused: {path} is not a tar archive das publish wrote ({e}); das deletes only "
+                          "files it wrote") from None
+    top = names[0] if names else ""
+    if not names or f"{top}/manifest.json" not in names or any(n != top and not n.startswith(top + "/") for n in names):
+        raise OutDirError(f"--overwrite refused: {path} is not a bundle's archive (a directory holding manifest.json); "
+                          "das deletes only files it wrote")
+
+
+# ---------------------------------------------------------------------------------------------
 # What confidential outputs say about themselves
 
 

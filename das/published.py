@@ -68,7 +68,8 @@ MANIFEST: dict[str, str] = {
     "kind": "parameter: the kind of directory (das run)",
     "das_version": "parameter: the code's version and commit",
     "spec_name": "parameter: the run spec's name",
-    "spec_text": "parameter: the run spec, parsed, its [input] and area file paths redacted, written canonically "
+    "spec_text": "parameter: the run spec, parsed, its [input] and area file paths redacted, the schemas, strategies "
+                 "and table set it names pinned (das.pinned: their text and SHA-256), written canonically "
                  "(das.bundle.public_spec)",
     "spec_sha256": "parameter: SHA-256 of spec_text",
     "status": "parameter: running, measured, interrupted or complete (a release is complete)",

@@ -90,7 +90,8 @@ def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
     """What a TopDown release says of itself before any noise: schemas and strategies, certificates,
     the invariants published exactly, and what it holds (das.frame.holds)."""
-    releases = {name: ReleaseInfo(r.spec.schema, r.spec.strategy) for name, r in pipe.releases.items()}
+    releases = {name: ReleaseInfo(r.schema.name, r.strategy.name)  # the names das.pinned publishes them under
+                for name, r in pipe.releases.items()}
     return Opening(releases, pipe.certificates, confidential.published_invariants(), holds(_plan(pipe), synthetic=False),
                    private=pipe.rng.private, version=code_version(), spine=confidential.spine_record)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from das.cli.args import (
     SEED_HELP,
@@ -56,6 +57,26 @@ def _cmd_validate(args) -> int:
     from das.validate import main
 
     return main(args.run_dir, inputs=args.inputs, public_key=args.public_key)
+
+
+def _cmd_publish(args) -> int:
+    import das
+    from das.publish import PublishError
+    from das.rundir import RunDirError
+    from das.specfile import cut_long_words
+
+    try:
+        bundle = das.publish(args.run_dir, to=args.to, overwrite=args.overwrite)
+    except RunDirError as e:
+        print(f"das publish: {cut_long_words(str(e))}", file=sys.stderr)
+        return 2
+    except PublishError as e:
+        print(f"das publish: refused: {cut_long_words(str(e))}", file=sys.stderr)
+        return 1
+    what = "archive" if bundle.archive else "directory"
+    print(f"wrote {bundle.path}: the bundle ({what}) of {args.run_dir}, {len(bundle.files)} public files, nothing of the "
+          "operator's; check it with das validate (and --public-key, the key you publish)")
+    return 0
 
 
 def _cmd_keygen(args) -> int:
@@ -152,14 +173,32 @@ def _text(value) -> str | None:
     return None if value is None else str(value)
 
 
+def _add_publish(sub) -> None:
+    pb = sub.add_parser("publish", help="write a release's bundle: its public files alone, ready to publish",
+                        description="Write exactly the public files of a finished, signed and valid release (the "
+                                    "manifest, every file it lists, its signature and public key), never the "
+                                    "operator's, each 0644 in 0755 directories with the same modification time "
+                                    "(SOURCE_DATE_EPOCH, else 0), to a directory or a .tar archive. Publish that, "
+                                    "never the run directory (docs/outputs.md).")
+    pb.add_argument("run_dir", type=path, help="a das run directory (written by das run, das synth)")
+    pb.add_argument("--to", type=path, required=True, metavar="DIR_OR_TAR",
+                    help="the bundle: a directory (new or empty), or an archive FILE.tar")
+    pb.add_argument("--overwrite", action="store_true",
+                    help="replace an earlier bundle there (only its own files are deleted); a directory holding "
+                         "any other file is refused")
+    pb.set_defaults(func=_cmd_publish)
+
+
 def add_parsers(sub) -> None:
-    """The release commands: run, validate, keygen, validate-input, privacy, measure, tables, audit-privacy."""
+    """The release commands: run, validate, publish, keygen, validate-input, privacy, measure, tables, audit-privacy."""
 
     _add_run(sub)
     _add_init(sub)
 
-    v = sub.add_parser("validate", help="independently check a run directory's outputs")
-    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
+    v = sub.add_parser("validate", help="independently check a release: a run directory or a published bundle")
+    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth), or a bundle "
+                                              "(das publish); the report says which, and refuses a bundle holding "
+                                              "an operator file")
     v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="also compare the invariants with these confidential inputs (default: the run's "
                         "operator files, when present)")
@@ -167,6 +206,8 @@ def add_parsers(sub) -> None:
                    help="the operator's published public key: also prove the release is theirs and unchanged (the "
                         "signature over manifest.json, then every digest); default: none, internal consistency only")
     v.set_defaults(func=_cmd_validate)
+
+    _add_publish(sub)
 
     k = sub.add_parser("keygen", help="a new Ed25519 key pair to sign releases with (KEY and KEY.pub)")
     k.add_argument("key", type=path, help="where to write the private key (0600); the public key goes to KEY.pub; "

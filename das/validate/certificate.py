@@ -24,9 +24,9 @@ from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certif
 from das.mechanisms.registry import MECHANISMS
 from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
-from das.privacy.strategy import BudgetError, load_strategy, parse_fraction
+from das.privacy.strategy import BudgetError, parse_fraction
 from das.runspec import DEFAULT_DELTA
-from das.schema import SpecError, load_schema
+from das.schema import SpecError
 from das.validate.registry import Check
 from das.validate.release import Release
 from das.validate.report import Report, ValidationError, first
@@ -178,8 +178,8 @@ def recomputed(release: Release, name: str):
         raise CertificateError(f"the manifest's {name} schema and strategy ({info.schema}, {info.strategy}) are not the "
                                f"spec's ({section.get('schema')}, {section.get('strategy')})")
     try:
-        strategy = load_strategy(info.strategy)
-        schema_name = load_schema(info.schema).name  # a spec may name its schema by a path
+        strategy = release.manifest.strategy_of(name)  # as the published spec pins it (das.pinned), on any machine
+        schema_name = release.manifest.schema_of(name).name
     except SpecError as e:
         raise ValidationError(f"{release.run.manifest_path}: {name} strategy or schema: {e}") from None
     try:

@@ -152,5 +152,7 @@ def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None, public_k
         return 1
     proved = ("valid, and signed by the given public key" if public_key else
               "valid: internally consistent (no --public-key: its origin is not proved)")
-    print(f"\n{run_dir}: {proved} ({len(report.checks)} checks)", file=out)
+    kind = "a run directory: publish its bundle (das publish), never the directory" if RunDir(run_dir).is_run_directory() \
+        else "a bundle"
+    print(f"\n{run_dir}: {proved} ({len(report.checks)} checks; {kind})", file=out)
     return 0

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import fraction_text
-from das.schema import Schema, SpecError, load_schema
+from das.schema import Schema, SpecError
 from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
@@ -166,7 +166,7 @@ def whole_levels(release: Release, plan) -> tuple[list, dict[tuple[str, str], li
     else:  # the spine's geounits, in its order
         geounits = {level.level: spine.units(level.level) for _, level, _ in whole}
     return plan, {(name, level.level): file_problems(path, release.run.relative(path), level,
-                                                     load_schema(release.manifest.schema(name)),
+                                                     release.manifest.schema_of(name),
                                                      geounits=geounits[level.level])
                   for name, level, path in whole}
 
@@ -193,7 +193,7 @@ def nmf_state(rows: StateRows) -> dict[tuple[str, str], list[str]]:
             geounits = (np.unique(blocks.str.slice(0, LEVEL_DIGITS[level.level]).to_numpy(dtype=str)) if spine is None
                         else spine.units(level.level))
             problems[(name, level.level)] = file_problems(path, run.relative(path), level,
-                                                          load_schema(rows.release.manifest.schema(name)), geounits=geounits)
+                                                          rows.release.manifest.schema_of(name), geounits=geounits)
     return problems
 
 

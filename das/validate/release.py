@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from das.rundir import Manifest, RunDir
-from das.schema import Schema, load_schema
+from das.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.report import ValidationError
 
@@ -56,7 +56,7 @@ class Release:
         """The persons schema and the units schema (None: a release without units), as the manifest names them."""
         manifest = self.manifest
         try:
-            return load_schema(manifest.schema("persons")), load_schema(manifest.schema("units")) if manifest.units else None
+            return manifest.schema_of("persons"), manifest.schema_of("units") if manifest.units else None
         except Exception as e:
             raise ValidationError(f"{self.run.manifest_path}: {e}") from None
 
