@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from fractions import Fraction
 
+from das import pinned
 from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
 from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
@@ -244,7 +245,7 @@ def _persons_budget(release: Release, spec: dict) -> tuple[Fraction, Fraction]:
         delta = _spec_delta(spec)
         rho = _section_rho(section, "persons", delta)
         if rho is None:
-            rho = load_strategy(str(section.get("strategy"))).rho
+            rho = pinned.strategy(release.manifest.spec_text, str(section.get("strategy"))).rho
     except (SpecError, BudgetError) as e:
         raise CertificateError(f"spec_text: {e}") from None
     if rho is None:
@@ -263,7 +264,7 @@ def synthetic_plan(release: Release):
         raise CertificateError(f"mechanism {record.name!r} is none of das's ({', '.join(MECHANISMS)})")
     rho, delta = _persons_budget(release, _spec(release))
     try:
-        schema = load_schema(manifest.persons.schema)
+        schema = manifest.schema_of("persons")
         public = Public(rho, delta, schema, _level(record.details, manifest.levels), _rounds(record.details, mechanism.details))
         ledger = Ledger(rho)
         plan = mechanism.plan(public, ledger)
