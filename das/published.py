@@ -305,8 +305,10 @@ def problems(data: Mapping, declared: Mapping[str, str] = MANIFEST, types: Mappi
     no declaration covers, a list or object where the other (or a value) is declared, and a declared field whose
     value is not of its declared type (`types`).
 
-    >>> problems({"kind": "das run", "counts": {"persons": -1, "extra": 2}, "levels": "nation"})
-    ['counts.persons: expected an integer >= 0, got -1', 'counts.extra: a field das/published.py does not declare', 'levels: expected a list']
+    >>> problems({"kind": "das run", "counts": {"persons": -1, "extra": 2}, "levels": "nation"})[1:]
+    ['counts.extra: a field das/published.py does not declare', 'levels: expected a list']
+    >>> problems({"counts": {"persons": -1}})
+    ['counts.persons: expected an integer >= 0, got -1']
     """
     patterns = [(_segments(p), p) for p in declared]
     context = context or {}
