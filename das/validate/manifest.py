@@ -45,12 +45,13 @@ def field_problems(data: object) -> list[str]:
 
 
 def read_problems(run: RunDir) -> list[str]:
-    """`field_problems` of a run's manifest.json as it is on disk (none: not readable as JSON)."""
+    """`field_problems` of a run's manifest.json as it is on disk (none: not readable as a JSON object, which
+    das validate cannot read at all)."""
     try:
         data = json.loads(run.manifest_path.read_bytes())
     except (OSError, ValueError):
         return []
-    return field_problems(data)
+    return field_problems(data) if isinstance(data, dict) else []
 
 
 @dataclass(frozen=True)
