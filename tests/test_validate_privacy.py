@@ -230,23 +230,42 @@ def test_each_edited_synthetic_certificate_field_is_refused(synthetic, tmp_path,
     assert any(expected in v for v in violations), violations
 
 
-@pytest.mark.parametrize("path, value", [
-    (("holds",), [1]), (("holds",), "mdf_codes"), (("levels",), "nation"), (("privacy",), []),
-    (("privacy", "persons", "rho"), 0.5), (("privacy", "persons", "by_level"), {}),
-    (("privacy", "persons", "by_level", 0, "queries", 0, "sigma2"), "1/0"), (("outputs",), ["x"]),
-    (("mechanism",), "flat"), (("private",), "yes"), (("levels",), ["x"]), (("units",), None), (("tables",), "0"),
+@pytest.mark.parametrize("path, value, named", [
+    (("holds",), [1], "holds[0]: expected a string"), (("holds",), "mdf_codes", "holds: expected a list"),
+    (("levels",), "nation", "levels: expected a list"), (("privacy",), [], "privacy: expected an object"),
+    (("privacy", "persons", "rho"), 0.5, "privacy.persons.rho: expected an exact value"),
+    (("privacy", "persons", "by_level"), {}, "privacy.persons.by_level: expected a list"),
+    (("privacy", "persons", "by_level", 0, "queries", 0, "sigma2"), "1/0",
+     "privacy.persons.by_level[0].queries[0].sigma2: expected an exact value"),
+    (("outputs",), ["x"], "outputs: expected an object"), (("mechanism",), "flat", "mechanism: expected an object"),
+    (("private",), "yes", "private: expected true or false"), (("levels",), ["x"], "levels[0]: expected a geography level"),
+    (("counts", "persons"), 145.0, "counts.persons: expected an integer >= 0"),
 ])
-def test_a_manifest_field_of_the_wrong_kind_is_a_clear_error(tiny, tmp_path, capsys, path, value):
-    def change(m):
-        target = m
-        for key in path[:-1]:
-            target = target[key]
-        target[path[-1]] = value
-    out = edited(tiny, tmp_path, change)
+def test_a_manifest_field_of_the_wrong_type_is_a_violation_naming_it(tiny, tmp_path, capsys, path, value, named):
+    """A field of another type than das/published.py declares: a violation naming its key path (rc 1), not a
+    manifest das validate cannot read."""
+    out = edited(tiny, tmp_path, lambda m: _set_field(m, path, value))
+    printed = io.StringIO()
+    assert main(str(out), out=printed) == 1
+    assert f"manifest: every field declared in das/published.py, of its declared type: {named}" in printed.getvalue()
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path, value", [(("units",), None), (("tables",), "0")])
+def test_a_manifest_field_of_its_type_that_says_nothing_readable_is_a_clear_error(tiny, tmp_path, capsys, path, value):
+    """A certificate of no release, an unknown table set: a manifest das validate cannot read (rc 2), named."""
+    out = edited(tiny, tmp_path, lambda m: _set_field(m, path, value))
     assert main(str(out), out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert err.startswith("das validate: ") and "Traceback" not in err
     assert str(path[0]) in err
+
+
+def _set_field(manifest: dict, path: tuple, value) -> None:
+    target = manifest
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
 
 
 def test_a_query_renamed_in_the_certificate_is_a_violation(tiny, tmp_path):

@@ -86,7 +86,8 @@ def _cmd_keygen(args) -> int:
     print(f"wrote {private} (the private key: keep it with the operator, readable by you only) and {public} "
           f"(the public key: publish it where readers of your releases will find it)")
     print(f"public key fingerprint (SHA-256): {fingerprint}")
-    print(f"sign a release with it: das run SPEC --signing-key {private}  (or das synth ... --signing-key {private})")
+    print(f"sign a release with it: das run SPEC --signing-key {private}  (or das synth, das measure ... --signing-key "
+          f"{private})")
     return 0
 
 
@@ -137,10 +138,12 @@ def _cmd_measure(args) -> int:
     from das.run import measure_only
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
-                            allow_large_rho=args.allow_large_rho, budget=budget(args))
+                            allow_large_rho=args.allow_large_rho, budget=budget(args), signing_key=args.signing_key)
     also = "".join(f", {name}" for name in (manifest.outputs or {}))  # the spine, when not the standard one
-    print(f"wrote {len(manifest.nmf)} NMF files{also} and manifest.json to {args.out}")
-    return 0
+    v = manifest.validation
+    print(f"validation: {'PASSED' if v.valid else 'FAILED'} ({len(v.checks)} checks)")
+    print(f"wrote {len(manifest.nmf)} NMF files{also}, manifest.json and its signature to {args.out}")
+    return 0 if v.valid else 1
 
 
 def _cmd_tables(args) -> int:
@@ -236,7 +239,8 @@ def add_parsers(sub) -> None:
     pr.add_argument("--json", action="store_true", help="JSON instead of text")
     pr.set_defaults(func=_cmd_privacy)
 
-    m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
+    m = sub.add_parser("measure", help="an NMF release: the noisy measurement file (NMF) and a manifest, validated "
+                                       "and signed")
     m.add_argument("spec", type=path, help=spec_help())
     m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
     m.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
@@ -244,6 +248,7 @@ def add_parsers(sub) -> None:
                    help="replace the das run in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
     add_budget(m)
+    _add_signing_key(m)
     m.set_defaults(func=_cmd_measure)
 
     t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
@@ -330,7 +335,12 @@ def _add_run(sub) -> None:
                    help="a partitioned run (inputs as one file per state) starts a state's task only while the "
                         "tasks in flight are estimated to fit this much memory with the driver and workers "
                         "(docs/scale.md); default: no limit")
-    r.add_argument("--signing-key", type=path, metavar="KEY", default=None,
-                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
-                        "release's own, kept in its operator files (docs/outputs.md)")
+    _add_signing_key(r)
     r.set_defaults(func=_cmd_run)
+
+
+def _add_signing_key(parser) -> None:
+    """--signing-key, as `das run` and `das measure` take it."""
+    parser.add_argument("--signing-key", type=path, metavar="KEY", default=None,
+                        help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                             "release's own, kept in its operator files (docs/outputs.md)")

@@ -319,4 +319,4 @@ def check_certificate(release: Release, parts, report: Report, alongside=None) -
         check_synthetic(release, report)
 
 
-CERTIFICATE = Check("certificate", check_certificate, claim=None, always=True)
+CERTIFICATE = Check("certificate", check_certificate, claim=None, always=True, nmf=True)

@@ -46,7 +46,9 @@ def check_files(release: Release, parts, report: Report, alongside=None) -> None
     with_nmf = NMF.claim in release.claims  # a release that claims its NMF lists its files
     listed = manifest.listed()
     problems = []
-    if not manifest.outputs or with_nmf and not manifest.nmf:
+    if release.nmf_only and not manifest.nmf:
+        problems.append("the manifest lists no NMF files (an NMF release publishes them)")
+    elif not release.nmf_only and (not manifest.outputs or with_nmf and not manifest.nmf):
         problems.append("the manifest lists no outputs" + (" or no NMF files" if with_nmf else ""))
     for name, digest in sorted(listed.items()):
         path = run.path / name
@@ -103,5 +105,5 @@ def check_metadata(release: Release, parts, report: Report, alongside=None) -> N
     report.check("privacy mode, certificate and spec digest in every Parquet file", first(problems))
 
 
-CHECKSUMS = Check("checksums", check_files, claim=None, always=True)
-METADATA = Check("metadata", check_metadata, claim=None, always=True)
+CHECKSUMS = Check("checksums", check_files, claim=None, always=True, nmf=True)
+METADATA = Check("metadata", check_metadata, claim=None, always=True, nmf=True)
