@@ -212,20 +212,21 @@ def release_above(path, *, itself: bool = True) -> Path | None:
     return next((p for p in seen if RunDir(p).is_das_run()), None)
 
 
-def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: bool = True) -> None:
+def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: bool = True,
+                      option: str = "--out") -> None:
     """OutDirError when path is a file, is inside a release (or is one, with itself=True), or equals,
-    is inside or holds a protected path (a spec or an input)."""
+    is inside or holds a protected path (a spec or an input); the message names the command's `option`."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise OutDirError(f"output directory {path} is a file, not a directory; choose another --out")
+        raise OutDirError(f"output directory {path} is a file, not a directory; choose another {option}")
     if path.is_symlink() and not path.exists():
         raise OutDirError(f"output directory {path} is a symbolic link that reaches no directory (a loop, or its "
-                          "target does not exist); choose another --out")
+                          f"target does not exist); choose another {option}")
     release = release_above(path, itself=itself)
     if release is not None:
         where = "is" if Path(os.path.abspath(path)) in (release, real_path(release)) else "is inside"
         raise OutDirError(f"output directory {path} {where} the das release {release}: a release must hold only its "
-                          "own files (or `das validate` fails); choose an --out outside it")
+                          f"own files (or `das validate` fails); choose an {option} outside it")
     out = real_path(path)
     for item in protected:
         if item is None:
@@ -235,7 +236,7 @@ def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: b
                     "is inside" if item in out.parents else None)
         if relation:
             raise OutDirError(f"output directory {path} {relation} {item}, {inputs}; das never writes over or "
-                              "around its own inputs: choose another --out")
+                              f"around its own inputs: choose another {option}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,7 +360,7 @@ def check_bundle(path, *, overwrite: bool, protected=()) -> list[Path]:
     file, inside a release, holding or inside the run published, a run directory, or a non-empty directory
     that is not a bundle, holds other files, or is not to be overwritten."""
     path = Path(path)
-    refuse_unwritable(path, protected=protected, inputs="the release it publishes", itself=False)
+    refuse_unwritable(path, protected=protected, inputs="the release it publishes", itself=False, option="--to")
     entries = _entries(path)
     if not entries:
         return []
@@ -388,7 +389,7 @@ def check_bundle_archive(path, *, overwrite: bool) -> None:
     run published included), or exists and is not replaced with --overwrite, or is not a das bundle's archive (a
     tar whose first member is a directory holding nothing but a bundle's names)."""
     path = Path(path)
-    refuse_unwritable(path.parent, itself=True)
+    refuse_unwritable(path.parent, itself=True, option="--to")
     if not path.exists() and not path.is_symlink():
         return
     if path.is_dir() or path.is_symlink():
