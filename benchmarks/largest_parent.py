@@ -17,12 +17,13 @@ certificate. Run each size in its own process, so the peak is the problem's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import numpy as np
+
+from das.options import ExactParser
 
 
 def _status_mb(name: str) -> float:
@@ -119,7 +120,7 @@ def run(input_dir: Path, children: int, seed: int = 2020) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+    parser = ExactParser()
     parser.add_argument("input", type=Path)
     parser.add_argument("children", type=int)
     parser.add_argument("--seed", type=int, default=2020)

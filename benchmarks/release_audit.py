@@ -36,7 +36,7 @@ def _bounds(report: dict, tag: str) -> dict[str, float]:
             d = b["delta"].replace("1/", "d")
             figures[f"{tag}{name}_{d}_bound"] = b["eps_lower_bound"]
             figures[f"{tag}{name}_{d}_certified"] = b["eps_certified"]
-            figures[f"{tag}{name}_{d}_detectable"] = b["detectable"]
+            figures[f"{tag}{name}_{d}_detectable"] = b["detection_limit_eps"]
         figures[f"{tag}{name}_deterministic_fields"] = float(len(pair["deterministic"]))
     figures[f"{tag}ok"] = float(report["ok"])
     return figures
@@ -156,7 +156,7 @@ def planted() -> dict:
         b = report["pairs"][0]["bounds"][0]
         figures[f"{kind}_recoded_d100_bound"] = b["eps_lower_bound"]
         figures[f"{kind}_recoded_d100_certified"] = b["eps_certified"]
-        figures[f"{kind}_recoded_d100_detectable"] = b["detectable"]
+        figures[f"{kind}_recoded_d100_detectable"] = b["detection_limit_eps"]
     for name, mech in MECHANISMS.items():
         if mech.extra is not None:
             continue

@@ -55,7 +55,6 @@ Environment:
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import functools
 import json
@@ -74,6 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
+from das.options import ExactParser
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("DAS_STRESS_SEED", "41"))
@@ -840,7 +840,7 @@ def replay(name: str, draw: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.stress", description=__doc__.splitlines()[0])
+    parser = ExactParser(prog="python -m benchmarks.stress", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run groups here (figures as JSON; the record written, BENCHMARKS.md untouched)")
     run.add_argument("groups", nargs="+", choices=GROUPS)

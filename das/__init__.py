@@ -5,9 +5,9 @@ line (`das --help`) and as a Python library:
     release = das.run("tiny", persons=persons, units=units, out="runs/tiny_api", seed=7)
     release.certificate.eps, release.tables["P1"], release.mdf, release.validate().ok
 
-The library's names (das.api): run, synth, validate, certificates, metrics, replicate, compare, attack, init_spec,
+The library's names (das.api): run, synth, validate, publish, certificates, metrics, replicate, compare, attack, init_spec,
 eps_for_rho, rho_for_eps, Release, Study, AttackConfig, AttackResult. `import das` reads nothing heavy: each name is
-imported when first used. `das.run`, `das.validate` and `das.attack` are also the modules of those names; calling
+imported when first used. `das.run`, `das.validate`, `das.attack` and `das.publish` are also the modules of those names; calling
 one calls the API's function (`das.run(...)` is `das.api.run(...)`). Reference: docs/api.md.
 """
 
@@ -16,8 +16,8 @@ import types
 __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-       "certificates", "replicate", "rho_for_eps", "run", "synth", "validate")
-_MODULES = ("run", "validate", "attack")  # names that are modules of das too (callable: the API's function)
+       "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate")
+_MODULES = ("run", "validate", "attack", "publish")  # names that are modules of das too (callable: the API's function)
 
 
 class CallableModule(types.ModuleType):
@@ -39,7 +39,7 @@ class CallableModule(types.ModuleType):
 
 
 def callable_module(name: str) -> None:
-    """Make module `name` (das.run, das.validate, das.attack) callable as the API's function of its name."""
+    """Make module `name` (das.run, das.validate, das.attack, das.publish) callable as the API's function of its name."""
     import sys
 
     sys.modules[name].__class__ = CallableModule

@@ -20,21 +20,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import tomllib
 from pathlib import Path
 
 import tomli_w
 
-from das import atomic
+from das import atomic, pinned
 from das.rundir import RunDir
 from das.schema import SpecError
 
 REDACTED = "<operator only>"
-OWNER_ONLY_FILE, OWNER_ONLY_DIR = 0o600, 0o700  # operator files and their directory
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
-CONVENTION_SUMMARY = "rho-zCDP, bounded neighbours that keep the invariants (the certificate's convention)"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
@@ -78,7 +75,9 @@ def public_spec(text: str, *, budget: dict | None = None) -> dict:
     reach a public file (the area types and the spine stay: they say what was released);
     `budget` (das.runspec.RunSpec.budget_table: a budget the command line gave) is written into the
     sections it stands for, replacing the spec's own rho or eps, so the published spec states the
-    budget the release was made with (das validate recomputes the certificate from it).
+    budget the release was made with (das validate recomputes the certificate from it); and every
+    schema, strategy and table set it names is pinned in it (das.pinned: canonical text and SHA-256,
+    referred to by name, never by path), so the certificate is recomputed from the published bytes alone.
 
     Refused (SpecError) when not TOML, when [input] or [geography] areas is not a table, or when an input
     or area path also appears elsewhere in the spec (in a key or another string it cannot be told from text)."""
@@ -91,6 +90,11 @@ def public_spec(text: str, *, budget: dict | None = None) -> dict:
         if "rho" in values or "eps" in values:
             table.pop("rho", None), table.pop("eps", None)
         data[section] = {**table, **values}
+    return pinned.pin(_redacted(data))
+
+
+def _redacted(data: dict) -> dict:
+    """A parsed run spec, its input and area paths redacted (`public_spec`)."""
     given, areas = data.get("input"), _areas(data)
     if given is None and areas is None:
         return data
@@ -121,7 +125,7 @@ def _areas(data: dict) -> dict | None:
 def public_spec_text(text: str, *, budget: dict | None = None) -> str:
     """The published spec text: `public_spec` written canonically (TOML, no comments, [input] redacted,
     a command-line budget stated). spec_sha256 in the manifest and in every Parquet file is its digest."""
-    return tomli_w.dumps(public_spec(text, budget=budget))
+    return tomli_w.dumps(public_spec(text, budget=budget), multiline_strings=True)
 
 
 def _leaves(value):
@@ -149,26 +153,9 @@ def _texts(value):
         yield value
 
 
-def owner_only_directory(folder: Path) -> Path:
-    """`folder`, created if need be, open to its owner only (0700) whatever the umask."""
-    folder = Path(folder)
-    folder.mkdir(mode=OWNER_ONLY_DIR, parents=True, exist_ok=True)
-    os.chmod(folder, OWNER_ONLY_DIR)  # mkdir's mode is masked by the umask, and an older directory may be wider
-    return folder
-
-
 def operator_directory(run_dir: Path) -> Path:
     """RUN_DIR/operator, created if need be, open to its owner only (0700)."""
-    return owner_only_directory(RunDir(run_dir).operator_dir)
-
-
-def write_owner_only(path: Path, data: bytes) -> None:
-    """`path` holds `data`, written atomically, readable and writable by its owner only (0600) whatever the umask."""
-    with atomic.replacing(path) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY_FILE)
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), OWNER_ONLY_FILE)
-            f.write(data)
+    return atomic.owner_only_directory(RunDir(run_dir).operator_dir)
 
 
 def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> None:
@@ -176,8 +163,8 @@ def write_operator(run_dir: Path, record: dict, key: bytes | None = None) -> Non
     where = RunDir(run_dir)
     operator_directory(run_dir)
     if key is not None:
-        write_owner_only(where.key_file, key)
-    write_owner_only(where.operator_file, json.dumps(record, indent=2, default=str).encode())
+        atomic.write_owner_only(where.key_file, key)
+    atomic.write_owner_only(where.operator_file, json.dumps(record, indent=2, default=str).encode())
 
 
 def read_operator(run_dir: Path) -> tuple[dict, bytes]:
@@ -209,7 +196,7 @@ def record_process(run_dir: Path, **fields) -> dict:
     noise (run times, when a run stopped and what it had done, error messages) is the operator's, never public."""
     record = {**read_process(run_dir), **fields}
     operator_directory(run_dir)
-    write_owner_only(RunDir(run_dir).process_file, (json.dumps(record, indent=2, default=str) + "\n").encode())
+    atomic.write_owner_only(RunDir(run_dir).process_file, (json.dumps(record, indent=2, default=str) + "\n").encode())
     return record
 
 
@@ -224,9 +211,10 @@ def input_paths(run_dir: Path) -> dict[str, str]:
 
 
 def parquet_metadata(private: bool, certificates: dict, spec_sha256: str, version: str) -> dict[bytes, bytes]:
-    """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate),
-    spec digest, code version."""
-    summary = {name: {**c.summary(), "convention": CONVENTION_SUMMARY} for name, c in certificates.items()}
+    """Key-value metadata for every Parquet output: privacy mode, certificate (das.privacy.certificate's summary:
+    rho, (eps, delta), and the certificate's own convention, the guarantee in words true for its release: TopDown's,
+    or the mechanism's), spec digest, code version."""
+    summary = {name: c.summary() for name, c in certificates.items()}
     return {
         b"das.privacy": (b"private" if private else NOT_PRIVATE_MARK.encode()),
         b"das.certificate": json.dumps(summary, sort_keys=True).encode(),

@@ -10,6 +10,7 @@ into solved histograms; around that they do the same things, here:
     complete     digests of what was written, the manifest completed, the checkpoints removed, the
                  release validated by das.validate and the result recorded; then the manifest signed
                  (das.signing: the operator's key, or the release's own), the signature written last
+    complete_measurement   the same for `das measure`'s NMF release (status "measured": the NMF alone)
 
 A frame is a frozen value: each step returns the frame with its new manifest, written atomically.
 """
@@ -23,12 +24,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das import bundle, outdir, signing
+from das import bundle, outdir, pinned, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
 from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord, ValidationRecord
 from das.runspec import RunSpec
-from das.validate import validate_run
+from das.validate import NMF_HOLDS, validate_run
 
 NOT_PRIVATE = ("SEEDED REPLICATION MODE: the noise was drawn from a seeded pseudo-random "
                "generator. These outputs are NOT private and must not be released.")
@@ -78,7 +79,8 @@ class ReleaseFrame:
     signing_key: Path | None = None  # the operator's private key; None: the release's own (das.signing)
 
     def recorded(self, manifest: Manifest) -> ReleaseFrame:
-        """The frame with `manifest`, written (atomically)."""
+        """The frame with `manifest`, written (atomically); a signature of the manifest it replaces is removed."""
+        signing.unsign(self.run_dir)
         self.run_dir.write(manifest)
         return replace(self, manifest=manifest)
 
@@ -147,7 +149,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         das_version=opening.version, spec_name=spec.name, spec_text=text, spec_sha256=bundle.spec_digest(text),
         status="running", private=private,
         randomness="operating-system CSPRNG" if private else f"seeded (seed {spec.seed})",
-        levels=tuple(spec.levels), tables=spec.tables, persons=opening.releases["persons"],
+        levels=tuple(spec.levels), tables=pinned.published_name(spec.tables, "tables"), persons=opening.releases["persons"],
         units=opening.releases.get("units"), privacy=dict(opening.certificates), python=platform.python_version(),
         seed=spec.seed, invariants=opening.invariants, mechanism=opening.mechanism, holds=opening.holds,
         spine=opening.spine,
@@ -202,7 +204,28 @@ def complete(frame: ReleaseFrame, completion: Completion, *, validate: dict | No
     frame.noted(timings_seconds={**completion.timings, "validate": time.perf_counter() - t0},
                 levels=completion.level_timings or {}, error=None, validation_against_inputs=against_inputs.to_dict())
     frame = frame.recorded(frame.manifest.but(validation=public))
-    signing.sign_release(run_dir, frame.signing_key or signing.signing_key(run_dir, None))
+    sign(frame)
+    return frame
+
+
+def sign(frame: ReleaseFrame) -> str:
+    """Sign the frame's manifest as it is now (das.signing: the operator's key, or the release's own): its last
+    file. Returns the public key's fingerprint."""
+    return signing.sign_release(frame.run_dir, frame.signing_key or signing.signing_key(frame.run_dir, None))
+
+
+def complete_measurement(frame: ReleaseFrame, nmf: list[Path], outputs: list[Path], *, timings: dict) -> ReleaseFrame:
+    """`das measure`'s release, an NMF release: the manifest says "measured", lists the NMF (and the spine, when
+    not the standard one) and claims what an NMF shows (das.validate.NMF_HOLDS); then, as a complete release,
+    validated from its files (recorded in the manifest; the operator's record gets the time) and signed, last."""
+    run_dir = frame.run_dir
+    frame = frame.recorded(frame.manifest.but(status="measured", nmf=_digests(run_dir, nmf),
+                                              outputs=_digests(run_dir, outputs) or None, holds=NMF_HOLDS))
+    t0 = time.perf_counter()
+    public, _ = split_report(validate_run(run_dir.path, use_operator=False))
+    frame.noted(timings_seconds={**timings, "validate": time.perf_counter() - t0})
+    frame = frame.recorded(frame.manifest.but(validation=public))
+    sign(frame)
     return frame
 
 

@@ -12,6 +12,9 @@ it may not write at all. One policy for `run`, `measure`, `synth`, `metrics`, `r
   anything is computed. So is a path that is a file, an --out equal to, inside or holding the
   command's spec or an input, and an --out inside a release (a release holds only its own files)
   other than the release `run`/`measure`/`synth` write themselves.
+- A confidential command's directory (metrics, replicate, report, compare, attack: computed against the
+  confidential input) is its owner's only: 0700 from the start, and every directory 0700 and file 0600 in it
+  when the command finishes, like a release's operator/.
 - A command's own earlier output: a command that spends budget or hours replaces it only with
   `--overwrite` (or continues it: `resume`); a deterministic one (metrics, report, tables)
   replaces it. Either way only the command's own files are deleted: those its record lists and
@@ -96,9 +99,12 @@ class Claim:
     earlier: dict | None = None  # its own earlier record, when it continues that output (resume)
 
     def start(self) -> None:
-        """Delete the earlier files it replaces, create the directory, write the record (status running)."""
+        """Delete the earlier files it replaces, create the directory (a confidential one open to its owner only,
+        0700, before anything is written in it), write the record (status running)."""
         remove_files(self.path, self.remove)
         self.path.mkdir(parents=True, exist_ok=True)
+        if self.owner.confidential:
+            atomic.owner_only_tree(self.path)
         kept = [f for f in (self.earlier or {}).get("files", []) if (self.path / f).is_file()]
         _write_record(self.path, self.owner, "running", kept)
 
@@ -108,6 +114,8 @@ class Claim:
         nested = tuple(sub + "/" for sub, _ in self.owner.nested)  # their own records list them
         files = sorted(r for p in ours if (r := p.relative_to(self.path).as_posix()) != RECORD and not r.startswith(nested))
         _write_record(self.path, self.owner, "complete", files)
+        if self.owner.confidential:  # true counts and scores against them: 0700 directories, 0600 files, as operator/
+            atomic.owner_only_tree(self.path)
         return files
 
 
@@ -204,20 +212,21 @@ def release_above(path, *, itself: bool = True) -> Path | None:
     return next((p for p in seen if RunDir(p).is_das_run()), None)
 
 
-def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: bool = True) -> None:
+def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: bool = True,
+                      option: str = "--out") -> None:
     """OutDirError when path is a file, is inside a release (or is one, with itself=True), or equals,
-    is inside or holds a protected path (a spec or an input)."""
+    is inside or holds a protected path (a spec or an input); the message names the command's `option`."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise OutDirError(f"output directory {path} is a file, not a directory; choose another --out")
+        raise OutDirError(f"output directory {path} is a file, not a directory; choose another {option}")
     if path.is_symlink() and not path.exists():
         raise OutDirError(f"output directory {path} is a symbolic link that reaches no directory (a loop, or its "
-                          "target does not exist); choose another --out")
+                          f"target does not exist); choose another {option}")
     release = release_above(path, itself=itself)
     if release is not None:
         where = "is" if Path(os.path.abspath(path)) in (release, real_path(release)) else "is inside"
         raise OutDirError(f"output directory {path} {where} the das release {release}: a release must hold only its "
-                          "own files (or `das validate` fails); choose an --out outside it")
+                          f"own files (or `das validate` fails); choose an {option} outside it")
     out = real_path(path)
     for item in protected:
         if item is None:
@@ -227,7 +236,7 @@ def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: b
                     "is inside" if item in out.parents else None)
         if relation:
             raise OutDirError(f"output directory {path} {relation} {item}, {inputs}; das never writes over or "
-                              "around its own inputs: choose another --out")
+                              f"around its own inputs: choose another {option}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +348,67 @@ def release_files(path) -> list[Path]:
         raise OutDirError(f"--overwrite refused: {path} holds files a das run does not write ({_shown(path, foreign)}); "
                           "move them away or choose another --out")
     return ours
+
+
+# ---------------------------------------------------------------------------------------------
+# A bundle: `das publish` (its record is its manifest, as a release's; it holds no operator file)
+
+
+def check_bundle(path, *, overwrite: bool, protected=()) -> list[Path]:
+    """May a bundle be written to directory `path`? The files of an earlier bundle there that --overwrite
+    replaces (only its own: its manifest, the files it lists, the signature); OutDirError when it may not: a
+    file, inside a release, holding or inside the run published, a run directory, or a non-empty directory
+    that is not a bundle, holds other files, or is not to be overwritten."""
+    path = Path(path)
+    refuse_unwritable(path, protected=protected, inputs="the release it publishes", itself=False, option="--to")
+    entries = _entries(path)
+    if not entries:
+        return []
+    run = RunDir(path)
+    if not run.is_das_run() or run.is_run_directory():
+        what = "a das run directory (it holds operator files)" if run.is_das_run() else "not a das bundle"
+        raise OutDirError(f"output directory {path} is not empty and is {what}; it holds {_shown(path, entries)}. das "
+                          "deletes only files it wrote: choose another --to, or move those files away")
+    try:
+        manifest = run.read()
+    except RunDirError as e:
+        raise OutDirError(f"{path}: its manifest is not readable as a das release's ({e}); choose another --to") from None
+    public = RunDir.public_files(manifest)
+    ours, foreign = _split(path, Owner("das publish", "bundle", public), {"files": list(public)}, public)
+    if foreign:
+        raise OutDirError(f"output directory {path} holds files das publish did not write ({_shown(path, foreign)}); "
+                          "das never deletes them: move them away or choose another --to")
+    if not overwrite:
+        raise OutDirError(f"output directory {path} holds a bundle (of {manifest.spec_name!r}); choose another --to, or "
+                          "pass --overwrite to replace it (only its own files are deleted)")
+    return ours
+
+
+def check_bundle_archive(path, *, overwrite: bool) -> None:
+    """May a bundle's tar archive be written to `path`? Refused (OutDirError) when it is inside a release (the
+    run published included), or exists and is not replaced with --overwrite, or is not a das bundle's archive (a
+    tar whose first member is a directory holding nothing but a bundle's names)."""
+    path = Path(path)
+    refuse_unwritable(path.parent, itself=True, option="--to")
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() or path.is_symlink():
+        raise OutDirError(f"{path} is a directory or a symbolic link, not a bundle's archive; choose another --to")
+    if not overwrite:
+        raise OutDirError(f"{path} exists; choose another --to, or pass --overwrite to replace it (only a bundle's "
+                          "archive is replaced)")
+    import tarfile
+
+    try:
+        with tarfile.open(path, "r:") as tar:
+            names = tar.getnames()
+    except (tarfile.TarError, OSError) as e:
+        raise OutDirError(f"--overwrite refused: {path} is not a tar archive das publish wrote ({e}); das deletes only "
+                          "files it wrote") from None
+    top = names[0] if names else ""
+    if not names or f"{top}/manifest.json" not in names or any(n != top and not n.startswith(top + "/") for n in names):
+        raise OutDirError(f"--overwrite refused: {path} is not a bundle's archive (a directory holding manifest.json); "
+                          "das deletes only files it wrote")
 
 
 # ---------------------------------------------------------------------------------------------

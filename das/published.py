@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 
 from das.geography import LEVEL_DIGITS
 from das.io.outputs import release_patterns
+from das.privacy.certificate import CertificateError, exact
 
 SOURCES = {
     "parameter": "the run spec, the code, the command line or the environment: the same whatever the data",
@@ -68,7 +70,8 @@ MANIFEST: dict[str, str] = {
     "kind": "parameter: the kind of directory (das run)",
     "das_version": "parameter: the code's version and commit",
     "spec_name": "parameter: the run spec's name",
-    "spec_text": "parameter: the run spec, parsed, its [input] and area file paths redacted, written canonically "
+    "spec_text": "parameter: the run spec, parsed, its [input] and area file paths redacted, the schemas, strategies "
+                 "and table set it names pinned (das.pinned: their text and SHA-256), written canonically "
                  "(das.bundle.public_spec)",
     "spec_sha256": "parameter: SHA-256 of spec_text",
     "status": "parameter: running, measured, interrupted or complete (a release is complete)",
@@ -112,6 +115,66 @@ MANIFEST: dict[str, str] = {
     "spine.kind": "parameter: the spine of the spec's [geography] (das.spine)",
     "spine.areas.{area}": "public fact: SHA-256 of a declared area file (public geography)",
 }
+
+# The JSON type of each declared manifest field (MANIFEST's patterns; a list's items for "[]"), as TYPE_CHECKS
+# names them, "|" between the types allowed: `problems` holds a manifest to them (das validate, das.validate.manifest)
+CERTIFICATE_TYPES = {"schema": "text", "strategy": "text", "mechanism": "text", "levels[]": "level", "convention": "text",
+                     "budget": "fraction", "rho": "fraction", "rho_decimal": "number", "delta": "fraction",
+                     "eps": "number", "eps_rounding": "text", "eps_loose_bound": "number", "conversion": "text",
+                     "loose_bound": "text", "randomness": "text", "private": "boolean", "warning": "text"}
+TYPES: dict[str, str] = {
+    "kind": "text", "das_version": "text", "spec_name": "text", "spec_text": "text", "spec_sha256": "sha256",
+    "status": "text", "private": "boolean", "randomness": "text", "levels[]": "level", "tables": "text",
+    "{release}": "null", "{release}.schema": "text", "{release}.strategy": "text|null", "{release}.mechanism": "text",
+    **{f"privacy.{{release}}.{name}": kind for name, kind in CERTIFICATE_TYPES.items()},
+    **{f"privacy.{{release}}.by_level[].{name}": kind for name, kind in
+       (("level", "level"), ("rho_share", "fraction"), ("rho", "fraction"), ("rho_decimal", "number"))},
+    **{f"privacy.{{release}}.by_level[].queries[].{name}": kind for name, kind in
+       (("query", "text"), ("share", "fraction"), ("rho", "fraction"), ("rho_decimal", "number"),
+        ("sigma2", "fraction"), ("sigma2_decimal", "number"), ("sigma", "number"))},
+    "privacy.{release}.delta_parts.{step}": "fraction",
+    **{f"privacy.{{release}}.charges[].{name}": kind for name, kind in
+       (("scope", "text"), ("step", "text"), ("rho", "fraction"), ("rho_decimal", "number"), ("noise", "text"))},
+    "privacy.{release}.charges[].{parameter}": "fraction|number|text",
+    "python": "text", "seed": "count|null", "invariants.total_population.{level}.{geocode}": "count",
+    "warning": "text", "engine.engine": "text", "engine.workers": "count",
+    "levels_report.{release}[].level": "level", "levels_report.{release}[].parents": "count",
+    "levels_report.{release}[].failsafe_events": "count", "levels_report.{release}[].l2_certificate.{l2}": "number",
+    **{f"levels_report.{{release}}[].uncertified[].{name}": kind for name, kind in
+       (("parent", "text"), ("pass", "count"), ("objective", "number"), ("gap", "number"))},
+    **{f"failsafe_events[].{name}": "text" for name in ("release", "parent", "stage", "relaxed", "detail")},
+    "failsafe_events[].level": "level",
+    "failsafe_events[].slack": "number",
+    "outputs.{file}": "sha256", "nmf.{file}": "sha256", "counts.persons": "count", "counts.blocks": "count",
+    "validation.valid": "boolean", "validation.checks[]": "text", "validation.violations[]": "text",
+    "mechanism.name": "text", "mechanism.summary": "text", "mechanism.geography": "text", "mechanism.budget": "fraction",
+    "mechanism.details.{detail}.**": "any", "holds[]": "text", "spine.kind": "text", "spine.areas.{area}": "sha256",
+}
+
+
+def _fraction(value) -> bool:
+    """An exact value as das writes one: "a/b", "1e-10" or an integer (das.privacy.certificate.exact)."""
+    try:
+        exact(value, "value")
+    except CertificateError:
+        return False
+    return True
+
+
+TYPE_CHECKS: dict[str, Callable[[object], bool]] = {
+    "text": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "count": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "fraction": _fraction,
+    "sha256": lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+    "null": lambda v: v is None,
+    "level": lambda v: isinstance(v, str) and v in LEVEL_DIGITS,
+    "any": lambda v: True,
+}
+TYPE_NAMES = {"text": "a string", "boolean": "true or false", "count": "an integer >= 0", "number": "a finite number",
+              "fraction": "an exact value ('a/b')", "sha256": "a SHA-256 (64 hex digits)", "null": "null",
+              "level": f"a geography level ({', '.join(LEVEL_DIGITS)})", "any": "anything"}
 
 # Parquet key-value metadata of every release file: das's own keys (das.bundle.parquet_metadata), and the
 # Arrow schema pyarrow stores (the columns' names and types, and this metadata again)
@@ -200,6 +263,74 @@ def undeclared(data: Mapping, declared: Mapping[str, str], context: Mapping | No
     return [path for path, source in sources(data, declared, context).items() if source is None]
 
 
+def _leaves(value, prefix: tuple = ()) -> Iterator[tuple[tuple, object, bool]]:
+    """Every leaf: its key path (a list item's index as an int), its value, whether it is an empty dict or list."""
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            yield from _leaves(v, (*prefix, str(k)))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*prefix, i))
+    else:
+        yield prefix, value, isinstance(value, (Mapping, list))
+
+
+def _where(path: tuple) -> str:
+    """A leaf's key path as text: `levels_report.persons[3].level`."""
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
+
+
+def _shape(path: tuple[str, ...], value, patterns: list[list[str]], context: Mapping) -> tuple[int, str] | None:
+    """Where a leaf's key path leaves the shape its declarations give (how many of its keys lead there, and
+    "a list" or "an object" as declared there), or None: the deepest of its heads that a declaration goes
+    below is followed by a key where the declaration has a list's items, or the other way round, or is the
+    leaf itself, a value or a container of the other kind."""
+    for depth in range(len(path), 0, -1):
+        below = [q for q in patterns if len(q) > depth and _matches(q, path[:depth], context, empty=True)]
+        wanted = {q[depth] == "[]" for q in below if q[depth] != "**"}
+        if not below:
+            continue
+        if depth == len(path):
+            got = isinstance(value, list) if isinstance(value, (list, Mapping)) else None
+        else:
+            got = path[depth] == "[]"
+        if not wanted or got in wanted:
+            return None
+        return depth, "a list" if True in wanted else "an object"
+    return None
+
+
+def problems(data: Mapping, declared: Mapping[str, str] = MANIFEST, types: Mapping[str, str] = TYPES,
+             context: Mapping | None = None) -> list[str]:
+    """What a manifest publishes that its declarations do not allow, each naming the field's key path: a field
+    no declaration covers, a list or object where the other (or a value) is declared, and a declared field whose
+    value is not of its declared type (`types`).
+
+    >>> problems({"kind": "das run", "counts": {"persons": -1, "extra": 2}, "levels": "nation"})[1:]
+    ['counts.extra: a field das/published.py does not declare', 'levels: expected a list']
+    >>> problems({"counts": {"persons": -1}})
+    ['counts.persons: expected an integer >= 0, got -1']
+    """
+    patterns = [(_segments(p), p) for p in declared]
+    context = context or {}
+    found = []
+    for path, value, empty in _leaves(data):
+        general = tuple("[]" if isinstance(k, int) else k for k in path)
+        pattern = next((p for q, p in patterns if _matches(q, general, context)), None)
+        if pattern is not None:
+            kinds = types[pattern].split("|")
+            if not any(TYPE_CHECKS[kind](value) for kind in kinds):
+                found.append(f"{_where(path)}: expected {' or '.join(TYPE_NAMES[k] for k in kinds)}, got "
+                             f"{json.dumps(value, default=str)[:60]}")
+            continue
+        shape = _shape(general, value, [q for q, _ in patterns], context)
+        if shape is not None:
+            found.append(f"{_where(path[:shape[0]])}: expected {shape[1]}")
+        elif not (empty and any(_matches(q, general, context, empty=True) for q, _ in patterns)):
+            found.append(f"{_where(path)}: a field das/published.py does not declare")
+    return found
+
+
 def values_at(data, path: str) -> list:
     """The values at a key path (`sources`' form: "a.b[].c"), every list item's."""
     def walk(value, segments):
@@ -223,6 +354,9 @@ def parquet_metadata_paths(metadata: Mapping[bytes, bytes]) -> dict:
 
 def check_declared(tables: tuple[Mapping[str, str], ...] = (MANIFEST, PARQUET)) -> None:
     """Every declaration names its source (a key of SOURCES) and only known kinds of keys."""
+    untyped = [p for p in MANIFEST if p not in TYPES] + [p for p in TYPES if p not in MANIFEST]
+    if untyped or any(k not in TYPE_CHECKS for kinds in TYPES.values() for k in kinds.split("|")):
+        raise ValueError(f"every manifest field has one declared type of TYPE_CHECKS: {untyped[:1] or TYPES}")
     for table in tables:
         for pattern, what in table.items():
             source = what.split(":", 1)[0]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, callable_module, preflight, signing
-from das.checkpoint import Checkpoints, file_sha256, is_disk_full
+from das import atomic, bundle, callable_module, preflight, signing
+from das.checkpoint import Checkpoints, is_disk_full
 from das.executors import make_executor
 from das.frame import (
     NOT_PRIVATE,
@@ -24,6 +24,7 @@ from das.frame import (
     ReleaseFrame,
     check_out_dir,
     complete,
+    complete_measurement,
     holds,
     open_frame,
     operator_fingerprint,
@@ -90,7 +91,8 @@ def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path 
 def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
     """What a TopDown release says of itself before any noise: schemas and strategies, certificates,
     the invariants published exactly, and what it holds (das.frame.holds)."""
-    releases = {name: ReleaseInfo(r.spec.schema, r.spec.strategy) for name, r in pipe.releases.items()}
+    releases = {name: ReleaseInfo(r.schema.name, r.strategy.name)  # the names das.pinned publishes them under
+                for name, r in pipe.releases.items()}
     return Opening(releases, pipe.certificates, confidential.published_invariants(), holds(_plan(pipe), synthetic=False),
                    private=pipe.rng.private, version=code_version(), spine=confidential.spine_record)
 
@@ -177,17 +179,21 @@ def _shape(spec: RunSpec) -> _Whole | _Partitioned:
 
 
 def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False,
-                 allow_large_rho: bool = False, budget: Budget | None = None) -> Manifest:
-    """`das measure`: the NMF and a manifest, no post-processing."""
+                 allow_large_rho: bool = False, budget: Budget | None = None,
+                 signing_key: Path | None = None) -> Manifest:
+    """`das measure`: the NMF and a manifest, no post-processing: an NMF release, validated and signed as
+    `das run` signs (`signing_key`: the operator's Ed25519 key, das keygen; None: a key of the release's own)."""
+    if signing_key is not None:  # the operator's key, checked before anything is read
+        signing.read_private_key(signing_key)
     pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=allow_large_rho, budget=budget)
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
-    _out_dir(run_dir, overwrite, pipe.spec)
+    _out_dir(run_dir, overwrite, pipe.spec, signing_key)
     shape = _shape(pipe.spec)
     executor = make_executor("local", 1)
     try:
         confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
-        frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite))
+        frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite, signing_key=signing_key))
         try:
             outputs = shape.measure_only(pipe, run_dir, confidential, executor)  # the NMF, and the spine if not standard
         except BaseException as e:
@@ -198,10 +204,7 @@ def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool
             raise stop from e
     finally:
         executor.close()
-    nmf = {run_dir.relative(p): file_sha256(p) for p in run_dir.nmf_files()}
-    manifest = frame.manifest.but(status="measured", nmf=nmf,
-                                  outputs={run_dir.relative(p): file_sha256(p) for p in outputs} or None)
-    return frame.noted(timings_seconds=dict(pipe.timings)).recorded(manifest).manifest
+    return complete_measurement(frame, run_dir.nmf_files(), outputs, timings=dict(pipe.timings)).manifest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,10 +383,11 @@ class _Job:
                                              _progress_found(run_dir, self.pipe))
             logger.info(f"resuming {run_dir.path} (was {stored.manifest.status}): reusing the stored NMF and "
                           "checkpoints, no noise is drawn again for a committed measurement")
-            self.record_interruption(status="running")
+            # (an NMF release of `das measure` continued: it now claims what a whole release holds)
+            self.record_interruption(status="running", holds=holds(_plan(self.pipe), synthetic=False))
         else:
             self.frame = _open(self.pipe, run_dir, confidential, self.options)
-        bundle.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
+        atomic.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
         try:
             completion = shape.release(self, confidential)
             self.frame = complete(self.frame, completion, validate={"executor": self.executor,

@@ -20,6 +20,7 @@ field checked, so an edited or truncated manifest is a RunDirError naming the fi
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import atomic
+from das import atomic, pinned
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
@@ -475,6 +476,22 @@ class Manifest:
             raise RunDirError(f"{MANIFEST}: field {release}.schema is missing; expected the {release} schema name")
         return section.schema
 
+    def schema_of(self, release: str):
+        """The Schema of a release ("persons" or "units") as its published spec pins it (das.pinned), not as
+        a file of this machine says today. SpecError: the spec does not pin it, or was changed."""
+        return pinned.schema(self.spec_text, self.schema(release))
+
+    def strategy_of(self, release: str):
+        """The Strategy of a TopDown release as its published spec pins it (das.pinned)."""
+        section = getattr(self, release) if release in ("persons", "units") else None
+        if section is None or section.strategy is None:
+            raise RunDirError(f"{MANIFEST}: field {release}.strategy is missing; expected the {release} strategy name")
+        return pinned.strategy(self.spec_text, section.strategy)
+
+    def table_set(self) -> tuple:
+        """The release's table specs (das.io.tables.TableSpec) as its published spec pins them (das.pinned)."""
+        return pinned.tables(self.spec_text, self.tables)
+
     def releases(self) -> list[str]:
         return [name for name in ("persons", "units") if getattr(self, name)]
 
@@ -679,6 +696,25 @@ class RunDir:
 
     def relative(self, path: Path) -> str:
         return Path(path).relative_to(self.path).as_posix()
+
+    # a run directory, or a bundle of its public files (das publish)
+    @staticmethod
+    def public_files(manifest: Manifest) -> tuple[str, ...]:
+        """What is published of a release, sorted: the manifest, every file it lists, its signature and public key."""
+        return tuple(sorted({MANIFEST, SIGNATURE, PUBLIC_KEY, *manifest.listed()}))
+
+    def is_run_directory(self) -> bool:
+        """Whether this is a run directory (the operator's: it holds das's operator record), not a bundle."""
+        return self.operator_file.is_file()
+
+    def operator_only_files(self) -> list[str]:
+        """The files here that only a run directory holds, never a bundle: anything under operator/ or
+        checkpoints/, and the run's other internal files (temporaries, committed NMF chunks)."""
+        public = (MANIFEST, SIGNATURE, PUBLIC_KEY)
+        internal = [p for p in self.internal_patterns() if p not in public]
+        own = (OPERATOR_DIR + "/", self.relative(self.checkpoints_dir) + "/")
+        found = (self.relative(p) for p in sorted(self.path.rglob("*")) if p.is_file() or p.is_symlink())
+        return [r for r in found if r.startswith(own) or any(fnmatch.fnmatchcase(r, p) for p in internal)]
 
     # the manifest
     def read(self) -> Manifest:

@@ -173,3 +173,10 @@ def sign_release(run_dir: RunDir, key_path: Path) -> str:
     atomic.write_bytes(run_dir.public_key_file, pem)
     atomic.write_bytes(run_dir.signature_file, sign(key, run_dir.manifest_path.read_bytes()), sync=True)
     return fingerprint(pem)
+
+
+def unsign(run_dir: RunDir) -> None:
+    """Remove a release's signature and its public key: the manifest is about to change, and a signature of
+    the one it replaces would not verify (a measured NMF continued by `das run --resume`)."""
+    for path in run_dir.signature_files():
+        path.unlink(missing_ok=True)

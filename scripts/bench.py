@@ -7,7 +7,6 @@ BENCHMARKS.md is regenerated from all of them.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import importlib
 import json
@@ -21,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from das.options import ExactParser  # noqa: E402  (after the path above)
+
 RESULTS = ROOT / "benchmarks" / "results.json"
 REPORT = ROOT / "BENCHMARKS.md"
 RECORDED = ROOT / "benchmarks" / "recorded"
@@ -191,7 +192,7 @@ def render(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    p = ExactParser(prog="scripts/bench", description=__doc__)
     p.add_argument("names", nargs="*", help="run benchmarks whose name starts with one of these (default: every "
                                             "benchmark of the default suite)")
     p.add_argument("--repeats", type=int, help="override each benchmark's number of runs")

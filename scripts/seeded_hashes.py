@@ -15,13 +15,14 @@ and diff the two listings.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from das.options import ExactParser
 
 TIMINGS = ("timings_seconds", "seconds", "resumed_at", "tasks")  # tasks: the batches' timings
 
@@ -98,7 +99,7 @@ def content(out: Path) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ExactParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec")
     parser.add_argument("out")
     parser.add_argument("--seed", type=int, default=7)

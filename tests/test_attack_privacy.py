@@ -1,12 +1,14 @@
 """Empirical privacy audit (das/attack/privacy.py): the real measurement path on neighbouring
 datasets stays within its certificate, and deliberately broken mechanisms are caught."""
 
+import json
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from das.attack import privacy as A
+from das.attack.detection import clopper_pearson, detection_limit
 from das.measure import measure_in_memory, plan_for
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import strategy_from_dict
@@ -62,11 +64,22 @@ def test_neighbours_differ_by_one_person(setting):
 
 
 def test_clopper_pearson_bounds_contain_the_rate_and_shrink():
-    lo, hi = A.clopper_pearson(30, 1000, 0.05)
+    lo, hi = clopper_pearson(30, 1000, 0.05)
     assert lo < 0.03 < hi
-    lo2, hi2 = A.clopper_pearson(300, 10000, 0.05)
+    lo2, hi2 = clopper_pearson(300, 10000, 0.05)
     assert hi2 - lo2 < hi - lo
-    assert A.clopper_pearson(0, 100, 0.05)[0] == 0.0 and A.clopper_pearson(100, 100, 0.05)[1] == 1.0
+    assert clopper_pearson(0, 100, 0.05)[0] == 0.0 and clopper_pearson(100, 100, 0.05)[1] == 1.0
+
+
+def test_every_evaluation_trial_on_its_side_reaches_the_detection_limit_and_nothing_goes_further():
+    half = 30  # D' chooses its event on its first half (a threshold above that half's median) ...
+    d_prime = np.concatenate([np.arange(half, dtype=float), 1000 + np.arange(half, dtype=float)])
+    eps, threshold, p, q = A.epsilon_bound(np.zeros(2 * half), d_prime, delta=0.01)
+    assert (p, q) == (0.0, 1.0) and eps == detection_limit(2 * half, 0.01, 0.05)  # ... which all its second half passes
+    rng = np.random.default_rng(4)
+    for shift in (1.0, 3.0, 10.0):
+        eps, *_ = A.epsilon_bound(rng.normal(size=2 * half), rng.normal(shift, 1, size=2 * half), delta=0.01)
+        assert eps <= detection_limit(2 * half, 0.01, 0.05)
 
 
 def test_identical_distributions_give_no_loss():
@@ -81,14 +94,23 @@ def test_cli_audit_reports_beside_the_certificate(capsys):
     assert main(["audit-privacy", "tiny", "--trials", "400", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "eps certified" in out and "4.3404" in out and "detailed only" in out
+    # 400 trials can show at most 3.974 < 4.3404: no violation found, and the verdict says none could show
+    assert "detection limit" in out and "trials needed" in out and "within the certificate" not in out
+    assert ("verdict: inconclusive: at 400 trials the largest bound this audit can show is 3.974 < certificate eps "
+            "4.3404 (delta 0.01); 575 trials needed") in out
+    assert main(["audit-privacy", "tiny", "--trials", "1200", "--seed", "3", "--json"]) == 0  # limit 5.08: enough
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "within the certificate" and report["detection"]["conclusive"]
+    assert report["detection"]["detection_limit_eps"] == detection_limit(1200, 0.01, 0.05) > 4.3404
+    for rows in report["strategies"].values():
+        assert all(r["detection_limit_eps"] == report["detection"]["detection_limit_eps"] for r in rows)
+        assert all(r["trials_needed"] == 575 for r in rows)
     with pytest.raises(SystemExit) as refused:  # an impossible delta is refused while parsing (das.cli.args)
         main(["audit-privacy", "tiny", "--trials", "400", "--delta", "2"])
     assert refused.value.code == 2
 
 
 def test_cli_audit_writes_its_report_to_a_directory_of_its_own(tmp_path, capsys):
-    import json
-
     from das.cli import main
     from das.outdir import RECORD
 
@@ -99,7 +121,8 @@ def test_cli_audit_writes_its_report_to_a_directory_of_its_own(tmp_path, capsys)
     report = json.loads((out / "audit.json").read_text())
     assert report["spec"] == "tiny" and report["trials"] == 400 and len(report["strategies"]) == 2
     summary = (out / "audit.md").read_text()
-    assert "every bound is within the certificate" in summary and printed.strip() in summary
+    assert report["verdict"].startswith("inconclusive: at 400 trials") and report["detection"]["trials_needed"] == 575
+    assert report["verdict"] in summary and "within the certificate" not in summary and printed.strip() in summary
     record = json.loads((out / RECORD).read_text())
     assert record["command"] == "das audit-privacy" and record["confidential"] is False  # synthetic neighbours only
     assert record["files"] == ["audit.json", "audit.md"]

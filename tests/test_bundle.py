@@ -11,11 +11,12 @@ from conftest import ROOT, TINY, cli_refused
 
 from das import bundle
 from das.mechanisms import synthesize
+from das.pinned import SECTION as SPECS
 from das.rundir import RunDir
 from das.schema import SpecError
 
 SECRET = "/secret/cef/persons.parquet"
-REST = '[persons]\nschema = "pl94_persons"\nstrategy = "s"  # a comment outside [input]\n'
+REST = '[persons]\nschema = "pl94_persons"\nstrategy = "pl94_six_level"  # a comment outside [input]\n'
 # every way TOML can write an [input] table (and a comment inside it): none may publish a path or a comment
 INPUT_FORMS = {
     "header": f'[input]\npersons = "{SECRET}"\nunits = "u/units.csv"\n\n{REST}',
@@ -42,7 +43,8 @@ def test_the_published_spec_has_no_input_path_and_no_comment_whatever_its_form(f
     assert public.count(bundle.REDACTED) == 2
     parsed, original = tomllib.loads(public), tomllib.loads(text)
     assert parsed["input"] == {"persons": bundle.REDACTED, "units": bundle.REDACTED}
-    assert {k: v for k, v in parsed.items() if k != "input"} == {k: v for k, v in original.items() if k != "input"}
+    assert {k: v for k, v in parsed.items() if k not in ("input", SPECS)} == {k: v for k, v in original.items() if k != "input"}
+    assert sorted(parsed[SPECS]) == ["schemas", "strategies", "tables"]  # the specs it names, pinned (tests/test_pinned.py)
     assert bundle.public_spec_text(public) == public  # canonical: publishing the published text changes nothing
 
 
@@ -76,7 +78,8 @@ def test_a_published_spec_with_areas_is_still_a_run_spec():
     from das.specfile import check
 
     text = (ROOT / "specs/runs/tiny.toml").read_text() + "\n" + AREAS
-    published = check(tomllib.loads(bundle.public_spec_text(text)), RunSpecFile, "published")
+    parsed = tomllib.loads(bundle.public_spec_text(text))
+    published = check({k: v for k, v in parsed.items() if k != SPECS}, RunSpecFile, "published")  # its pinned specs aside
     assert sorted(published.geography.areas) == ["place", "town"] and published.geography.spine == "optimized"
 
 

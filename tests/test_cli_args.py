@@ -20,6 +20,7 @@ NOWHERE = "/nonexistent/das-probe"
 BASES = {  # a command that refuses after parsing: a spec, run directory or input that does not exist
     "run": ["run", f"{NOWHERE}/spec.toml", "--out", f"{NOWHERE}/out"],
     "validate": ["validate", f"{NOWHERE}/run"],
+    "publish": ["publish", f"{NOWHERE}/run", "--to", f"{NOWHERE}/bundle"],
     "validate-input": ["validate-input", f"{NOWHERE}/p.csv", f"{NOWHERE}/u.csv"],
     "privacy": ["privacy", f"{NOWHERE}/spec.toml"],
     "measure": ["measure", f"{NOWHERE}/spec.toml", "--out", f"{NOWHERE}/out"],
@@ -118,3 +119,87 @@ def test_a_positional_or_stray_argument_never_gives_a_traceback(command, positio
 
 def test_the_cap_named_in_help_is_the_preflight_cap():
     assert str(preflight.MAX_RHO) == cli_args.MAX_RHO_TEXT
+
+
+# The command line is exact (das/options.py, issue 35): no abbreviation of a long option, an option given once.
+
+CANDIDATES = ["1", "1/2", "2", "flat", "place=a.csv", f"{NOWHERE}/x", "lp", "local", "topdown"]
+
+
+def _accepted_values(command: str, action) -> list[str] | None:
+    """The values the option takes when given once on the command's refused base (None: no candidate parses)."""
+    base = BASES[command]
+    n = action.nargs if isinstance(action.nargs, int) else 1
+    if action.option_strings[-1] in base:
+        at = base.index(action.option_strings[-1]) + 1
+        return base[at:at + n]
+    for value in list(action.choices)[:1] if action.choices else CANDIDATES:
+        argv = [*base, action.option_strings[-1], *[str(value)] * n]
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                build_parser().parse_args(argv)
+            except SystemExit:
+                continue
+        return [str(value)] * n
+    return None
+
+
+def _long_options(command: str) -> list:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return [a for a in sub._actions if a.option_strings and a.option_strings[-1].startswith("--") and a.dest != "help"]
+
+
+@pytest.mark.parametrize("command", sorted(BASES))
+def test_no_long_option_is_taken_from_an_abbreviation(command):
+    for action in _long_options(command):
+        option = action.option_strings[-1]
+        short = option[:-1]
+        if any(o == short for a in _long_options(command) for o in a.option_strings):
+            continue
+        argv = [*BASES[command], short] + ([] if action.nargs == 0 else ["1"])
+        code, printed = _run(argv)
+        assert code == 2 and f"unrecognized arguments: {short}" in printed, (argv, printed[-600:])
+        assert f"did you mean {option}?" in printed or "did you mean --" in printed, printed[-600:]
+
+
+@pytest.mark.parametrize("command", sorted(BASES))
+def test_an_option_given_twice_is_refused(command):
+    tried = 0
+    for action in _long_options(command):
+        if action.nargs == 0 or isinstance(action, argparse._AppendAction):
+            continue
+        values = _accepted_values(command, action)
+        if values is None:
+            continue
+        option = action.option_strings[-1]
+        if option in BASES[command]:  # given once already by the base: once more is the second time
+            argv = [*BASES[command], option, *values]
+        else:
+            argv = [*BASES[command], option, *values, option, *values]
+        code, printed = _run(argv)
+        assert code == 2 and f"argument {'/'.join(action.option_strings)}: given twice" in printed, (argv, printed[-600:])
+        tried += 1
+    assert tried or command == "keygen", f"das {command}: no option tried"
+
+
+def test_the_issue_s_two_commands_are_refused_naming_the_option():
+    code, printed = _run(["run", "tiny", "--ep", "1", "--out", f"{NOWHERE}/out"])
+    assert code == 2 and "--ep (did you mean --eps?)" in printed
+    code, printed = _run(["run", "tiny", "--rho", "1/4", "--rho", "1/2", "--out", f"{NOWHERE}/out"])
+    assert code == 2 and "argument --rho: given twice: give it once" in printed
+    code, printed = _run(["--verbos", "privacy", "tiny"])
+    assert code == 2 and "did you mean --verbose?" in printed
+
+
+def test_every_parser_das_ships_is_exact():
+    """The rule holds for every command: the das CLI, `python -m` entry points and the scripts build their
+    parsers from das.options.ExactParser; none builds a plain argparse parser."""
+    from conftest import ROOT
+
+    files = [*(ROOT / "das").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py"),
+             *(p for p in (ROOT / "scripts").iterdir() if p.is_file())]
+    plain = [str(p.relative_to(ROOT)) for p in files
+             if p.name != "options.py" and "argparse.ArgumentParser(" in p.read_text(errors="replace")]
+    assert plain == []
+    assert any("ExactParser(" in p.read_text(errors="replace") for p in files if p.parent.name == "scripts")

@@ -21,6 +21,7 @@ PARSED = [  # (argv, handler, what the parsed arguments hold)
     (["validate", "RUN"], "_cmd_validate", {"run_dir": "RUN", "inputs": None}),
     (["validate", "RUN", "--inputs", "p.csv", "u.csv"], "_cmd_validate", {"inputs": ["p.csv", "u.csv"]}),
     (["validate", "RUN", "--public-key", "k.pub"], "_cmd_validate", {"public_key": "k.pub"}),
+    (["publish", "RUN", "--to", "b.tar"], "_cmd_publish", {"run_dir": "RUN", "to": "b.tar", "overwrite": False}),
     (["keygen", "k"], "_cmd_keygen", {"key": "k"}),
     (["run", "tiny", "--signing-key", "k"], "_cmd_run", {"signing_key": "k"}),
     (["validate-input", "p.csv", "u.csv"], "_cmd_validate_input",

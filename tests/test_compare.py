@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def test_unknown_mechanism_and_other_settings_are_refused(tmp_path, monkeypatch)
     import das.mechanisms
     from das.mechanisms import Mechanism
 
-    absent = Mechanism("absent", "needs a library not installed", "none", lambda _: None, extra="nothing",
+    absent = Mechanism("absent", "needs a library not installed", "none", lambda _: None,
+                       plan=lambda public, ledger: None, extra="nothing",
                        available=lambda: False)
     monkeypatch.setitem(das.mechanisms.MECHANISMS, "absent", absent)
     assert "absent" not in mechanism_names()
@@ -146,6 +148,9 @@ def test_cli_compare_one_seed(tmp_path, capsys):
     removable = outdir.check(out, COMPARE, overwrite=True).remove
     assert {p for p in out.rglob("*") if p.is_file()} == set(removable)
     assert any("releases/topdown/seed0000/mdf_persons.parquet" in str(p) for p in removable)
+    # and only its owner may read any of it (its releases too): directories 0700, files 0600
+    wide = [p for p in [out, *out.rglob("*")] if stat.S_IMODE(p.stat().st_mode) != (0o700 if p.is_dir() else 0o600)]
+    assert wide == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 import json
 import os
 import stat
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -16,9 +15,11 @@ from das.frame import Opening, complete, holds, open_frame, output_plan
 from das.geography import Geography
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
-from das.mechanisms.base import Ledger, mechanism_certificate
+from das.mechanisms.base import Ledger, Public, mechanism_certificate
+from das.mechanisms.registry import MECHANISMS
 from das.outdir import OutDirError
-from das.pipeline import Pipeline, code_version
+from das.pipeline import Pipeline, code_version, release_rho
+from das.privacy.strategy import load_strategy
 from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
 
 
@@ -77,18 +78,22 @@ def test_a_directory_holding_another_file_is_refused_and_kept(pipe, tmp_path):
 
 
 def test_completing_lists_every_file_written_validates_and_removes_the_checkpoints(tmp_path):
-    """A synthetic persons release written through the frame by hand: the frame lists, digests and validates it."""
+    """A synthetic persons release written through the frame by hand (flat's certificate and details, as das validate
+    plans them again from the published spec; the truth itself as its MDF): the frame lists, digests and validates it."""
     pipe = Pipeline.prepare("tiny", seed=3)
     confidential = pipe.read_inputs()
-    ledger = Ledger(Fraction(1))
-    ledger.gaussian("block", "detailed", Fraction(1))  # a synthetic certificate (charges by level would be TopDown's)
-    cert = mechanism_certificate("identity", pipe.schemas["persons"], pipe.spec.levels, ledger, delta=pipe.spec.delta,
+    flat = MECHANISMS["flat"]
+    rho = release_rho(pipe.spec.persons, load_strategy(pipe.spec.persons.strategy), pipe.spec.delta)
+    ledger = Ledger(rho)
+    planned = flat.plan(Public(rho, pipe.spec.delta, pipe.schemas["persons"], "block"), ledger)
+    cert = mechanism_certificate(flat, pipe.schemas["persons"], pipe.spec.levels, ledger, delta=pipe.spec.delta,
                                  private=False)
     metadata = bundle.parquet_metadata(False, {"persons": cert}, pipe.public_spec()[1], code_version())
     plan = output_plan(pipe.spec, load_tables(pipe.spec.tables), metadata, synthetic=True)
-    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "identity")}, {"persons": cert},
+    opening = Opening({"persons": ReleaseInfo("pl94_persons", None, "flat")}, {"persons": cert},
                       PublishedInvariants(), ("mdf_codes", "tables_match_mdf"), private=False, version=code_version(),
-                      mechanism=MechanismRecord("identity", "the truth itself: a test of the frame", "none", Fraction(1)))
+                      mechanism=MechanismRecord("flat", flat.summary, flat.geography, rho,
+                                                flat.public_details(planned.details)))
     frame = open_frame(pipe.spec, RunDir(tmp_path / "run"), opening, plan=plan)
     frame.run_dir.checkpoints_dir.mkdir()
     (frame.run_dir.checkpoints_dir / "x.npz").write_bytes(b"work in progress")

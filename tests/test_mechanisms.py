@@ -50,8 +50,10 @@ def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
     out = synthesize("tiny", name, tmp_path / name, seed=3)
     manifest = json.loads((out / "manifest.json").read_text())
     cert = manifest["privacy"]["persons"]
-    charges = sum((Fraction(c["rho"]) for c in cert["charges"]), Fraction(0))
-    assert charges == Fraction(cert["rho"]) <= RHO
+    if name == "stability":  # (eps, delta)-DP directly: no rho spent, its steps' eps sum to its eps
+        assert "rho" not in cert and sum(Fraction(c["eps"]) for c in cert["charges"]) == Fraction(str(cert["eps"]))
+    else:
+        assert sum((Fraction(c["rho"]) for c in cert["charges"]), Fraction(0)) == Fraction(cert["rho"]) <= RHO
     assert manifest["holds"] == ["mdf_codes", "tables_match_mdf", "charges_sum_to_rho"]
     assert manifest["private"] is False and "NOT private" in manifest["warning"]
     assert manifest["mechanism"]["name"] == name and manifest["validation"]["valid"]
@@ -259,9 +261,10 @@ def test_stability_releases_singletons_at_the_threshold_rate_and_large_counts_un
     assert out.nnz == released + n_large  # nothing where the truth is zero
 
 
-def test_stability_is_certified_at_topdowns_eps_and_delta_with_charges_summing_to_rho(tmp_path):
-    """Calibrated to the (eps, delta) the nominal rho certifies (17.1436 at 1e-10 for the 2020 budget): the
-    threshold is 4, not the 22 of eps = sqrt(2 rho) converted back through rho, and no weaker than TopDown's."""
+def test_stability_is_certified_at_topdowns_eps_and_delta_with_steps_summing_to_eps(tmp_path):
+    """Calibrated to the (eps, delta) the budget rho certifies (17.1436 at 1e-10 for the 2020 budget): the
+    threshold is 4, not the 22 of eps = sqrt(2 rho) converted back through rho, and no weaker than TopDown's; it
+    spends no rho, so its certificate states none (its budget is the rho given)."""
     from das.mechanisms.stability import TOTAL_SHARE
     from das.privacy.accounting import eps_for_delta
     from das.privacy.accounting import stability_threshold as threshold
@@ -271,8 +274,9 @@ def test_stability_is_certified_at_topdowns_eps_and_delta_with_charges_summing_t
     cert = manifest["privacy"]["persons"]
     assert cert["eps"] == eps_for_delta(RHO, "1e-10") == 17.1436 and cert["delta"] == "1e-10"
     assert cert["delta_parts"] == {"stability threshold": "1/10000000000"}
-    assert sum(Fraction(c["rho"]) for c in cert["charges"]) == Fraction(cert["rho"]) == RHO
     eps = Fraction(171436, 10000)
+    assert "rho" not in cert and Fraction(cert["budget"]) == RHO
+    assert sum(Fraction(c["eps"]) for c in cert["charges"]) == eps and all("rho" not in c for c in cert["charges"])
     assert manifest["mechanism"]["details"]["threshold"] == threshold((1 - TOTAL_SHARE) * eps / 2, Fraction(1, 10**10)) == 4
     assert Fraction(manifest["mechanism"]["details"]["eps_totals"]) == eps * TOTAL_SHARE
     assert validate_run(out).ok
@@ -293,7 +297,7 @@ def test_stability_tract_totals_are_unbiased_though_small_bins_are_lost():
         out = np.asarray(result.histograms.sum(axis=1)).ravel()
         errors.append(np.bincount(tract_of, weights=out - truth.sum(axis=1)))
         lost.append(result.details["bins_released"])
-        assert data.ledger.spent == RHO
+        assert data.ledger.spent == 0 and data.ledger.eps_spent == Fraction("17.1436")  # (eps, delta) directly
     errors = np.concatenate(errors)
     assert max(lost) < 60 * 13 / 2  # the histogram alone loses most small bins ...
     # ... the tract totals do not: their noise is discrete Laplace of scale 2 / eps_t, sd 2.3, plus rounding

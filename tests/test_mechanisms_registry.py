@@ -4,6 +4,7 @@ docs/mechanisms.md promise of it, under the same name everywhere."""
 import inspect
 import re
 import tomllib
+from dataclasses import replace
 
 import pytest
 from conftest import ROOT
@@ -90,8 +91,25 @@ def test_an_undeclared_detail_is_refused_before_anything_is_written(tmp_path, mo
         out = flat.run(data)
         return Synthesis(out.histograms, {**out.details, "nonzero_cells": int(data.histograms.nnz)})
 
-    monkeypatch.setitem(registry.MECHANISMS, "flat", Mechanism(flat.name, flat.summary, flat.geography, leaky,
-                                                               details=flat.details))
+    monkeypatch.setitem(registry.MECHANISMS, "flat", replace(flat, run=leaky))
     with pytest.raises(MechanismError, match=r"\['nonzero_cells'\] are not declared"):
         synthesize("tiny", "flat", tmp_path / "out", seed=1)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+def test_a_mechanisms_plan_gives_every_parameter_detail_from_public_things_only(name):
+    """`plan` (what das synth and das validate both call) gives exactly the details declared "parameter", so the
+    validator compares every one of them; it needs no data, and planning twice charges the same."""
+    from fractions import Fraction
+
+    from das.mechanisms.base import Ledger, Public
+    from das.schema import load_schema
+
+    mechanism = MECHANISMS[name]
+    public = Public(Fraction(293764, 114921), Fraction(1, 10**10), load_schema("pl94_persons"), "tract")
+    first, second = Ledger(public.budget), Ledger(public.budget)
+    plan = mechanism.plan(public, first)
+    assert set(plan.details) == {k for k, v in mechanism.details.items() if v.startswith("parameter:")}
+    mechanism.plan(public, second)
+    assert first.entries == second.entries and first.entries

@@ -1,12 +1,14 @@
 """das/mechanisms/release.py: a mechanism's release written through the release frame (das.frame), as
 `das run` writes its own; a mechanism's output is checked before anything is written."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from das import bundle
-from das.mechanisms import MECHANISMS, Mechanism
+from das.mechanisms import MECHANISMS
 from das.mechanisms.base import MechanismError, Synthesis
 from das.mechanisms.release import synthesize
 from das.rundir import RunDir
@@ -16,8 +18,7 @@ def _swapped(monkeypatch, name: str, run) -> None:
     from das.mechanisms import registry
 
     mech = MECHANISMS[name]
-    monkeypatch.setitem(registry.MECHANISMS, name, Mechanism(mech.name, mech.summary, mech.geography, run,
-                                                             details=mech.details))
+    monkeypatch.setitem(registry.MECHANISMS, name, replace(mech, run=run))
 
 
 def test_a_synthetic_release_has_a_release_layout_and_no_topdown_files(tmp_path):

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 
 import pyarrow.parquet as pq
 import pytest
@@ -45,6 +46,35 @@ def test_a_new_directory_gets_a_record_naming_the_command_and_its_files(tmp_path
     record = json.loads((tmp_path / "out" / outdir.RECORD).read_text())
     assert record["command"] == "das example" and record["status"] == "complete" and record["confidential"] is False
     assert record["files"] == ["parts/a.json", "result.json"] and "notice" not in record
+
+
+def _modes(folder) -> dict:
+    """Every directory and file under folder (itself included) with its permission bits."""
+    return {p.relative_to(folder).as_posix(): stat.S_IMODE(p.lstat().st_mode) for p in [folder, *folder.rglob("*")]}
+
+
+def _owner_only(folder) -> list:
+    """What under folder is not its owner's only (directories 0700, files 0600)."""
+    return [(name, oct(mode)) for name, mode in _modes(folder).items()
+            if mode != (0o700 if (folder / name).is_dir() else 0o600)]
+
+
+def test_a_confidential_directory_is_its_owners_only_from_start_to_finish(tmp_path):
+    secret = outdir.Owner("das example", "example", ("result.json", "parts/*.json"), confidential=True)
+    old = os.umask(0o022)  # a common umask: files 0644, directories 0755 unless das says otherwise
+    try:
+        claim = outdir.check(tmp_path / "out", secret)
+        claim.start()
+        assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o700  # before anything is written in it
+        (tmp_path / "out" / "parts").mkdir()
+        (tmp_path / "out" / "parts" / "a.json").write_text("{}")
+        (tmp_path / "out" / "result.json").write_text("{}")
+        claim.finish()
+        assert _owner_only(tmp_path / "out") == []
+        _write(outdir.check(tmp_path / "public", OWNER), "result.json")  # not confidential: the umask's modes
+        assert stat.S_IMODE((tmp_path / "public" / "result.json").stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
 
 
 def test_a_users_file_is_never_deleted_with_or_without_overwrite(tmp_path):
@@ -410,4 +440,7 @@ def test_a_release_stays_valid_after_metrics_attack_tables_and_report(tmp_path, 
     assert json.loads((tmp_path / "attack" / "summary.json").read_text())["confidential"] is True
     for path in [*metrics.rglob("*.parquet"), tmp_path / "attack" / "candidates.parquet"]:
         assert pq.read_schema(path).metadata[outdir.CONFIDENTIAL_KEY] == outdir.CONFIDENTIAL_MARK.encode(), path
+    # and nobody but their owner may read them: 0700 directories, 0600 files, like a release's operator/
+    assert _owner_only(metrics) == [] and _owner_only(tmp_path / "attack") == []
+    assert stat.S_IMODE((tmp_path / "pl").stat().st_mode) != 0o700  # the public tables are not
 

@@ -195,6 +195,7 @@ def test_das_measure_writes_the_partitioned_nmf(reference, tmp_path):
     manifest = measure_only(spec, tmp_path / "m", seed=SEED)
     assert manifest.status == "measured"
     assert manifest.nmf == result.manifest.nmf  # the same draws as the whole run's
+    assert manifest.validation.valid, manifest.validation.violations  # levels one file per state: each state's
 
 
 def test_seeded_streams_are_named_by_state():

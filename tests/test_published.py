@@ -69,6 +69,7 @@ def assert_declared(out: Path) -> None:
     assert manifest.extra == {}, f"fields this version does not know: {sorted(manifest.extra)}"
     context = {"details": MECHANISMS[manifest.mechanism.name].details} if manifest.mechanism else {}
     assert published.undeclared(data, published.MANIFEST, context) == []
+    assert published.problems(data, context=context) == []  # each field of its declared type too
     files = sorted(p for p in out.rglob("*.parquet") if RunDir(out).relative(p).split("/")[0] not in ("operator",))
     assert files
     for path in files:

@@ -12,6 +12,7 @@ from conftest import cli_refused
 
 import das.measure
 from das.attack import release_audit as ra
+from das.attack.detection import detection_limit
 from das.mechanisms import MECHANISMS
 from das.pipeline import Pipeline
 from das.rundir import Counts
@@ -47,14 +48,14 @@ def test_covered_neighbours_keep_every_invariant_and_the_others_change_a_state_p
     assert (ra._geocode(moved) == ra.BLOCKS["across"]).sum() == (ra._geocode(persons) == ra.BLOCKS["across"]).sum() + 1
 
 
-def test_a_feature_that_always_differs_is_deterministic_and_reaches_the_detectable_limit():
+def test_a_feature_that_always_differs_is_deterministic_and_reaches_the_detection_limit():
     rng = np.random.default_rng(0)
     n = 40
     d = np.column_stack([rng.normal(0, 1, n), np.zeros(n)])
     p = np.column_stack([rng.normal(0, 1, n), np.ones(n)])
     found = ra.bound(d, p, 0.01, 0.05)
-    assert found["column"] == 1 and found["eps"] == pytest.approx(ra.detectable(n // 2, 0.01, 0.05))
-    assert ra.detectable(n // 2, 0.01, 0.05) < ra.detectable(10 * n, 0.01, 0.05)  # more trials, more reachable
+    assert found["column"] == 1 and found["eps"] == detection_limit(n, 0.01, 0.05)  # the very same statistic
+    assert detection_limit(n, 0.01, 0.05) < detection_limit(10 * n, 0.01, 0.05)  # more trials, more reachable
     noise = ra.bound(d[:, :1], p[:, :1], 0.01, 0.05)
     assert noise["eps"] < 1.0  # two samples of one distribution: no evidence
     rows_d = [{"manifest:x": 1, "manifest:seed": i, "nmf:a": 3} for i in range(3)]
@@ -189,9 +190,22 @@ def test_the_command_line_audits_whole_releases(capsys, tmp_path):
     assert main(["audit-privacy", SPEC, "--release", "flat", "--trials", "2", "--seed", "3",
                  "--out", str(tmp_path / "audit")]) == 0
     printed = capsys.readouterr().out
-    assert "whole-release audit of `flat`" in printed and "detectable" in printed
+    assert "whole-release audit of `flat`" in printed and "detection limit" in printed and "trials needed" in printed
     report = json.loads((tmp_path / "audit" / "audit.json").read_text())
     assert report["ok"] and report["releases"][0]["command"] == "flat"
+    # 2 trials can show no bound at all: the verdict says so, and never "within the certificate"
+    sight = report["releases"][0]["detection"]
+    assert sight["detection_limit_eps"] == detection_limit(2, 0.01, 0.05) < sight["eps_certified"] == 4.3404
+    assert sight["trials_needed"] == 575 and not sight["conclusive"]
+    verdict = "inconclusive: at 2 trials the largest bound this audit can show is 0.000 < certificate eps 4.3404"
+    assert verdict in printed and "575 trials needed" in printed and "within the certificate" not in printed
+    assert report["releases"][0]["verdict"].startswith("inconclusive") and verdict in report["verdict"]
+    for p in report["releases"][0]["pairs"]:
+        assert p["verdict"].startswith("inconclusive" if p["covered"] else "not covered by the guarantee, not judged")
+        assert not p["conclusive"] and p["violations"] == []
+        assert all(b["detection_limit_eps"] == 0.0 and b["trials_needed"] > 2 for b in p["bounds"])
+    summary = (tmp_path / "audit" / "audit.md").read_text()
+    assert verdict in summary and "within the certificate" not in summary
     assert "Traceback" not in cli_refused(["audit-privacy", SPEC, "--release", "gan", "--trials", "2"], capsys)
 
 

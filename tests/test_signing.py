@@ -27,6 +27,7 @@ from das.rundir import RunDir
 from das.schema import load_schema
 from das.signing import SigningError
 from das.validate import validate_run
+from das.validate.files import RUN_DIRECTORY
 from das.validate.signature import CONSISTENCY_ONLY
 
 
@@ -83,14 +84,14 @@ def test_a_release_signed_with_the_operators_key_is_proved_theirs(tiny, key, cap
     assert json.loads(run_dir.operator_file.read_text())["signing_key"] == str(key[0].resolve())
     report = validate_run(tiny, public_key=key[1])
     assert report.ok and report.checks[1].startswith("ok  signature: manifest.json is signed by the given public key")
-    assert report.notes == []
+    assert report.notes == [RUN_DIRECTORY]  # nothing unproved; it says what it checked (a run directory)
     assert das_main(["validate", str(tiny), "--public-key", str(key[1])]) == 0
     assert "valid, and signed by the given public key" in capsys.readouterr().out
 
 
 def test_without_a_key_the_report_says_it_proves_internal_consistency_only(tiny, capsys):
     report = validate_run(tiny)
-    assert report.ok and report.notes == [CONSISTENCY_ONLY]
+    assert report.ok and report.notes == [CONSISTENCY_ONLY, RUN_DIRECTORY]
     assert das_main(["validate", str(tiny)]) == 0
     printed = capsys.readouterr().out
     assert f"NOTE {CONSISTENCY_ONLY}" in printed and "internally consistent (no --public-key" in printed

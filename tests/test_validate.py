@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY
 
 from das.run import run
-from das.validate import GEO, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, ValidationError, validate_run
+from das.validate import GEO, NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, ValidationError, validate_run
 from das.validate.registry import select
 
 
@@ -69,15 +69,17 @@ def test_the_comparison_with_the_inputs_names_what_differs_from_them(tiny, tmp_p
 
 def test_a_release_runs_the_checks_of_its_claims_in_registration_order():
     names = [c.name for c in select(SYNTHETIC_HOLDS)]
-    assert names == ["signature", "checksums", "metadata", "charges_sum_to_rho", "certificate", "least_squares",
-                     "mdf_codes", "tables_match_mdf"]
+    assert names == ["signature", "checksums", "manifest", "metadata", "charges_sum_to_rho", "certificate",
+                     "least_squares", "mdf_codes", "tables_match_mdf"]
     topdown = [c.name for c in select(TOPDOWN_HOLDS)]
-    assert topdown == ["signature", "checksums", "metadata", "certificate", "least_squares", "units_mdf",
+    assert topdown == ["signature", "checksums", "manifest", "metadata", "certificate", "least_squares", "units_mdf",
                        "nmf_matches_certificate",
                        "persons_in_universe", "mdf_codes", "tables_match_mdf", "invariants", "schema_constraints",
                        "matches_inputs"]
-    every = ["signature", "checksums", "metadata", "certificate", "least_squares"]  # the checks every release has
+    every = ["signature", "checksums", "manifest", "metadata", "certificate", "least_squares"]  # every release's
     assert [c.name for c in select(["mdf_codes"])] == [*every, "mdf_codes"]
+    # an NMF release (das measure): the checks that read no MDF or table, whatever it claims
+    assert [c.name for c in select([*NMF_HOLDS, "mdf_codes"], nmf_release=True)] == [*every, "nmf_matches_certificate"]
 
 
 def test_a_topdown_release_is_held_to_every_topdown_claim_whatever_its_manifest_says(tiny, tmp_path):

@@ -27,6 +27,8 @@ TINY_CHECKS = [
     "schema_constraints; those are checked",
     "signature: manifest.sig verifies with the release.pub beside it (not a proof of origin)",
     "checksums of every output and NMF file",
+    "manifest: every field declared in das/published.py, of its declared type",
+    "manifest: its counts are the published files' (persons, blocks, parents per level)",
     "privacy mode, certificate and spec digest in every Parquet file",
     "certificate: rho per level and per query sums exactly to the total, each variance is exactly 1/its rho, eps is "
     "re-derived from rho and delta",

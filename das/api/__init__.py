@@ -14,7 +14,7 @@ Messages go to the "das" logger (`logging`); see docs/api.md.
 
 from das.api.budget import certificates, eps_for_rho, rho_for_eps
 from das.api.init import init_spec
-from das.api.release import Release, run, synth, validate
+from das.api.release import Release, publish, run, synth, validate
 from das.api.studies import Study, compare, metrics, replicate
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
@@ -37,4 +37,4 @@ def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
 
 
 __all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-           "certificates", "replicate", "rho_for_eps", "run", "synth", "validate"]
+           "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate"]

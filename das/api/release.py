@@ -100,7 +100,6 @@ class Release:
         import pandas as pd
 
         from das.io.table_names import check_naming, pl_fields, renamed
-        from das.io.tables import load_tables
         from das.schema import load_schema
 
         check_naming(names)
@@ -110,7 +109,7 @@ class Release:
             raise KeyError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
         frame = pd.read_parquet(path)
         if names == "pl":
-            spec = {t.name: t for t in load_tables(self.manifest.tables)}.get(name)
+            spec = {t.name: t for t in self.manifest.table_set()}.get(name)
             if spec is not None:
                 frame = renamed(frame, pl_fields(spec, load_schema(spec.schema)))
         return frame
@@ -160,7 +159,8 @@ class Release:
         from das.privacy.certificate import delta_text
 
         c = self.certificate
-        return (f"Release({str(self.path)!r}: {self.manifest.spec_name}, rho {c.rho}, eps {c.eps} at delta {delta_text(c.delta)}"
+        rho = f"rho {c.rho}" if c.rho is not None else "(eps, delta)-DP directly"
+        return (f"Release({str(self.path)!r}: {self.manifest.spec_name}, {rho}, eps {c.eps} at delta {delta_text(c.delta)}"
                 f"{'' if self.private else ', seeded: NOT private'}{'' if self.valid else ', NOT valid'})")
 
 
@@ -239,3 +239,13 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
         return validate_run(path, public_key=key)
     with input_files(*inputs) as (files, frames), said_of_frames(frames):
         return validate_run(path, inputs=files, public_key=key)
+
+
+def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
+    """`das publish`: write the bundle of a finished, signed and valid release (a Release or a run directory's
+    path): its public files alone, never the operator's, with normalized modes and times, to a directory or (`to`
+    ending in .tar) an archive. Returns das.publish.Bundle (`path`, `files`, `archive`); PublishError when the run
+    may not be published (not signed, not valid), OutDirError when `to` may not be written."""
+    from das.publish import publish as write_bundle
+
+    return write_bundle(release.path if isinstance(release, Release) else release, to, overwrite=overwrite)

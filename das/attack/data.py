@@ -14,7 +14,7 @@ import numpy as np
 from das.geography import LEVEL_DIGITS
 from das.io.microdata import read_person_levels
 from das.rundir import RunDir, RunDirError
-from das.schema import Schema, load_schema
+from das.schema import Schema
 
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks
 
@@ -76,7 +76,7 @@ def check_covers(truth: PersonRecords, published: PersonRecords, *, truth_path) 
 def release_schema(run_dir) -> Schema:
     """The persons schema of a finished `das run` directory (from its manifest)."""
     try:
-        return load_schema(RunDir(run_dir).read_complete().schema("persons"))
+        return RunDir(run_dir).read_complete().schema_of("persons")
     except RunDirError as e:
         raise AttackError(str(e)) from None
 

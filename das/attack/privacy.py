@@ -14,30 +14,31 @@ probabilities p = P_D and p' = P_D'; (eps, delta)-DP requires p' <= e^eps p + de
     eps >= ln((p' - delta) / p).
 
 p' is bounded below and p above by one-sided Clopper-Pearson intervals (each at alpha/2, so the
-bound holds with probability >= 1 - alpha). The threshold is chosen on the first half of the
-trials and the bound evaluated on the second half, so choosing the best event does not bias it.
-Both directions (D vs D' and D' vs D) are tried; the larger bound is reported.
+bound holds with probability >= 1 - alpha; das.attack.detection). The threshold is chosen on the first
+half of the trials and the bound evaluated on the second half, so choosing the best event does not bias
+it. Both directions (D vs D' and D' vs D) are tried; the larger bound is reported.
 
-What it can show: with n trials the largest bound reachable is about ln(n / 30), and only events
-with p' > delta count, so at the 2020 budgets (eps 17 at delta 1e-10) any bound is far below the
-certificate. The audit is informative where the certified eps is a few units at a delta of about
-1e-2 (docs/privacy.md): there a mechanism with half the claimed variance, or one query measured
-twice but charged once, yields a bound above the certificate.
+What it can show: with n trials per dataset the largest bound reachable (the detection limit, reported
+beside the certificate with the trials needed to reach it) is about ln(n / 7.5), and only events with
+p' > delta count, so at the 2020 budgets (eps 17 at delta 1e-10) any bound is far below the
+certificate. The audit is informative where the certified eps is a few units at a delta of about 1e-2
+(docs/privacy.md): there a mechanism with half the claimed variance, or one query measured twice but
+charged once, yields a bound above the certificate.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.stats import beta
 
 from das import atomic, outdir
+from das.attack.detection import Detection, detection, event_bound
 from das.geography import Geography
 from das.io.nmf import NoisyAnswers
 from das.measure import Measurement, measure_in_memory, plan_for, true_answers
@@ -77,21 +78,16 @@ class AuditResult:
     threshold: float
     p_d: float  # observed frequency of the chosen event under D (evaluation half)
     p_d_prime: float
+    detection_limit_eps: float  # the largest bound these trials could show at all (das.attack.detection)
+    trials_needed: int | None  # the fewest trials per dataset whose detection limit reaches eps_certified
 
     @property
     def within_certificate(self) -> bool:
         return self.eps_lower_bound <= self.eps_certified
 
-
-def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
-    """One-sided (1 - alpha) Clopper-Pearson bounds for a binomial proportion: (lower, upper).
-
-    >>> lo, hi = clopper_pearson(50, 100, 0.05); round(lo, 3), round(hi, 3)
-    (0.414, 0.586)
-    """
-    lower = 0.0 if k == 0 else float(beta.ppf(alpha, k, n - k + 1))
-    upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
-    return lower, upper
+    @property
+    def detection(self) -> Detection:
+        return Detection(self.trials, self.delta, self.eps_certified, self.detection_limit_eps, self.trials_needed)
 
 
 def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float, *, alpha: float = 0.05,
@@ -118,10 +114,8 @@ def epsilon_bound(scores_d: np.ndarray, scores_d_prime: np.ndarray, delta: float
         if estimate > best:
             best, chosen = estimate, t
     k, j = rates(eval_d, chosen), rates(eval_p, chosen)
-    _, p_high = clopper_pearson(int(k), len(eval_d), alpha / 2)
-    q_low, _ = clopper_pearson(int(j), len(eval_p), alpha / 2)
-    eps = float(np.log((q_low - delta) / p_high)) if q_low > delta else 0.0
-    return max(eps, 0.0), float(chosen), k / len(eval_d), j / len(eval_p)
+    eps = event_bound(int(k), len(eval_d), int(j), len(eval_p), delta=delta, alpha=alpha)
+    return eps, float(chosen), k / len(eval_d), j / len(eval_p)
 
 
 def neighbour_pairs(histograms: sp.csr_matrix, schema: Schema, geography: Geography) -> list[Neighbours]:
@@ -214,7 +208,9 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
     forward = epsilon_bound(s_d, s_p, float(how.delta), alpha=how.alpha)
     backward = epsilon_bound(-s_p, -s_d, float(how.delta), alpha=how.alpha)
     eps, threshold, p, q = max(forward, backward, key=lambda r: r[0])
-    return AuditResult(pair.name, eps, eps_for_delta(how.rho, how.delta), float(how.delta), trials, threshold, p, q)
+    sight = detection(trials, eps_for_delta(how.rho, how.delta), delta=float(how.delta), alpha=how.alpha)
+    return AuditResult(pair.name, eps, sight.eps_certified, sight.delta, trials, threshold, p, q,
+                       sight.detection_limit_eps, sight.trials_needed)
 
 
 def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]], *,
@@ -268,12 +264,16 @@ def audit_dataset(schema: Schema, geography: Geography, persons: int = 4, seed: 
 
 
 def render(results: list[AuditResult], title: str = "") -> str:
+    """The bounds as a table: per neighbour the bound found, the certificate, the largest bound the trials could show."""
     lines = [title] if title else []
-    lines.append(f"{'neighbours':12s} {'trials':>8s} {'eps lower bound':>16s} {'eps certified':>14s} {'delta':>8s}  verdict")
+    lines.append(f"{'neighbours':12s} {'trials':>8s} {'eps lower bound':>16s} {'eps certified':>14s} "
+                 f"{'detection limit':>16s} {'trials needed':>14s} {'delta':>8s}  verdict")
     for r in results:
-        verdict = "ok (bound <= certificate)" if r.within_certificate else "VIOLATION: bound above the certificate"
+        verdict = ("VIOLATION: bound above the certificate" if not r.within_certificate else
+                   "within the certificate" if r.detection.conclusive else "inconclusive: limit below the certificate")
+        needed = "-" if r.trials_needed is None else f"{r.trials_needed:,}"
         lines.append(f"{r.neighbours:12s} {r.trials:8d} {r.eps_lower_bound:16.3f} {r.eps_certified:14.4f} "
-                     f"{r.delta:8.0e}  {verdict}")
+                     f"{r.detection_limit_eps:16.3f} {needed:>14s} {r.delta:8.0e}  {verdict}")
     return "\n".join(lines)
 
 
@@ -300,12 +300,13 @@ def audit_spec(spec_path, *, trials: int = 200_000, rho=None, delta=None, seed: 
               "private_randomness": rng.private, "strategies": {}}
     pairs = sum(pair.name in NEIGHBOURS for pair in neighbour_pairs(data, schema, geography))
     with bar(total=2 * pairs * 2 * trials, desc="audit trials", unit="trial", unit_scale=True) as progress:
+        how = Trials(trials, delta, rho, done=progress.update)
         for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
             plan, _ = plan_for(s, rho, spec.levels)
-            results = audit(geography, data, schema, plan, rng=rng.spawn(name),
-                            how=Trials(trials, delta, rho, done=progress.update))
+            results = audit(geography, data, schema, plan, rng=rng.spawn(name), how=how)
             report["strategies"][name] = [r.__dict__ for r in results]
-    return report
+    sight = detection(trials, eps_for_delta(rho, delta), delta=float(delta), alpha=how.alpha)
+    return report | {"detection": asdict(sight) | {"conclusive": sight.conclusive}, "verdict": sight.verdict(violations(report))}
 
 
 def audit_spec_main(spec_path, *, json_out: bool = False, out=None, overwrite: bool = False, **settings) -> int:
@@ -318,19 +319,19 @@ def audit_spec_main(spec_path, *, json_out: bool = False, out=None, overwrite: b
         report = audit_spec(spec_path, **settings)
     except ValueError as e:
         raise SpecError(str(e)) from None
-    ok = within_certificate(report)
     text = render_report(report)
     if claim is not None:
         claim.start()
-        write_audit(Path(out), report, text)
+        write_audit(Path(out), report, text, verdict=report["verdict"])
         claim.finish()
     print(json.dumps(report, indent=2) if json_out else text)
-    return 0 if ok else 1
+    return 1 if violations(report) else 0
 
 
-def within_certificate(report: dict) -> bool:
-    """Whether every strategy's every bound is at most its certified eps."""
-    return all(r["eps_lower_bound"] <= r["eps_certified"] for rs in report["strategies"].values() for r in rs)
+def violations(report: dict) -> list[str]:
+    """Each bound above its certified eps: strategy, neighbours, bound and certificate."""
+    return [f"{name}, {r['neighbours']}: eps {r['eps_lower_bound']:.3f} > certified {r['eps_certified']:.4f}"
+            for name, rs in report["strategies"].items() for r in rs if r["eps_lower_bound"] > r["eps_certified"]]
 
 
 def render_report(report: dict) -> str:
@@ -339,14 +340,16 @@ def render_report(report: dict) -> str:
              f"{report['trials']:,} trials per dataset (synthetic neighbours, no input read)"]
     for name, results in report["strategies"].items():
         parts += ["", render([AuditResult(**r) for r in results], f"strategy {name}")]
+    sight = report["detection"]
+    needed = "-" if sight["trials_needed"] is None else f"{sight['trials_needed']:,}"
+    parts += ["", f"detection limit at {report['trials']:,} trials: eps {sight['detection_limit_eps']:.3f} beside the "
+                  f"certificate's {sight['eps_certified']:.4f} (trials needed to reach it: {needed})",
+              f"verdict: {report['verdict']}"]
     return "\n".join(parts)
 
 
-def write_audit(out_dir: Path, report: dict, text: str, *, ok: bool | None = None) -> list[Path]:
-    """audit.json (the report) and audit.md (a short summary: the verdict and the rendered bounds); `ok`: the
-    verdict when it is not the measurement audit's (das.attack.release_audit)."""
-    ok = within_certificate(report) if ok is None else ok
-    verdict = "every bound is within the certificate" if ok else "VIOLATION: a bound is above the certificate"
+def write_audit(out_dir: Path, report: dict, text: str, *, verdict: str) -> list[Path]:
+    """audit.json (the report) and audit.md (a short summary: the verdict and the rendered bounds)."""
     paths = [out_dir / "audit.json", out_dir / "audit.md"]
     atomic.write_text(paths[0], json.dumps(report, indent=2, default=str) + "\n")
     atomic.write_text(paths[1], f"# Empirical privacy audit: {report['spec']}\n\n{verdict}.\n\n```\n{text}\n```\n")

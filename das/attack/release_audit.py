@@ -12,8 +12,9 @@ the list of files. For every pair of neighbours and every delta it reports
   one-sided Clopper-Pearson intervals on the second half, eps >= ln((P_D' - delta) / P_D); the
   features include the NMF's log-likelihood ratio under the certified variances and a linear score
   learned on the first half;
-- the largest bound the trials could show at all (`detectable`: every evaluation trial on one side of
-  the threshold), beside the certificate's eps at that delta;
+- the largest bound the trials could show at all (the detection limit, das.attack.detection: every
+  evaluation trial on its side of the event), beside the certificate's eps at that delta, and the
+  trials that would reach the certificate;
 - every feature that differed between the neighbours in every trial while staying the same within
   each (a deterministic difference: unbounded eps), and
 - for a TopDown release, whether each NMF query's noise is as large as certified: the residuals
@@ -22,7 +23,10 @@ the list of files. For every pair of neighbours and every delta it reports
 A pair that is not covered by the guarantee (a record added or removed: not a bounded neighbour, and
 it changes a state population, an invariant published exactly) is reported and not judged; a covered
 pair (a record moved within or across geounits of the state, or recoded) fails on any deterministic
-difference, any bound above the certificate, or any query measured with less noise than certified.
+difference, any bound above the certificate, or any query measured with less noise than certified. When
+none of these is found but the detection limit at the run's delta is below the certificate's eps, the
+verdict is "inconclusive" (a bound above the certificate could not have shown), not "within the
+certificate": at the default 20 trials the limit is 0.79 against 4.34, and 575 trials reach it.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import tomli_w
 from scipy.stats import chi2
 
 from das import published
-from das.attack.privacy import clopper_pearson
+from das.attack.detection import Detection, detection, event_bound
 from das.geography import Geography
 from das.io.microdata import read_inputs
 from das.io.nmf import read_level
@@ -372,12 +376,6 @@ def llr(side: Side, truth_d: dict, truth_p: dict) -> np.ndarray:
     return scores
 
 
-def detectable(trials: int, delta: float, alpha: float) -> float:
-    """The largest bound `trials` evaluation trials per dataset can show: every one on its side of the event."""
-    low = (alpha / 2) ** (1 / trials)
-    return max(0.0, math.log((low - delta) / (1 - low))) if low > delta else 0.0
-
-
 def _rates(a: np.ndarray, t: np.ndarray) -> np.ndarray:
     return (a >= t).sum(axis=0)
 
@@ -410,9 +408,7 @@ def bound(d: np.ndarray, p: np.ndarray, delta: float, alpha: float) -> dict:
             if column < 0:
                 continue
             k, j = int((sign * low2[:, column] >= t).sum()), int((sign * high2[:, column] >= t).sum())
-            _, p_high = clopper_pearson(k, len(low2), alpha / 2)
-            q_low, _ = clopper_pearson(j, len(high2), alpha / 2)
-            eps = math.log((q_low - delta) / p_high) if q_low > delta else 0.0
+            eps = event_bound(k, len(low2), j, len(high2), delta=delta, alpha=alpha)
             if eps > best["eps"]:
                 best = {"eps": eps, "column": column, "threshold": sign * t, "p": k / len(low2), "q": j / len(high2)}
     return best
@@ -498,18 +494,24 @@ class PairResult:
     neighbours: str
     covered: bool
     trials: int
-    bounds: list[dict]  # per delta: bound found, feature, certified eps, detectable limit
+    bounds: list[dict]  # per delta: bound found, feature, certified eps, detection limit, trials needed
     deterministic: list[str]  # fields fixed for covered neighbours that differed in every trial (unbounded eps)
     deterministic_cells: list[str]  # noisy fields, selections, cells, counts, answers that did (the bounds judge them)
-    verdict: str = ""
+    violations: list[str]  # deterministic fields and bounds above the certificate (a covered pair's failures)
+    conclusive: bool  # whether a bound above the certificate at the run's delta could have shown
+    verdict: str
 
     @property
     def ok(self) -> bool:
-        return not self.covered or self.verdict == "ok"
+        """No violation found (an inconclusive pair included: it found none, and says it could not)."""
+        return not self.covered or not self.violations
 
 
 def certified_eps(certificate: Certificate, delta: Fraction) -> float:
-    """The certificate's eps at another delta: its rho converted at delta less its approximate steps' delta."""
+    """The certificate's eps at another delta: its rho converted at delta less its approximate steps' delta; a
+    certificate at a mechanism's own (eps, delta) (no rho) holds its eps at its delta and above, nothing below."""
+    if certificate.rho is None:
+        return certificate.eps if delta >= certificate.delta else math.inf
     steps = sum((v for k, v in (certificate.delta_parts or {}).items() if k != "zCDP conversion"), Fraction(0))
     return eps_for_delta(certificate.rho, delta - steps) if delta > steps else math.inf
 
@@ -529,22 +531,27 @@ def audit_pair(kind: str, side_d: Side, side_p: Side, settings: AuditSettings) -
     judged = [n for n in structural if fixed(n, side_d.manifest) or fixed(n, side_p.manifest)]
     cells = [n for n in structural if n not in judged] + cells
     structural = judged
-    bounds = []
+    bounds, n = [], min(len(d), len(p))
     for delta in settings.deltas:
         found = bound(d, p, float(delta), settings.alpha)
-        certified = certified_eps(side_d.certificate, delta)
-        bounds.append({"delta": str(delta), "eps_lower_bound": found["eps"], "eps_certified": certified,
-                       "detectable": detectable(min(len(d), len(p)) - min(len(d), len(p)) // 2, float(delta),
-                                                settings.alpha),
+        sight = detection(n, certified_eps(side_d.certificate, delta), delta=float(delta), alpha=settings.alpha)
+        bounds.append({"delta": str(delta), "eps_lower_bound": found["eps"], "eps_certified": sight.eps_certified,
+                       "detection_limit_eps": sight.detection_limit_eps, "trials_needed": sight.trials_needed,
                        "feature": None if found["column"] is None else names[found["column"]],
                        "threshold": found["threshold"], "p_d": found["p"], "p_d_prime": found["q"]})
-    covered = kind in COVERED
     problems = [f"deterministic: {', '.join(structural[:5])}"] if structural else []
     problems += [f"eps {b['eps_lower_bound']:.3f} > certified {b['eps_certified']:.4f} at delta {b['delta']} "
                  f"({b['feature']})" for b in bounds if b["eps_lower_bound"] > b["eps_certified"]]
-    verdict = "ok" if not problems else "; ".join(problems)
-    return PairResult(kind, covered, n, bounds, structural, cells[:50], verdict if covered else
-                      f"not covered by the guarantee ({verdict})")
+    sight = run_detection(n, side_d.certificate, settings)
+    verdict = sight.verdict(problems) if kind in COVERED else \
+        "not covered by the guarantee, not judged" + "".join(f"; {problem}" for problem in problems)
+    return PairResult(kind, kind in COVERED, n, bounds, structural, cells[:50], problems, sight.conclusive, verdict)
+
+
+def run_detection(trials: int, certificate: Certificate, settings: AuditSettings) -> Detection:
+    """What `trials` trials per dataset can see against the certificate at the run's delta (the verdict's)."""
+    return detection(trials, certified_eps(certificate, settings.delta), delta=float(settings.delta),
+                     alpha=settings.alpha)
 
 
 def seeds_of(settings: AuditSettings) -> tuple[int, list[int], list[list[int]]]:
@@ -584,36 +591,50 @@ def audit_release(spec, settings: AuditSettings, *, work: Path | None = None) ->
             step(progress, logger, f"{settings.command}: {settings.trials} trials on D' ({kind}): {pairs[-1].verdict}")
         progress.close()
     noise = noise_checks(noise_sides, settings.alpha)
+    sight = run_detection(settings.trials, side_d.certificate, settings)
+    violations = [f"{r.neighbours}: {v}" for r in pairs if r.covered for v in r.violations]
+    violations += [f"less noise than certified: {c['release']}/{c['level']}/{c['query']}" for c in noise if not c["ok"]]
     return {"command": settings.command, "spec": load_run_spec(spec).name, "rho": str(settings.rho),
             "delta": str(settings.delta), "trials": settings.trials, "seed": base,
             "certificate": {"rho": str(side_d.certificate.rho), "eps": side_d.certificate.eps},
+            "detection": asdict(sight) | {"conclusive": sight.conclusive},
             "pairs": [asdict(r) | {"ok": r.ok} for r in pairs], "noise": noise,
-            "ok": all(r.ok for r in pairs) and all(c["ok"] for c in noise)}
+            "ok": all(r.ok for r in pairs) and all(c["ok"] for c in noise), "verdict": sight.verdict(violations)}
 
 
 def render(report: dict) -> str:
-    """A whole-release audit as text: per pair and delta the bound found, the certificate, the detectable limit."""
+    """A whole-release audit as text: per pair and delta the bound found, the certificate, the detection limit and
+    the trials that would reach the certificate; the NMF's noise; what the trials could see; the verdict."""
     lines = [f"whole-release audit of `{report['command']}` on {report['spec']}: rho = {report['rho']}, delta = "
              f"{report['delta']}, {report['trials']} trials per dataset (seed {report['seed']})",
-             f"{'neighbours':14s} {'delta':>6s} {'bound':>7s} {'certified':>9s} {'detectable':>10s}  feature / verdict"]
+             f"{'neighbours':14s} {'delta':>6s} {'bound':>7s} {'certified':>9s} {'detection limit':>15s} "
+             f"{'trials needed':>13s}  feature / verdict"]
     for pair in report["pairs"]:
         for b in pair["bounds"]:
+            needed = "-" if b["trials_needed"] is None else f"{b['trials_needed']:,}"
             lines.append(f"{pair['neighbours']:14s} {b['delta']:>6s} {b['eps_lower_bound']:7.3f} "
-                         f"{b['eps_certified']:9.4f} {b['detectable']:10.3f}  {b['feature'] or '-'}")
+                         f"{b['eps_certified']:9.4f} {b['detection_limit_eps']:15.3f} {needed:>13s}  "
+                         f"{b['feature'] or '-'}")
         lines.append(f"{'':14s} verdict: {pair['verdict']}")
     bad = [c for c in report["noise"] if not c["ok"]]
     lines.append(f"NMF noise: {len(report['noise'])} queries checked against their certified variance; "
                  + ("all as certified" if not bad else "LESS NOISE THAN CERTIFIED: " + ", ".join(
                      f"{c['release']}/{c['level']}/{c['query']} (variance <= {c['variance_upper_bound']:.3g}, "
                      f"certified {c['certified_variance']:.3g})" for c in bad[:5])))
-    lines.append("verdict: " + ("every covered pair within the certificate" if report["ok"] else "VIOLATION"))
+    sight = report["detection"]
+    needed = "-" if sight["trials_needed"] is None else f"{sight['trials_needed']:,}"
+    lines.append(f"detection limit at {report['trials']:,} trials (delta {report['delta']}): eps "
+                 f"{sight['detection_limit_eps']:.3f} beside the certificate's {sight['eps_certified']:.4f} "
+                 f"(trials needed to reach it: {needed}); deterministic differences and the NMF's noise are "
+                 f"checked at any number of trials")
+    lines.append(f"verdict: {report['verdict']}")
     return "\n".join(lines)
 
 
 def audit_releases_main(spec_path, releases: list[str], *, trials: int = 20, rho=None, delta=None,
                         seed: int | None = None, json_out: bool = False, out=None, overwrite: bool = False) -> int:
     """`das audit-privacy SPEC --release COMMAND ...`: the whole-release audit of each command (`run`, or a
-    mechanism of `das synth`); exit 0 when every covered pair is within its certificate, 1 otherwise."""
+    mechanism of `das synth`); exit 1 on a violation, else 0 (the verdict says whether the trials could show one)."""
     from das import outdir
     from das.attack.privacy import AUDIT, write_audit
     from das.privacy.strategy import parse_fraction
@@ -630,10 +651,11 @@ def audit_releases_main(spec_path, releases: list[str], *, trials: int = 20, rho
     deltas = tuple(sorted({*DELTAS, delta}))
     reports = [audit_release(spec_path, AuditSettings(name, trials, rho, delta, deltas, seed=seed)) for name in releases]
     text = "\n\n".join(render(r) for r in reports)
-    report = {"spec": reports[0]["spec"], "releases": reports, "ok": all(r["ok"] for r in reports)}
+    report = {"spec": reports[0]["spec"], "releases": reports, "ok": all(r["ok"] for r in reports),
+              "verdict": "; ".join(f"`{r['command']}`: {r['verdict']}" for r in reports)}
     if claim is not None:
         claim.start()
-        write_audit(Path(out), report, text, ok=report["ok"])
+        write_audit(Path(out), report, text, verdict=report["verdict"])
         claim.finish()
     print(json.dumps(report, indent=2, default=str) if json_out else text)
     return 0 if report["ok"] else 1

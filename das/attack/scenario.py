@@ -10,7 +10,6 @@ attack's outputs and `audit.md` / `audit.json` with Match-Rate@k side by side.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -22,6 +21,7 @@ import numpy as np
 from das.attack.audit import REPORT_FRACTIONS, REPORT_K, AuditOptions, auto_geounits, run_audit, write_outputs
 from das.attack.data import read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
+from das.options import ExactParser
 from das.privacy.certificate import delta_text, fraction_text
 from das.progress import configure
 from das.rundir import RunDir
@@ -47,7 +47,7 @@ def comparison_markdown(rows: dict[str, dict], blocks: int, runs: int, release_n
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m das.attack.scenario", description=__doc__.splitlines()[0])
+    p = ExactParser(prog="python -m das.attack.scenario", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--count", type=int, default=10, help="blocks, chosen across the size range")
     p.add_argument("--runs", type=int, default=20, help="RAP runs per block")

@@ -10,6 +10,7 @@ import difflib
 import re
 from fractions import Fraction
 
+from das.options import ExactParser
 from das.specfile import SHOWN_CHARACTERS, positive_fraction, shown
 
 MAX_RHO_TEXT = "10"  # das.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
@@ -25,8 +26,9 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose --help shows every default, and whose errors never echo a value whole."""
+class Parser(ExactParser):
+    """The `das` parser: exact (das.options: no abbreviations, each option once), --help showing every default,
+    errors never echoing a value whole."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", DefaultsFormatter)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from das.cli.args import (
     SEED_HELP,
@@ -58,6 +59,26 @@ def _cmd_validate(args) -> int:
     return main(args.run_dir, inputs=args.inputs, public_key=args.public_key)
 
 
+def _cmd_publish(args) -> int:
+    import das
+    from das.publish import PublishError
+    from das.rundir import RunDirError
+    from das.specfile import cut_long_words
+
+    try:
+        bundle = das.publish(args.run_dir, to=args.to, overwrite=args.overwrite)
+    except RunDirError as e:
+        print(f"das publish: {cut_long_words(str(e))}", file=sys.stderr)
+        return 2
+    except PublishError as e:
+        print(f"das publish: refused: {cut_long_words(str(e))}", file=sys.stderr)
+        return 1
+    what = "archive" if bundle.archive else "directory"
+    print(f"wrote {bundle.path}: the bundle ({what}) of {args.run_dir}, {len(bundle.files)} public files, nothing of the "
+          "operator's; check it with das validate (and --public-key, the key you publish)")
+    return 0
+
+
 def _cmd_keygen(args) -> int:
     from das.signing import keygen
 
@@ -65,7 +86,8 @@ def _cmd_keygen(args) -> int:
     print(f"wrote {private} (the private key: keep it with the operator, readable by you only) and {public} "
           f"(the public key: publish it where readers of your releases will find it)")
     print(f"public key fingerprint (SHA-256): {fingerprint}")
-    print(f"sign a release with it: das run SPEC --signing-key {private}  (or das synth ... --signing-key {private})")
+    print(f"sign a release with it: das run SPEC --signing-key {private}  (or das synth, das measure ... --signing-key "
+          f"{private})")
     return 0
 
 
@@ -116,10 +138,12 @@ def _cmd_measure(args) -> int:
     from das.run import measure_only
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
-                            allow_large_rho=args.allow_large_rho, budget=budget(args))
+                            allow_large_rho=args.allow_large_rho, budget=budget(args), signing_key=args.signing_key)
     also = "".join(f", {name}" for name in (manifest.outputs or {}))  # the spine, when not the standard one
-    print(f"wrote {len(manifest.nmf)} NMF files{also} and manifest.json to {args.out}")
-    return 0
+    v = manifest.validation
+    print(f"validation: {'PASSED' if v.valid else 'FAILED'} ({len(v.checks)} checks)")
+    print(f"wrote {len(manifest.nmf)} NMF files{also}, manifest.json and its signature to {args.out}")
+    return 0 if v.valid else 1
 
 
 def _cmd_tables(args) -> int:
@@ -152,14 +176,32 @@ def _text(value) -> str | None:
     return None if value is None else str(value)
 
 
+def _add_publish(sub) -> None:
+    pb = sub.add_parser("publish", help="write a release's bundle: its public files alone, ready to publish",
+                        description="Write exactly the public files of a finished, signed and valid release (the "
+                                    "manifest, every file it lists, its signature and public key), never the "
+                                    "operator's, each 0644 in 0755 directories with the same modification time "
+                                    "(SOURCE_DATE_EPOCH, else 0), to a directory or a .tar archive. Publish that, "
+                                    "never the run directory (docs/outputs.md).")
+    pb.add_argument("run_dir", type=path, help="a das run directory (written by das run, das synth)")
+    pb.add_argument("--to", type=path, required=True, metavar="DIR_OR_TAR",
+                    help="the bundle: a directory (new or empty), or an archive FILE.tar")
+    pb.add_argument("--overwrite", action="store_true",
+                    help="replace an earlier bundle there (only its own files are deleted); a directory holding "
+                         "any other file is refused")
+    pb.set_defaults(func=_cmd_publish)
+
+
 def add_parsers(sub) -> None:
-    """The release commands: run, validate, keygen, validate-input, privacy, measure, tables, audit-privacy."""
+    """The release commands: run, validate, publish, keygen, validate-input, privacy, measure, tables, audit-privacy."""
 
     _add_run(sub)
     _add_init(sub)
 
-    v = sub.add_parser("validate", help="independently check a run directory's outputs")
-    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
+    v = sub.add_parser("validate", help="independently check a release: a run directory or a published bundle")
+    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth), or a bundle "
+                                              "(das publish); the report says which, and refuses a bundle holding "
+                                              "an operator file")
     v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
                    help="also compare the invariants with these confidential inputs (default: the run's "
                         "operator files, when present)")
@@ -167,6 +209,8 @@ def add_parsers(sub) -> None:
                    help="the operator's published public key: also prove the release is theirs and unchanged (the "
                         "signature over manifest.json, then every digest); default: none, internal consistency only")
     v.set_defaults(func=_cmd_validate)
+
+    _add_publish(sub)
 
     k = sub.add_parser("keygen", help="a new Ed25519 key pair to sign releases with (KEY and KEY.pub)")
     k.add_argument("key", type=path, help="where to write the private key (0600); the public key goes to KEY.pub; "
@@ -195,7 +239,8 @@ def add_parsers(sub) -> None:
     pr.add_argument("--json", action="store_true", help="JSON instead of text")
     pr.set_defaults(func=_cmd_privacy)
 
-    m = sub.add_parser("measure", help="write the noisy measurement file (NMF) and a manifest")
+    m = sub.add_parser("measure", help="an NMF release: the noisy measurement file (NMF) and a manifest, validated "
+                                       "and signed")
     m.add_argument("spec", type=path, help=spec_help())
     m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
     m.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
@@ -203,6 +248,7 @@ def add_parsers(sub) -> None:
                    help="replace the das run in the output directory, deleting only its own files; a directory "
                         "holding any other file is refused")
     add_budget(m)
+    _add_signing_key(m)
     m.set_defaults(func=_cmd_measure)
 
     t = sub.add_parser("tables", help="a release's tables as PL 94-171 summary files (or PL files read into Parquet)")
@@ -228,7 +274,9 @@ def _add_audit_privacy(sub) -> None:
     a.add_argument("spec", type=path, help=spec_help() + ": its schema, strategy and levels are audited (no input is read)")
     a.add_argument("--trials", type=positive_int, default=None,
                    help="runs of the measurement per dataset (default: 20,000; at least 100), or of each release with "
-                        "--release (default: 20)")
+                        "--release (default: 20); the report gives the largest bound the trials can show and the "
+                        "trials that would reach the certificate (575 at the default budget), and says "
+                        "'inconclusive' when they cannot show a violation")
     a.add_argument("--release", action="append", default=[], metavar="COMMAND",
                    help="audit whole releases of this command end to end instead of the measurement: `run`, or a "
                         "`das synth` mechanism (repeat for several); every public output is tested")
@@ -287,7 +335,12 @@ def _add_run(sub) -> None:
                    help="a partitioned run (inputs as one file per state) starts a state's task only while the "
                         "tasks in flight are estimated to fit this much memory with the driver and workers "
                         "(docs/scale.md); default: no limit")
-    r.add_argument("--signing-key", type=path, metavar="KEY", default=None,
-                   help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
-                        "release's own, kept in its operator files (docs/outputs.md)")
+    _add_signing_key(r)
     r.set_defaults(func=_cmd_run)
+
+
+def _add_signing_key(parser) -> None:
+    """--signing-key, as `das run` and `das measure` take it."""
+    parser.add_argument("--signing-key", type=path, metavar="KEY", default=None,
+                        help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
+                             "release's own, kept in its operator files (docs/outputs.md)")

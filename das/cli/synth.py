@@ -53,8 +53,9 @@ def _cmd_synth(args) -> int:
     cert = manifest.certificate("persons")
     print(f"das synth {args.mechanism} {manifest.spec_name}: {manifest.counts.persons:,} persons in "
           f"{manifest.counts.blocks:,} blocks")
-    print(f"privacy: rho = {fraction_text(cert.rho)} ({float(cert.rho):.4f}), eps = {cert.eps} at delta = "
-          f"{delta_text(cert.delta)}; randomness: {manifest.randomness}")
+    rho = (f"rho = {fraction_text(cert.rho)} ({float(cert.rho):.4f})" if cert.rho is not None else
+           f"(eps, delta)-DP directly, no rho spent (budget rho = {fraction_text(cert.budget)})")
+    print(f"privacy: {rho}, eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}")
     timings = read_process(out).get("timings_seconds") or {}  # the operator's record: never in the manifest
     print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     print(f"validation: {'PASSED' if manifest.validation.valid else 'FAILED'} ({len(manifest.validation.checks)} checks)")

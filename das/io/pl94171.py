@@ -27,7 +27,7 @@ from das.geography import Geography
 from das.histogram import block_histograms
 from das.io.microdata import InputError, read_records, read_units
 from das.rundir import RunDir, RunDirError
-from das.schema import Schema, SpecError, load_schema, load_toml, resolve_spec
+from das.schema import Schema, SpecError, load_toml, resolve_spec
 
 SEGMENT_KEYS = ("FILEID", "STUSAB", "CHARITER", "CIFSN", "LOGRECNO")
 MAX_LINES_LISTED = 5  # lines listed per problem, then a count of the rest
@@ -244,7 +244,7 @@ def run_records(run_dir: str | Path, layout: PLLayout) -> PLRecords:
     if manifest.units is None:  # its units MDF lists the invariants only, HH_STATUS 0 (das.io.mdf.unit_mdf)
         raise SpecError(f"{run_dir} has no units release (a spec without [units], or das synth): the PL 94-171 "
                         "files carry table H1 (occupied and vacant housing units), which it does not publish")
-    schemas = {kind: load_schema(manifest.schema(kind)) for kind in manifest.releases()}
+    schemas = {kind: manifest.schema_of(kind) for kind in manifest.releases()}
     inventory = read_units(RunDir(run_dir).mdf("units"))
     geography = Geography.from_blocks(inventory.blocks, tuple(manifest.levels))
     histograms = {kind: block_histograms(read_records(RunDir(run_dir).mdf(kind), schema, inventory.blocks),

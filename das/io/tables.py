@@ -29,12 +29,21 @@ class TableSpec:
     where: tuple[tuple[str, int], ...] = ()
 
 
-def load_tables(name_or_path: str | Path = "pl94") -> tuple[TableSpec, ...]:
+DEFAULT_TABLES = "pl94"  # the table set of a run spec that names none ([output] tables)
+
+
+def load_tables(name_or_path: str | Path = DEFAULT_TABLES) -> tuple[TableSpec, ...]:
+    """The table set of a shipped name (specs/tables) or a path."""
     path = resolve_spec(name_or_path, "tables")
+    return tables_from_dict(load_toml(path), source=str(path))
+
+
+def tables_from_dict(spec: dict, source: str = "<dict>") -> tuple[TableSpec, ...]:
+    """The tables a parsed table-set spec describes, in its order."""
     tables = []
-    for name, t in load_toml(path).items():
+    for name, t in spec.items():
         if not isinstance(t, dict) or "queries" not in t or "schema" not in t:
-            raise SpecError(f"{path}: table {name!r} needs `schema` and `queries`")
+            raise SpecError(f"{source}: table {name!r} needs `schema` and `queries`")
         where = tuple((str(k), int(v)) for k, v in t.get("where", {}).items())
         tables.append(TableSpec(name, t.get("title", name), t["schema"], tuple(t["queries"]), where))
     return tuple(tables)

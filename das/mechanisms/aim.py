@@ -34,7 +34,7 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, check_add_remove, selection_eps
+from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, check_add_remove, selection_eps
 from das.mechanisms.domain import Domain, assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.pgm import FIT_DETAIL, FIT_TOL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
 from das.privacy.certificate import fraction_text
@@ -136,12 +136,11 @@ def aim_unit(counts, domain: Domain, schedule: AimSchedule, rng) -> tuple[np.nda
     return model.counts(), rounds
 
 
-def schedule_for(data: SynthesisInput, level: str) -> AimSchedule:
-    """Charge AIM's steps (total, one-way marginals, the filtered rounds) and return their noise."""
-    ledger = data.ledger
-    d = len(data.schema.names) + 1
-    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
-    budget = data.budget * (1 - TOTAL_SHARE)
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """Charge AIM's steps (total, one-way marginals, the filtered rounds) at `level`; schedule: their noise."""
+    level, d = public.level, len(public.schema.names) + 1
+    sigma2_total = ledger.gaussian(level, "total", public.budget * TOTAL_SHARE)
+    budget = public.budget * (1 - TOTAL_SHARE)
     per_round = budget / (ROUNDS_PER_ATTRIBUTE * d)
     sigma2_start, eps_start = 1 / (ALPHA * per_round), selection_eps((1 - ALPHA) * per_round)
     sigma2_one = ledger.gaussian(level, "one-way marginals", d / sigma2_start) * d  # d marginals at sigma2_start
@@ -152,13 +151,16 @@ def schedule_for(data: SynthesisInput, level: str) -> AimSchedule:
                   sigma2_start=sigma2_start, eps_start=eps_start, alpha=ALPHA, sensitivity="2 max_r w_r (per tract)",
                   cost="the filter's cap: every tract's rounds (each 1/sigma^2 + eps^2/8, annealed as AIM does, the "
                        "last taking what is left) add up to exactly this")
-    return AimSchedule(sigma2_total, sigma2_one, rounds_budget, sigma2_start, eps_start, budget)
+    return Plan(AimSchedule(sigma2_total, sigma2_one, rounds_budget, sigma2_start, eps_start, budget), {
+        "level": level, "initial_rounds": ROUNDS_PER_ATTRIBUTE * d, "sigma2_one_way": str(sigma2_one),
+        "sigma2_start": str(sigma2_start), "eps_start": str(eps_start), "estimator": FIT_DETAIL, "annealing": True})
 
 
 def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     load_mbi()
     level = level or fitting_level(data.geography, data.schema, LEVEL)
-    schedule = schedule_for(data, level)
+    planned = plan(data.public(level), data.ledger)
+    schedule = planned.schedule
     parts, rounds = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(data.schema, len(block_index))
@@ -166,10 +168,7 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
                                         data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, data.schema.size, parts),
-                     {"level": level, "initial_rounds": ROUNDS_PER_ATTRIBUTE * (len(data.schema.names) + 1),
-                      "sigma2_one_way": str(schedule.sigma2_one), "sigma2_start": str(schedule.sigma2_start),
-                      "eps_start": str(schedule.eps_start), "rounds": rounds, "estimator": FIT_DETAIL,
-                      "annealing": True})
+                     {**planned.details, "rounds": rounds})
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "initial_rounds": "parameter: AIM's T = 16 d (the starting noise)",

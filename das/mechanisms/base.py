@@ -32,6 +32,7 @@ from das.privacy.accounting import (
     EPS_ROUNDING,
     LOOSE_BOUND,
     NOT_PRIVATE_WARNING,
+    BudgetError,
     PrivacyAccountant,
     eps_for_delta,
     eps_loose,
@@ -42,14 +43,32 @@ from das.privacy.exponential import exponential_rho
 from das.privacy.randomness import RandomSource
 from das.schema import Schema
 
-CONVENTION = ("rho-zCDP, bounded neighbours (change one record; a record's block is part of the record) that keep "
-              "the block universe (the blocks of the units file, which is public: no invariant of the persons is "
-              "published). "
-              "A discrete Gaussian measurement of a marginal with variance sigma^2 costs rho = 1/sigma^2 "
-              "(squared L2 sensitivity 2). An eps exponential-mechanism selection costs eps^2/8 (bounded range, "
-              "Cesar & Rogers 2021); an eps-DP (pure) step costs eps^2/2 (Bun & Steinke 2016, Prop. 1.4); an "
-              "(eps, delta)-DP step is delta-approximate (eps^2/2)-zCDP (Bun & Steinke 2016, Sec. 8), its delta "
-              "added to the delta of the conversion to (eps, delta)-DP.")
+NEIGHBOURS = ("bounded neighbours: datasets that differ by changing one record (a record's block is part of the "
+              "record, so a change may move a person between geounits); no invariant of the persons is kept, only the "
+              "block universe (the blocks of the units file, which is public)")
+ZCDP_COSTS = ("A discrete Gaussian measurement of a marginal with variance sigma^2 costs rho = 1/sigma^2 (squared L2 "
+              "sensitivity 2). An eps exponential-mechanism selection costs eps^2/8 (bounded range, Cesar & Rogers 2021); "
+              "an eps-DP (pure) step costs eps^2/2 (Bun & Steinke 2016, Prop. 1.4); an (eps, delta)-DP step is "
+              "delta-approximate (eps^2/2)-zCDP (Bun & Steinke 2016, Sec. 8), its delta added to the delta of the "
+              "conversion to (eps, delta)-DP.")
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """The privacy a mechanism's releases have, in words true for it: the definition its certificate states (zCDP
+    at a rho, or (eps, delta)-DP directly), the neighbour relation, and how each step is costed. Its `convention`
+    is the certificate's (the manifest's and every Parquet file's), so das validate holds a release to it."""
+
+    definition: str
+    neighbours: str
+    costs: str
+
+    @property
+    def convention(self) -> str:
+        return f"{self.definition}, {self.neighbours}. {self.costs}"
+
+
+ZCDP = Guarantee("rho-zCDP at the certificate's rho (its (eps, delta) by conversion)", NEIGHBOURS, ZCDP_COSTS)
 
 
 class MechanismError(ValueError):
@@ -82,8 +101,7 @@ class Ledger:
     def charge(self, scope: str, step: str, rho: Fraction, noise: str, **parameters) -> Fraction:
         """Charge `rho` for `step`, made once in every geounit of `scope` (parallel composition)."""
         self.accountant.charge(scope, step, rho)
-        self.entries.append(Charge(scope, step, rho, noise, {k: (fraction_text(v) if isinstance(v, Fraction) else v)
-                                                             for k, v in parameters.items()}))
+        self.entries.append(Charge(scope, step, rho, noise, _texts(parameters)))
         return rho
 
     def gaussian(self, scope: str, step: str, rho: Fraction) -> Fraction:
@@ -109,6 +127,23 @@ class Ledger:
         self.charge(scope, step, exponential_rho(eps), "exponential mechanism", eps=eps, sensitivity=sensitivity,
                     cost=cost)
 
+    def laplace(self, scope: str, step: str, eps: Fraction, **parameters) -> Fraction:
+        """Record an eps discrete Laplace step (scale 2/eps, L1 sensitivity 2) of a mechanism that is (eps, delta)-DP
+        directly (`direct` set first): no rho is charged, and the steps' eps may not exceed the mechanism's.
+        Returns the scale."""
+        if self.direct is None:
+            raise MechanismError(f"{step}: an (eps, delta) step needs the mechanism's own guarantee (Ledger.direct)")
+        if self.eps_spent + eps > self.direct.eps:
+            raise BudgetError(f"{step}: eps {eps} would take the steps' eps over the mechanism's {self.direct.eps}")
+        self.entries.append(Charge(scope, step, None, "discrete Laplace", _texts(
+            {"eps": eps, "laplace_scale": 2 / eps, **parameters})))
+        return 2 / eps
+
+    @property
+    def eps_spent(self) -> Fraction:
+        """The eps of the (eps, delta) steps recorded (`laplace`)."""
+        return sum((Fraction(e.parameters["eps"]) for e in self.entries if e.rho is None), Fraction(0))
+
     @property
     def spent(self) -> Fraction:
         return self.accountant.spent
@@ -116,6 +151,11 @@ class Ledger:
     @property
     def remaining(self) -> Fraction:
         return self.accountant.remaining
+
+
+def _texts(parameters: Mapping) -> dict:
+    """A charge's stated parameters as published: exact values as "a/b" text."""
+    return {k: (fraction_text(v) if isinstance(v, Fraction) else v) for k, v in parameters.items()}
 
 
 @dataclass(frozen=True)
@@ -129,6 +169,32 @@ class SynthesisInput:
     delta: Fraction
     rng: RandomSource
     ledger: Ledger
+
+    def public(self, level: str, rounds: int | None = None) -> Public:
+        """What the mechanism plans its charges from (all public), at geounit `level`."""
+        return Public(self.budget, self.delta, self.schema, level, rounds)
+
+
+@dataclass(frozen=True)
+class Public:
+    """What a mechanism plans its charges from, all public: the budget, delta and schema, and the parameters it
+    publishes in its details (`level`: the geounits it runs at; `rounds`: MWEM's rounds, None: its default).
+    `das synth` plans from these, and das validate plans again from the published spec and details."""
+
+    budget: Fraction
+    delta: Fraction
+    schema: Schema
+    level: str
+    rounds: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A mechanism's schedule (the noise of every step, fixed before any data is read: what `run` uses) and the
+    details it publishes of it (its `Mechanism.details` entries of source "parameter")."""
+
+    schedule: object
+    details: Mapping[str, object]
 
 
 @dataclass(frozen=True)
@@ -150,17 +216,20 @@ DETAIL_SOURCES = {
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A named synthesizer: how geography enters, which optional extra it needs, the function, and what
-    each entry of its published details is derived from (`details`: key -> "source: what", a source of
-    DETAIL_SOURCES); an undeclared entry is refused before anything is written."""
+    """A named synthesizer: how geography enters, the function, its budget plan (`plan`: every charge, from public
+    things only), which optional extra it needs, what each entry of its published details is derived from
+    (`details`: key -> "source: what", a source of DETAIL_SOURCES; an undeclared entry is refused before anything
+    is written), and the guarantee its certificate states."""
 
     name: str
     summary: str
     geography: str
     run: Callable[[SynthesisInput], Synthesis]
+    plan: Callable[[Public, Ledger], Plan]  # its charges, from public things only: `run` and das validate call it
     extra: str | None = None  # pip extra (`das[mbi]`) without which it cannot run
     available: Callable[[], bool] = lambda: True
     details: Mapping[str, str] = field(default_factory=dict)
+    guarantee: Guarantee = ZCDP  # what its releases are, in words true for it (the certificate's convention)
 
     def public_details(self, details: Mapping) -> dict:
         """`details` as published, refused (MechanismError) if it holds an entry its declaration lacks."""
@@ -171,40 +240,47 @@ class Mechanism:
         return dict(details)
 
 
-def mechanism_certificate(name: str, schema: Schema, levels, ledger: Ledger, *, delta: Fraction,
+def mechanism_certificate(mechanism: Mechanism, schema: Schema, levels, ledger: Ledger, *, delta: Fraction,
                           private: bool) -> Certificate:
-    """The certificate of a synthetic release: every charge, rho = their exact sum, (eps, delta).
+    """The certificate of a synthetic release: every charge, rho = their exact sum, (eps, delta), and the
+    mechanism's own guarantee as its convention.
 
     delta is the run's; approximate-DP steps take their delta out of it, and the rest converts the
     zCDP guarantee (CKS 2020, Cor. 13). A mechanism that is (eps, delta)-DP directly (`ledger.direct`)
-    is certified at its own pair, with no conversion; its charges still sum to the nominal rho.
+    is certified at its own pair, with no conversion and no rho: it spends none.
     """
-    rho = ledger.spent
+    name = mechanism.name
     common = dict(schema=schema.name, strategy=f"mechanism {name}", mechanism=name, levels=tuple(levels),
-                  convention=CONVENTION, budget=ledger.budget, rho=rho, delta=delta, randomness=randomness_text(private),
+                  convention=mechanism.guarantee.convention, budget=ledger.budget, delta=delta,
+                  randomness=randomness_text(private),
                   private=bool(private), charges=tuple(ledger.entries), by_level=(),  # no TopDown measurements (no NMF)
                   warning=None if private else NOT_PRIVATE_WARNING)
     if ledger.direct is not None:
         return _direct_certificate(name, ledger, delta, common)
+    rho = ledger.spent
     delta_steps = sum(ledger.delta_parts.values(), Fraction(0))
     delta_conversion = delta - delta_steps
     if delta_conversion <= 0:
         raise MechanismError(f"{name}: its steps use delta {delta_steps}, not less than the run's delta {delta}")
-    return Certificate(**common, delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
+    return Certificate(**common, rho=rho, delta_parts={**ledger.delta_parts, "zCDP conversion": delta_conversion},
                        eps=eps_for_delta(rho, delta_conversion), eps_rounding=EPS_ROUNDING,
                        eps_loose_bound=eps_loose(rho, delta_conversion), conversion=CONVERSION, loose_bound=LOOSE_BOUND)
 
 
 def _direct_certificate(name: str, ledger: Ledger, delta: Fraction, common: dict) -> Certificate:
-    """The certificate of an (eps, delta)-DP mechanism at its own pair: its delta parts are the whole delta."""
+    """The certificate of an (eps, delta)-DP mechanism at its own pair: its steps' eps are the whole eps, its delta
+    parts the whole delta, and it states no rho (it charges none)."""
     direct = ledger.direct
     if direct.delta != delta or sum(ledger.delta_parts.values(), Fraction(0)) != delta:
         raise MechanismError(f"{name}: certified at its own delta {direct.delta}, its delta parts "
                              f"{ledger.delta_parts} must sum to the run's delta {delta}")
+    if ledger.spent or ledger.eps_spent != direct.eps:
+        raise MechanismError(f"{name}: certified at its own eps {direct.eps}, its steps spend eps {ledger.eps_spent} "
+                             f"and rho {ledger.spent} (expected eps {direct.eps} and no rho)")
     eps = float(direct.eps)  # a decimal of EPS_DECIMALS places: its JSON text is the exact value calibrated to
     if Fraction(repr(eps)) != direct.eps:
         raise MechanismError(f"{name}: eps {direct.eps} is not a decimal the certificate can state exactly")
-    return Certificate(**common, delta_parts=dict(ledger.delta_parts), eps=eps,
+    return Certificate(**common, rho=None, delta_parts=dict(ledger.delta_parts), eps=eps,
                        eps_rounding="exact: the eps the mechanism is calibrated to", eps_loose_bound=eps,
                        conversion=direct.basis, loose_bound="not applicable: no conversion from rho")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from das.mechanisms.base import MechanismError, Synthesis, SynthesisInput
+from das.mechanisms.base import Ledger, MechanismError, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
 from das.privacy.sampler import discrete_gaussian
@@ -50,22 +50,28 @@ def projection_level(geography, schema) -> str:
         return "block"
 
 
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """The whole budget on every block's detailed cells (blocks are disjoint): sigma^2 = 1/rho."""
+    sigma2 = ledger.gaussian("block", "detailed", public.budget)
+    return Plan(sigma2, {"sigma2": str(sigma2), "level": public.level,
+                         "postprocessing": f"simplex projection of each {public.level}'s noisy cells to its rounded "
+                                           "noisy total, integers by largest remainders, block totals first"})
+
+
 def run(data: SynthesisInput) -> Synthesis:
     n_blocks, n_cells = data.histograms.shape
-    sigma2 = data.ledger.gaussian("block", "detailed", data.budget)
-    truth = data.histograms.tocsr()
     level = projection_level(data.geography, data.schema)
+    planned = plan(data.public(level), data.ledger)
+    sigma2 = planned.schedule
+    truth = data.histograms.tocsr()
     parts = []
     for _, block_index in geounits(data.geography, level):
         noisy = unit_counts(truth, block_index) + discrete_gaussian(sigma2, len(block_index) * n_cells, data.rng)
         total = max(0, int(np.rint(noisy.sum())))
         parts.append((block_index, round_by_block(project_simplex(noisy[None, :], np.array([total]))[0],
                                                   len(block_index), total)))
-    return Synthesis(assemble(n_blocks, n_cells, parts), {
-        "sigma2": str(sigma2), "projection_level": level,
-        "postprocessing": f"simplex projection of each {level}'s noisy cells to its rounded noisy total, "
-                          "integers by largest remainders, block totals first"})
+    return Synthesis(assemble(n_blocks, n_cells, parts), dict(planned.details))
 
 
-DETAILS = {"sigma2": "parameter: 1/rho", "projection_level": "parameter: the public unit projected over",
+DETAILS = {"sigma2": "parameter: 1/rho", "level": "parameter: the public unit projected over",
            "postprocessing": "parameter: what is done to the noisy histograms"}

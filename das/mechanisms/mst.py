@@ -31,7 +31,7 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, selection_eps
+from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, Merged, assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.pgm import FIT_DETAIL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
 from das.privacy.exponential import exponential_mechanism, exponential_rho
@@ -128,13 +128,12 @@ def mst_unit(counts, domain: Domain, schedule: MstSchedule, rng) -> tuple[np.nda
     return model.counts(), [list(e) for e in edges], merged_values
 
 
-def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
-    load_mbi()
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    ledger, schema = data.ledger, data.schema
-    d = len(schema.names) + 1
-    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
-    third = data.budget * (1 - TOTAL_SHARE) / 3
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """TOTAL_SHARE for the total at `level`; the rest in thirds: the d one-way marginals, the star, and the tree
+    (TREE_SELECTION_SHARE of its third for its d - 2 edge selections, the rest for its pairs)."""
+    level, d = public.level, len(public.schema.names) + 1
+    sigma2_total = ledger.gaussian(level, "total", public.budget * TOTAL_SHARE)
+    third = public.budget * (1 - TOTAL_SHARE) / 3
     sigma2_one = ledger.gaussian(level, "one-way marginals", third) * d  # d marginals, third / d each
     tree_edges = d - 2  # a spanning tree of the attributes but the block
     star_rho = third if tree_edges else 2 * third  # with no other pair to choose, the star takes the tree's third
@@ -146,7 +145,16 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
             ledger.exponential(level, f"select tree edge {i}", eps, Fraction(2), add_remove=ADD_REMOVE)
         rho_tree = third - tree_edges * exponential_rho(eps)
         sigma2_tree = ledger.gaussian(level, "tree pair marginals", rho_tree) * tree_edges
-    schedule = MstSchedule(sigma2_total, sigma2_one, sigma2_star, eps, sigma2_tree)
+    return Plan(MstSchedule(sigma2_total, sigma2_one, sigma2_star, eps, sigma2_tree), {
+        "level": level, "eps_select": str(eps), "sigma2_one_way": str(sigma2_one), "sigma2_star": str(sigma2_star),
+        "sigma2_tree": str(sigma2_tree), "estimator": FIT_DETAIL})
+
+
+def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
+    load_mbi()
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
+    planned = plan(data.public(level), data.ledger)
+    schedule, schema = planned.schedule, data.schema
     parts, trees, merged = [], {}, {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
@@ -154,9 +162,7 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
                                                         data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {"level": level, "eps_select": str(eps), "sigma2_one_way": str(sigma2_one),
-                      "sigma2_star": str(sigma2_star), "sigma2_tree": str(sigma2_tree), "trees": trees,
-                      "merged": merged, "estimator": FIT_DETAIL})
+                     {**planned.details, "trees": trees, "merged": merged})
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "eps_select": "parameter: each selection's eps",

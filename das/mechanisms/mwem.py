@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, selection_eps
+from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
@@ -145,28 +145,35 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
     return round_by_block(estimate, domain.n_blocks, total)
 
 
-def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    ledger, schema = data.ledger, data.schema
-    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
-    per_round = data.budget * (1 - TOTAL_SHARE) / rounds
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """TOTAL_SHARE for the total at `level`, the rest split evenly over the rounds (`public.rounds`, default ROUNDS),
+    each a selection (SELECT_SHARE of the round, eps^2/8) and a measurement (the rest of it)."""
+    level, rounds = public.level, public.rounds or ROUNDS
+    sigma2_total = ledger.gaussian(level, "total", public.budget * TOTAL_SHARE)
+    per_round = public.budget * (1 - TOTAL_SHARE) / rounds
     eps = selection_eps(per_round * SELECT_SHARE)
     sigma2s = []
     for r in range(1, rounds + 1):
         ledger.exponential(level, f"round {r} select", eps, Fraction(2), add_remove=ADD_REMOVE)
         sigma2s.append(ledger.gaussian(level, f"round {r} measure", per_round - exponential_rho(eps)))
-    schedule = Schedule(sigma2_total, eps, sigma2s[0], rounds)
+    return Plan(Schedule(sigma2_total, eps, sigma2s[0], rounds), {
+        "level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),
+        "workload": [name for name, _ in workload(Domain(public.schema, 1))],
+        "fit": f"multiplicative weights to convergence (squared residual falling by at most {FIT_TOL:g} of "
+               f"itself over two sweeps; the final fit {FIT_TOL / 10:g})"})
+
+
+def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
+    planned = plan(data.public(level, rounds), data.ledger)
+    schedule, schema = planned.schedule, data.schema
     parts = []
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
         counts = unit_counts(data.histograms, block_index)
         out = synthesize_unit(counts, domain, schedule, data.rng.spawn(geocode))
         parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {"level": level, "rounds": rounds, "eps_select": str(eps), "sigma2_measure": str(sigma2s[0]),
-                      "workload": [name for name, _ in workload(Domain(schema, 1))],
-                      "fit": f"multiplicative weights to convergence (squared residual falling by at most {FIT_TOL:g} of "
-                             f"itself over two sweeps; the final fit {FIT_TOL / 10:g})"})
+    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts), dict(planned.details))
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: rounds of the schedule",

@@ -29,7 +29,7 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput, selection_eps
+from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
@@ -110,18 +110,26 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
     return out, [[child, list(parents)] for child, parents in network]
 
 
-def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    ledger, schema = data.ledger, data.schema
-    d = len(schema.names) + 1
-    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
-    rest = data.budget * (1 - TOTAL_SHARE)
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """TOTAL_SHARE for the total at `level`; of the rest, STRUCTURE_SHARE for the d - 1 selections, the remainder
+    evenly over the d clique measurements (d: the schema's attributes and the block)."""
+    level, d = public.level, len(public.schema.names) + 1
+    sigma2_total = ledger.gaussian(level, "total", public.budget * TOTAL_SHARE)
+    rest = public.budget * (1 - TOTAL_SHARE)
     eps = selection_eps(rest * STRUCTURE_SHARE / (d - 1))  # (d - 1) x eps^2/8 <= the structure's share
     for i in range(2, d + 1):
         ledger.exponential(level, f"select attribute {i} and its parents", eps, SENSITIVITY, add_remove=ADD_REMOVE)
     per_clique = (rest - (d - 1) * exponential_rho(eps)) / d
     sigma2s = [ledger.gaussian(level, f"measure clique {i}", per_clique) for i in range(1, d + 1)]
-    schedule = Schedule(sigma2_total, eps, tuple(sigma2s))
+    return Plan(Schedule(sigma2_total, eps, tuple(sigma2s)), {
+        "level": level, "degree": DEGREE, "max_clique": MAX_CLIQUE, "eps_select": str(eps),
+        "sigma2_clique": str(sigma2s[0])})
+
+
+def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
+    planned = plan(data.public(level), data.ledger)
+    schedule, schema = planned.schedule, data.schema
     parts, networks = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
@@ -129,8 +137,7 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
                                                  data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {"level": level, "degree": DEGREE, "max_clique": MAX_CLIQUE, "eps_select": str(eps),
-                      "sigma2_clique": str(sigma2s[0]), "networks": networks})
+                     {**planned.details, "networks": networks})
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "degree": "parameter: the network's degree",

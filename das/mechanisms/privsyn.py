@@ -35,7 +35,7 @@ from itertools import combinations
 
 import numpy as np
 
-from das.mechanisms.base import Synthesis, SynthesisInput
+from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import Domain, assemble, fitting_level, geounits, unit_counts
 from das.privacy.sampler import discrete_gaussian
 
@@ -205,12 +205,12 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
     return gum(targets, domain, total, generator), [list(m) for m in marginals[len(domain.names):]]
 
 
-def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    ledger, schema = data.ledger, data.schema
-    m = math.comb(len(schema.names) + 1, 2)
-    sigma2_total = ledger.gaussian(level, "total", data.budget * TOTAL_SHARE)
-    rest = data.budget * (1 - TOTAL_SHARE)
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """TOTAL_SHARE for the total at `level`; of the rest, SELECT_SHARE for the m InDif scores (sigma^2 = 18 m /
+    their rho), the remainder for the one-way and chosen marginals (allocated per geounit by cells^(2/3))."""
+    level, m = public.level, math.comb(len(public.schema.names) + 1, 2)
+    sigma2_total = ledger.gaussian(level, "total", public.budget * TOTAL_SHARE)
+    rest = public.budget * (1 - TOTAL_SHARE)
     rho_select = rest * SELECT_SHARE
     sigma2_select = 18 * m / rho_select
     ledger.charge(level, "InDif of every attribute pair", rho_select, "discrete Gaussian", sigma2=sigma2_select,
@@ -218,7 +218,14 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     rho_measure = rest - rho_select
     ledger.charge(level, "one-way and chosen pair marginals", rho_measure, "discrete Gaussian",
                   allocation="proportional to cells^(2/3), per tract")
-    schedule = Schedule(sigma2_total, sigma2_select, rho_measure)
+    return Plan(Schedule(sigma2_total, sigma2_select, rho_measure), {
+        "level": level, "sigma2_indif": str(sigma2_select), "gum_rounds": GUM_ROUNDS, "combine_cells": COMBINE_CELLS})
+
+
+def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
+    level = level or fitting_level(data.geography, data.schema, LEVEL)
+    planned = plan(data.public(level), data.ledger)
+    schedule, schema = planned.schedule, data.schema
     parts, chosen = [], {}
     for geocode, block_index in geounits(data.geography, level):
         domain = Domain(schema, len(block_index))
@@ -226,8 +233,7 @@ def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
                                                data.rng.spawn(geocode))
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {"level": level, "sigma2_indif": str(sigma2_select), "marginals": chosen, "gum_rounds": GUM_ROUNDS,
-                      "combine_cells": COMBINE_CELLS})
+                     {**planned.details, "marginals": chosen})
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "sigma2_indif": "parameter: the InDif scores' variance",

@@ -45,9 +45,20 @@ from das.schema import load_schema
 logger = logging.getLogger(__name__)
 
 
-def _budget(rho, spec) -> Fraction:
+def _given(rho, budget: Budget | None) -> Budget | None:
+    """The command line's budget with `rho` (an exact value) over its rho or eps: the published spec states it, so
+    das validate plans the mechanism's charges from the published bytes."""
     if rho is None:
-        rho = release_rho(spec.persons, load_strategy(spec.persons.strategy), spec.delta)
+        return budget
+    return Budget(rho=_exact(rho), delta=budget.delta if budget else None)
+
+
+def _budget(spec) -> Fraction:
+    """The persons budget of the spec (the command line's over its own), as das validate reads it from spec_text."""
+    return _exact(release_rho(spec.persons, load_strategy(spec.persons.strategy), spec.delta))
+
+
+def _exact(rho) -> Fraction:
     if isinstance(rho, (float, bool)):
         raise BudgetError(f"rho must be exact (a Fraction, an int or a string 'a/b'), not {rho!r}")
     try:
@@ -72,10 +83,10 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     """
     mech = _mechanism(mechanism)
     t_start = time.perf_counter()
-    spec = load_run_spec(spec_path, seed=seed, budget=budget)
+    spec = load_run_spec(spec_path, seed=seed, budget=_given(rho, budget))
     bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
     schema = load_schema(spec.persons.schema)
-    budget = _budget(rho, spec)
+    budget = _budget(spec)
     preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
                             what="--rho:" if rho is not None else f"{spec.overrides}:" if spec.overrides else
                             f"{spec.path}: [persons]")
@@ -108,7 +119,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     timings[f"mechanism_{mechanism}"] = time.perf_counter() - t0
     del inputs  # the true counts are not needed past this point
     histograms = _checked(mechanism, result.histograms.tocsr(), (geography.n_blocks, schema.size))
-    cert = mechanism_certificate(mechanism, schema, spec.levels, ledger, delta=spec.delta, private=rng.private)
+    cert = mechanism_certificate(mech, schema, spec.levels, ledger, delta=spec.delta, private=rng.private)
 
     frame = _open(spec, run_dir, mech, result, cert=cert, overwrite=overwrite, signing_key=signing_key)
     t0 = time.perf_counter()

@@ -23,12 +23,12 @@ are scaled down; integers by largest remainders. Tract and county totals are the
 
 Calibration and certificate: the two steps compose to (eps_t + eps_h, delta)-DP (basic composition),
 directly, not zCDP, so the mechanism is calibrated to the (eps, delta) its certificate states and
-certified at that pair, with no conversion. The target is the (eps, delta) that the nominal budget
-rho certifies for any zCDP release at the run's delta (CKS 2020, Cor. 13: the same eps as TopDown's
+certified at that pair, with no conversion. The target is the (eps, delta) that the budget rho
+certifies for any zCDP release at the run's delta (CKS 2020, Cor. 13: the same eps as TopDown's
 certificate at that rho, 17.1436 at 1e-10 for the 2020 budget), exact to its 4 certified decimals.
-The ledger charges the nominal rho, split between the two steps as eps is, so the certificate's
-charges still sum to its rho; `Ledger.direct` records that its (eps, delta) is the mechanism's own,
-and its delta parts are the threshold's delta.
+The budget rho only sets that target: the mechanism spends no rho, so its certificate states none
+(`Ledger.direct` holds its (eps, delta); each step, `Ledger.laplace`, states its eps, their sum the
+certificate's), and its delta part is the threshold's delta. `GUARANTEE` says so in its releases.
 """
 
 from __future__ import annotations
@@ -38,15 +38,21 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from das.mechanisms.base import DirectGuarantee, Synthesis, SynthesisInput
+from das.mechanisms.base import NEIGHBOURS, DirectGuarantee, Guarantee, Ledger, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import assemble, geounits
 from das.mechanisms.flat import projection_level
 from das.mechanisms.rounding import round_by_block
 from das.privacy.accounting import EPS_DECIMALS, eps_for_delta, stability_threshold
-from das.privacy.certificate import fraction_text
 from das.privacy.sampler import discrete_laplace_scaled
 
 TOTAL_SHARE = Fraction(1, 20)  # of eps, for the tract totals
+GUARANTEE = Guarantee(
+    "(eps, delta)-DP directly at the certificate's eps and delta, not zCDP: no rho is spent (the budget rho only sets "
+    "the eps it is calibrated to, the one rho certifies for a zCDP release at that delta)", NEIGHBOURS,
+    "Each step adds discrete Laplace noise of scale 2/eps to counts that a changed record moves by 2 in L1 (eps-DP); "
+    "the stability histogram releases only the bins whose noisy count reaches a threshold T, which makes it "
+    "(eps, delta)-DP with delta = exp(-(eps/2)(T - 1)) (a bin nonzero in one dataset only); the steps compose by basic "
+    "composition (their eps and delta add).")
 
 
 def target_eps(rho: Fraction, delta: Fraction) -> Fraction:
@@ -79,23 +85,29 @@ def to_total(released: np.ndarray, total: int) -> np.ndarray:
     return released + round_by_block(extra, n_blocks, total - have).reshape(released.shape)
 
 
-def run(data: SynthesisInput) -> Synthesis:
-    eps = target_eps(data.budget, data.delta)
+def plan(public: Public, ledger: Ledger) -> Plan:
+    """The (eps, delta) rho certifies at delta, split: TOTAL_SHARE of eps for the totals at `level`, the rest for the
+    stability histogram, its threshold T the smallest that delta allows. Schedule: (eps_total, eps_half, T)."""
+    eps, delta, level = target_eps(public.budget, public.delta), public.delta, public.level
     eps_total = eps * TOTAL_SHARE
     eps_half = (eps - eps_total) / 2
-    T = stability_threshold(eps_half, data.delta)
-    level = projection_level(data.geography, data.schema)
-    ledger = data.ledger
-    ledger.charge(level, "totals", data.budget * TOTAL_SHARE, "discrete Laplace", eps=eps_total,
-                  laplace_scale=2 / eps_total, cost=f"nominal: {fraction_text(TOTAL_SHARE)} of rho as of eps (eps-DP)")
-    ledger.charge("block", "stability histogram (block x detailed)", data.budget * (1 - TOTAL_SHARE),
-                  "discrete Laplace", eps=2 * eps_half, laplace_scale=1 / eps_half, threshold=T, delta=data.delta,
-                  cost=f"nominal: {fraction_text(1 - TOTAL_SHARE)} of rho as of eps ((eps, delta)-DP)")
-    ledger.delta_parts["stability threshold"] = data.delta
-    ledger.direct = DirectGuarantee(eps, data.delta, (
+    T = stability_threshold(eps_half, delta)
+    ledger.direct = DirectGuarantee(eps, delta, (
         f"(eps, delta)-DP directly: {level} totals (eps-DP) and a stability histogram (threshold T = {T}) by basic "
-        "composition, calibrated to the (eps, delta) the nominal budget rho certifies for a zCDP release at this "
+        "composition, calibrated to the (eps, delta) the budget rho certifies for a zCDP release at this "
         "delta (CKS 2020, Cor. 13): no conversion"))
+    ledger.laplace(level, "totals", eps_total)
+    ledger.laplace("block", "stability histogram (block x detailed)", 2 * eps_half, threshold=T,
+                   delta=delta)
+    ledger.delta_parts["stability threshold"] = delta
+    return Plan((eps_total, eps_half, T), {"eps": str(eps), "eps_totals": str(eps_total), "threshold": T,
+                                           "delta_threshold": str(delta), "level": level})
+
+
+def run(data: SynthesisInput) -> Synthesis:
+    level = projection_level(data.geography, data.schema)
+    planned = plan(data.public(level), data.ledger)
+    eps_total, eps_half, T = planned.schedule
     truth = data.histograms.tocsr()
     released = stability_histogram(truth, eps_half, T, data.rng)
     parts = []
@@ -104,8 +116,7 @@ def run(data: SynthesisInput) -> Synthesis:
         total = max(0, true_total + int(discrete_laplace_scaled(2 / eps_total, 1, data.rng)[0]))
         parts.append((block_index, to_total(released[block_index].toarray(), total).ravel()))
     return Synthesis(assemble(data.geography.n_blocks, truth.shape[1], parts),
-                     {"eps": str(eps), "eps_totals": str(eps_total), "threshold": T, "delta_threshold": str(data.delta),
-                      "level": level, "bins_released": int(released.nnz)})
+                     {**planned.details, "bins_released": int(released.nnz)})
 
 
 # What each published detail is derived from (das.mechanisms.base.DETAIL_SOURCES). The number of nonzero

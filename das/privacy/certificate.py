@@ -81,6 +81,11 @@ def _field(data: Mapping, key: str, where: str):
     return data[key]
 
 
+def _rho(data: Mapping, where: str, *, synthetic: bool) -> Fraction | None:
+    """A certificate's rho; only a mechanism's (with charges) may state none (it is (eps, delta)-DP directly)."""
+    return None if synthetic and "rho" not in data else exact(_field(data, "rho", where), f"{where}.rho")
+
+
 @dataclass(frozen=True)
 class QueryCharge:
     """One query at one level: its share of the level's rho, its rho and the exact noise variance."""
@@ -126,23 +131,24 @@ class LevelCharges:
 @dataclass(frozen=True)
 class Charge:
     """One step of a synthetic mechanism (das.mechanisms.base.Ledger): where it runs, what it is, its
-    rho, its noise, and the parameters it states (exact ones as "a/b" text)."""
+    rho (None: a step of a mechanism that is (eps, delta)-DP directly, which charges no rho and states its
+    eps), its noise, and the parameters it states (exact ones as "a/b" text)."""
 
     scope: str
     step: str
-    rho: Fraction
+    rho: Fraction | None
     noise: str
     parameters: Mapping[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"scope": self.scope, "step": self.step, "rho": fraction_text(self.rho), "rho_decimal": float(self.rho),
-                "noise": self.noise, **self.parameters}
+        rho = {} if self.rho is None else {"rho": fraction_text(self.rho), "rho_decimal": float(self.rho)}
+        return {"scope": self.scope, "step": self.step, **rho, "noise": self.noise, **self.parameters}
 
     @classmethod
     def from_dict(cls, data: Mapping, where: str) -> Charge:
         known = ("scope", "step", "rho", "rho_decimal", "noise")
         return cls(_text(data, "scope", where), _text(data, "step", where),
-                   exact(_field(data, "rho", where), f"{where}.rho"), _text(data, "noise", where),
+                   exact(data["rho"], f"{where}.rho") if "rho" in data else None, _text(data, "noise", where),
                    {k: v for k, v in data.items() if k not in known})
 
 
@@ -151,14 +157,15 @@ class Certificate:
     """A release's privacy certificate: rho exactly and its parts, (eps, delta), and how they were derived.
 
     TopDown releases list their charges by level (`by_level`); synthetic mechanisms list each charge
-    (`charges`) against a `budget`, with the delta their approximate-DP steps use (`delta_parts`).
+    (`charges`) against a `budget`, with the delta their approximate-DP steps use (`delta_parts`). A
+    mechanism that is (eps, delta)-DP directly spends no rho: its certificate states none (`rho` None).
     """
 
     schema: str
     strategy: str
     levels: tuple[str, ...]
     convention: str
-    rho: Fraction
+    rho: Fraction | None
     delta: Fraction
     eps: float
     eps_loose_bound: float
@@ -186,8 +193,9 @@ class Certificate:
 
     def summary(self) -> dict:
         """What every Parquet output carries of it (das.bundle.parquet_metadata)."""
-        return {"rho": fraction_text(self.rho), "eps": self.eps, "delta": delta_text(self.delta),
-                "schema": self.schema, "strategy": self.strategy}
+        rho = {} if self.rho is None else {"rho": fraction_text(self.rho)}
+        return {**rho, "eps": self.eps, "delta": delta_text(self.delta), "schema": self.schema,
+                "strategy": self.strategy, "convention": self.convention}
 
     def to_dict(self) -> dict:
         """The JSON form, in the manifest's key order."""
@@ -197,7 +205,9 @@ class Certificate:
         out |= {"levels": list(self.levels), "convention": self.convention}
         if self.budget is not None:
             out["budget"] = fraction_text(self.budget)
-        out |= {"rho": fraction_text(self.rho), "rho_decimal": float(self.rho), "delta": delta_text(self.delta)}
+        if self.rho is not None:
+            out |= {"rho": fraction_text(self.rho), "rho_decimal": float(self.rho)}
+        out["delta"] = delta_text(self.delta)
         if self.delta_parts is not None:
             out["delta_parts"] = {k: fraction_text(v) for k, v in self.delta_parts.items()}
         out |= {"eps": self.eps, "eps_rounding": self.eps_rounding, "eps_loose_bound": self.eps_loose_bound,
@@ -231,7 +241,7 @@ class Certificate:
                 raise CertificateError(f"{where}.{key}: expected a string, got {value!r}")
         return cls(
             schema=_text(data, "schema", where), strategy=_text(data, "strategy", where), levels=tuple(levels),
-            convention=_text(data, "convention", where), rho=exact(_field(data, "rho", where), f"{where}.rho"),
+            convention=_text(data, "convention", where), rho=_rho(data, where, synthetic=charges is not None),
             delta=exact(_field(data, "delta", where), f"{where}.delta"), eps=_number(data, "eps", where),
             eps_loose_bound=_number(data, "eps_loose_bound", where), conversion=_text(data, "conversion", where),
             loose_bound=_text(data, "loose_bound", where), randomness=_text(data, "randomness", where),

@@ -207,7 +207,7 @@ def score_release(ctx, run_dir: Path, mechanism: str, *, queries, seed: int) -> 
         measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in ctx.geography.levels}
         if wls_unsupported(ctx.schema, measured) is None:
             estimators.append("wls")
-    rho = fraction_text(cert.rho)
+    rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
     stats = score(ctx, nmf_dir, released, estimators=tuple(estimators), queries=queries, keep=(),
                   tags={"rho": rho, "replicate": seed}).stats
     stats["estimator"] = stats["estimator"].replace({TOPDOWN: mechanism})

@@ -42,7 +42,7 @@ from das.research.replicate import (
 )
 from das.rules import Invariants
 from das.rundir import RunDir, RunDirError
-from das.schema import load_schema
+from das.schema import Schema, load_schema
 from das.spine import block_order, from_table
 
 METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
@@ -57,9 +57,10 @@ def metrics_dir(run_dir) -> Path:
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
-def truth_context(persons, units, schema_name: str, levels) -> Context:
-    """The confidential input as a scoring context: geography, invariants, true block histograms."""
-    schema = load_schema(schema_name)
+def truth_context(persons, units, schema: Schema | str, levels) -> Context:
+    """The confidential input as a scoring context: geography, invariants, true block histograms (`schema`: a
+    Schema, or a schema's shipped name or path)."""
+    schema = schema if isinstance(schema, Schema) else load_schema(schema)
     inputs = read_inputs(persons, units, schema)
     geography = Geography.from_blocks(inputs.inventory.blocks, tuple(levels))
     blocks = inputs.person_histograms.tocsr()
@@ -104,8 +105,9 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
     out = Path(out) if out else metrics_dir(run_dir)
     claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])
-    queries = scored_queries(load_schema(manifest.schema("persons")), queries)  # refused before anything is read
-    standard = truth_context(persons, units, manifest.schema("persons"), manifest.levels)
+    schema = manifest.schema_of("persons")  # as the release pins it
+    queries = scored_queries(schema, queries)  # refused before anything is read
+    standard = truth_context(persons, units, schema, manifest.levels)
     ctx, order = on_release_spine(standard, run_dir, manifest.levels)
     ctx = with_groups(ctx, areas)
     mdf = RunDir(run_dir).mdf("persons")
@@ -128,7 +130,8 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)
-    rho = fraction_text(manifest.certificate(RELEASE).rho)
+    cert = manifest.certificate(RELEASE)
+    rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
     scores = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
                    tags={"rho": str(rho), "replicate": 0})
     write_parts(scores, out / "parts", rho_index=0, replicate=0)

@@ -10,6 +10,8 @@ each claim by the checks registered for it (das.validate.registry), in this orde
     files           every output and NMF file has the SHA-256 the manifest lists (and nothing unlisted is
                     there), and carries the run's privacy mode, certificate and spec digest in its own
                     Parquet metadata (every release)
+    manifest        every field of the manifest is declared in das/published.py, of its declared type; its
+                    counts (persons, blocks, parents per level) are the files' (every release)
     certificate     charges_sum_to_rho: the certificate's charges sum exactly to its rho;
                     the privacy claim (every release): a TopDown certificate adds up exactly and is what
                     its spec's strategy and budget give, recomputed; a synthetic one's charges have the
@@ -32,26 +34,28 @@ each claim by the checks registered for it (das.validate.registry), in this orde
 
 A TopDown release (`das run`: no mechanism, or anything only TopDown has, das.validate.release.is_topdown)
 is held to every TopDown claim (TOPDOWN_HOLDS), a synthetic release (das synth) to SYNTHETIC_HOLDS,
-whatever its manifest's `holds` say (they can add claims, not drop one). A claim no registered check
+whatever its manifest's `holds` say (they can add claims, not drop one). An NMF release (`das measure`:
+status "measured", the noisy measurements alone) is checked by the checks that read no MDF or table
+(signature, files, manifest, certificate, nmf), and held to NMF_HOLDS. A claim no registered check
 proves is a violation. It goes state by state (das.validate.driver), so memory follows the largest state.
 Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
 from das import callable_module
-from das.validate import certificate, files, invariants, nmf, optimality, records, rules, signature, spine, tables
+from das.validate import certificate, files, invariants, manifest, nmf, optimality, records, rules, signature, spine, tables
 from das.validate import inputs as confidential
 from das.validate.driver import main, release_claims, validate_run, validate_state
 from das.validate.reading import GEO
-from das.validate.registry import HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, register, unregister
+from das.validate.registry import HOLDS, NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, register, unregister
 from das.validate.report import MAX_LISTED, Findings, Report, Stop, ValidationError
 
-for _check in (signature.SIGNATURE, files.CHECKSUMS, files.METADATA, certificate.CHARGES, certificate.CERTIFICATE,
-               optimality.LEAST_SQUARES, records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
+for _check in (signature.SIGNATURE, files.CHECKSUMS, manifest.MANIFEST, files.METADATA, certificate.CHARGES,
+               certificate.CERTIFICATE, optimality.LEAST_SQUARES, records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
                records.CODES_CHECK, tables.TABLES, invariants.POPULATION_CHECK, rules.RULES, spine.SPINE,
                confidential.INPUTS):
     register(_check)
 
-__all__ = ["GEO", "HOLDS", "MAX_LISTED", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",
+__all__ = ["GEO", "HOLDS", "MAX_LISTED", "NMF_HOLDS", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",
            "ValidationError", "main", "register", "release_claims", "unregister", "validate_run", "validate_state"]
 
 callable_module(__name__)  # `das.validate(release)` is das.api.validate (see das/__init__.py)

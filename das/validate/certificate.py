@@ -6,22 +6,28 @@ fractions summing exactly to its rho, within its budget, and its delta parts sum
 `certificate` (every release): a TopDown release's certificates add up (rho per level and per query sum
 exactly to the total, each query's variance is exactly 1/its rho, eps is re-derived from rho and delta)
 and are exactly what das.privacy.accounting certifies for the strategy, budget and delta of its spec (the
-manifest's spec_text) at its levels; a synthetic release's charges each have the rho their stated
-parameters give (das.mechanisms.base.Ledger), and its eps is re-derived from rho and the delta its steps
-leave, or, certified at the mechanism's own (eps, delta), its steps compose to that pair. What each Parquet
-file says of the certificate is das.validate.files'.
+manifest's spec_text) at its levels; a synthetic release's certificate and its mechanism's record are
+exactly what its mechanism plans (the same code `das synth` ran: das.mechanisms.base.Mechanism.plan) from the
+budget and delta of its published spec and the public parameters of its details, every charge, rho,
+(eps, delta) and its guarantee (the certificate's convention). What each Parquet file says of the
+certificate is das.validate.files'.
 """
 
 from __future__ import annotations
 
+import json
 import tomllib
+from collections.abc import Mapping
 from fractions import Fraction
 
-from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps, stability_threshold
+from das import pinned
+from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certificate
+from das.mechanisms.registry import MECHANISMS
+from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
-from das.privacy.strategy import BudgetError, load_strategy, parse_fraction
+from das.privacy.strategy import BudgetError, parse_fraction
 from das.runspec import DEFAULT_DELTA
-from das.schema import SpecError, load_schema
+from das.schema import SpecError
 from das.validate.registry import Check
 from das.validate.release import Release
 from das.validate.report import Report, ValidationError, first
@@ -33,7 +39,13 @@ def check_charges(release: Release, parts, report: Report, alongside=None) -> No
     """The certificate of every release of the manifest, added up exactly."""
     problems = []
     for name, cert in release.manifest.privacy.items():
+        if cert.rho is None:  # a mechanism at its own (eps, delta): it charges no rho
+            problems += _direct_sums(name, cert)
+            continue
         charges = [c.rho for c in cert.charges or ()]
+        if any(c is None for c in charges):
+            problems.append(f"{name}: a charge states no rho, though the certificate states rho = {cert.rho}")
+            continue
         rho, budget, delta = cert.rho, cert.budget if cert.budget is not None else cert.rho, cert.delta
         delta_parts = list((cert.delta_parts or {}).values())
         if not charges:
@@ -47,6 +59,23 @@ def check_charges(release: Release, parts, report: Report, alongside=None) -> No
         if delta_parts and sum(delta_parts, Fraction(0)) != delta:
             problems.append(f"{name}: the delta parts sum to {sum(delta_parts, Fraction(0))}, not delta = {delta}")
     report.check("certificate: charges sum exactly to rho", first(problems))
+
+
+def _direct_sums(name: str, cert) -> list[str]:
+    """A certificate at a mechanism's own (eps, delta) adds up: no charge states a rho, each states an eps, their
+    eps sum exactly to the certificate's (basic composition), its delta parts exactly to its delta."""
+    charges, problems = cert.charges or (), []
+    if not charges or any(c.rho is not None or "eps" not in c.parameters for c in charges):
+        return [f"{name}: a certificate without rho lists steps that each state an eps and no rho"]
+    try:
+        total = sum((exact(c.parameters["eps"], f"{name} charges eps") for c in charges), Fraction(0))
+    except CertificateError as e:
+        return [str(e)]
+    if total != Fraction(repr(cert.eps)):
+        problems.append(f"{name}: the steps' eps sum to {fraction_text(total)}, the certificate says eps = {cert.eps}")
+    if sum((cert.delta_parts or {}).values(), Fraction(0)) != cert.delta:
+        problems.append(f"{name}: the delta parts do not sum to delta = {delta_text(cert.delta)}")
+    return problems
 
 
 CHARGES = Check("charges_sum_to_rho", check_charges)
@@ -128,6 +157,15 @@ def _spec_delta(spec: dict) -> Fraction:
         raise CertificateError(f"spec_text: {e}") from None
 
 
+def _section_rho(section: dict, name: str, delta: Fraction) -> Fraction | None:
+    """The budget a release's section of the spec states: its rho, or the largest rho certified within its eps at
+    delta; None: the strategy's own (das.pipeline.release_rho, as the run read it)."""
+    rho = parse_fraction(section["rho"], f"[{name}] rho") if "rho" in section else None
+    if rho is None and "eps" in section:
+        rho = rho_for_eps(parse_fraction(section["eps"], f"[{name}] eps"), delta)
+    return rho
+
+
 def recomputed(release: Release, name: str):
     """The certificate release `name` of a TopDown release gets from its spec (spec_text: its strategy and
     budget, the delta) and the manifest's levels and randomness: what das.privacy.accounting certifies.
@@ -141,15 +179,13 @@ def recomputed(release: Release, name: str):
         raise CertificateError(f"the manifest's {name} schema and strategy ({info.schema}, {info.strategy}) are not the "
                                f"spec's ({section.get('schema')}, {section.get('strategy')})")
     try:
-        strategy = load_strategy(info.strategy)
-        schema_name = load_schema(info.schema).name  # a spec may name its schema by a path
+        strategy = release.manifest.strategy_of(name)  # as the published spec pins it (das.pinned), on any machine
+        schema_name = release.manifest.schema_of(name).name
     except SpecError as e:
         raise ValidationError(f"{release.run.manifest_path}: {name} strategy or schema: {e}") from None
     try:
         delta = _spec_delta(spec)
-        rho = parse_fraction(section["rho"], f"[{name}] rho") if "rho" in section else None
-        if rho is None and "eps" in section:  # the budget as eps at delta: the largest rho certified within it
-            rho = rho_for_eps(parse_fraction(section["eps"], f"[{name}] eps"), delta)
+        rho = _section_rho(section, name, delta)
         return certificate(strategy, rho, delta, release.manifest.levels, schema_name=schema_name,
                            randomness_private=release.manifest.private)
     except (SpecError, BudgetError) as e:
@@ -178,109 +214,90 @@ def check_topdown(release: Release, report: Report) -> None:
     report.check("certificate: what the release's strategy, budget and delta give (recomputed from its spec)", first(spec))
 
 
-# A charge whose stated parameters determine its rho (das.mechanisms.base.Ledger): noise -> (parameter, rho of it)
-EXPONENTIAL_PER_GEOUNIT = "2 x"  # a per-geounit selection charged twice (releases written before eps^2/8 sufficed)
+def _level(details: Mapping, levels) -> str:
+    """The geounit level a mechanism's details say it ran at: one of the release's levels (any of them partitions
+    the blocks, so parallel composition holds whichever the public geography chose)."""
+    level = details.get("level")
+    if not isinstance(level, str) or level not in levels:
+        raise CertificateError(f"mechanism.details.level is {level!r}, expected one of the release's levels {list(levels)}")
+    return level
 
 
-def _stated(charge, key: str) -> Fraction:
-    value = exact(charge.parameters[key], key)
-    if value <= 0:
-        raise CertificateError(f"{key} {value} is not positive")
-    return value
+def _rounds(details: Mapping, declared: Mapping[str, str]) -> int | None:
+    """The rounds a mechanism's details state as a public parameter (MWEM's; AIM's `rounds` are its selections),
+    None when it declares none."""
+    if not declared.get("rounds", "").startswith("parameter:"):
+        return None
+    rounds = details.get("rounds")
+    if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1):
+        raise CertificateError(f"mechanism.details.rounds is {rounds!r}, expected a positive integer")
+    return rounds
 
 
-def charge_rho(charge) -> Fraction | None:
-    """The rho a charge's stated parameters give (None: they do not determine it): a discrete Gaussian
-    stating only its variance, 1/sigma2; an exponential-mechanism selection, eps^2/8 (twice that when
-    run per geounit); a discrete Laplace (eps, delta) step, eps^2/2. CertificateError: a parameter
-    that is not an exact positive value."""
-    parameters = charge.parameters
-    if charge.noise == "discrete Gaussian" and "sigma2" in parameters and "cost" not in parameters:
-        return 1 / _stated(charge, "sigma2")
-    if charge.noise == "exponential mechanism" and "eps" in parameters:
-        twice = str(parameters.get("cost", "")).startswith(EXPONENTIAL_PER_GEOUNIT)
-        return _stated(charge, "eps") ** 2 / 8 * (2 if twice else 1)
-    if charge.noise == "discrete Laplace" and "eps" in parameters:
-        return _stated(charge, "eps") ** 2 / 2
-    return None
+def _persons_budget(release: Release, spec: dict) -> tuple[Fraction, Fraction]:
+    """(rho, delta) of the persons release as the published spec states them, as `das synth` reads its spec:
+    [persons] rho, or the largest rho certified within its eps at delta, or its strategy's own budget."""
+    section = spec.get("persons")
+    schema = release.manifest.persons.schema
+    if not isinstance(section, dict) or section.get("schema") != schema:
+        raise CertificateError(f"the spec (spec_text) has no [persons] release of the manifest's schema {schema!r}")
+    try:
+        delta = _spec_delta(spec)
+        rho = _section_rho(section, "persons", delta)
+        if rho is None:
+            rho = pinned.strategy(release.manifest.spec_text, str(section.get("strategy"))).rho
+    except (SpecError, BudgetError) as e:
+        raise CertificateError(f"spec_text: {e}") from None
+    if rho is None:
+        raise CertificateError("spec_text: [persons] states no budget and its strategy has none")
+    return rho, delta
 
 
-def direct_problems(name: str, cert) -> list[str]:
-    """A certificate at a mechanism's own (eps, delta) (no zCDP conversion: das.mechanisms.base.DirectGuarantee):
-    its steps are discrete Laplace, each of scale 2/its eps (L1 sensitivity 2), their eps summing exactly to the
-    certificate's (basic composition); a thresholded step's T is at least what its delta needs
-    (stability_threshold); each charge is the nominal rho's share as of eps; and the pair is no weaker than
-    the one rho certifies for a zCDP release at the same delta."""
-    problems, total = [], Fraction(0)
-    eps = Fraction(repr(cert.eps))
-    for i, charge in enumerate(cert.charges or ()):
-        where, parameters = f"{name} charges[{i}] ({charge.step})", charge.parameters
-        if charge.noise != "discrete Laplace" or "eps" not in parameters or "laplace_scale" not in parameters:
-            problems.append(f"{where}: a certificate at its own (eps, delta) composes discrete Laplace steps stating "
-                            f"eps and laplace_scale, not {charge.noise}")
-            continue
-        try:
-            step_eps, scale = _stated(charge, "eps"), _stated(charge, "laplace_scale")
-            if "threshold" in parameters:
-                T, step_delta = int(parameters["threshold"]), _stated(charge, "delta")
-                if T < stability_threshold(step_eps / 2, step_delta):
-                    problems.append(f"{where}: threshold {T} is below the {stability_threshold(step_eps / 2, step_delta)} "
-                                    f"that eps {fraction_text(step_eps)} needs for delta {delta_text(step_delta)}")
-        except (CertificateError, TypeError, ValueError) as e:
-            problems.append(f"{where}: {e}")
-            continue
-        total += step_eps
-        if scale != 2 / step_eps:
-            problems.append(f"{where}: laplace_scale {fraction_text(scale)} is not 2/eps = {fraction_text(2 / step_eps)}")
-        if eps > 0 and charge.rho != cert.rho * step_eps / eps:
-            problems.append(f"{where}: rho {fraction_text(charge.rho)} is not the nominal rho's share as of eps, "
-                            f"{fraction_text(cert.rho * step_eps / eps)}")
-    if total != eps:
-        problems.append(f"{name}: the steps' eps sum to {fraction_text(total)}, the certificate says {cert.eps}")
-    if cert.rho <= 0 or not 0 < cert.delta < 1:
-        return problems + [f"{name}: rho {cert.rho} and delta {cert.delta} certify nothing"]
-    if cert.eps > eps_for_delta(cert.rho, cert.delta):
-        problems.append(f"{name}: eps {cert.eps} at delta {delta_text(cert.delta)} is weaker than the "
-                        f"{eps_for_delta(cert.rho, cert.delta)} rho {fraction_text(cert.rho)} certifies")
-    return problems
+def synthetic_plan(release: Release):
+    """What the release's mechanism plans (das.mechanisms.base.Mechanism.plan, the code `das synth` ran) from the
+    published spec (spec_text: the persons budget and delta) and its public parameters (mechanism.details: the
+    level, MWEM's rounds): (the mechanism, its certificate, its plan). CertificateError: they do not say."""
+    manifest = release.manifest
+    record = manifest.mechanism
+    mechanism = MECHANISMS.get(record.name)
+    if mechanism is None:
+        raise CertificateError(f"mechanism {record.name!r} is none of das's ({', '.join(MECHANISMS)})")
+    rho, delta = _persons_budget(release, _spec(release))
+    try:
+        schema = manifest.schema_of("persons")
+        public = Public(rho, delta, schema, _level(record.details, manifest.levels), _rounds(record.details, mechanism.details))
+        ledger = Ledger(rho)
+        plan = mechanism.plan(public, ledger)
+        cert = mechanism_certificate(mechanism, schema, manifest.levels, ledger, delta=delta, private=manifest.private)
+    except (SpecError, MechanismError, BudgetError) as e:
+        raise CertificateError(f"{mechanism.name}: {e}") from None
+    return mechanism, cert, plan
 
 
 def synthetic_problems(release: Release, name: str, cert) -> list[str]:
-    """A synthetic certificate: each charge's parameters give its rho; the mechanism, schema, levels, budget
-    and delta are the release's; eps is re-derived from rho and the delta its steps leave (or, at the
-    mechanism's own (eps, delta), `direct_problems`)."""
+    """A synthetic certificate and the mechanism's record, against what its mechanism plans again from the
+    published spec and its public parameters (`synthetic_plan`): every charge, rho, (eps, delta), the convention
+    (the mechanism's own guarantee), the budget, summary and geography, and each planned detail, exactly."""
     manifest, problems = release.manifest, []
-    mechanism = manifest.mechanism
-    parts = dict(cert.delta_parts or {})
-    direct = CONVERSION_PART not in parts
-    for i, charge in enumerate(() if direct else cert.charges or ()):
-        try:
-            rho = charge_rho(charge)
-        except CertificateError as e:
-            problems.append(f"{name} charges[{i}] ({charge.step}): {e}")
-            continue
-        if rho is not None and rho != charge.rho:
-            problems.append(f"{name} charges[{i}] ({charge.step}): rho {fraction_text(charge.rho)}, its "
-                            f"{charge.noise} parameters give {fraction_text(rho)}")
-    stated = (cert.mechanism, cert.strategy, cert.schema, tuple(cert.levels), cert.budget, cert.by_level)
-    release_says = (mechanism.name, f"mechanism {mechanism.name}", manifest.persons.schema, tuple(manifest.levels),
-                    mechanism.budget, ())
-    for what, got, want in zip(("mechanism", "strategy", "schema", "levels", "budget", "by_level"), stated, release_says):
-        if got != want:
-            problems.append(f"{name}: {what} {got!r}, the release's is {want!r}")
+    if manifest.seed is not None and manifest.private:
+        problems.append(f"the manifest says private, but records seed {manifest.seed} (seeded noise is not private)")
     try:
-        delta = _spec_delta(_spec(release))
+        mechanism, want, plan = synthetic_plan(release)
     except CertificateError as e:
-        problems.append(f"{name}: {e}")
-    else:
-        if cert.delta != delta:
-            problems.append(f"{name}: delta {delta_text(cert.delta)}, the spec's is {delta_text(delta)}")
-    if direct:
-        return problems + direct_problems(name, cert)
-    left = cert.delta - sum((v for k, v in parts.items() if k != CONVERSION_PART), Fraction(0))
-    if parts.get(CONVERSION_PART, left) != left:
-        problems.append(f"{name}: the delta of the zCDP conversion is {parts[CONVERSION_PART]}, its steps leave {left}")
-    return problems + _eps_problems(name, cert, left)
+        return problems + [f"{name}: {e}"]
+    problems += _differences(cert.to_dict(), want.to_dict(), f"privacy.{name}")
+    record = manifest.mechanism
+    for what, got, expected in (("budget", record.budget, want.budget), ("summary", record.summary, mechanism.summary),
+                                ("geography", record.geography, mechanism.geography)):
+        if got != expected:
+            problems.append(f"mechanism.{what}: {got!r}, {mechanism.name}'s is {expected!r}")
+    for key, value in json.loads(json.dumps(dict(plan.details))).items():  # as published (JSON)
+        if record.details.get(key) != value:
+            problems.append(f"mechanism.details.{key}: {record.details.get(key)!r}, its plan gives {value!r}")
+    undeclared = sorted(set(record.details) - set(mechanism.details))
+    if undeclared:
+        problems.append(f"mechanism.details: {undeclared} are not details {mechanism.name} declares")
+    return problems
 
 
 def check_synthetic(release: Release, report: Report) -> None:
@@ -290,8 +307,8 @@ def check_synthetic(release: Release, report: Report) -> None:
             problems.append(f"{name}: no certificate (privacy.{name})")
         else:
             problems += synthetic_problems(release, name, release.manifest.privacy[name])
-    report.check("certificate: each charge's parameters give its rho, eps is re-derived from rho and the delta its "
-                 "steps leave", first(problems))
+    report.check("certificate: the mechanism's charges, rho, (eps, delta) and guarantee, planned again from the "
+                 "published spec and its public parameters", first(problems))
 
 
 def check_certificate(release: Release, parts, report: Report, alongside=None) -> None:
@@ -302,4 +319,4 @@ def check_certificate(release: Release, parts, report: Report, alongside=None) -
         check_synthetic(release, report)
 
 
-CERTIFICATE = Check("certificate", check_certificate, claim=None, always=True)
+CERTIFICATE = Check("certificate", check_certificate, claim=None, always=True, nmf=True)

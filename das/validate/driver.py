@@ -20,9 +20,13 @@ from das.progress import bar
 from das.rundir import Manifest, RunDir, RunDirError
 from das.signing import SigningError, read_public_key
 from das.validate.inputs import by_state, operator_inputs
-from das.validate.registry import SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
-from das.validate.release import Release, StateRows, is_topdown, open_release
-from das.validate.report import Report, Stop, ValidationError
+from das.validate.manifest import FIELDS_CHECK, read_problems
+from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
+from das.validate.release import Release, StateRows, is_nmf_release, is_topdown, open_release
+from das.validate.report import Report, Stop, ValidationError, first
+
+NMF_RELEASE = ("an NMF release (das measure): the noisy measurements and their certificate, published on their own; "
+               "it has no MDF or tables, and is checked for what it holds")
 
 
 def load_manifest(run: RunDir) -> Manifest:
@@ -33,18 +37,23 @@ def load_manifest(run: RunDir) -> Manifest:
         raise ValidationError(str(e)) from None
 
 
-def release_claims(manifest: Manifest, report: Report, *, topdown: bool) -> tuple[str, ...]:
+def release_claims(manifest: Manifest, report: Report, *, topdown: bool, nmf: bool = False) -> tuple[str, ...]:
     """What the release claims to hold, reported: its manifest's `holds`, and every claim of its kind
-    whatever its manifest says (a TopDown release's, das.validate.release.is_topdown, or a synthetic one's):
-    an edited `holds` can add claims, never drop one."""
+    whatever its manifest says (a TopDown release's, das.validate.release.is_topdown, a synthetic one's, or an
+    NMF release's): an edited `holds` can add claims, never drop one. An NMF release claiming what only an MDF or
+    a table shows is a violation (it has neither)."""
     held = () if manifest.holds is None else manifest.holds
-    held = tuple(dict.fromkeys([*held, *(TOPDOWN_HOLDS if topdown else SYNTHETIC_HOLDS)]))
+    kind = NMF_HOLDS if nmf else TOPDOWN_HOLDS if topdown else SYNTHETIC_HOLDS
+    held = tuple(dict.fromkeys([*held, *kind]))
     known = claims()
     held = sorted(held, key=lambda h: known.index(h) if h in known else len(known))  # in the order they are listed
+    provable = {c.claim for c in select(held, nmf_release=nmf)}
     report.check(f"the release claims {', '.join(held) or 'nothing'}; those are checked",
                  [f"claims {h!r}, which das validate does not know (known: {', '.join(known)})"
-                  for h in held if h not in known])
-    return tuple(held)
+                  for h in held if h not in known]
+                 + [f"claims {h!r}, which an NMF release (no MDF, no tables) cannot hold"
+                    for h in held if nmf and h in known and h not in provable])
+    return tuple(h for h in held if h in provable or not nmf)
 
 
 def validate_state(release: Release, state: str, checks: tuple[Check, ...]) -> dict[str, object]:
@@ -110,12 +119,23 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
     run = RunDir(run_dir)
     report = Report()
     key = read_key(public_key)
-    manifest = load_manifest(run)
-    if not manifest.complete:
-        report.check("run complete", [f"manifest status is {manifest.status!r}, not 'complete'"])
+    try:
+        manifest = load_manifest(run)
+    except ValidationError:
+        found = read_problems(run)  # a field of another type than das/published.py declares: a violation
+        if not found:
+            raise
+        report.check(FIELDS_CHECK, first(found))
         return report
-    claimed = release_claims(manifest, report, topdown=is_topdown(run, manifest))
-    checks = select(claimed)
+    nmf = is_nmf_release(manifest)
+    if not manifest.complete and not nmf:
+        report.check("run complete", [f"manifest status is {manifest.status!r}, not 'complete' (a release) or "
+                                      "'measured' (an NMF release, das measure)"])
+        return report
+    if nmf:
+        report.note(NMF_RELEASE)
+    claimed = release_claims(manifest, report, topdown=is_topdown(run, manifest), nmf=nmf)
+    checks = select(claimed, nmf_release=nmf)
     release = Release(run, manifest, frozenset(claimed), needs(checks), public_key=key)
     if not inputs:
         inputs = operator_inputs(run) if use_operator and "inputs" in release.needs else None
@@ -152,5 +172,8 @@ def main(run_dir: str, out=None, inputs: tuple[str, str] | None = None, public_k
         return 1
     proved = ("valid, and signed by the given public key" if public_key else
               "valid: internally consistent (no --public-key: its origin is not proved)")
-    print(f"\n{run_dir}: {proved} ({len(report.checks)} checks)", file=out)
+    what = "an NMF release, " if NMF_RELEASE in report.notes else ""
+    kind = "a run directory: publish its bundle (das publish), never the directory" if RunDir(run_dir).is_run_directory() \
+        else "a bundle"
+    print(f"\n{run_dir}: {what}{proved} ({len(report.checks)} checks; {kind})", file=out)
     return 0

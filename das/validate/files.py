@@ -21,17 +21,20 @@ from das.validate.registry import Check
 from das.validate.release import Release
 from das.validate.report import Report, ValidationError, first
 
+RUN_DIRECTORY = ("a run directory: it holds the operator's files (operator/: keys, input paths, timings), which "
+                 "are not checked here and must never be published; publish its bundle (das publish RUN --to DIR)")
+BUNDLE = "a bundle: nothing but public files (no operator file, no checkpoint, no key)"
 
-def _unlisted(release: Release, listed: dict[str, str]) -> list[str]:
-    """The files of the run directory that the manifest does not list (its own, its signature's and the
+
+def _unlisted(release: Release, listed: dict[str, str], internal: list[str]) -> list[str]:
+    """The files that the manifest does not list (its own, its signature's and, in a run directory, the
     operator's aside)."""
     run = release.run
-    own = (run.relative(run.operator_dir) + "/", run.relative(run.checkpoints_dir) + "/")
     beside = {run.manifest_path, *run.signature_files()}
     problems = []
     for path in sorted(run.path.rglob("*")):
         relative = run.relative(path)
-        if path.is_file() and path not in beside and not relative.startswith(own) and relative not in listed:
+        if path.is_file() and path not in beside and relative not in internal and relative not in listed:
             known = any(fnmatch.fnmatchcase(relative, p) for p in run_files())
             problems.append(f"{relative}: not listed in the manifest" + ("" if known else " (not a das output)"))
     return problems
@@ -43,7 +46,9 @@ def check_files(release: Release, parts, report: Report, alongside=None) -> None
     with_nmf = NMF.claim in release.claims  # a release that claims its NMF lists its files
     listed = manifest.listed()
     problems = []
-    if not manifest.outputs or with_nmf and not manifest.nmf:
+    if release.nmf_only and not manifest.nmf:
+        problems.append("the manifest lists no NMF files (an NMF release publishes them)")
+    elif not release.nmf_only and (not manifest.outputs or with_nmf and not manifest.nmf):
         problems.append("the manifest lists no outputs" + (" or no NMF files" if with_nmf else ""))
     for name, digest in sorted(listed.items()):
         path = run.path / name
@@ -51,10 +56,16 @@ def check_files(release: Release, parts, report: Report, alongside=None) -> None
             raise ValidationError(f"{path} is missing (the manifest lists it)")
         if file_sha256(path) != digest:
             problems.append(f"{name}: SHA-256 differs from the manifest's (the file was changed after the run)")
-    problems += _unlisted(release, listed)
+    internal, directory = run.operator_only_files(), run.is_run_directory()
+    own = (run.relative(run.operator_dir) + "/", run.relative(run.checkpoints_dir) + "/")
+    problems += _unlisted(release, listed, [r for r in internal if r.startswith(own)] if directory else internal)
     if manifest.spec_sha256 and hashlib.sha256(manifest.spec_text.encode()).hexdigest() != manifest.spec_sha256:
         problems.append("spec_sha256 does not match the spec text in the manifest")
     report.check("checksums of every output and NMF file", first(problems))
+    if directory:
+        report.note(RUN_DIRECTORY)
+    else:  # what a reader received: any operator-only file in it is a leak
+        report.check(BUNDLE, first([f"{name}: an operator-only file (never published)" for name in internal]))
 
 
 def _certificates(meta: dict) -> object:
@@ -94,5 +105,5 @@ def check_metadata(release: Release, parts, report: Report, alongside=None) -> N
     report.check("privacy mode, certificate and spec digest in every Parquet file", first(problems))
 
 
-CHECKSUMS = Check("checksums", check_files, claim=None, always=True)
-METADATA = Check("metadata", check_metadata, claim=None, always=True)
+CHECKSUMS = Check("checksums", check_files, claim=None, always=True, nmf=True)
+METADATA = Check("metadata", check_metadata, claim=None, always=True, nmf=True)

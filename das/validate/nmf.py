@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import fraction_text
-from das.schema import Schema, SpecError, load_schema
+from das.schema import Schema, SpecError
 from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
@@ -138,11 +139,35 @@ def nmf_plan(release: Release) -> list[tuple[str, object, Path | None, list[str]
     return plan
 
 
+def measured_units(release: Release, state: str | None = None) -> np.ndarray:
+    """The geounits an NMF release measured at its finest level (of the state), sorted: it publishes no units
+    MDF, so the geounits of its finest level stand for its blocks, and every other level's are their prefixes
+    (or its spine's units); a level that measured other geounits, or a finest level missing a query's rows at
+    one of them, is then a violation."""
+    name, level = next(iter(release.manifest.privacy)), release.manifest.levels[-1]
+    found = [np.zeros(0, str)]
+    for path, held in release.run.nmf_level_files(name, level):
+        if state is not None and held not in (None, state):
+            continue
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=1 << 20, columns=["geocode"]):
+                found.append(np.asarray(pc.unique(batch.column(0).cast(pa.string())).to_pylist(), dtype=str))
+        except Exception as e:
+            raise unreadable(path, e) from None
+    units = np.unique(np.concatenate(found))
+    return units if state is None else units[np.char.startswith(units, state)]
+
+
 def _geounits(release: Release, digits: list[int]) -> dict[int, np.ndarray]:
     """The geounits of the levels of `digits` geocode digits: the states' prefixes when no level is below
-    the state (the units MDF is not read), else those of the units MDF (batch by batch, its geography)."""
+    the state (the units MDF is not read), else those of the units MDF (batch by batch, its geography), or of
+    an NMF release's finest level (`measured_units`)."""
     if not digits or max(digits) <= LEVEL_DIGITS["state"]:
         return {k: np.unique(np.array([s[:k] for s in release.states], dtype=str)) for k in digits}
+    if release.nmf_only:
+        units = measured_units(release)
+        return {k: np.unique(units.astype(f"U{k}")) if k else np.array([""] * bool(len(units)), dtype=str)
+                for k in digits}  # (U0 would not cut: the nation's geocode is "")
     found: dict[int, list[np.ndarray]] = {k: [] for k in digits}
     path = release.run.mdf("units")
     try:
@@ -166,7 +191,7 @@ def whole_levels(release: Release, plan) -> tuple[list, dict[tuple[str, str], li
     else:  # the spine's geounits, in its order
         geounits = {level.level: spine.units(level.level) for _, level, _ in whole}
     return plan, {(name, level.level): file_problems(path, release.run.relative(path), level,
-                                                     load_schema(release.manifest.schema(name)),
+                                                     release.manifest.schema_of(name),
                                                      geounits=geounits[level.level])
                   for name, level, path in whole}
 
@@ -179,8 +204,7 @@ def nmf_alongside(release: Release):
 def nmf_state(rows: StateRows) -> dict[tuple[str, str], list[str]]:
     """The problems of the state's own NMF files (the levels stored one file per state), against the
     state's geounits of the level."""
-    run, problems = rows.release.run, {}
-    blocks = pd.Series(rows.universe, dtype=str)
+    run, problems, blocks = rows.release.run, {}, None
     for name, cert in rows.release.manifest.privacy.items():
         for level in cert.by_level:
             files = run.nmf_level_files(name, level.level)
@@ -190,10 +214,13 @@ def nmf_state(rows: StateRows) -> dict[tuple[str, str], list[str]]:
             if not path.is_file():
                 raise ValidationError(f"{path} is missing (the certificate measures {name} at {level.level})")
             spine = state_spine(rows.release, rows.state)
+            if blocks is None and spine is None:  # the release universe's, or what an NMF release measured
+                blocks = pd.Series(measured_units(rows.release, rows.state) if rows.release.nmf_only else rows.universe,
+                                   dtype=str)
             geounits = (np.unique(blocks.str.slice(0, LEVEL_DIGITS[level.level]).to_numpy(dtype=str)) if spine is None
                         else spine.units(level.level))
             problems[(name, level.level)] = file_problems(path, run.relative(path), level,
-                                                          load_schema(rows.release.manifest.schema(name)), geounits=geounits)
+                                                          rows.release.manifest.schema_of(name), geounits=geounits)
     return problems
 
 
@@ -208,4 +235,5 @@ def nmf_combine(release: Release, parts: dict[str, dict], report: Report, alongs
     report.check(NMF_CHECK, first(problems))
 
 
-NMF = Check("nmf_matches_certificate", nmf_combine, state=nmf_state, alongside=nmf_alongside, needs=("units",))
+NMF = Check("nmf_matches_certificate", nmf_combine, state=nmf_state, alongside=nmf_alongside, needs=("units",),
+          nmf=True)

@@ -22,6 +22,7 @@ HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf"
          "charges_sum_to_rho")
 TOPDOWN_HOLDS = tuple(h for h in HOLDS if h != "charges_sum_to_rho")  # a TopDown release is always held to these
 SYNTHETIC_HOLDS = ("mdf_codes", "tables_match_mdf", "charges_sum_to_rho")  # what das synth's releases claim
+NMF_HOLDS = ("nmf_matches_certificate",)  # what an NMF release (das measure) claims: its noisy measurements alone
 NEEDS = ("units", "inputs")  # what a check may read besides the release's persons MDF, tables, NMF and manifest
 
 
@@ -42,6 +43,8 @@ class Check:
     needs     what it reads besides the persons MDF: "units" (the units MDF), "inputs" (the operator's
               confidential inputs)
     always    run for every release, claimed or not
+    nmf       it reads no MDF or table: an NMF release (das measure) is checked by it too (an NMF release
+              is checked only by those)
     """
 
     name: str
@@ -51,6 +54,7 @@ class Check:
     claim: str | None = ""
     needs: tuple[str, ...] = ()
     always: bool = False
+    nmf: bool = False
 
     def __post_init__(self):
         if self.claim == "":
@@ -82,10 +86,11 @@ def claims() -> tuple[str, ...]:
     return tuple(h for h in HOLDS if h in proved) + tuple(dict.fromkeys(c for c in proved if c not in HOLDS))
 
 
-def select(claimed: Iterable[str]) -> tuple[Check, ...]:
-    """The checks of a release that claims `claimed`, in registration order."""
+def select(claimed: Iterable[str], *, nmf_release: bool = False) -> tuple[Check, ...]:
+    """The checks of a release that claims `claimed`, in registration order (of an NMF release: those that
+    read no MDF or table, `Check.nmf`)."""
     claimed = set(claimed)
-    return tuple(c for c in CHECKS.values() if c.always or c.claim in claimed)
+    return tuple(c for c in CHECKS.values() if (c.always or c.claim in claimed) and (c.nmf or not nmf_release))
 
 
 def needs(checks: Iterable[Check]) -> frozenset[str]:

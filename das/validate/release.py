@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from das.rundir import Manifest, RunDir
-from das.schema import Schema, load_schema
+from das.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.report import ValidationError
 
@@ -56,9 +56,14 @@ class Release:
         """The persons schema and the units schema (None: a release without units), as the manifest names them."""
         manifest = self.manifest
         try:
-            return load_schema(manifest.schema("persons")), load_schema(manifest.schema("units")) if manifest.units else None
+            return manifest.schema_of("persons"), manifest.schema_of("units") if manifest.units else None
         except Exception as e:
             raise ValidationError(f"{self.run.manifest_path}: {e}") from None
+
+    @property
+    def nmf_only(self) -> bool:
+        """Whether it is an NMF release (`is_nmf_release`): its noisy measurements, no MDF or tables."""
+        return is_nmf_release(self.manifest)
 
     @property
     def topdown(self) -> bool:
@@ -78,11 +83,26 @@ def is_topdown(run: RunDir, manifest: Manifest) -> bool:
             or run.nmf_dir.exists() and any(run.nmf_dir.rglob("*")))
 
 
+def is_nmf_release(manifest: Manifest) -> bool:
+    """An NMF release (`das measure`): the noisy measurements and their certificate, published on their own
+    (status "measured": nothing was post-processed, so there is no MDF or table)."""
+    return manifest.status == "measured"
+
+
+def nmf_states(release: Release) -> list[str]:
+    """The states of an NMF release: the published ones, else those of its levels stored one file per state."""
+    found = {state for name, cert in release.manifest.privacy.items() for level in cert.by_level
+             for _, state in release.run.nmf_level_files(name, level.level) if state is not None}
+    return sorted(release.published.get("state", {})) or sorted(found)
+
+
 def open_release(release: Release) -> Release:
     """The release with what the driver reads before the states run: its schemas loaded (or ValidationError),
     its MDFs' columns (each with the geography columns), and its states (the published ones, else the
-    persons MDF's)."""
+    persons MDF's; an NMF release's: `nmf_states`)."""
     release.schemas()
+    if release.nmf_only:  # no MDF: the states are the NMF's
+        return release.but(states=tuple(nmf_states(release)))
     run = release.run
     kinds = ("persons", "units") if release.with_units else ("persons",)
     found = {kind: tuple(columns(run.mdf(kind))) for kind in kinds}

@@ -83,4 +83,4 @@ def check_signature(release: Release, parts, report: Report, alongside=None) -> 
         check_beside(release, report)
 
 
-SIGNATURE = Check("signature", check_signature, claim=None, always=True)
+SIGNATURE = Check("signature", check_signature, claim=None, always=True, nmf=True)

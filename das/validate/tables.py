@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from das.geography import LEVEL_DIGITS
-from das.io.tables import column_names, load_tables
+from das.io.tables import column_names
 from das.schema import Schema, SpecError
 from das.validate.reading import columns, read_rows
 from das.validate.registry import Check
@@ -108,7 +108,7 @@ def hierarchy_messages(parts: list[dict[tuple[str, str], list[str]]], geo_levels
 def recounted_tables(release: Release, persons_schema: Schema, units_schema: Schema | None):
     """(spec, "persons" or "units", path) of every table of the release recounted from an MDF."""
     try:
-        specs = load_tables(release.manifest.tables)
+        specs = release.manifest.table_set()
     except SpecError as e:
         raise ValidationError(f"{release.run.manifest_path}: tables: {e}") from None
     for spec in specs:
