@@ -32,6 +32,9 @@ from das.schema import SpecError
 
 REDACTED = "<operator only>"
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)
+# process.json's record of the inputs given as pandas DataFrames (das.run, das.synth): their recorded paths were
+# temporary copies, gone when the call returned, so a scoring needs the truth given again
+DATAFRAMES = "dataframes"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 

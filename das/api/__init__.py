@@ -33,7 +33,31 @@ def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
         config = AttackConfig(**flags)
     elif flags:
         raise TypeError("give an AttackConfig or its fields as keywords, not both")
-    return _run_attack(config)
+    return _attack_files(config)
+
+
+def _attack_files(config: AttackConfig) -> AttackResult:
+    """The attack with its truth and holdout as files: a DataFrame read by the one validating reader from a private
+    temporary file, an error about that file said of the DataFrame."""
+    from dataclasses import replace
+
+    from das.api.inputs import frame_files, said_of_frames
+    from das.attack.data import AttackError
+
+    with frame_files({"truth": config.truth, "holdout": config.holdout}) as (files, frames), said_of_frames(frames):
+        if not frames:
+            return _run_attack(config)
+        try:
+            return _run_attack(replace(config, **files))
+        except AttackError as e:
+            raise AttackError(_said_of(str(e), frames)) from None
+
+
+def _said_of(message: str, frames: dict[str, str]) -> str:
+    """A message about temporary input files, said of the DataFrames they hold."""
+    for path, name in frames.items():
+        message = message.replace(path, name)
+    return message
 
 
 __all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",

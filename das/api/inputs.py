@@ -107,19 +107,27 @@ def prepared(spec, *, persons: Input | None = None, units: Input | None = None, 
 def input_files(persons: Input, units: Input) -> Iterator[tuple[tuple[Path, Path], dict[str, str]]]:
     """Two input files (paths as given, DataFrames written to a private temporary directory) and what each
     temporary file stands for."""
-    if not (is_frame(persons) or is_frame(units)):
-        yield (Path(persons), Path(units)), {}
+    with frame_files({"persons": persons, "units": units}) as (files, frames):
+        yield (files["persons"], files["units"]), frames
+
+
+@contextlib.contextmanager
+def frame_files(inputs: Mapping[str, Input]) -> Iterator[tuple[dict[str, Path], dict[str, str]]]:
+    """Named input files (a path as given; a DataFrame written to a private temporary directory as NAME.csv,
+    removed on leaving the block; None stays None) and what each temporary file stands for ("the NAME
+    DataFrame")."""
+    if not any(is_frame(value) for value in inputs.values()):
+        yield {key: None if value is None else Path(value) for key, value in inputs.items()}, {}
         return
-    with tempfile.TemporaryDirectory(prefix="das-inputs-") as tmp:
-        frames, paths = {}, []
-        for key, value in (("persons", persons), ("units", units)):
+    with tempfile.TemporaryDirectory(prefix="das-inputs-") as tmp:  # mode 0700: this user only
+        files, frames = {}, {}
+        for key, value in inputs.items():
             if is_frame(value):
-                path = _write_frame(value, Path(tmp) / f"{key}.csv")
-                frames[str(path)] = f"the {key} DataFrame"
-                paths.append(path)
+                files[key] = _write_frame(value, Path(tmp) / f"{key}.csv")
+                frames[str(files[key])] = f"the {key} DataFrame"
             else:
-                paths.append(Path(value))
-        yield (paths[0], paths[1]), frames
+                files[key] = None if value is None else Path(value)
+        yield files, frames
 
 
 def in_frame_terms(error: InputError, frames: dict[str, str]) -> InputError:

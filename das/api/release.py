@@ -15,7 +15,7 @@ from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
-from das.api.inputs import Input, input_files, prepared, said_of_frames
+from das.api.inputs import Input, input_files, is_frame, prepared, said_of_frames
 from das.privacy.certificate import Certificate
 from das.rundir import Manifest, RunDir
 from das.schema import SpecError
@@ -202,6 +202,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
                              overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
                              budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb,
                              signing_key=None if signing_key is None else Path(signing_key))
+    _record_frames(result.out_dir, persons=persons, units=units)
     if not result.valid:
         logger.error(f"the release in {result.out_dir} FAILED validation: {list(result.manifest.validation.violations[:3])}")
     return Release(result.out_dir, result.manifest)
@@ -219,7 +220,18 @@ def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | 
         out_dir = synthesize(ready.spec, mechanism, _out(out, ready.spec), seed=seed, overwrite=overwrite,
                              allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta),
                              signing_key=None if signing_key is None else Path(signing_key))
+    _record_frames(out_dir, persons=persons, units=units)
     return Release.open(out_dir)
+
+
+def _record_frames(out_dir, **inputs) -> None:
+    """Which inputs of a release were DataFrames, in its operator record (das.bundle.DATAFRAMES): das keeps no copy
+    of them, so `das.metrics` of the release asks for its truth instead of looking for a temporary file."""
+    from das import bundle
+
+    frames = [name for name, value in inputs.items() if is_frame(value)]
+    if frames:
+        bundle.record_process(Path(out_dir), **{bundle.DATAFRAMES: frames})
 
 
 def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):

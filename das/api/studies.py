@@ -12,23 +12,46 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from das.api.inputs import prepared, said_of_frames
+from das.api.inputs import input_files, prepared, said_of_frames
 from das.api.release import Release, exact
 
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")  # das.research.replicate's
 
 
+STUDIES = {"das replicate": "study.json", "das metrics": "study.json", "das compare": "compare.json"}  # command: record
+
+
 @dataclass(frozen=True)
 class Study:
-    """A finished study directory (`das replicate`, `das metrics` or `das compare`), read as Python values."""
+    """A finished study directory (`das replicate`, `das metrics` or `das compare`), read as Python values.
+
+    `Study(path)` and `Study.open(path)` are the same: each refuses (StudyError) what is not a finished study.
+    """
 
     path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+        _study_record(self.path)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Study:
+        """The study in directory `path`: what `das.replicate`, `das.metrics` or `das.compare` wrote.
+
+        Raises StudyError naming the path and what was expected when it is missing, is not a directory, is a release
+        (open that with `das.Release.open`), holds no study, or holds one that did not finish.
+
+        >>> from das.api import run
+        >>> study = Study.open(metrics(run("tiny", out=getfixture("tmp_path") / "r", seed=1, progress=False)).path)
+        >>> study.meta["kind"], sorted(study.metrics["estimator"].unique())
+        ('run', ['noisy', 'topdown', 'wls'])
+        """
+        return cls(Path(path))
 
     @property
     def meta(self) -> dict:
         """What was run: study.json (or compare.json)."""
-        name = "compare.json" if (self.path / "compare.json").is_file() else "study.json"
-        return json.loads((self.path / name).read_text())
+        return json.loads((self.path / _study_record(self.path)).read_text())
 
     def frame(self, name: str):
         """One of the study's Parquet tables as a DataFrame: metrics, bias, stats, errors (and for a comparison
@@ -72,6 +95,33 @@ class Study:
         return build_report(self.path, out, areas=areas)
 
 
+def _study_record(path: Path) -> str:
+    """The file that says what study directory `path` holds (study.json or compare.json); StudyError when `path`
+    is not a finished study."""
+    from das.outdir import read_record
+    from das.research.replicate import StudyError
+    from das.rundir import RunDir
+
+    expected = "expected a directory written by das.replicate, das.metrics or das.compare"
+    if not path.exists():
+        raise StudyError(f"{path} does not exist: {expected}")
+    if not path.is_dir():
+        raise StudyError(f"{path} is a file, not a directory: {expected}")
+    if RunDir(path).manifest_path.is_file():
+        raise StudyError(f"{path} is a release, not a study: open it with das.Release.open (score it with das.metrics)")
+    record = read_record(path) or {}
+    name = STUDIES.get(record.get("command"))
+    if name is None:
+        held = "is empty" if not any(path.iterdir()) else "holds no das study (no das-output.json of one)"
+        raise StudyError(f"{path} {held}: {expected}")
+    if record.get("status") != "complete":
+        raise StudyError(f"{path}: the {record['command']} there did not finish (status {record.get('status')!r}); "
+                         "run it again to finish it")
+    if not (path / name).is_file():
+        raise StudyError(f"{path}: {name} is missing, so it is not a finished {record['command']} directory")
+    return name
+
+
 def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: int | None = None,
               estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
               keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
@@ -98,15 +148,28 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
             estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
     """`das metrics`: one release (a Release or its directory) scored against the confidential input (`truth`:
-    two paths; default the run's own inputs), into `out` (default: beside the release, RUN_DIR-metrics); areas:
-    area type -> area file, scored off the spine beside its levels (default: synthetic districts)."""
-    from das.research.evaluate import evaluate_run, metrics_dir
+    (persons, units), paths or DataFrames; default the run's own input files, which a release made from DataFrames
+    has not: give its truth), into `out` (default: beside the release, RUN_DIR-metrics); areas: area type -> area
+    file, scored off the spine beside its levels (default: synthetic districts)."""
+    from das.research.evaluate import evaluate_run, metrics_dir, recorded_truth
 
     path = Path(release.path if isinstance(release, Release) else release)
     out = Path(out) if out is not None else metrics_dir(path)
-    evaluate_run(path, truth=tuple(map(str, truth)) if truth else None, out=out, estimators=tuple(estimators),
-                 queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
+    if truth is None:
+        truth = recorded_truth(path, ask="pass truth=(persons, units), paths or DataFrames")
+    with input_files(*_pair(truth, "truth")) as (files, frames), said_of_frames(frames):
+        evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=tuple(estimators),
+                     queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
     return Study(out)
+
+
+def _pair(value, name: str) -> tuple:
+    """(persons, units) as given: two paths or DataFrames; StudyError otherwise."""
+    from das.research.replicate import StudyError
+
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise StudyError(f"{name}: expected (persons, units), two paths or DataFrames, not {type(value).__name__}")
+    return tuple(value)
 
 
 def _area_pairs(areas: Mapping | None) -> tuple[tuple[str, str], ...]:
@@ -117,16 +180,19 @@ def _area_pairs(areas: Mapping | None) -> tuple[tuple[str, str], ...]:
 def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("topdown",), seeds: int = 20, rho=None,
             attack_blocks: int = 10, attack_seeds: int | None = None, attack_runs: int = 20, attack_relaxed: int = 300,
             attack_steps: int = 300, tables: str | None = None, workers: int = 1, overwrite: bool = False,
-            allow_large_rho: bool = False) -> Study:
+            allow_large_rho: bool = False, persons=None, units=None) -> Study:
     """`das compare`: TopDown, the research estimators and other mechanisms on the same input, budget and seeds:
-    error, bias, cost and reconstruction-attack match rates side by side (the arguments are the command's flags)."""
+    error, bias, cost and reconstruction-attack match rates side by side (the arguments are the command's flags;
+    persons, units: the input and truth, paths or DataFrames, as `das.run`'s; default the spec's)."""
     from das.research import compare as comparing
 
     if isinstance(mechanisms, str):
         mechanisms = tuple(m.strip() for m in mechanisms.split(",") if m.strip())
-    comparison = comparing.Comparison(spec=str(spec), mechanisms=tuple(mechanisms), seeds=seeds,
-                                      rho=None if rho is None else str(exact(rho, "rho")), attack_blocks=attack_blocks,
-                                      attack_seeds=attack_seeds, attack_runs=attack_runs, attack_relaxed=attack_relaxed,
-                                      attack_steps=attack_steps, attack_tables=tables, allow_large_rho=allow_large_rho)
-    comparing.run_comparison(comparison, out, workers=workers, overwrite=overwrite)
+    with prepared(spec, persons=persons, units=units, name="comparison") as ready, said_of_frames(ready.frames):
+        comparison = comparing.Comparison(
+            spec=str(ready.spec), mechanisms=tuple(mechanisms), seeds=seeds,
+            rho=None if rho is None else str(exact(rho, "rho")), attack_blocks=attack_blocks,
+            attack_seeds=attack_seeds, attack_runs=attack_runs, attack_relaxed=attack_relaxed,
+            attack_steps=attack_steps, attack_tables=tables, allow_large_rho=allow_large_rho)
+        comparing.run_comparison(comparison, out, workers=workers, overwrite=overwrite)
     return Study(Path(out))

@@ -46,7 +46,7 @@ EXACT_SCHEMA = "pl94_persons"  # the schema of every shipped release: exact tabl
 class AttackConfig:
     """What `das attack` does, each field named as its flag (`--learning-rate` is learning_rate)."""
 
-    truth: str | os.PathLike  # the confidential persons file, read only to score
+    truth: str | os.PathLike | object  # the confidential persons: a file, or in Python a DataFrame; read only to score
     published: str | os.PathLike  # a release directory, or "exact" (tables computed from the truth: no protection)
     out: str | os.PathLike  # the output directory (confidential)
     schema: str | None = None  # default: the release's; for exact tables pl94_persons
@@ -62,7 +62,7 @@ class AttackConfig:
     min_confidence: float = 0.0  # drop candidates sampled in fewer than this share of runs
     multiset: bool = False  # score with multiplicities
     baselines: tuple[str, ...] = ("tract", "county")
-    holdout: str | os.PathLike | None = None  # persons file of a disjoint population (--baselines holdout)
+    holdout: str | os.PathLike | object | None = None  # persons (file or DataFrame) of a disjoint population
     ip_top: int = 50  # top candidates whose IP certainty is decided (0: no IP)
     ip_max_persons: int = 60  # solution variability for blocks up to this size
     workers: int = 1  # parallel RAP runs (the command line's default: every core; in Python see das.api.WORKERS_NOTE)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from das import outdir
-from das.bundle import BundleError, input_paths
+from das.bundle import DATAFRAMES, BundleError, input_paths, read_process
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.pipeline import Confidential
@@ -57,6 +57,21 @@ def metrics_dir(run_dir) -> Path:
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
+def recorded_truth(run_dir, *, ask: str = "pass --truth PERSONS UNITS") -> tuple[str, str]:
+    """The confidential inputs a release was made from (its operator record), to score it against by default;
+    StudyError, ending in `ask`, when there is no record, or when the inputs were DataFrames (das.run or das.synth
+    in Python: das keeps no copy of them, and the paths recorded were temporary files, gone with the call)."""
+    try:
+        paths = input_paths(Path(run_dir))
+    except BundleError as e:
+        raise StudyError(f"{e}; {ask}") from None
+    frames = read_process(Path(run_dir)).get(DATAFRAMES) or []
+    if frames:
+        raise StudyError(f"{run_dir} was made from pandas DataFrames ({' and '.join(map(str, frames))}), of which das "
+                         f"keeps no copy: there is no recorded truth to score it against; {ask}")
+    return paths["persons"], paths["units"]
+
+
 def truth_context(persons, units, schema: Schema | str, levels) -> Context:
     """The confidential input as a scoring context: geography, invariants, true block histograms (`schema`: a
     Schema, or a schema's shipped name or path)."""
@@ -94,12 +109,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         manifest = RunDir(run_dir).read_complete()
     except RunDirError as e:
         raise StudyError(str(e)) from None
-    if truth is None:
-        try:
-            paths = input_paths(run_dir)
-        except BundleError as e:
-            raise StudyError(f"{e}; pass --truth PERSONS UNITS") from None
-    persons, units = truth or (paths["persons"], paths["units"])
+    persons, units = truth or recorded_truth(run_dir)
     for path in (persons, units):
         if not Path(path).exists():
             raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
