@@ -16,7 +16,7 @@ import types
 __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-       "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate")
+       "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate", "synthesizer")
 _MODULES = ("run", "validate", "attack", "publish")  # names that are modules of das too (callable: the API's function)
 
 

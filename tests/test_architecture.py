@@ -36,7 +36,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.command", "das.attack.workload",
      "das.attack.privacy", "das.attack.release_audit", "das.attack.detection",
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.release"},
-    {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init",
+    {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init", "das.api.synthesizer",
      "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack", "das.cli.synth", "das.cli.__main__"},
 ]
 

@@ -16,6 +16,7 @@ from das.api.budget import certificates, eps_for_rho, rho_for_eps
 from das.api.init import init_spec
 from das.api.release import Release, publish, run, synth, validate
 from das.api.studies import Study, compare, metrics, replicate
+from das.api.synthesizer import synthesizer
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
 
@@ -61,4 +62,4 @@ def _said_of(message: str, frames: dict[str, str]) -> str:
 
 
 __all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-           "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate"]
+           "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate", "synthesizer"]

@@ -156,7 +156,8 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
     path = Path(release.path if isinstance(release, Release) else release)
     out = Path(out) if out is not None else metrics_dir(path)
     if truth is None:
-        truth = recorded_truth(path, ask="pass truth=(persons, units), paths or DataFrames")
+        truth = recorded_truth(path, ask="give its truth: truth=(persons, units), paths or DataFrames (on the command "
+                                         "line --truth PERSONS UNITS)")  # the command line calls this function too
     with input_files(*_pair(truth, "truth")) as (files, frames), said_of_frames(frames):
         evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=tuple(estimators),
                      queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
