@@ -111,3 +111,13 @@ def test_study_open_refuses_what_is_not_a_study(frame_release, frames, tmp_path)
             with pytest.raises(StudyError) as refused:
                 opening(path)
             assert str(refused.value).startswith(str(path)) and expected in str(refused.value)
+
+
+def test_compare_takes_its_input_as_dataframes(frames, tmp_path):
+    persons, units = frames
+    small = dict(seeds=1, attack_blocks=0, mechanisms=("flat",))
+    from_frames = das.compare("tiny", persons=persons, units=units, out=tmp_path / "frames", **small)
+    from_files = das.compare("tiny", out=tmp_path / "files", **small)
+    assert from_frames.meta["status"] == "complete" and list(from_frames.frame("comparison")["estimator"]) == ["flat"]
+    scores = [c for c in from_files.metrics.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(from_frames.metrics[scores], from_files.metrics[scores])
