@@ -151,13 +151,14 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
     (persons, units), paths or DataFrames; default the run's own input files, which a release made from DataFrames
     has not: give its truth), into `out` (default: beside the release, RUN_DIR-metrics); areas: area type -> area
     file, scored off the spine beside its levels (default: synthetic districts)."""
-    from das.research.evaluate import evaluate_run, metrics_dir, recorded_truth
+    from das.research.evaluate import evaluate_run, metrics_dir
 
     path = Path(release.path if isinstance(release, Release) else release)
     out = Path(out) if out is not None else metrics_dir(path)
-    if truth is None:
-        truth = recorded_truth(path, ask="give its truth: truth=(persons, units), paths or DataFrames (on the command "
-                                         "line --truth PERSONS UNITS)")  # the command line calls this function too
+    if truth is None:  # the run's own input files (refused, saying so, for a release made from DataFrames)
+        evaluate_run(path, out=out, estimators=tuple(estimators), queries=tuple(queries), keep=tuple(keep),
+                     areas=_area_pairs(areas))
+        return Study(out)
     with input_files(*_pair(truth, "truth")) as (files, frames), said_of_frames(frames):
         evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=tuple(estimators),
                      queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))

@@ -45,6 +45,7 @@ from das.rundir import RunDir, RunDirError
 from das.schema import Schema, load_schema
 from das.spine import block_order, from_table
 
+TRUTH_ASKED = "give its truth: --truth PERSONS UNITS (in Python truth=(persons, units), paths or DataFrames)"
 METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
                        nested=WITH_REPORT)
 
@@ -57,18 +58,18 @@ def metrics_dir(run_dir) -> Path:
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
-def recorded_truth(run_dir, *, ask: str = "pass --truth PERSONS UNITS") -> tuple[str, str]:
+def recorded_truth(run_dir) -> tuple[str, str]:
     """The confidential inputs a release was made from (its operator record), to score it against by default;
-    StudyError, ending in `ask`, when there is no record, or when the inputs were DataFrames (das.run or das.synth
+    StudyError, asking for the truth, when there is no record, or when the inputs were DataFrames (das.run or das.synth
     in Python: das keeps no copy of them, and the paths recorded were temporary files, gone with the call)."""
     try:
         paths = input_paths(Path(run_dir))
     except BundleError as e:
-        raise StudyError(f"{e}; {ask}") from None
+        raise StudyError(f"{e}; {TRUTH_ASKED}") from None
     frames = read_process(Path(run_dir)).get(DATAFRAMES) or []
     if frames:
         raise StudyError(f"{run_dir} was made from pandas DataFrames ({' and '.join(map(str, frames))}), of which das "
-                         f"keeps no copy: there is no recorded truth to score it against; {ask}")
+                         f"keeps no copy: there is no recorded truth to score it against; {TRUTH_ASKED}")
     return paths["persons"], paths["units"]
 
 
