@@ -27,6 +27,7 @@ from pathlib import Path
 from das import bundle, outdir, pinned, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
+from das.privacy.guarantee import combined
 from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord, ValidationRecord
 from das.runspec import RunSpec
 from das.validate import NMF_HOLDS, validate_run
@@ -152,7 +153,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
         levels=tuple(spec.levels), tables=pinned.published_name(spec.tables, "tables"), persons=opening.releases["persons"],
         units=opening.releases.get("units"), privacy=dict(opening.certificates), python=platform.python_version(),
         seed=spec.seed, invariants=opening.invariants, mechanism=opening.mechanism, holds=opening.holds,
-        spine=opening.spine,
+        spine=opening.spine, guarantee=combined(opening.certificates),
         warning=None if private else NOT_PRIVATE,
     )
     if not private:

@@ -114,6 +114,8 @@ MANIFEST: dict[str, str] = {
     "holds[]": "parameter: what the release claims (das.frame.holds)",
     "spine.kind": "parameter: the spine of the spec's [geography] (das.spine)",
     "spine.areas.{area}": "public fact: SHA-256 of a declared area file (public geography)",
+    **{f"guarantee.{name}": "parameter: the releases' certificates composed (das.privacy.guarantee)"
+       for name in ("releases[]", "composition", "rho", "rho_decimal", "delta", "eps")},
 }
 
 # The JSON type of each declared manifest field (MANIFEST's patterns; a list's items for "[]"), as TYPE_CHECKS
@@ -149,6 +151,8 @@ TYPES: dict[str, str] = {
     "validation.valid": "boolean", "validation.checks[]": "text", "validation.violations[]": "text",
     "mechanism.name": "text", "mechanism.summary": "text", "mechanism.geography": "text", "mechanism.budget": "fraction",
     "mechanism.details.{detail}.**": "any", "holds[]": "text", "spine.kind": "text", "spine.areas.{area}": "sha256",
+    "guarantee.releases[]": "text", "guarantee.composition": "text", "guarantee.rho": "fraction",
+    "guarantee.rho_decimal": "number", "guarantee.delta": "fraction", "guarantee.eps": "number",
 }
 
 

@@ -470,6 +470,7 @@ def render_summary(frame: ReleaseFrame) -> str:
     if "units" in manifest.privacy:
         u = manifest.privacy["units"]
         lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
+    lines += total_lines(manifest.guarantee)
     lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
     events = manifest.failsafe_events or ()
     lines.append(f"failsafe: {len(events)} event(s)" + (
@@ -486,6 +487,15 @@ def render_summary(frame: ReleaseFrame) -> str:
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)
+
+
+def total_lines(guarantee) -> list[str]:
+    """The summary's line on the run's total guarantee (das.privacy.guarantee), when it has several releases."""
+    if guarantee is None or len(guarantee.releases) < 2:
+        return []
+    rho = "" if guarantee.rho is None else f"rho = {fraction_text(guarantee.rho)} ({float(guarantee.rho):.4f}), "
+    return [f"privacy (total): {rho}eps = {guarantee.eps} at delta = {delta_text(guarantee.delta)}: "
+            f"{' and '.join(guarantee.releases)} together, by {guarantee.composition.split(':')[0]}"]
 
 
 def least_squares_lines(levels_report: dict, *, listed: int = 5) -> list[str]:

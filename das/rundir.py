@@ -31,6 +31,7 @@ from pathlib import Path
 from das import atomic, pinned
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
+from das.privacy.guarantee import Guarantee
 
 MANIFEST = "manifest.json"
 RUN_KIND = "das run"
@@ -399,6 +400,7 @@ class Manifest:
     mechanism: MechanismRecord | None = None  # a synthetic release (das.mechanisms)
     holds: tuple[str, ...] | None = None  # what the release claims (das.validate); None: a TopDown release
     spine: SpineRecord | None = None  # a spine other than the standard one (das.spine)
+    guarantee: Guarantee | None = None  # the releases' certificates composed (das.privacy.guarantee)
     extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know, kept as they are
 
     ORDER = ("kind", "das_version", "spec_name", "spec_text", "spec_sha256", "status", "private", "randomness",
@@ -454,6 +456,7 @@ class Manifest:
             else MechanismRecord.from_dict(data["mechanism"], f"{where}: mechanism"),
             holds=_strings(data, "holds", where, optional=True),
             spine=None if data.get("spine") is None else SpineRecord.from_dict(data["spine"], f"{where}: spine"),
+            guarantee=_guarantee(data, where),
             extra={k: v for k, v in data.items() if k not in known},
         )
 
@@ -507,6 +510,15 @@ class Manifest:
     def but(self, **changes) -> Manifest:
         """This manifest with some fields changed (it is frozen)."""
         return replace(self, **changes)
+
+
+def _guarantee(data: Mapping, where: str) -> Guarantee | None:
+    if data.get("guarantee") is None:
+        return None
+    try:
+        return Guarantee.from_dict(data["guarantee"], f"{where}: guarantee")
+    except CertificateError as e:
+        raise RunDirError(str(e)) from None
 
 
 def _levels_report(data: Mapping, where: str) -> dict | None:

@@ -145,8 +145,9 @@ def test_budget_conversions_are_exact():
     rho = das.rho_for_eps(4, "1e-10")
     assert rho == Fraction(7411, 40000) and das.eps_for_rho(rho, "1e-10") == 4.0
     assert das.eps_for_rho(Fraction(293764, 114921), Fraction(1, 10**10)) == 17.1436
-    with pytest.raises(SpecError, match="not exact"):
-        das.eps_for_rho(0.5, "1e-10")
+    assert das.eps_for_rho(0.5, 1e-10) == das.eps_for_rho("1/2", "1e-10")  # a float: the decimal it prints as
+    with pytest.raises(SpecError, match="rho"):
+        das.eps_for_rho(float("nan"), "1e-10")
     assert das.certificates("tiny", eps="4")["persons"].rho == rho
 
 

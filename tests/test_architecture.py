@@ -13,7 +13,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.topdown"},  # the packages' (empty) __init__
     {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",
      "das.privacy.randomness",
-     "das.privacy.exponential"},
+     "das.privacy.exponential", "das.privacy.guarantee"},
     {"das.io.microdata", "das.io.areas", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171", "das.io.validation",
      "das.io.parts", "das.io.outputs", "das.io.table_names", "das.pinned", "das.rundir", "das.outdir", "das.partitions",
      "das.signing"},

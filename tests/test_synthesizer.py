@@ -30,7 +30,7 @@ def _mechanisms() -> list:
 
 def test_a_flat_synthesizer_is_das_synth_with_the_same_seed(tmp_path):
     persons, units = _frames()
-    fitted = das.synthesizer("flat", eps=1, out=tmp_path / "api", seed=11)
+    fitted = das.synthesizer("flat", eps=1.0, out=tmp_path / "api", seed=11)  # a float: converted exactly
     assert fitted.fit(persons, units) is fitted  # fit returns the synthesizer, as the ecosystem's do
     release = fitted.sample()
     direct = das.synth("tiny", mechanism="flat", eps=1, out=tmp_path / "synth", seed=11)

@@ -8,15 +8,19 @@ plain strings, so `mdf.TABBLKST + mdf.TABBLKCOU` is a county code), its manifest
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
 from das.api.inputs import Input, input_files, is_frame, prepared, said_of_frames
 from das.privacy.certificate import Certificate
+from das.privacy.guarantee import Guarantee, combined
 from das.rundir import Manifest, RunDir
 from das.schema import SpecError
 from das.specfile import parse_fraction
@@ -25,15 +29,33 @@ logger = logging.getLogger(__name__)
 
 
 def exact(value, name: str) -> Fraction | None:
-    """A budget given in Python as an exact number: a Fraction, an int or a string ("1/2", "0.25", "1e-10").
+    """A budget given in Python as the exact positive rational it names: a Fraction, an int, a string ("1/2",
+    "0.25", "1e-10") or a float, taken as the decimal it prints as (`Fraction(repr(x))`: `delta=1e-10` is exactly
+    1/10**10, `eps=4.0` is 4, never the binary float's 1.0000000000000000364e-10). SpecError naming `name` for
+    anything else (a bool, NaN, infinity, zero, a negative number, a text that is no number).
 
-    >>> exact("1/2", "rho"), exact(2, "eps"), exact(None, "delta")
-    (Fraction(1, 2), Fraction(2, 1), None)
+    >>> exact("1/2", "rho"), exact(2, "eps"), exact(1e-10, "delta"), exact(None, "delta")
+    (Fraction(1, 2), Fraction(2, 1), Fraction(1, 10000000000), None)
     """
-    if value is None or isinstance(value, Fraction):
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise SpecError(f"{name}: {value!r} is a bool, not a budget: give a positive number like 1, 0.25 or \"1/2\"")
+    if isinstance(value, numbers.Integral):
+        value = int(value)  # numpy's integers too
+    elif isinstance(value, numbers.Real) and not isinstance(value, (Fraction, Decimal)):
+        number = float(value)  # a float (numpy's too): the decimal it prints as
+        if not math.isfinite(number):
+            raise SpecError(f"{name}: {value!r} is not a finite number: give a positive number like 1, 0.25 or \"1/2\"")
+        value = repr(number)
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise SpecError(f"{name}: {value} is not a finite number: give a positive number like 1, 0.25 or \"1/2\"")
+        value = Fraction(value)
+    if isinstance(value, Fraction):
+        if value <= 0:
+            raise SpecError(f"{name}: must be positive, got {value}")
         return value
-    if isinstance(value, float):
-        raise SpecError(f"{name}: {value!r} is a float, which is not exact: give a Fraction or a string like \"0.25\"")
     return parse_fraction(value, name)
 
 
@@ -72,6 +94,18 @@ class Release:
     def certificates(self) -> Mapping[str, Certificate]:
         """Every release's certificate ("persons", and "units" for a TopDown release)."""
         return dict(self.manifest.privacy)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """The run's total guarantee: its releases' certificates composed (das.privacy.guarantee; persons and units by
+        zCDP composition, rho adding), as its manifest states it: `rho` (exact), `eps` at `delta`, `releases`,
+        `composition`. A budget given as `rho`/`eps` is the persons release's; this is what the whole run spends.
+
+        >>> r = run("tiny", out=getfixture("tmp_path") / "t", seed=1, workers=1, progress=False, eps=4.0, delta=1e-10)
+        >>> r.certificate.eps <= 4, r.certificates["units"].eps, r.guarantee.eps, r.guarantee.releases
+        (True, 2.4747, 4.7993, ('persons', 'units'))
+        """
+        return self.manifest.guarantee or combined(self.manifest.privacy)
 
     @property
     def private(self) -> bool:

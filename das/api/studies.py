@@ -122,26 +122,33 @@ def _study_record(path: Path) -> str:
     return name
 
 
-def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: int | None = None,
+def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, eps=None, delta=None, seed: int | None = None,
               estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
               keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
               overwrite: bool = False, allow_large_rho: bool = False, areas: Mapping[str, str | os.PathLike] | None = None
               ) -> Study:
     """`das replicate`: `runs` independent noise draws on the same input per budget, each post-processed and scored
-    per estimator (TopDown, the raw noisy measurement, unconstrained WLS). rho: one budget or a list to sweep
-    (default: the spec's); areas: area type -> area file, scored off the spine (default: synthetic districts); the
-    other arguments are the command's flags and `das.run`'s spec and inputs."""
+    per estimator (TopDown, the raw noisy measurement, unconstrained WLS). rho: one persons budget or a list to sweep
+    (default: the spec's), or eps (one or a list) at delta (default: the spec's), each the largest rho certified
+    within it (`das.rho_for_eps`), exact as in `das.run` (a float is the decimal it prints as); study.json records
+    each rho and its eps at delta (`Study.meta["budgets"]`); areas: area type -> area file, scored off the spine
+    (default: synthetic districts); the other arguments are the command's flags and `das.run`'s spec and inputs."""
     from das.research.replicate import Study as Design
     from das.research.replicate import replicate_study
 
-    rhos = ("spec",) if rho is None else tuple(str(exact(r, "rho")) for r in (rho if isinstance(rho, (list, tuple))
-                                                                            else [rho]))
+    rhos = ("spec",) if rho is None else _exact_texts(rho, "rho")
     with prepared(spec, persons=persons, units=units, name="study") as ready, said_of_frames(ready.frames):
-        design = Design(spec=str(ready.spec), rhos=rhos, runs=runs, estimators=tuple(estimators),
+        design = Design(spec=str(ready.spec), rhos=rhos, runs=runs, eps=() if eps is None else _exact_texts(eps, "eps"),
+                        delta=None if delta is None else str(exact(delta, "delta")), estimators=tuple(estimators),
                         queries=tuple(queries), keep=tuple(keep), seed=seed, areas=_area_pairs(areas))
         replicate_study(design, out, workers=workers, overwrite=overwrite,
                         allow_large_rho=allow_large_rho)
     return Study(Path(out))
+
+
+def _exact_texts(values, name: str) -> tuple[str, ...]:
+    """One budget or a list of them (`exact`), as the exact texts a study records."""
+    return tuple(str(exact(v, name)) for v in (values if isinstance(values, (list, tuple)) else [values]))
 
 
 def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
@@ -180,21 +187,46 @@ def _area_pairs(areas: Mapping | None) -> tuple[tuple[str, str], ...]:
 
 
 def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("topdown",), seeds: int = 20, rho=None,
+            eps=None, delta=None,
             attack_blocks: int = 10, attack_seeds: int | None = None, attack_runs: int = 20, attack_relaxed: int = 300,
             attack_steps: int = 300, tables: str | None = None, workers: int = 1, overwrite: bool = False,
             allow_large_rho: bool = False, persons=None, units=None) -> Study:
     """`das compare`: TopDown, the research estimators and other mechanisms on the same input, budget and seeds:
-    error, bias, cost and reconstruction-attack match rates side by side (the arguments are the command's flags;
-    persons, units: the input and truth, paths or DataFrames, as `das.run`'s; default the spec's)."""
+    error, bias, cost and reconstruction-attack match rates side by side (the arguments are the command's flags).
+    rho, or eps at delta: the persons budget of every release (exact, as in `das.run`); delta is the spec's own, at
+    which every release is certified (another is refused). persons, units: the input and truth, paths or DataFrames,
+    as `das.run`'s; default the spec's."""
     from das.research import compare as comparing
 
     if isinstance(mechanisms, str):
         mechanisms = tuple(m.strip() for m in mechanisms.split(",") if m.strip())
     with prepared(spec, persons=persons, units=units, name="comparison") as ready, said_of_frames(ready.frames):
         comparison = comparing.Comparison(
-            spec=str(ready.spec), mechanisms=tuple(mechanisms), seeds=seeds,
-            rho=None if rho is None else str(exact(rho, "rho")), attack_blocks=attack_blocks,
-            attack_seeds=attack_seeds, attack_runs=attack_runs, attack_relaxed=attack_relaxed,
-            attack_steps=attack_steps, attack_tables=tables, allow_large_rho=allow_large_rho)
+            spec=str(ready.spec), mechanisms=tuple(mechanisms), seeds=seeds, rho=_compare_rho(ready.spec, rho, eps, delta),
+            attack_blocks=attack_blocks, attack_seeds=attack_seeds, attack_runs=attack_runs,
+            attack_relaxed=attack_relaxed, attack_steps=attack_steps, attack_tables=tables,
+            allow_large_rho=allow_large_rho)
         comparing.run_comparison(comparison, out, workers=workers, overwrite=overwrite)
     return Study(Path(out))
+
+
+def _compare_rho(spec, rho, eps, delta) -> str | None:
+    """das compare's persons budget as exact rho text (None: the spec's own): `rho`, or the largest rho certified
+    within `eps` at the spec's delta; a `delta` other than the spec's is refused (SpecError): every release of the
+    comparison is certified at the spec's."""
+    from das.api.budget import rho_for_eps
+    from das.api.release import budget_given
+    from das.runspec import load_run_spec
+    from das.schema import SpecError
+
+    given = budget_given(rho, eps, delta)
+    if given is None:
+        return None
+    if given.delta is not None or given.eps is not None:
+        spec_delta = load_run_spec(str(spec)).delta
+        if given.delta is not None and given.delta != spec_delta:
+            raise SpecError(f"delta: das compare certifies every release at the spec's [privacy] delta "
+                            f"({spec_delta}), not {given.delta}: give that delta or set it in the spec")
+        if given.eps is not None:
+            return str(rho_for_eps(given.eps, spec_delta))
+    return None if given.rho is None else str(given.rho)

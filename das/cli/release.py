@@ -100,16 +100,21 @@ def _cmd_validate_input(args) -> int:
 def _cmd_privacy(args) -> int:
     import das
     from das.privacy.accounting import render_certificate
+    from das.privacy.guarantee import combined
 
     if args.spec is None:
         return _budget_conversion(args)
     certs = das.certificates(args.spec, rho=args.rho, eps=args.eps, delta=args.delta)
+    total = combined(certs)
     if args.json:
-        print(json.dumps({name: cert.to_dict() for name, cert in certs.items()}, indent=2))
-    else:
-        for name, cert in certs.items():
-            print(f"== {name}")
-            print(render_certificate(cert))
+        print(json.dumps({**{name: cert.to_dict() for name, cert in certs.items()}, "total": total.to_dict()}, indent=2))
+        return 0
+    for name, cert in certs.items():
+        given = " (--rho/--eps set this budget)" if name == "persons" and (args.rho or args.eps) else ""
+        print(f"== {name}{given}")
+        print(render_certificate(cert))
+    print(f"== total: {' and '.join(total.releases)} together")
+    print(f"{total.text()}\n{total.composition}")
     return 0
 
 
@@ -236,7 +241,8 @@ def add_parsers(sub) -> None:
                          "(default: the spec's)")
     pr.add_argument("--delta", type=delta, default=None,
                     help="delta, an exact fraction in (0, 1) (default: the spec's [privacy] delta; required without SPEC)")
-    pr.add_argument("--json", action="store_true", help="JSON instead of text")
+    pr.add_argument("--json", action="store_true",
+                    help="JSON instead of text: each release's certificate by name, and \"total\", the releases composed")
     pr.set_defaults(func=_cmd_privacy)
 
     m = sub.add_parser("measure", help="an NMF release: the noisy measurement file (NMF) and a manifest, validated "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from das.cli.args import SEED_HELP, area_file, fraction, names, nonnegative_int, path, positive_int, spec_help
+from das.cli.args import SEED_HELP, area_file, delta, fraction, names, nonnegative_int, path, positive_int, spec_help
 from das.cli.synth import MECHANISM_NAMES
 
 # das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
@@ -50,8 +50,10 @@ def _headline(study, what: str) -> None:
         areas = area_headline(study.frame("areas"))
         areas = areas[~areas["level"].isin(meta["levels"])].drop(columns="units")  # the area types' rows
         table = pd.concat([table, areas[[c for c in table.columns if c in areas.columns]]], ignore_index=True)
+    budget = meta.get("budgets", [{}])[0]  # a replicate study's: the rho and its eps at delta
+    at = f", eps {budget['eps']} at delta {budget['delta']}" if budget else ""
     print(f"{what} {meta['spec_name']}: MAE of total population per geounit, then per area off the spine "
-          f"(rho {meta['rhos'][0]})")
+          f"(rho {meta['rhos'][0]}{at})")
     print(text_table(table))
 
 
@@ -71,7 +73,9 @@ def _cmd_replicate(args) -> int:
     from das.research.replicate import rho_list
 
     rhos = [r for r in rho_list(args.rho) if r != "spec"] or None
-    study = das.replicate(args.spec, out=args.out, runs=args.runs, rho=rhos, seed=args.seed, estimators=args.estimators,
+    eps = [e for e in rho_list(args.eps, "--eps") if e != "spec"] or None
+    study = das.replicate(args.spec, out=args.out, runs=args.runs, rho=rhos, eps=eps, delta=args.delta, seed=args.seed,
+                          estimators=args.estimators,
                           queries=_names(args.queries), keep=_names(args.keep), workers=args.workers,
                           overwrite=args.overwrite, allow_large_rho=args.allow_large_rho, areas=_areas(args.areas))
     meta = study.meta
@@ -113,7 +117,13 @@ def add_parsers(sub) -> None:
     r.add_argument("--runs", type=positive_int, default=20, help="replicates per budget")
     r.add_argument("--out", type=path, required=True, help="output directory of the study (confidential)")
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="replicates in parallel")
-    r.add_argument("--rho", default=None, help="comma list of budgets (exact fractions) to sweep; default the spec's")
+    r.add_argument("--rho", default=None, help="comma list of persons budgets (exact fractions) to sweep; default the "
+                                               "spec's")
+    r.add_argument("--eps", default=None,
+                   help="or the budgets as eps at --delta: a comma list (exact, like 1 or 0.5), each the largest exact rho "
+                        "whose certificate is within (eps, delta), as das run --eps spends; study.json records each rho")
+    r.add_argument("--delta", type=delta, default=None,
+                   help="delta of --eps, an exact fraction in (0, 1) (default: the spec's [privacy] delta)")
     r.add_argument("--allow-large-rho", action="store_true",
                    help="acknowledge a budget above the cap (rho > 10): barely protected")
     r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
@@ -145,7 +155,8 @@ def _cmd_compare(args) -> int:
     from das.research.compare import short_table
     from das.research.metrics import text_table
 
-    study = das.compare(args.spec, out=args.out, mechanisms=args.mechanisms, seeds=args.seeds, rho=args.rho,
+    study = das.compare(args.spec, out=args.out, mechanisms=args.mechanisms, seeds=args.seeds, rho=args.rho, eps=args.eps,
+                        delta=args.delta,
                         attack_blocks=args.attack_blocks, attack_seeds=args.attack_seeds, attack_runs=args.attack_runs,
                         attack_relaxed=args.attack_relaxed, attack_steps=args.attack_steps, tables=args.tables,
                         workers=args.workers, overwrite=args.overwrite, allow_large_rho=args.allow_large_rho)
@@ -171,6 +182,10 @@ def _add_compare(sub) -> None:
     c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
     c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
     c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")
+    c.add_argument("--eps", type=fraction, default=None,
+                   help="or the persons budget as eps at --delta: the largest exact rho whose certificate is within it")
+    c.add_argument("--delta", type=delta, default=None,
+                   help="delta of --eps: the spec's [privacy] delta, at which every release is certified (default)")
     c.add_argument("--allow-large-rho", action="store_true",
                    help="acknowledge a budget above the cap (rho > 10): barely protected")
     c.add_argument("--attack-blocks", type=nonnegative_int, default=10,

@@ -1,8 +1,10 @@
 """Replicate studies: many independent noise draws on the same input, each post-processed and
 scored against the truth, kept compactly.
 
-`das replicate SPEC --runs N --out DIR [--rho R ...] [--estimators topdown,noisy,wls]` writes
-  DIR/study.json           what was run (spec, budgets, seeds or OS randomness, code version)
+`das replicate SPEC --runs N --out DIR [--rho R,... | --eps E,... --delta D] [--estimators topdown,noisy,wls]`
+writes
+  DIR/study.json           what was run (spec, budgets: each exact rho and its eps at delta, seeds or OS
+                           randomness, code version)
   DIR/parts/*.parquet      one stats file and one errors file per (budget, replicate), atomic;
                            a rerun of the same study skips the parts already written
   DIR/stats.parquet        sufficient statistics per (rho, replicate, estimator, level, query, bin)
@@ -42,7 +44,8 @@ from das.geography import Geography
 from das.io import nmf
 from das.measure import Target, measure_release
 from das.pipeline import Pipeline, ReleasePlan, code_version
-from das.privacy.accounting import PrivacyAccountant
+from das.privacy.accounting import PrivacyAccountant, eps_for_delta, rho_for_eps
+from das.privacy.certificate import delta_text
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import parse_fraction
 from das.progress import bar, step
@@ -52,7 +55,7 @@ from das.research.metrics import SIZE_BINS, bias_table, combine, error_stats, ma
 from das.rules import Invariants
 from das.run import protected_paths
 from das.rundir import nmf_level_path
-from das.runspec import load_run_spec
+from das.runspec import Budget, load_run_spec
 from das.schema import Schema, SpecError, parse_query_name
 from das.topdown.engine import postprocess
 
@@ -81,6 +84,8 @@ class Study:
 
     spec: str
     rhos: tuple[str, ...] = ("spec",)  # exact fractions as text; "spec" = the spec's own budget
+    eps: tuple[str, ...] = ()  # or budgets as eps at `delta` (exact text): each the largest rho certified within it
+    delta: str | None = None  # exact text; None: the spec's [privacy] delta
     runs: int = 20
     estimators: tuple[str, ...] = ESTIMATORS
     queries: tuple[str, ...] = DEFAULT_QUERIES
@@ -99,7 +104,22 @@ class Study:
         for r in self.rhos:
             if r != "spec" and parse_fraction(r, "--rho") <= 0:
                 raise StudyError(f"--rho must be positive, not {r}")
+        if self.eps and self.rhos != ("spec",):
+            raise StudyError("--rho and --eps both set the budgets to sweep: give one")
+        for e in self.eps:
+            if parse_fraction(e, "--eps") <= 0:
+                raise StudyError(f"--eps must be positive, not {e}")
+        if self.delta is not None and not 0 < parse_fraction(self.delta, "--delta") < 1:
+            raise StudyError(f"--delta must be strictly between 0 and 1, not {self.delta}")
         check_areas(self.areas)
+
+    def budgets(self, spec_delta: Fraction) -> tuple[str, ...]:
+        """The budgets swept, as exact rho text ("spec": the spec's own): `rhos`, or for each eps the largest rho
+        certified within it at the study's delta (default `spec_delta`), as `das run --eps --delta` spends."""
+        if not self.eps:
+            return self.rhos
+        delta = spec_delta if self.delta is None else Fraction(self.delta)
+        return tuple(str(rho_for_eps(Fraction(e), delta)) for e in self.eps)
 
 
 def check_areas(areas) -> None:
@@ -131,9 +151,11 @@ class Context:
         return self.truth[level, query]
 
 
-def load_context(spec_path: str, seed: int | None, *, areas=()) -> Context:
-    """The study's confidential input, with its blocks' areas (`areas`: (type, file) pairs) and composition."""
-    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=True)  # the cap: replicate_study's, first
+def load_context(spec_path: str, seed: int | None, *, areas=(), delta: str | None = None) -> Context:
+    """The study's confidential input, with its blocks' areas (`areas`: (type, file) pairs) and composition;
+    `delta` (exact text) over the spec's."""
+    budget = None if delta is None else Budget(delta=Fraction(delta))
+    pipe = Pipeline.prepare(spec_path, seed, allow_large_rho=True, budget=budget)  # the cap: replicate_study's, first
     confidential = pipe.read_inputs()
     ctx = Context(pipe, pipe.schemas[RELEASE], confidential.geography, confidential.invariants,
                   confidential.histograms[RELEASE].tocsr())
@@ -284,10 +306,10 @@ _CONTEXT: dict = {}
 def _worker(args):
     """Process-pool entry: one replicate, its parts written atomically; returns timings."""
     study, rho_index, rho_text, replicate, out_dir = args
-    key = (study.spec, study.seed, study.areas)
+    key = (study.spec, study.seed, study.areas, study.delta)
     if key not in _CONTEXT:
         _CONTEXT.clear()
-        _CONTEXT[key] = load_context(study.spec, study.seed, areas=study.areas)
+        _CONTEXT[key] = load_context(study.spec, study.seed, areas=study.areas, delta=study.delta)
     ctx = _CONTEXT[key]
     parts = Path(out_dir) / "parts"
     scores, timings = run_replicate(ctx, study, rho_text, replicate, work_dir=parts)
@@ -351,28 +373,32 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     study.check()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise StudyError(f"--workers must be at least 1, not {workers!r}")
-    Pipeline.prepare(study.spec, study.seed, allow_large_rho=allow_large_rho)  # the spec's own budget
-    for r in study.rhos:
+    spec = load_run_spec(study.spec, seed=study.seed)
+    budgets = study.budgets(spec.delta)  # exact rho text: --eps converted at --delta
+    if "spec" in budgets:
+        Pipeline.prepare(study.spec, study.seed, allow_large_rho=allow_large_rho)  # the spec's own budget
+    for r in budgets:
         if r != "spec":
-            preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what="--rho")
+            preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what="--eps" if study.eps else "--rho")
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
     config = json.loads(json.dumps(asdict(study)))  # as study.json holds it: lists, not tuples
     old = _read_json(meta_path) if outdir.holds(out_dir, STUDY) else {}
     same = old.get("study") == config and not overwrite  # the same study: continued
     claim = outdir.check(out_dir, STUDY, overwrite=overwrite, resume=same,
-                         protected=protected_paths(load_run_spec(study.spec, seed=study.seed)))
+                         protected=protected_paths(spec))
     earlier = old.get("replicate_timings", []) if same else []  # timings of an earlier invocation's replicates
-    ctx = load_context(study.spec, study.seed, areas=study.areas)  # reads and validates the input (and area files)
+    ctx = load_context(study.spec, study.seed, areas=study.areas, delta=study.delta)  # reads and checks the input
     queries = scored_queries(ctx.schema, study.queries)
-    rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in study.rhos]
+    rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in budgets]
     if "wls" in study.estimators:
-        plan = plan_for_rho(ctx, study.rhos[0]).plan
+        plan = plan_for_rho(ctx, budgets[0]).plan
         reason = wls_unsupported(ctx.schema, {lv: [m.query for m in plan.get(lv, [])] for lv in ctx.geography.levels})
         if reason:
             raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
     meta = {
-        "study": config, "rhos": rhos, "queries": list(queries), "levels": list(ctx.geography.levels),
+        "study": config, "rhos": rhos, "budgets": budget_record(rhos, ctx.pipeline.spec.delta),
+        "queries": list(queries), "levels": list(ctx.geography.levels),
         "spec_name": ctx.pipeline.spec.name, "schema": ctx.schema.name, "das_version": code_version(),
         "randomness": "operating-system CSPRNG" if study.seed is None else f"seeded (seed {study.seed}): NOT private",
         "notice": CONFIDENTIAL, "confidential": True, "status": "running", "n_blocks": ctx.geography.n_blocks,
@@ -383,7 +409,7 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     (out_dir / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out_dir, _write_parquet)
     meta_path.write_text(json.dumps(meta, indent=2))
-    tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(study.rhos) for rep in range(study.runs)
+    tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(budgets) for rep in range(study.runs)
              if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
     logger.info(f"replicate {ctx.pipeline.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
                 f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")
@@ -402,10 +428,15 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     return meta
 
 
+def budget_record(rhos, delta: Fraction) -> list[dict]:
+    """study.json's budgets: each rho swept (exact text) with the eps it certifies at the study's delta."""
+    return [{"rho": r, "eps": eps_for_delta(Fraction(r), delta), "delta": delta_text(delta)} for r in rhos]
+
+
 def _replicates(ctx: Context, study: Study, tasks: list, workers: int):
     """(budget index, replicate, timings) of each task as it finishes: in this process, or on a pool of `workers`."""
     if workers <= 1:
-        _CONTEXT[(study.spec, study.seed, study.areas)] = ctx
+        _CONTEXT[(study.spec, study.seed, study.areas, study.delta)] = ctx
         yield from (_worker(t) for t in tasks)
         return
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=limit_threads) as pool:
@@ -422,14 +453,14 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def rho_list(text: str | None) -> tuple[str, ...]:
-    """--rho "1/10,1,293764/114921" -> exact fractions as text (validated)."""
+def rho_list(text: str | None, flag: str = "--rho") -> tuple[str, ...]:
+    """--rho "1/10,1,293764/114921" (or --eps "1,2,4") -> exact fractions as text (validated)."""
     if not text:
         return ("spec",)
     values = []
     for part in text.split(","):
-        value = parse_fraction(part.strip(), "--rho")
+        value = parse_fraction(part.strip(), flag)
         if value <= 0:
-            raise StudyError(f"--rho values must be positive, not {part.strip()}")
+            raise StudyError(f"{flag} values must be positive, not {part.strip()}")
         values.append(str(Fraction(value)))
     return tuple(values)

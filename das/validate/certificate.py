@@ -9,8 +9,9 @@ and are exactly what das.privacy.accounting certifies for the strategy, budget a
 manifest's spec_text) at its levels; a synthetic release's certificate and its mechanism's record are
 exactly what its mechanism plans (the same code `das synth` ran: das.mechanisms.base.Mechanism.plan) from the
 budget and delta of its published spec and the public parameters of its details, every charge, rho,
-(eps, delta) and its guarantee (the certificate's convention). What each Parquet file says of the
-certificate is das.validate.files'.
+(eps, delta) and its guarantee (the certificate's convention). The run's total guarantee (the manifest's
+`guarantee`) is its releases' certificates composed again (das.privacy.guarantee). What each Parquet file
+says of the certificate is das.validate.files'.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certif
 from das.mechanisms.registry import MECHANISMS
 from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
+from das.privacy.guarantee import combined
 from das.privacy.strategy import BudgetError, parse_fraction
 from das.runspec import DEFAULT_DELTA
 from das.schema import SpecError
@@ -311,12 +313,27 @@ def check_synthetic(release: Release, report: Report) -> None:
                  "published spec and its public parameters", first(problems))
 
 
+def guarantee_problems(manifest) -> list[str]:
+    """The manifest's total guarantee against its releases' certificates composed again (das.privacy.guarantee),
+    exactly: a missing or edited figure is named."""
+    certificates = {name: manifest.privacy[name] for name in manifest.releases() if name in manifest.privacy}
+    if not certificates:
+        return ["guarantee: the manifest holds no certificate to compose"]
+    want = combined(certificates)
+    if manifest.guarantee is None:
+        return [f"guarantee: missing; its releases composed give {want.text()}"]
+    return _differences(manifest.guarantee.to_dict(), want.to_dict(), "guarantee")
+
+
 def check_certificate(release: Release, parts, report: Report, alongside=None) -> None:
-    """The privacy claim, from the files: a TopDown release's certificates recomputed, a synthetic one's charges."""
+    """The privacy claim, from the files: a TopDown release's certificates recomputed, a synthetic one's charges;
+    then the run's total guarantee, its releases' certificates composed."""
     if release.topdown:
         check_topdown(release, report)
     else:
         check_synthetic(release, report)
+    report.check("certificate: the run's total guarantee is its releases' certificates composed (zCDP: rho adds; "
+                 "recomputed exactly)", first(guarantee_problems(release.manifest)))
 
 
 CERTIFICATE = Check("certificate", check_certificate, claim=None, always=True, nmf=True)
