@@ -5,51 +5,36 @@ line (`das --help`) and as a Python library:
     release = das.run("tiny", persons=persons, units=units, out="runs/tiny_api", seed=7)
     release.certificate.eps, release.tables["P1"], release.mdf, release.validate().ok
 
-The library's names (das.api): run, synth, validate, publish, certificates, metrics, replicate, compare, attack, init_spec,
-eps_for_rho, rho_for_eps, Release, Study, AttackConfig, AttackResult. `import das` reads nothing heavy: each name is
-imported when first used. `das.run`, `das.validate`, `das.attack` and `das.publish` are also the modules of those names; calling
-one calls the API's function (`das.run(...)` is `das.api.run(...)`). Reference: docs/api.md.
+The library's names are das.API (each one's own help: `help(das.run)`); the reference is docs/api.md.
+`import das` reads nothing heavy: each name is imported when first used.
 """
 
+import sys
 import types
 
 __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-       "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate", "synthesizer")
-_MODULES = ("run", "validate", "attack", "publish")  # names that are modules of das too (callable: the API's function)
+       "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "synthesizer", "validate")
+# das.run, das.validate, das.attack and das.publish are also modules (the work behind the commands of those names):
+# the package keeps the API's functions under those names, and the modules are imported as ever (`from das.run
+# import ...`, `importlib.import_module("das.run")`), so `help(das.run)` is the function's own.
+_SHADOWED = frozenset({"run", "validate", "attack", "publish"})
 
 
-class CallableModule(types.ModuleType):
-    """A module of das that is also the API's function of its name: `das.run(...)` calls das.api.run, while
-    `from das.run import ...` and `das.run.render_summary` are the module's as ever."""
+class _Package(types.ModuleType):
+    """The das package: importing a submodule whose name is an API function's does not rebind the function."""
 
-    def __call__(self, *args, **kwargs):
-        from das import api  # the library's face: imported when first called, so `import das` stays light
-
-        return getattr(api, self.__name__.rsplit(".", 1)[-1])(*args, **kwargs)
-
-    @property
-    def __signature__(self):
-        import inspect
-
-        from das import api
-
-        return inspect.signature(getattr(api, self.__name__.rsplit(".", 1)[-1]))
+    def __setattr__(self, name, value):
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return  # the import system binding das.run (the module): the module stays in sys.modules only
+        super().__setattr__(name, value)
 
 
-def callable_module(name: str) -> None:
-    """Make module `name` (das.run, das.validate, das.attack, das.publish) callable as the API's function of its name."""
-    import sys
-
-    sys.modules[name].__class__ = CallableModule
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):
-    if name in _MODULES:
-        import importlib
-
-        return importlib.import_module(f"das.{name}")  # the module, callable (see CallableModule)
     if name in API:
         from das import api
 

@@ -22,7 +22,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from das import atomic, callable_module, outdir
+from das import atomic, outdir
 from das.rundir import RunDir
 from das.validate import validate_run
 from das.validate.report import ValidationError
@@ -143,4 +143,3 @@ def publish(run_dir, to, *, overwrite: bool = False) -> Bundle:
     return Bundle(to, files, archive)
 
 
-callable_module(__name__)  # `das.publish(release, to=...)` is das.api.publish (see das/__init__.py)

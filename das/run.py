@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
-from das import atomic, bundle, callable_module, preflight, signing
+from das import atomic, bundle, preflight, signing
 from das.checkpoint import Checkpoints, is_disk_full
 from das.executors import make_executor
 from das.frame import (
@@ -516,4 +516,3 @@ def least_squares_lines(levels_report: dict, *, listed: int = 5) -> list[str]:
     return lines
 
 
-callable_module(__name__)  # `das.run(spec, ...)` is das.api.run: the library's release (see das/__init__.py)

@@ -2,6 +2,7 @@
 exit code 2 and one precise message, before any noise is drawn (the accountant is never charged,
 the sampler never called, the output directory never created)."""
 
+import importlib
 import json
 import shutil
 from pathlib import Path
@@ -214,12 +215,12 @@ def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys)
 
 def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
     import das.pipeline
-    import das.run
 
+    run_module = importlib.import_module("das.run")  # the module (das.run is the API's function)
     order = []
-    original_read, original_pool = das.pipeline.read_inputs, das.run.make_executor
+    original_read, original_pool = das.pipeline.read_inputs, run_module.make_executor
     monkeypatch.setattr(das.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
-    monkeypatch.setattr(das.run, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
+    monkeypatch.setattr(run_module, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
     run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False)
     assert order == ["read", "pool"]
     manifest = json.loads((spec_dir / "out" / "manifest.json").read_text())

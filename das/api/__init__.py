@@ -20,16 +20,27 @@ from das.api.synthesizer import synthesizer
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
 
-WORKERS_NOTE = """Every function runs in one process by default (workers=1). With more, das starts worker processes
-by "spawn", which imports the main module again in each: a script that asks for workers > 1 must keep its top-level
-code under `if __name__ == "__main__":`, as every Python program that uses multiprocessing (a notebook or
-`python -c` need nothing)."""
-
-
 def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
-    """`das attack`: the reconstruction audit of a release (or of exact tables: published="exact"), scored against
-    the confidential truth. Give an AttackConfig, or its fields as keywords (named as the flags: truth, published,
-    out, level, runs, relaxed, steps, ...). Returns the geounits attacked and Match-Rate keyed by k (an int)."""
+    """The reconstruction audit of a release (or of exact tables), scored against the confidential truth, as
+    `das attack` runs it.
+
+    Args:
+        config: an AttackConfig; or none, and its fields as keywords.
+        flags: AttackConfig's fields (named as the command's flags: truth, published, out, level, geounits,
+            runs, relaxed, steps, ...; see AttackConfig).
+
+    Returns:
+        AttackResult: the geounits attacked and the pooled Match-Rate by method, keyed by k (an int).
+
+    Raises:
+        AttackError: an option out of range or an input that cannot be attacked, naming the option.
+
+    Example:
+        >>> result = attack(truth="geography_fixtures/tiny/persons.csv", published="exact",
+        ...                 out=getfixture("tmp_path") / "a", count=1, runs=2, relaxed=50, steps=20, ip_top=0)
+        >>> sorted(result.match_rate) == ["baseline_county", "baseline_tract", "rap_rank"]
+        True
+    """
     if config is None:
         config = AttackConfig(**flags)
     elif flags:

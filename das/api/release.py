@@ -69,12 +69,18 @@ def budget_given(rho, eps, delta):
 
 @dataclass(frozen=True)
 class Release:
-    """A finished release directory, read as Python values (each read when first asked for).
+    """A finished release directory (`das run` or `das synth` output, or a published bundle), read as Python
+    values, each when first asked for.
 
     `certificate` is the persons release's privacy certificate (exact Fractions: rho, and eps at delta);
-    `tables` maps a table name (P1 ... P5, H1) to a DataFrame, a row per geounit at every level;
-    `mdf` is the persons microdata (one row per person); `valid` is the validation recorded when the
-    release was written, and `validate()` checks it again from its files.
+    `tables` maps a table name (P1 ... P5, H1) to a DataFrame, a row per geounit at every level; `mdf` is the
+    persons microdata (one row per person); `valid` is the validation recorded when the release was written,
+    and `validate()` checks it again from its files.
+
+    Example:
+        >>> release = Release.open(run("tiny", out=getfixture("tmp_path") / "r", seed=2, progress=False).path)
+        >>> release.private, len(release.mdf) == release.tables["P1"].query("level == 'nation'")["total"].item()
+        (False, True)
     """
 
     path: Path
@@ -82,7 +88,17 @@ class Release:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Release:
-        """The release in directory `path` (a finished `das run` or `das synth`); RunDirError if it is not one."""
+        """The release in a directory.
+
+        Args:
+            path: a finished `das run` or `das synth` directory, or a published bundle.
+
+        Returns:
+            The `Release`.
+
+        Raises:
+            RunDirError: `path` is not a finished release.
+        """
         return cls(Path(path), RunDir(path).read_complete())
 
     @property
@@ -129,8 +145,19 @@ class Release:
         return render_summary(ReleaseFrame(RunDir(self.path), self.manifest, None))
 
     def table(self, name: str, *, names: str = "readable"):
-        """Table `name` as a DataFrame: level, geocode, then a column per cell, named readably (`cenrace=White`) or
-        with names="pl" by their PL 94-171 fields (`P0010003`; a column PL 94-171 lacks keeps its name)."""
+        """One table as a DataFrame: level, geocode, then a column per cell.
+
+        Args:
+            name: the table (P1 ... P5, H1: `tables` lists them).
+            names: "readable" column names (`cenrace=White`), or "pl": the PL 94-171 fields (`P0010003`; a
+                column PL 94-171 lacks keeps its name).
+
+        Returns:
+            A pandas DataFrame, a row per geounit at every level.
+
+        Raises:
+            KeyError: the release holds no such table (the message lists those it holds).
+        """
         import pandas as pd
 
         from das.io.table_names import check_naming, pl_fields, renamed
@@ -184,9 +211,15 @@ class Release:
         raise FileNotFoundError(f"{self.path}: no persons MDF")
 
     def validate(self, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
-        """Check the release again from its files (das.validate), with `inputs` (two paths or DataFrames: the
-        confidential persons and units) against them too, with `public_key` its signature. Returns the report: `ok`,
-        `checks`, `violations`."""
+        """Check the release again from its files (`das.validate`).
+
+        Args:
+            inputs: the confidential (persons, units), paths or DataFrames: checked against them too.
+            public_key: the operator's published public key: its signature checked too.
+
+        Returns:
+            The report: `ok`, `checks`, `violations`.
+        """
         return validate(self, inputs=inputs, public_key=public_key)
 
     def __repr__(self) -> str:
@@ -211,23 +244,39 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
         seed: int | None = None, workers: int = 1, rho=None, eps=None, delta=None, overwrite: bool = False,
         allow_large_rho: bool = False, progress: bool = True, engine: str = "local", scheduler: str | None = None,
         memory_gb: float | None = None, signing_key: str | os.PathLike | None = None) -> Release:
-    """A whole TopDown release (measure, post-process, write, validate), as `das run` makes it.
+    """A whole TopDown release, as `das run` makes it: measure, post-process, write (MDF, tables, NMF, manifest),
+    validate.
 
-    spec: a shipped name ("tiny", "vt_demo"), a path to a run spec .toml, or a dict of what a spec file holds.
-    persons, units: the confidential inputs, paths or pandas DataFrames (read as a CSV file of the same values
-    would be: the same checks and errors, a DataFrame's row r being its r-th row); by default the spec's.
-    out: the release directory (default: runs/NAME, NAME the spec's name); seed: replication mode (seeded noise,
-    NOT private); workers: solver processes (more than 1: see WORKERS_NOTE); rho, or eps at delta: the persons budget
-    (default: the spec's; exact: a Fraction or a string "1/2"); overwrite: replace an earlier das release in out;
-    allow_large_rho: acknowledge a budget above the cap; progress: bars on a terminal; engine, scheduler, memory_gb:
-    where tasks run (local or dask) and a partitioned run's memory budget (docs/scale.md); signing_key: the operator's
-    Ed25519 key to sign the release with (das keygen; default: a key of the release's own). Refusals raise das's
-    errors (SpecError, InputError, RunError, OutDirError, BudgetError), each saying what and where, before any
-    noise is drawn. A release that fails validation is returned with `valid` False (das run exits 1).
+    Args:
+        spec: a shipped name ("tiny", "vt_demo"), a path to a run spec .toml, or a dict of what a spec file holds.
+        persons, units: the confidential inputs, paths (Parquet or CSV) or pandas DataFrames, read as a CSV file
+            of the same values would be (the same checks and errors; a DataFrame's row r is its r-th row). Default:
+            the spec's [input].
+        out: the release directory (default: runs/NAME, NAME the spec's name).
+        seed: replication mode: reproducible noise, every output labelled NOT private (default: the OS's CSPRNG).
+        workers: processes for the per-parent solves (default 1; with more, a script keeps its top-level code
+            under `if __name__ == "__main__":`, as every multiprocessing program does).
+        rho, eps, delta: the persons budget, as rho or as eps at delta (default: the spec's); exact numbers
+            (a Fraction, an int or a string like "1/2").
+        overwrite: replace an earlier das release in `out`.
+        allow_large_rho: acknowledge a budget above the cap (docs/privacy.md).
+        progress: show progress bars (on a terminal only).
+        engine, scheduler, memory_gb: where the work runs ("local" or "dask" at `scheduler`) and a partitioned
+            run's memory budget (docs/scale.md).
+        signing_key: the operator's Ed25519 key to sign the release with (`das keygen`; default: a key of the
+            release's own, in its operator files).
 
-    >>> release = run("tiny", out=getfixture("tmp_path") / "tiny", seed=7, workers=1, progress=False)
-    >>> release.valid, release.certificate.eps, release.tables["P1"].query("level == 'state'")["total"].item()
-    (True, 17.1436, 145)
+    Returns:
+        The `Release` written. One that failed validation comes back with `valid` False (`das run` exits 1).
+
+    Raises:
+        SpecError, InputError, BudgetError, OutDirError, RunError: a refusal, saying what and where, before any
+            noise is drawn. RunStopped: a run that stopped on das's own error, saying how to continue.
+
+    Example:
+        >>> release = run("tiny", out=getfixture("tmp_path") / "tiny", seed=7, progress=False)
+        >>> release.valid, release.certificate.eps, release.tables["P1"].query("level == 'state'")["total"].item()
+        (True, 17.1436, 145)
     """
     from das.run import run as run_release
 
@@ -245,9 +294,30 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
 def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | None = None,
           out: str | os.PathLike | None = None, seed: int | None = None, rho=None, eps=None, delta=None,
           overwrite: bool = False, allow_large_rho: bool = False, signing_key: str | os.PathLike | None = None) -> Release:
-    """A private synthetic persons release by another mechanism family (`das synth`): flat, stability, mwem,
-    privbayes, privsyn, mst, aim (docs/mechanisms.md). The arguments are `run`'s; `mechanism` names the family.
-    Its release has the layout of `das run`'s (MDF, tables, manifest with the certificate), so `Release` reads it."""
+    """A private synthetic persons release by another mechanism family, as `das synth` makes it.
+
+    Args:
+        spec: a shipped name, a path to a run spec .toml or a dict (its geography and schema are the domain).
+        mechanism: the family: flat, stability, mwem, privbayes, privsyn, mst or aim (docs/mechanisms.md).
+        persons, units: the confidential inputs, paths or DataFrames (default: the spec's).
+        out: the release directory (default: runs/NAME).
+        seed: replication mode (reproducible noise, NOT private).
+        rho, eps, delta: the budget (default: the spec's persons budget); exact numbers.
+        overwrite: replace an earlier das release in `out`.
+        allow_large_rho: acknowledge a budget above the cap.
+        signing_key: the operator's Ed25519 key (default: a key of the release's own).
+
+    Returns:
+        The `Release` written: the layout of `das run`'s (MDF, tables, manifest with the certificate).
+
+    Raises:
+        SpecError, InputError, BudgetError, OutDirError, MechanismError: a refusal, before any noise is drawn.
+
+    Example:
+        >>> release = synth("tiny", mechanism="flat", out=getfixture("tmp_path") / "flat", seed=3)
+        >>> release.valid, release.manifest.mechanism.name
+        (True, 'flat')
+    """
     from das.mechanisms import synthesize
 
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
@@ -269,13 +339,23 @@ def _record_frames(out_dir, **inputs) -> None:
 
 
 def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
-    """The independent validation of a release (`das validate`): a Release or a run directory's path; `inputs`
-    (paths or DataFrames) add the comparison with the confidential persons and units; `public_key` (the operator's,
-    published) proves who signed it. Returns das.validate's Report (`ok`, `checks`, `violations`); ValidationError
-    when a file is missing or unreadable.
+    """The independent validation of a release, as `das validate` runs it: from its files alone, and with the
+    confidential inputs too when given.
 
-    >>> validate(run("tiny", out=getfixture("tmp_path") / "t", seed=1, workers=1, progress=False)).ok
-    True
+    Args:
+        release: a `Release` or a release directory's path (a run directory or a published bundle).
+        inputs: the confidential (persons, units), paths or DataFrames: adds the comparison with them.
+        public_key: the operator's published Ed25519 public key, to prove who signed the release.
+
+    Returns:
+        The report: `ok` (bool), `checks` (a line per check) and `violations` (what failed).
+
+    Raises:
+        ValidationError: a file is missing or unreadable. InputError: `inputs` cannot be read.
+
+    Example:
+        >>> validate(run("tiny", out=getfixture("tmp_path") / "t", seed=1, progress=False)).ok
+        True
     """
     from das.validate import validate_run
 
@@ -288,10 +368,27 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
 
 
 def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
-    """`das publish`: write the bundle of a finished, signed and valid release (a Release or a run directory's
-    path): its public files alone, never the operator's, with normalized modes and times, to a directory or (`to`
-    ending in .tar) an archive. Returns das.publish.Bundle (`path`, `files`, `archive`); PublishError when the run
-    may not be published (not signed, not valid), OutDirError when `to` may not be written."""
+    """The publishable bundle of a finished, signed and valid release, as `das publish` writes it: its public files
+    alone, never the operator's, with normalized modes and times.
+
+    Args:
+        release: a `Release` or a run directory's path.
+        to: a new directory, or an archive (a path ending in .tar).
+        overwrite: replace an earlier bundle at `to`.
+
+    Returns:
+        das.publish.Bundle: `path`, `files` (name -> sha256) and `archive` (whether `to` is a .tar).
+
+    Raises:
+        PublishError: the run may not be published (not signed, not valid, not finished). OutDirError: `to` may
+            not be written.
+
+    Example:
+        >>> bundle = publish(run("tiny", out=getfixture("tmp_path") / "r", seed=1, progress=False),
+        ...                  to=getfixture("tmp_path") / "bundle")
+        >>> "manifest.json" in bundle.files, bundle.archive
+        (True, False)
+    """
     from das.publish import publish as write_bundle
 
     return write_bundle(release.path if isinstance(release, Release) else release, to, overwrite=overwrite)

@@ -44,7 +44,17 @@ EXACT_SCHEMA = "pl94_persons"  # the schema of every shipped release: exact tabl
 
 @dataclass(frozen=True)
 class AttackConfig:
-    """What `das attack` does, each field named as its flag (`--learning-rate` is learning_rate)."""
+    """What `das attack` does, each field named as its flag (`--learning-rate` is learning_rate): the truth to
+    score against, what is attacked (a release directory, or "exact" tables: no protection), where the
+    confidential outputs go, the geounits, and RAP-Rank's and the baselines' settings. Frozen; `check()` refuses
+    a value out of range before anything is read.
+
+    Example:
+        >>> AttackConfig(truth="persons.csv", published="exact", out="audit", runs=0).check()
+        Traceback (most recent call last):
+        ...
+        das.attack.data.AttackError: --runs 0: expected at least 1
+    """
 
     truth: str | os.PathLike | object  # the confidential persons: a file, or in Python a DataFrame; read only to score
     published: str | os.PathLike  # a release directory, or "exact" (tables computed from the truth: no protection)
@@ -65,7 +75,7 @@ class AttackConfig:
     holdout: str | os.PathLike | object | None = None  # persons (file or DataFrame) of a disjoint population
     ip_top: int = 50  # top candidates whose IP certainty is decided (0: no IP)
     ip_max_persons: int = 60  # solution variability for blocks up to this size
-    workers: int = 1  # parallel RAP runs (the command line's default: every core; in Python see das.api.WORKERS_NOTE)
+    workers: int = 1  # parallel RAP runs (the command line's default: every core; in Python 1)
     seed: int = 0  # of the attack's own randomness
     overwrite: bool = False
 
@@ -116,8 +126,16 @@ class AttackConfig:
 
 @dataclass(frozen=True)
 class AttackResult:
-    """What an attack found: the geounits attacked and Match-Rate pooled over them, keyed by k (an int) and by
-    k/u (a float; u = distinct true records of a geounit), per method (rap_rank, baseline_tract, ...)."""
+    """What an attack found: the geounits attacked and Match-Rate pooled over them (matched records over the
+    records claimed, all geounits together), keyed by k (an int) and by k/u (a float; u = distinct true records
+    of a geounit), per method (rap_rank, baseline_tract, ...); `summary` is summary.json's content.
+
+    Example:
+        >>> result = AttackResult(out=Path("audit"), source="exact tables", schema="pl94_persons", geounits=("b1",),
+        ...                       match_rate={"rap_rank": {1: 1.0}}, match_rate_k_over_u={}, summary={})
+        >>> result.match_rate["rap_rank"][1]
+        1.0
+    """
 
     out: Path
     source: str

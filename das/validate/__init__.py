@@ -41,7 +41,6 @@ proves is a violation. It goes state by state (das.validate.driver), so memory f
 Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
-from das import callable_module
 from das.validate import certificate, files, invariants, manifest, nmf, optimality, records, rules, signature, spine, tables
 from das.validate import inputs as confidential
 from das.validate.driver import main, release_claims, validate_run, validate_state
@@ -58,4 +57,3 @@ for _check in (signature.SIGNATURE, files.CHECKSUMS, manifest.MANIFEST, files.ME
 __all__ = ["GEO", "HOLDS", "MAX_LISTED", "NMF_HOLDS", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",
            "ValidationError", "main", "register", "release_claims", "unregister", "validate_run", "validate_state"]
 
-callable_module(__name__)  # `das.validate(release)` is das.api.validate (see das/__init__.py)
