@@ -23,9 +23,16 @@ STUDIES = {"das replicate": "study.json", "das metrics": "study.json", "das comp
 
 @dataclass(frozen=True)
 class Study:
-    """A finished study directory (`das replicate`, `das metrics` or `das compare`), read as Python values.
+    """A finished study directory (`das replicate`, `das metrics` or `das compare`), read as Python values:
+    its tables as DataFrames (`metrics`, `bias`, `areas`, `composition`, `frame(name)`), what was run (`meta`),
+    and its report (`report()`). Its files hold true counts: confidential.
 
     `Study(path)` and `Study.open(path)` are the same: each refuses (StudyError) what is not a finished study.
+
+    Example:
+        >>> study = replicate("tiny", out=getfixture("tmp_path") / "s", runs=2, seed=1, estimators=("topdown",))
+        >>> Study.open(study.path).meta["status"], sorted(study.metrics["estimator"].unique())
+        ('complete', ['topdown'])
     """
 
     path: Path
@@ -36,15 +43,23 @@ class Study:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Study:
-        """The study in directory `path`: what `das.replicate`, `das.metrics` or `das.compare` wrote.
+        """The study in a directory: what `das.replicate`, `das.metrics` or `das.compare` wrote.
 
-        Raises StudyError naming the path and what was expected when it is missing, is not a directory, is a release
-        (open that with `das.Release.open`), holds no study, or holds one that did not finish.
+        Args:
+            path: the study's directory.
 
-        >>> from das.api import run
-        >>> study = Study.open(metrics(run("tiny", out=getfixture("tmp_path") / "r", seed=1, progress=False)).path)
-        >>> study.meta["kind"], sorted(study.metrics["estimator"].unique())
-        ('run', ['noisy', 'topdown', 'wls'])
+        Returns:
+            The `Study`.
+
+        Raises:
+            StudyError: naming the path and what was expected, when it is missing, is not a directory, is a
+                release (open that with `das.Release.open`), holds no study, or holds one that did not finish.
+
+        Example:
+            >>> from das.api import run
+            >>> study = Study.open(metrics(run("tiny", out=getfixture("tmp_path") / "r", seed=1, progress=False)).path)
+            >>> study.meta["kind"], sorted(study.metrics["estimator"].unique())
+            ('run', ['noisy', 'topdown', 'wls'])
         """
         return cls(Path(path))
 
@@ -54,8 +69,15 @@ class Study:
         return json.loads((self.path / _study_record(self.path)).read_text())
 
     def frame(self, name: str):
-        """One of the study's Parquet tables as a DataFrame: metrics, bias, stats, errors (and for a comparison
-        comparison, runs, attack, attack_rates)."""
+        """One of the study's Parquet tables as a DataFrame.
+
+        Args:
+            name: metrics, bias, stats, errors, areas, composition (a comparison: comparison, runs, attack,
+                attack_rates).
+
+        Returns:
+            A pandas DataFrame.
+        """
         import pandas as pd
 
         return pd.read_parquet(self.path / f"{name}.parquet")
@@ -84,8 +106,16 @@ class Study:
 
     def report(self, out: str | os.PathLike | None = None, *, areas: Mapping[str, str | os.PathLike] | None = None
                ) -> Path:
-        """The HTML report (and its Markdown twin) of the study: `das report DIR`; returns index.html's path. areas:
-        area type -> file, scored from the study's block errors in place of the areas it was scored on."""
+        """The HTML report (and its Markdown twin) of the study, as `das report DIR` draws it.
+
+        Args:
+            out: the report's directory (default: the study's report/).
+            areas: area type -> area file, scored from the study's block errors in place of the areas it was
+                scored on.
+
+        Returns:
+            index.html's path.
+        """
         if (self.path / "compare.json").is_file():
             from das.research.compare_report import build_compare_report
 
@@ -127,12 +157,40 @@ def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, eps=Non
               keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
               overwrite: bool = False, allow_large_rho: bool = False, areas: Mapping[str, str | os.PathLike] | None = None
               ) -> Study:
-    """`das replicate`: `runs` independent noise draws on the same input per budget, each post-processed and scored
-    per estimator (TopDown, the raw noisy measurement, unconstrained WLS). rho: one persons budget or a list to sweep
-    (default: the spec's), or eps (one or a list) at delta (default: the spec's), each the largest rho certified
-    within it (`das.rho_for_eps`), exact as in `das.run` (a float is the decimal it prints as); study.json records
-    each rho and its eps at delta (`Study.meta["budgets"]`); areas: area type -> area file, scored off the spine
-    (default: synthetic districts); the other arguments are the command's flags and `das.run`'s spec and inputs."""
+    """Replicates, as `das replicate` runs them: `runs` independent noise draws on the same input per budget, each
+    post-processed and scored per estimator against the truth.
+
+    Args:
+        spec: a shipped name, a path to a run spec .toml or a dict.
+        out: the study's directory (confidential: it holds true counts).
+        runs: noise draws per budget.
+        rho: one persons budget or a list to sweep (default: the spec's).
+        eps, delta: instead of rho, one eps or a list at delta (default: the spec's delta), each spent as the
+            largest rho certified within it (`das.rho_for_eps`); exact as in `das.run` (a float is the decimal it
+            prints as).
+        seed: replication mode's seed (reproducible draws).
+        estimators: which to score: topdown, noisy (the raw measurement), wls (unconstrained weighted least
+            squares).
+        queries: the queries scored (marginal names, e.g. "hispanic x cenrace").
+        keep: the queries whose per-geounit errors are kept (for bias by size and composition).
+        workers: processes (default 1).
+        persons, units: the input and truth, paths or DataFrames (default: the spec's).
+        overwrite: replace an earlier study in `out`.
+        allow_large_rho: acknowledge a budget above the cap.
+        areas: area type -> area file, scored off the spine (default: synthetic districts).
+
+    Returns:
+        The `Study` (`Study.meta["budgets"]`: each rho and its eps at delta).
+
+    Raises:
+        SpecError, InputError, BudgetError, OutDirError, StudyError: a refusal, before anything is drawn.
+
+    Example:
+        >>> study = replicate("tiny", out=getfixture("tmp_path") / "s", runs=2, eps=[1.0, 4.0], seed=1,
+        ...                   estimators=("topdown",))
+        >>> len(study.meta["budgets"])
+        2
+    """
     from das.research.replicate import Study as Design
     from das.research.replicate import replicate_study
 
@@ -154,10 +212,30 @@ def _exact_texts(values, name: str) -> tuple[str, ...]:
 def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
             estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
-    """`das metrics`: one release (a Release or its directory) scored against the confidential input (`truth`:
-    (persons, units), paths or DataFrames; default the run's own input files, which a release made from DataFrames
-    has not: give its truth), into `out` (default: beside the release, RUN_DIR-metrics); areas: area type -> area
-    file, scored off the spine beside its levels (default: synthetic districts)."""
+    """One release scored against the confidential truth, as `das metrics` scores it.
+
+    Args:
+        release: a `Release` or its directory (a TopDown release, or a synthetic one).
+        truth: (persons, units), paths or DataFrames (default: the run's own input files; a release made from
+            DataFrames has none: give its truth).
+        out: the study's directory (default: beside the release, RUN_DIR-metrics).
+        estimators: which to score (topdown, noisy, wls; a synthetic release: its own).
+        queries: the queries scored.
+        keep: the queries whose per-geounit errors are kept.
+        areas: area type -> area file, scored off the spine beside its levels (default: synthetic districts).
+
+    Returns:
+        The `Study`.
+
+    Raises:
+        StudyError: truth not a pair, or not to be found. InputError: the truth cannot be read.
+
+    Example:
+        >>> from das.api import run
+        >>> study = metrics(run("tiny", out=getfixture("tmp_path") / "r", seed=1, progress=False))
+        >>> "block" in set(study.metrics["level"])
+        True
+    """
     from das.research.evaluate import evaluate_run, metrics_dir
 
     path = Path(release.path if isinstance(release, Release) else release)
@@ -191,11 +269,36 @@ def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("top
             attack_blocks: int = 10, attack_seeds: int | None = None, attack_runs: int = 20, attack_relaxed: int = 300,
             attack_steps: int = 300, tables: str | None = None, workers: int = 1, overwrite: bool = False,
             allow_large_rho: bool = False, persons=None, units=None) -> Study:
-    """`das compare`: TopDown, the research estimators and other mechanisms on the same input, budget and seeds:
-    error, bias, cost and reconstruction-attack match rates side by side (the arguments are the command's flags).
-    rho, or eps at delta: the persons budget of every release (exact, as in `das.run`); delta is the spec's own, at
-    which every release is certified (another is refused). persons, units: the input and truth, paths or DataFrames,
-    as `das.run`'s; default the spec's."""
+    """TopDown, the research estimators and other mechanisms on the same input, budget and seeds, as `das compare`
+    runs them: error, bias, cost and reconstruction-attack match rates side by side.
+
+    Args:
+        spec: a shipped name, a path to a run spec .toml or a dict.
+        out: the comparison's directory (confidential).
+        mechanisms: topdown and any of `das synth`'s (a tuple, or a comma-separated string).
+        seeds: releases per mechanism.
+        rho, eps, delta: the persons budget of every release (exact, as in `das.run`); delta is the spec's own,
+            at which every release is certified (another is refused).
+        attack_blocks, attack_seeds, attack_runs, attack_relaxed, attack_steps: the reconstruction attack's
+            geounits, releases attacked, and RAP-Rank's runs, relaxed records and steps.
+        tables: the attack's workload (specs/attack; default the schema's).
+        workers: processes (default 1).
+        overwrite: replace an earlier comparison in `out`.
+        allow_large_rho: acknowledge a budget above the cap.
+        persons, units: the input and truth, paths or DataFrames (default: the spec's).
+
+    Returns:
+        The `Study` of the comparison (`frame("comparison")`, `frame("attack_rates")`...).
+
+    Raises:
+        SpecError, InputError, BudgetError, OutDirError, StudyError, MechanismError: a refusal, before anything
+            is drawn.
+
+    Example:
+        >>> study = compare("tiny", out=getfixture("tmp_path") / "c", mechanisms="flat", seeds=1, attack_blocks=0)
+        >>> list(study.frame("comparison")["estimator"])
+        ['flat']
+    """
     from das.research import compare as comparing
 
     if isinstance(mechanisms, str):

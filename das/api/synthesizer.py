@@ -60,23 +60,32 @@ class Synthesizer:
 def synthesizer(mechanism: str, *, spec="tiny", eps=None, delta=None, rho=None, out: str | os.PathLike | None = None,
                 seed: int | None = None, overwrite: bool = False, allow_large_rho: bool = False,
                 signing_key: str | os.PathLike | None = None) -> Synthesizer:
-    """A synthesizer of `das synth`'s mechanism `mechanism`, to `fit` on DataFrames and `sample` its release.
+    """A synthesizer of `das synth`'s mechanism, in the shape synthesizer libraries use: `fit` on DataFrames,
+    then `sample` its release.
 
-    mechanism: flat, stability, mwem, privbayes, privsyn, mst or aim (docs/mechanisms.md).
-    spec: the run spec whose schema (the data's domain), geography levels and delta the mechanism uses: a shipped
-    name (default "tiny": PL 94-171 persons and units at six levels), a path or a dict; its inputs are fit's.
-    eps (at delta, default the spec's) or rho: the persons budget, exact (see das.run; default the spec's).
-    out: the release directory (default runs/NAME); seed: replication mode (seeded noise, NOT private);
-    overwrite, allow_large_rho, signing_key: as das.synth's.
+    Args:
+        mechanism: flat, stability, mwem, privbayes, privsyn, mst or aim (docs/mechanisms.md).
+        spec: the run spec whose schema (the data's domain), geography levels and delta the mechanism uses: a
+            shipped name (default "tiny": PL 94-171 persons and units at six levels), a path or a dict; its
+            inputs are fit's.
+        eps, delta, rho: the persons budget, eps at delta or rho, exact (a float is the decimal it prints as;
+            default the spec's).
+        out: the release directory (default runs/NAME).
+        seed: replication mode (seeded noise, NOT private).
+        overwrite, allow_large_rho, signing_key: as das.synth's.
 
-    Returns a `Synthesizer`: `.fit(persons, units)` spends the budget once and writes the release (returns the
-    synthesizer), `.sample()` returns that release (a das.Release) as often as asked, drawing no new noise.
-    Raises MechanismError (an unknown mechanism) and SpecError (a budget that is not a number) here, before
-    anything is read; fit raises what das.synth raises.
+    Returns:
+        A `Synthesizer`: `.fit(persons, units)` spends the budget once and writes the release (returns the
+        synthesizer); `.sample()` returns that release (a das.Release) as often as asked, drawing no new noise.
 
-    >>> synthesizer("flat", eps=1, out=getfixture("tmp_path") / "flat", seed=1).fit(
-    ...     "geography_fixtures/tiny/persons.csv", "geography_fixtures/tiny/units.csv").sample().valid
-    True
+    Raises:
+        MechanismError: an unknown mechanism. SpecError: a budget that is not a number. Both here, before
+            anything is read; fit raises what das.synth raises.
+
+    Example:
+        >>> synthesizer("flat", eps=1, out=getfixture("tmp_path") / "flat", seed=1).fit(
+        ...     "geography_fixtures/tiny/persons.csv", "geography_fixtures/tiny/units.csv").sample().valid
+        True
     """
     from das.mechanisms import MECHANISMS, MechanismError
 
