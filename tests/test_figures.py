@@ -61,7 +61,7 @@ def built(tmp_path_factory):
     assert {name.split("/")[0] for name in drawn.figures} == {"study", "metrics", "attack1", "attack3", "compare"}
     for fig in drawn.figures.values():
         FigureCanvasAgg(fig).draw()  # closed (pyplot dropped its canvas): laid out again as saved
-    return drawn.figures, attacks
+    return drawn.figures, attacks, tmp
 
 
 def _renderer(fig):
@@ -92,7 +92,7 @@ def _texts(fig):
 
 
 def test_no_text_is_cut_off(built):
-    figures, _ = built
+    figures, *_ = built
     cut = []
     for name, fig in figures.items():
         renderer, box = _renderer(fig), fig.bbox
@@ -104,7 +104,7 @@ def test_no_text_is_cut_off(built):
 
 
 def test_no_two_tick_labels_of_an_axis_overlap(built):
-    figures, _ = built
+    figures, *_ = built
     overlapping = []
     for name, fig in figures.items():
         renderer = _renderer(fig)
@@ -126,7 +126,7 @@ def _colour(artist):
 
 
 def test_each_legend_entry_has_the_colour_of_the_series_it_names(built):
-    figures, _ = built
+    figures, *_ = built
     wrong, checked = [], 0
     for name, fig in figures.items():
         legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
@@ -144,7 +144,7 @@ def test_each_legend_entry_has_the_colour_of_the_series_it_names(built):
 
 
 def test_a_bar_of_exactly_zero_is_drawn_visibly(built):
-    figures, _ = built
+    figures, *_ = built
     zeros, missing = 0, []
     for name, fig in figures.items():
         for ax in fig.axes:
@@ -176,8 +176,36 @@ def _band_at(fig, panel: int, colour, x: float) -> tuple[float, float]:
     return min(ys), max(ys)
 
 
+def _wilson(p: float, trials: float, z: float = 2.0) -> tuple[float, float]:
+    """The Wilson score interval of a share p of `trials` at z standard errors (written here from its formula)."""
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def test_the_comparison_attack_bars_are_pooled_with_wilson_intervals(built):
+    import pandas as pd
+
+    from das.research import series
+
+    figures, _, tmp = built
+    fig = figures["compare/report/attack.png"]
+    attack = pd.read_parquet(tmp / "compare" / "attack.parquet")
+    rap = attack[attack["method"] == "rap_rank"].groupby("mechanism")[["hits_at_u", "u"]].sum()
+    ax = fig.axes[0]
+    checked = 0
+    for container in [c for c in ax.containers if isinstance(c, BarContainer)]:
+        mechanism = {series.label(m): m for m in rap.index}[container.get_label()]
+        hits, asked = rap.loc[mechanism]
+        assert container.patches[0].get_height() == pytest.approx(hits / asked)
+        (segment,) = container.errorbar.lines[2][0].get_segments()
+        assert sorted(segment[:, 1]) == pytest.approx(_wilson(hits / asked, asked))
+        checked += 1
+    assert checked == len(rap) == 2  # TopDown's release and the exact tables
+
+
 def test_match_rate_is_plotted_as_attack_result_pools_it(built):
-    figures, attacks = built
+    figures, attacks, _ = built
     for n, result in attacks.items():
         fig = figures[f"attack{n}/match_rate.png"]
         assert all("Match-Rate" in ax.get_ylabel() for ax in fig.axes)
@@ -191,16 +219,13 @@ def test_match_rate_is_plotted_as_attack_result_pools_it(built):
 
 
 def test_match_rate_bands_are_wilson_intervals_at_two_standard_errors_even_for_one_geounit(built):
-    figures, attacks = built
+    figures, attacks, _ = built
     for n, result in attacks.items():
         fig = figures[f"attack{n}/match_rate.png"]
         _, _, line = _curve(fig, 0, "RAP-Rank")
         # the band at k = 1 is the Wilson interval at z = 2 of the pooled hits over the n candidates asked
-        p, trials, z = result.match_rate["rap_rank"][1], n, 2.0
-        centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
-        half = z / (1 + z * z / trials) * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
         low, high = _band_at(fig, 0, matplotlib.colors.to_rgba(line.get_color()), 1.0)
-        assert (low, high) == pytest.approx((max(0, centre - half), min(1, centre + half)), abs=1e-9)
+        assert (low, high) == pytest.approx(_wilson(result.match_rate["rap_rank"][1], n), abs=1e-9)
         assert high - low > 0.3  # one geounit's (or three's) rate is far from known: the band says so
 
 
@@ -209,14 +234,14 @@ def test_the_three_geounits_mean_rate_is_not_their_pooled_rate(built):
     Match-Rate@u (match_rate.csv) is another number than the pooled one."""
     import pandas as pd
 
-    _, attacks = built
+    _, attacks, _ = built
     curves = pd.read_csv(attacks[3].out / "match_rate.csv", dtype={"geocode": str})
     at_u = curves[(curves["method"] == "rap_rank") & np.isclose(curves["k_over_u"], 1.0)]
     assert len(at_u) == 3 and abs(at_u["match_rate"].mean() - attacks[3].match_rate_k_over_u["rap_rank"][1.0]) > 0.01
 
 
 def test_every_figure_states_its_uncertainty_convention(built):
-    figures, _ = built
+    figures, *_ = built
     unstated = [name for name, fig in figures.items()
                 if not any(c in fig.get_suptitle().replace("\n", " ") for c in CONVENTIONS)]
     assert unstated == [] and len(figures) >= 20

@@ -129,7 +129,8 @@ def plot_attack(rates: pd.DataFrame, order: list[str], path: Path, attack: pd.Da
                                                for m in mechanisms])
         ax.set(ylim=(0, 1), title=title, ylabel=f"{title.split(' ')[0]} (pooled: hits / candidates asked)")
     return _finish(fig, axes, "RAP-Rank on each release and on exact tables, the same blocks (n: blocks x seeds)", path,
-                   uncertainty=wilson_note("the candidates asked"))
+                   uncertainty=wilson_note("the candidates asked") if attack is not None and len(attack)
+                   else no_bands("no per-block attack table to count the candidates asked"))
 
 
 def plot_cost(table: pd.DataFrame, path: Path) -> bool:
