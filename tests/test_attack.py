@@ -481,18 +481,21 @@ def test_cli_attack_output_is_confidential_its_own_and_outside_the_release(tmp_p
 def test_the_attack_plot_names_its_series_with_n_and_uncertainty(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    from das.attack.audit import _plot
+    from das.attack.audit import GeounitResult, _plot
+    from das.attack.rank import Candidates
     from das.research import series
 
     drawn = []
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
-    curves = pd.DataFrame([{"geocode": g, "method": m, "k": k, "k_over_u": k / 4, "match_rate": 1 / k}
-                           for g in ("1", "2", "3") for m in ("rap_rank", "baseline_tract") for k in range(1, 9)])
-    _plot(curves, tmp_path / "m.png", "Match-Rate@k, block attack on release r1")
+    nothing = Candidates(np.zeros((0, 2), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 1)
+    results = [GeounitResult(g, 4, 4, 4, 10, 0.1, 0.0, {m: np.array([1.0, 0, 0, 0]) for m in ("rap_rank", "baseline_tract")},
+                             nothing, np.zeros(0, bool)) for g in ("1", "2", "3")]
+    _plot(results, tmp_path / "m.png", "Match-Rate@k, block attack on release r1")
     fig = drawn[0]
     labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
     assert labels == ["RAP-Rank (n = 3 geounits)", "baseline: rest of the tract (n = 3 geounits)"]
-    assert all(len(ax.collections) == 2 for ax in fig.axes)  # a band of +- 1 s.e. per series
+    assert all(len(ax.collections) == 2 for ax in fig.axes)  # a band (Wilson, z = 2) per series
+    assert "Wilson score intervals at z = 2" in fig.get_suptitle()
     assert fig.axes[0].get_lines()[0].get_color() == series.color("rap_rank")
     assert str(tmp_path) not in fig.get_suptitle()
 

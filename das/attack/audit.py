@@ -174,22 +174,32 @@ def run_audit(truth: PersonRecords, published: PersonRecords, geounits: list[str
 # Scores and outputs
 
 
+def pooled_hits(results: list[GeounitResult], method: str, k_of) -> tuple[float, int]:
+    """Match-Rate's one definition, pooled over geounits: (expected hits among the top k candidates, k asked), summed
+    over the geounits `method` ranked, k = k_of(geounit) (None: that geounit left out). Rate = hits / asked."""
+    hits, asked = 0.0, 0
+    for r in results:
+        k = k_of(r) if method in r.hits else None
+        if k is not None:
+            hits += float(r.hits[method][:k].sum())
+            asked += k
+    return hits, asked
+
+
+def k_at_fraction(fraction: float):
+    """k of a geounit at k/u = fraction: at least 1; None (left out) for a geounit of no true records."""
+    return lambda r: max(1, math.ceil(fraction * r.distinct_true)) if r.distinct_true else None
+
+
 def pooled_rates(results: list[GeounitResult]) -> dict:
-    """Per method: Match-Rate pooled over geounits (expected hits / candidates asked for) at each k and each k/u."""
+    """Per method: Match-Rate pooled over geounits (`pooled_hits`) at each k and each k/u (None: nothing asked)."""
+    def rate(hits: float, asked: int) -> float | None:
+        return hits / asked if asked else None
+
     methods = sorted({m for r in results for m in r.hits})
-    out = {}
-    for m in methods:
-        at_k = {}
-        for k in REPORT_K:
-            asked = sum(k for r in results if m in r.hits)
-            at_k[str(k)] = sum(float(r.hits[m][:k].sum()) for r in results if m in r.hits) / asked if asked else None
-        at_f = {}
-        for f in REPORT_FRACTIONS:
-            ks = [(r, max(1, math.ceil(f * r.distinct_true))) for r in results if m in r.hits and r.distinct_true]
-            asked = sum(k for _, k in ks)
-            at_f[str(f)] = sum(float(r.hits[m][:k].sum()) for r, k in ks) / asked if asked else None
-        out[m] = {"k": at_k, "k_over_u": at_f}
-    return out
+    return {m: {"k": {str(k): rate(*pooled_hits(results, m, lambda r, k=k: k)) for k in REPORT_K},
+                "k_over_u": {str(f): rate(*pooled_hits(results, m, k_at_fraction(f))) for f in REPORT_FRACTIONS}}
+            for m in methods}
 
 
 def curves_frame(results: list[GeounitResult]) -> pd.DataFrame:
@@ -239,50 +249,52 @@ def candidates_frame(results: list[GeounitResult], published: PersonRecords, lev
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _mean_and_se(per_geounit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The mean over geounits (rows) at each k, and its standard error (0 with one geounit: no spread to show)."""
-    mean = per_geounit.mean(axis=0)
-    n = per_geounit.shape[0]
-    se = per_geounit.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.zeros_like(mean)
-    return mean, se
+def _pooled_curve(results: list[GeounitResult], method: str, k_ofs: list) -> tuple[np.ndarray, np.ndarray]:
+    """(hits, asked) pooled over the geounits (`pooled_hits`) at each k rule of `k_ofs`: a curve's points."""
+    points = np.array([pooled_hits(results, method, k_of) for k_of in k_ofs], dtype=float).reshape(-1, 2)
+    return points[:, 0], points[:, 1]
 
 
-def _plot(curves: pd.DataFrame, path: Path, title: str) -> None:
-    """Match-Rate@k and @(k/u), mean over the geounits attacked with a band of +- 1 standard error, each method in its
-    das.research.series colour and style, named as a reader names it, with n."""
+def _plot(results: list[GeounitResult], path: Path, title: str) -> None:
+    """Match-Rate@k against k and against k/u, pooled over the geounits attacked (the summary's and AttackResult's
+    definition), with a band of the Wilson interval at z = 2 over the candidates asked (honest for one geounit),
+    each method in its das.research.series colour and style, named as a reader names it, with n."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from das.research import series
+    from das.research.report import fit_text, wilson, wilson_note
 
-    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.0), layout="constrained")
-    grid = np.linspace(0.02, 2.0, 100)
-    for method in sorted(set(curves["method"]), key=lambda m: (m != "rap_rank", m)):
-        group = curves[curves["method"] == method]
-        n = group["geocode"].nunique()
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2), layout="constrained")
+    k_max = max([max(2 * r.published_total, 2 * r.distinct_true) for r in results] + [10])
+    ks = np.arange(1, k_max + 1)
+    fractions = np.union1d(np.linspace(0.02, 2.0, 100), REPORT_FRACTIONS)
+    for method in sorted({m for r in results for m in r.hits}, key=lambda m: (m != "rap_rank", m)):
+        n = sum(method in r.hits for r in results)
         style = {"color": series.color(method), "ls": series.line(method), "lw": 1.8,
                  "label": f"{series.label(method)} (n = {n} geounit{'s' if n != 1 else ''})"}
-        by_k = group.pivot_table(index="geocode", columns="k", values="match_rate").to_numpy()
-        mean, se = _mean_and_se(by_k)
-        ks = np.sort(group["k"].unique())
-        axes[0].plot(ks, mean, **style)
-        axes[0].fill_between(ks, mean - se, mean + se, color=series.color(method), alpha=0.15, lw=0)
-        if group["k_over_u"].notna().any():
-            per_unit = np.array([np.interp(grid, g["k_over_u"], g["match_rate"]) for _, g in group.groupby("geocode")
-                                 if g["k_over_u"].notna().all()])
-            mean, se = _mean_and_se(per_unit)
-            axes[1].plot(grid, mean, **style)
-            axes[1].fill_between(grid, mean - se, mean + se, color=series.color(method), alpha=0.15, lw=0)
-    axes[0].set(xscale="log", xlabel="k (top candidates asked for, log scale)", ylabel="Match-Rate@k (mean over geounits)")
-    axes[1].set(xlabel="k / u (u = distinct true records of the geounit)", ylabel="Match-Rate@k (mean over geounits)")
+        for ax, x, k_ofs in ((axes[0], ks, [lambda r, k=k: int(k) for k in ks]),
+                             (axes[1], fractions, [k_at_fraction(f) for f in fractions])):
+            hits, asked = _pooled_curve(results, method, k_ofs)
+            shown = asked > 0
+            if not shown.any():
+                continue
+            low, high = wilson(hits[shown], asked[shown])
+            ax.plot(x[shown], hits[shown] / asked[shown], **style)
+            ax.fill_between(x[shown], low, high, color=series.color(method), alpha=0.15, lw=0)
+    axes[0].set(xscale="log", xlabel="k (top candidates asked for, log scale)",
+                ylabel="Match-Rate@k (pooled: hits / candidates asked)")
+    axes[1].set(xlabel="k / u (u = distinct true records of the geounit)",
+                ylabel="Match-Rate@k (pooled: hits / candidates asked)")
     for ax in axes:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 3), fontsize=8, frameon=False)
-    fig.suptitle(f"{title}; bands: +- 1 s.e. over the geounits", fontsize=10)
+    fig.suptitle(f"{title}, pooled over the geounits\n{wilson_note('the candidates asked')}", fontsize=10)
+    fit_text(fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -296,7 +308,7 @@ def write_outputs(out_dir: Path, results: list[GeounitResult], published: Person
     pq.write_table(outdir.mark_confidential(candidates), out_dir / "candidates.parquet")
     curves = curves_frame(results)
     curves.to_csv(out_dir / "match_rate.csv", index=False)
-    _plot(curves, out_dir / "match_rate.png", f"Match-Rate@k, {options.level} attack on {source}")
+    _plot(results, out_dir / "match_rate.png", f"Match-Rate@k, {options.level} attack on {source}")
     rows = []
     for r in results:
         v = r.variability

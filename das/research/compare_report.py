@@ -20,8 +20,12 @@ from das.research.report import (
     _html_table,
     _img_html,
     _panels,
+    bars,
     mae_panels,
+    no_bands,
     page_style,
+    wilson,
+    wilson_note,
 )
 
 LEVELS = ("block", "tract", "county")
@@ -32,14 +36,14 @@ REPORT_FILES = ("report/index.html", "report/report.md", "report/accuracy.png", 
 
 
 def _grouped_bars(ax, groups: list[str], values: dict[str, list[float]], *, log: bool = False) -> None:
-    """Bars of each series (its das.research.series colour) side by side within each group; NaN: no bar; on a log
-    axis an exact 0 is written as "0" where its bar would stand (never a bar driven by float noise)."""
+    """Bars of each series (its das.research.series colour) side by side within each group; NaN: no bar; an exact 0
+    a line of its colour (report.bars), or on a log axis a "0" where its bar would stand (never float noise)."""
     width = 0.8 / max(len(values), 1)
     for k, (name, row) in enumerate(values.items()):
         xs = np.arange(len(groups)) + (k - (len(values) - 1) / 2) * width
         row = np.asarray(row, dtype=float)
         zero = np.abs(row) < ZERO
-        ax.bar(xs, np.where(zero & log, np.nan, row), width, color=series.color(name), label=series.label(name))
+        bars(ax, xs, np.where(zero & log, np.nan, row), width, color=series.color(name), label=series.label(name))
         if log:
             for x in xs[zero]:
                 ax.annotate("0", (x, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7,
@@ -77,51 +81,56 @@ def plot_accuracy(table: pd.DataFrame, path: Path) -> bool:
         ax.set_yscale("symlog", linthresh=1)
         ax.axhline(0, color="black", lw=0.8)
     seeds = int(table["seeds"].max()) if len(table) else 0
-    return _finish(fig, axes, f"Total population: accuracy per geounit ({seeds} seed(s) per mechanism)", path)
+    return _finish(fig, axes, f"Total population: accuracy per geounit ({seeds} seed(s) per mechanism)", path,
+                   uncertainty=no_bands(f"MAE and signed error pooled over the geounits and {seeds} seed(s)"))
 
 
 def plot_queries(pooled: pd.DataFrame, path: Path, units: dict | None = None) -> bool:
     """MAE by level for every scored query, one panel per query, one line per mechanism (report.mae_panels)."""
     ticks = [f"{lv}\n{units[lv]:,}" if units and lv in units else lv for lv in LEVELS]
     return mae_panels(pooled[(pooled["bin"] == "all") & pooled["level"].isin(LEVELS)], path, levels=list(LEVELS),
-                      ticks=ticks, title="MAE by level and query (pooled over seeds; n under each level: geounits)")
+                      ticks=ticks, title="MAE by level and query (pooled over seeds; n under each level: geounits)",
+                      uncertainty=no_bands("an MAE over the cells and seeds"))
 
 
-def _rate_se(attack: pd.DataFrame, mechanism: str, column: str, asked) -> float:
-    """The standard error of a pooled Match-Rate: the spread of the per-block rates over blocks and seeds."""
-    part = attack[(attack["mechanism"] == mechanism) & (attack["method"] == "rap_rank")]
-    if len(part) < 2:
-        return np.nan
-    rates = part[column] / (part["u"] if asked == "u" else asked)
-    return float(rates.std(ddof=1) / np.sqrt(len(rates)))
+def _asked(attack: pd.DataFrame | None, mechanisms: list[str]) -> pd.DataFrame:
+    """RAP-Rank's expected hits and candidates asked at u and at 10 per mechanism, summed over the attacked blocks and
+    seeds (compare.attack_rates' pooling); NaN without the per-block attack table."""
+    columns = ["hits_at_u", "u", "hits_at_10", "asked_at_10"]
+    if attack is None or attack.empty:
+        return pd.DataFrame(np.nan, index=mechanisms, columns=columns)
+    rap = attack[attack["method"] == "rap_rank"].assign(asked_at_10=10)
+    return rap.groupby("mechanism")[columns].sum().reindex(mechanisms)
 
 
 def plot_attack(rates: pd.DataFrame, order: list[str], path: Path, attack: pd.DataFrame | None = None) -> bool:
-    """RAP-Rank's Match-Rate@u and @10 on each release (a bar in the mechanism's colour, +- 1 s.e. over the attacked
-    blocks and seeds) and on exact tables; the baselines, which use no release, as lines across."""
+    """RAP-Rank's Match-Rate@u and @10 on each release (a bar in the mechanism's colour: hits / candidates asked,
+    pooled over the attacked blocks and seeds, as the table; a Wilson interval at z = 2 over the candidates asked)
+    and on exact tables; the baselines, which use no release, as lines across."""
     if rates.empty:
         return False
     mechanisms = [m for m in order if m in set(rates["mechanism"])]
     fig, axes = _panels(2, 5.2, 3.6)
     rap = rates[rates["method"] == "rap_rank"].set_index("mechanism").reindex(mechanisms)
-    for ax, column, asked, title in ((axes[0], "rate_at_u", "u", "Match-Rate@u (u = distinct true records)"),
-                                     (axes[1], "rate_at_10", 10, "Match-Rate@10")):
-        errors = [_rate_se(attack, m, column.replace("rate", "hits"), asked) if attack is not None and len(attack)
-                  else np.nan for m in mechanisms]
+    asked = _asked(attack, mechanisms)
+    for ax, column, hits, tried, title in (
+            (axes[0], "rate_at_u", asked["hits_at_u"], asked["u"], "Match-Rate@u (u = distinct true records)"),
+            (axes[1], "rate_at_10", asked["hits_at_10"], asked["asked_at_10"], "Match-Rate@10")):
+        low, high = wilson(hits.to_numpy(float), tried.to_numpy(float))
+        values = rap[column].to_numpy(float)
         for i, mechanism in enumerate(mechanisms):
-            n = int(rap.loc[mechanism, "blocks"]) * int(rap.loc[mechanism, "seeds"])
-            ax.bar(i, rap.loc[mechanism, column], 0.7, color=series.color(mechanism), yerr=errors[i], capsize=3,
-                   label=f"{series.label(mechanism)}")
-            ax.annotate(f"n={n}", (i, 0), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7,
-                        color="white" if rap.loc[mechanism, column] > 0.1 else "#333")
+            bars(ax, [i], [values[i]], 0.7, color=series.color(mechanism), label=series.label(mechanism),
+                 **({"yerr": [[values[i] - low[i]], [high[i] - values[i]]], "capsize": 3} if np.isfinite(low[i]) else {}))
         for method in METHODS[1:]:
             value = rates[rates["method"] == method][column].mean()
             if np.isfinite(value):
                 ax.axhline(value, color=series.color(method), ls=series.line(method), lw=1.6, label=series.label(method))
-        ax.set_xticks(range(len(mechanisms)), mechanisms, rotation=30)
-        ax.set(ylim=(0, 1), title=title, ylabel="share of candidates that are true records")
-    return _finish(fig, axes, "RAP-Rank on each release and on exact tables, the same blocks (bars: +- 1 s.e.; n: "
-                              "blocks x seeds)", path)
+        ax.set_xticks(range(len(mechanisms)), [f"{m}\nn={int(rap.loc[m, 'blocks']) * int(rap.loc[m, 'seeds'])}"
+                                               for m in mechanisms])
+        ax.set(ylim=(0, 1), title=title, ylabel=f"{title.split(' ')[0]} (pooled: hits / candidates asked)")
+    return _finish(fig, axes, "RAP-Rank on each release and on exact tables, the same blocks (n: blocks x seeds)", path,
+                   uncertainty=wilson_note("the candidates asked") if attack is not None and len(attack)
+                   else no_bands("no per-block attack table to count the candidates asked"))
 
 
 def plot_cost(table: pd.DataFrame, path: Path) -> bool:
@@ -136,7 +145,8 @@ def plot_cost(table: pd.DataFrame, path: Path) -> bool:
             ax.bar(estimator, value, color=series.color(estimator), label=series.label(estimator))
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=30)
-    return _finish(fig, axes, f"Cost of one release (median over {int(rows['seeds'].max())} seed(s))", path)
+    return _finish(fig, axes, f"Cost of one release (median over {int(rows['seeds'].max())} seed(s))", path,
+                   uncertainty=no_bands("a median over the seeds"))
 
 
 TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; "

@@ -65,24 +65,123 @@ def _panels(n: int, width: float, height: float):
     return fig, flat[:n]
 
 
-def _finish(fig, axes, title: str, path: Path) -> bool:
-    """One legend for the figure (every series once, below the panels, covering no data), the title, saved as a PNG
-    no wider than the page, the figure freed."""
+def _finish(fig, axes, title: str, path: Path, *, uncertainty: str) -> bool:
+    """One legend for the figure (every series once, below the panels, covering no data), the title and under it the
+    figure's uncertainty convention (`uncertainty`, from `two_se` or `no_bands`), text fitted to the figure
+    (`fit_text`), saved as a PNG no wider than the page, the figure freed."""
     handles: dict = {}
     for ax in axes:
         for handle, name in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(name, handle)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(f"{title}\n{uncertainty}", fontsize=10)
     if handles:
-        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(len(handles), 4), fontsize=8,
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=min(len(handles), 3), fontsize=8,
                    frameon=False)
     for ax in axes:
         if ax.get_yscale() in ("log", "symlog"):  # 2, 5, 10 rather than 2 x 10^0
             ax.yaxis.set_major_formatter(_plain)
             ax.yaxis.set_minor_formatter(_plain_minor)
+    fit_text(fig)
     fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return True
+
+
+Z = 2  # every interval das draws is +- Z standard errors (about 95%): one convention, stated on every figure
+UNCERTAINTY = "Uncertainty: "  # how every figure's statement of its convention begins
+
+
+def two_se(across: str) -> str:
+    """The convention of a figure with error bars: +- 2 standard errors, `across` what (e.g. "3 replicates")."""
+    return f"{UNCERTAINTY}bars +-{Z} standard errors (about 95%) across {across}"
+
+
+def no_bands(why: str) -> str:
+    """The convention of a figure without error bars, and why there are none (e.g. "one release: one draw of noise")."""
+    return f"{UNCERTAINTY}none drawn ({why})"
+
+
+def wilson_note(over: str) -> str:
+    """The convention of a figure of shares with Wilson intervals (`wilson`), over what trials (`over`)."""
+    return (f"{UNCERTAINTY}Wilson score intervals at z = {Z} (about 95%) over {over}, counted as independent "
+            "trials")
+
+
+def wilson(hits, asked, z: float = Z) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of a share hits / asked at z standard errors: honest at 0, at 1 and for few trials
+    (where +- z binomial standard errors would be 0 wide or leave [0, 1]); asked 0 gives NaN."""
+    hits, asked = np.asarray(hits, dtype=float), np.asarray(asked, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = hits / asked
+        centre = (p + z * z / (2 * asked)) / (1 + z * z / asked)
+        half = z / (1 + z * z / asked) * np.sqrt(p * (1 - p) / asked + z * z / (4 * asked * asked))
+    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+
+
+def bars(ax, xs, values, width: float, **style) -> None:
+    """Bars at xs (matplotlib's `ax.bar` with `style`); a bar of exactly 0 (|value| < ZERO) drawn as a thick line of
+    its colour across its width, above the zero line, so it reads as 0 and not as missing."""
+    values = np.asarray(values, dtype=float)
+    ax.bar(xs, values, width, **style)
+    for x in np.asarray(xs, dtype=float)[np.abs(values) < ZERO]:
+        ax.plot([x - width / 2, x + width / 2], [0, 0], color=style.get("color"), alpha=style.get("alpha"), lw=3,
+                solid_capstyle="butt", zorder=3, label="_zero")
+
+
+def _wrapped(text: str, share: float) -> str:
+    """`text` rewrapped (each of its lines) to `share` of its longest line's length, breaking at spaces."""
+    import textwrap
+
+    lines = text.split("\n")
+    width = max(8, int(max(len(line) for line in lines) * share))
+    return "\n".join(part for line in lines for part in (textwrap.wrap(line, width) or [""]))
+
+
+def _untangle_ticks(fig, renderer) -> bool:
+    """Tick labels of an x axis that overlap or touch: their words stacked (labels das wrote), else turned 30 degrees, then
+    upright; True if any axis was changed."""
+    from matplotlib.ticker import FixedLocator
+
+    changed = False
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+        gap = fig.dpi / 36  # 2 points: labels that touch read as one
+        if not ax.get_visible() or not any(a.x1 + gap > b.x0 for a, b in zip(boxes, boxes[1:])):
+            continue
+        changed = True
+        texts = [t.get_text() for t in ax.get_xticklabels()]
+        if isinstance(ax.xaxis.get_major_locator(), FixedLocator) and any(" " in text for text in texts):
+            ax.set_xticks(ax.get_xticks(), [text.replace(" ", "\n") for text in texts])
+        else:
+            turned = 30 if labels[0].get_rotation() == 0 else 90
+            for t in ax.get_xticklabels():
+                t.set(rotation=turned, ha="right", va="top" if turned < 90 else "center", rotation_mode="anchor")
+    return changed
+
+
+def fit_text(fig) -> None:
+    """Lay the figure out (constrained layout) and make its text fit: overlapping tick labels turned, and any title or
+    axis label longer than its room (the figure for the title, its axes for the rest) wrapped, so no text is cut."""
+    for _ in range(4):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        changed = _untangle_ticks(fig, renderer)
+        room = [(fig.get_suptitle() and fig._suptitle, fig.bbox.width * 0.96, "width")]
+        for ax in fig.axes:
+            if ax.get_visible():
+                room += [(ax.title, ax.bbox.width, "width"), (ax.xaxis.label, ax.bbox.width, "width"),
+                         (ax.yaxis.label, ax.bbox.height, "height")]
+        for text, space, side in room:
+            if not text or not text.get_text() or not text.get_visible():
+                continue
+            size = getattr(text.get_window_extent(renderer), side)
+            if size > space:
+                text.set_text(_wrapped(text.get_text(), 0.95 * space / size))
+                changed = True
+        if not changed:
+            return
+    fig.canvas.draw()
 
 
 def _plain(value, _position=None) -> str:
@@ -145,6 +244,13 @@ def replicates(meta: dict) -> int:
     return int(meta.get("replicates", meta.get("study", {}).get("runs", 1)))
 
 
+def _bars_note(meta: dict) -> str:
+    """The uncertainty convention of a bar chart of signed errors: +- 2 s.e. across a study's replicates; none for one
+    release (one draw of noise: there is no spread across draws to show)."""
+    n = replicates(meta)
+    return two_se(f"{n} replicates") if n > 1 else no_bands("one release: one draw of noise")
+
+
 def _draws(meta: dict) -> str:
     n = replicates(meta)
     return f"mean over {n} replicates" if n > 1 else "one release"
@@ -182,7 +288,7 @@ def plot_signed_error(errors: pd.DataFrame, meta: dict, rho: str, path: Path) ->
         ax.set_ylabel(f"signed error (persons; {_draws(meta)})")
         ax.set_title(f"{level}: n = {meta['units'][level]:,} geounits; lines: moving average of {window}", fontsize=9)
     return _finish(fig, axes, f"Signed error of total population against true size (rho = {rho}, {_draws(meta)})",
-                   path)
+                   path, uncertainty=no_bands("points: each geounit's error; lines: moving averages"))
 
 
 def _bin_counts(pooled: pd.DataFrame, *, rho: str, query: str, level: str) -> dict[str, int]:
@@ -210,19 +316,20 @@ def plot_bias_by_bin(bias: pd.DataFrame, meta: dict, *, rho: str, query: str, pa
         for k, estimator in enumerate(estimators):
             g = part[part["estimator"] == estimator].set_index("bin").reindex(bins)
             xs = np.arange(len(bins)) + (k - (len(estimators) - 1) / 2) * width
-            ax.bar(xs, g["mean_error"], width, color=series.color(estimator), label=series.label(estimator),
-                   **({"yerr": 2 * g["se"].fillna(0), "capsize": 2} if study else {}))
+            bars(ax, xs, g["mean_error"], width, color=series.color(estimator), label=series.label(estimator),
+                 **({"yerr": Z * g["se"].fillna(0), "capsize": 2} if study else {}))
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(range(len(bins)), [f"{b}\nn={counts[b]:,}" if b in counts else b for b in bins], fontsize=8)
         ax.set_xlabel("true count of the cell (n: cells per bin)")
         ax.set_ylabel("mean signed error (persons)" if study else "signed error, mean over the cells (persons)")
         ax.set_title(f"{level}: {query}", fontsize=10)
-    title = (f"Bias by true size: {query} (rho = {rho}; bars +- 2 s.e. across {replicates(meta)} replicates)" if study
+    title = (f"Bias by true size: {query} (rho = {rho})" if study
              else f"Signed error by true size: {query} (one release, rho = {rho}: one draw of noise, not a bias)")
-    return _finish(fig, axes, title, path)
+    return _finish(fig, axes, title, path, uncertainty=_bars_note(meta))
 
 
-def mae_panels(frame: pd.DataFrame, path: Path, *, levels: list[str], ticks: list[str], title: str) -> bool:
+def mae_panels(frame: pd.DataFrame, path: Path, *, levels: list[str], ticks: list[str], title: str,
+               uncertainty: str) -> bool:
     """The MAE of each query by level, one panel per query and one line per estimator, on log axes whose floor the
     data set (a noisy spike flattens nothing; an exact 0 is drawn on the floor, never as float noise)."""
     queries = list(dict.fromkeys(frame["query"]))
@@ -243,7 +350,7 @@ def mae_panels(frame: pd.DataFrame, path: Path, *, levels: list[str], ticks: lis
         ax.set_ylabel("MAE per cell (persons, log)")
         ax.set_xlabel("level (geounits)", fontsize=8)
         ax.tick_params(axis="x", labelsize=8)
-    return _finish(fig, axes, title, path)
+    return _finish(fig, axes, title, path, uncertainty=uncertainty)
 
 
 def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
@@ -251,7 +358,8 @@ def plot_mae_by_level(pooled: pd.DataFrame, meta: dict, rho: str, path: Path) ->
     levels = list(meta["levels"])
     ticks = [f"{lv.replace('_', ' ')}\n{meta['units'].get(lv, 0):,}" for lv in levels]
     return mae_panels(pooled[(pooled["bin"] == "all") & (pooled["rho"] == rho)], path, levels=levels, ticks=ticks,
-                      title=f"Mean absolute error by level (rho = {rho}, {_draws(meta)})")
+                      title=f"Mean absolute error by level (rho = {rho}, {_draws(meta)})",
+                      uncertainty=no_bands(f"an MAE over the cells, {_draws(meta)}"))
 
 
 def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Path, *, meta: dict | None = None) -> bool:
@@ -270,7 +378,8 @@ def plot_error_distribution(errors: pd.DataFrame, rho: str, level: str, path: Pa
     ax.set_xlabel(f"signed error of {level} total population (persons; beyond +-{lim:.0f} counted at the edge)")
     ax.set_ylabel(f"density (n = {n:,} {level} errors)")
     draws = _draws(meta) if meta else "all replicates"
-    return _finish(fig, axes, f"Error distribution, {level}s ({draws}, rho = {rho})", path)
+    return _finish(fig, axes, f"Error distribution, {level}s ({draws}, rho = {rho})", path,
+                   uncertainty=no_bands("the distribution is itself the spread"))
 
 
 def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
@@ -294,7 +403,8 @@ def plot_accuracy_vs_rho(pooled: pd.DataFrame, meta: dict, path: Path) -> bool:
         ax.set_xlabel("rho (zCDP, log scale)")
         ax.set_ylabel("MAE, total population (persons)")
         ax.set_title(f"{level} (n = {meta['units'][level]:,})")
-    return _finish(fig, axes, f"Accuracy against the privacy budget ({_draws(meta)} per budget)", path)
+    return _finish(fig, axes, f"Accuracy against the privacy budget ({_draws(meta)} per budget)", path,
+                   uncertainty=no_bands(f"an MAE over the cells, {_draws(meta)}"))
 
 
 def plot_area_mae(areas: pd.DataFrame, rho: str, path: Path) -> bool:
@@ -304,7 +414,8 @@ def plot_area_mae(areas: pd.DataFrame, rho: str, path: Path) -> bool:
     units = frame.drop_duplicates("level").set_index("level")["units"]
     ticks = [f"{lv.replace('_', ' ')}\n{units[lv]:,}" for lv in levels]
     return mae_panels(frame, path, levels=levels, ticks=ticks,
-                      title=f"Total population: MAE per area off the spine,\nbeside the spine's levels (rho = {rho})")
+                      title=f"Total population: MAE per area off the spine, beside the spine's levels (rho = {rho})",
+                      uncertainty=no_bands("an MAE over the units of each level or area type"))
 
 
 def plot_area_by_size(areas: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
@@ -330,7 +441,7 @@ def plot_area_by_size(areas: pd.DataFrame, meta: dict, rho: str, path: Path) -> 
         ax.set_ylabel("MAE (persons)")
         ax.set_ylim(bottom=0)
     return _finish(fig, axes, f"Total population: MAE by true size, areas and levels (rho = {rho}, {_draws(meta)})",
-                   path)
+                   path, uncertainty=no_bands(f"an MAE over the units of each bin, {_draws(meta)}"))
 
 
 def plot_composition(composition: pd.DataFrame, meta: dict, rho: str, path: Path) -> bool:
@@ -351,17 +462,18 @@ def plot_composition(composition: pd.DataFrame, meta: dict, rho: str, path: Path
         for k, share in enumerate(shares):
             g = part[part["share"] == share].set_index("bin").reindex(bins)
             xs = np.arange(len(bins)) + (k - (len(shares) - 1) / 2) * width
-            ax.bar(xs, g["mean_error"], width, color=series.color(estimator), alpha=0.35 + 0.65 * (k + 1) / len(shares),
-                   label=f"largest group's share {share}", **({"yerr": 2 * g["se"].fillna(0), "capsize": 2} if study else {}))
+            bars(ax, xs, g["mean_error"], width, color=series.color(estimator), alpha=0.35 + 0.65 * (k + 1) / len(shares),
+                 label=f"{series.label(estimator)}: largest group's share {share}",
+                 **({"yerr": Z * g["se"].fillna(0), "capsize": 2} if study else {}))
         ax.axhline(0, color="black", lw=0.8)
         ax.set_xticks(range(len(bins)), bins, fontsize=8)
         ax.set_xlabel("true block population")
         ax.set_ylabel("mean signed error (persons)" if study else "signed error, mean over the blocks (persons)")
         ax.set_title(series.label(estimator), fontsize=10)
-    title = (f"Bias of block total population by composition (rho = {rho}; bars +- 2 s.e. across {replicates(meta)} "
-             "replicates)" if study else f"Signed error of block total population by composition (one release, rho = "
-             f"{rho}: one draw of noise, not a bias)")
-    return _finish(fig, axes, title, path)
+    title = (f"Bias of block total population by composition (rho = {rho}; darker: more homogeneous)" if study
+             else f"Signed error of block total population by composition (one release, rho = {rho}: one draw of "
+                  "noise, not a bias; darker: more homogeneous)")
+    return _finish(fig, axes, title, path, uncertainty=_bars_note(meta))
 
 
 def offspine_findings(areas: pd.DataFrame, composition: pd.DataFrame, meta: dict, rho: str) -> list[str]:
