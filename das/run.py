@@ -54,7 +54,7 @@ from das.rundir import (
 )
 from das.runspec import Budget, RunSpec, load_run_spec
 from das.schema import SpecError
-from das.topdown.engine import task_summary
+from das.topdown.engine import level_detail, task_summary
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ class _Whole:
         options = pipe.engine_options(workers=job.options.workers, progress=job.options.progress,
                                       executor=job.executor, checkpoint_dir=frame.run_dir.checkpoints_dir)
         solved, level_reports = pipe.postprocess(confidential, frame.run_dir.nmf_dir, options)
+        log_levels(level_reports, confidential.geography)
         t0 = time.perf_counter()
         logger.info("writing the release: microdata, tables, noisy measurements")
         written = job.frame.write(confidential.solved_release(pipe.schemas, solved))
@@ -163,7 +164,16 @@ class _Partitioned:
     def release(self, job: _Job, tops: Tops) -> Completion:
         nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
                                                     memory_gb=job.options.memory_gb)
+        log_levels(level_reports)  # the levels below the states summed over them: their largest batch, not parent
         return job.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
+
+
+def log_levels(level_reports: dict, geography=None) -> None:
+    """With -v, each release's levels in a line each on stderr (das.topdown.engine.level_detail): problems, the
+    largest parent, the largest duality gap, times. The operator's log only: the manifest keeps its own fields."""
+    for name, reports in level_reports.items():
+        for report in reports:
+            logger.debug(f"post-processed {name}/{level_detail(report, geography)}")
 
 
 def _shape(spec: RunSpec) -> _Whole | _Partitioned:
