@@ -86,7 +86,7 @@ class _Bar(tqdm):
     (tqdm would drop the bar first and print a cut line, or nothing)."""
 
     @staticmethod
-    def format_meter(n, total, elapsed, ncols=None, prefix="", bar_format=None, **extra):
+    def format_meter(n, total, elapsed, *, ncols=None, prefix="", bar_format=None, **extra):  # tqdm passes keywords
         if total and ncols and bar_format is None and ncols < len(prefix) + NARROW:
             bar_format = "{percentage:3.0f}%|{bar}|" if ncols < len(prefix) + 20 else "{desc}: {percentage:3.0f}%|{bar}|"
         return tqdm.format_meter(n, total, elapsed, ncols=ncols, prefix=prefix, bar_format=bar_format, **extra)
