@@ -471,31 +471,45 @@ def render_summary(frame: ReleaseFrame) -> str:
     manifest = frame.manifest
     process = bundle.read_process(frame.run_dir.path)
     cert = manifest.certificate("persons")
+    mechanism = manifest.mechanism  # a synthetic release (das synth) is named as itself, not as a TopDown run
+    rho = (f"rho = {fraction_text(cert.rho)} ({float(Fraction(cert.rho)):.4f})" if cert.rho is not None else
+           f"(eps, delta)-DP directly, no rho spent (budget rho = {fraction_text(cert.budget)})")
     lines = [
-        f"das run {manifest.spec_name}: {manifest.counts.persons:,} persons in "
-        f"{manifest.counts.blocks:,} blocks, levels {' > '.join(manifest.levels)}",
-        f"privacy (persons): rho = {fraction_text(cert.rho)} ({float(Fraction(cert.rho)):.4f}), "
-        f"eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}",
+        (f"das synth --mechanism {mechanism.name} {manifest.spec_name}" if mechanism else f"das run {manifest.spec_name}")
+        + f": {manifest.counts.persons:,} persons in {manifest.counts.blocks:,} blocks, levels {' > '.join(manifest.levels)}",
+        f"privacy (persons): {rho}, eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}",
     ]
     if "units" in manifest.privacy:
         u = manifest.privacy["units"]
         lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
     lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
     events = manifest.failsafe_events or ()
-    lines.append(f"failsafe: {len(events)} event(s)" + (
-        " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
+    if mechanism is None:  # TopDown's failsafe; a mechanism has none
+        lines.append(f"failsafe: {len(events)} event(s)" + (
+            " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
     lines += least_squares_lines(manifest.levels_report or {})
     v = manifest.validation
     lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
-    against = process.get("validation_against_inputs")
-    if against:
-        lines.append(f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} "
-                     f"({len(against.get('checks', []))} checks)")
-        lines += [f"  {x}" for x in against.get("violations", [])[:5]]
-    lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + ", nmf/, manifest.json")
+    lines += _against_lines(process.get("validation_against_inputs"), mechanism)
+    lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + (", nmf/" if manifest.nmf else "")
+                 + ", manifest.json")
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)
+
+
+def _against_lines(against: dict | None, mechanism) -> list[str]:
+    """The summary's line on the operator's checks against the confidential inputs: PASSED or FAILED with the
+    number of checks, and when none ran, that nothing was checked and why (never "PASSED (0 checks)")."""
+    if not against:
+        return []
+    checks = against.get("checks", [])
+    if not checks:
+        why = (f"{mechanism.name} publishes no invariant of the inputs to check them against" if mechanism else
+               "the release holds nothing to check against them")
+        return [f"against the inputs (operator only): nothing checked ({why})"]
+    return [f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} ({len(checks)} checks)",
+            *(f"  {x}" for x in against.get("violations", [])[:5])]
 
 
 def least_squares_lines(levels_report: dict, *, listed: int = 5) -> list[str]:

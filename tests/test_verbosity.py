@@ -47,7 +47,10 @@ def test_verbose_run_names_each_level_its_problems_largest_parent_and_gap(tmp_pa
 
 def test_verbose_synth_and_measure_say_their_stages(tmp_path, capsys):
     synth = _run(capsys, ["synth", "tiny", "--mechanism", "flat", "--seed", "1", "--out", str(tmp_path / "s"), "-v"])
-    assert "ran flat" in synth.err and "charged rho" in synth.err and "per block (discrete Gaussian)" in synth.err
+    assert "ran flat" in synth.err and "detailed per block (discrete Gaussian): rho 2.556" in synth.err
+    direct = _run(capsys, ["synth", "tiny", "--mechanism", "stability", "--seed", "1", "--out", str(tmp_path / "d"),
+                           "-v"])  # (eps, delta)-DP directly: its steps charge no rho
+    assert "ran stability" in direct.err and "(eps, delta)-DP directly" in direct.err and ": no rho" in direct.err
     measured = _run(capsys, ["measure", "tiny", "--seed", "1", "--out", str(tmp_path / "m"), "-v"])
     assert "measured persons/block: 11 queries" in measured.err
 

@@ -34,7 +34,7 @@ from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInpu
 from das.mechanisms.registry import MECHANISMS
 from das.pipeline import RunStopped, code_version, release_rho
 from das.privacy.accounting import BudgetError
-from das.privacy.certificate import Certificate, fraction_text
+from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
 from das.run import EXPECTED
@@ -103,7 +103,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     geography = Geography.from_blocks(inputs.inventory.blocks, spec.levels)
     timings["read_inputs"] = time.perf_counter() - t0
     logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
-                f"({timings['read_inputs']:.1f} s); running {mechanism} at rho {fraction_text(budget)}")
+                f"({timings['read_inputs']:.1f} s); running {mechanism} (budget rho {float(budget):.4f})")
 
     rng = make_random_source(spec.seed)
     ledger = Ledger(budget)
@@ -139,11 +139,15 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
 
 def _log_mechanism(mech: Mechanism, ledger: Ledger, result, seconds: float) -> None:
     """The mechanism's run: a line at INFO, and with -v its charges and public parameters, a line each (stderr)."""
-    spent = sum((c.rho for c in ledger.entries), Fraction(0))
-    logger.info(f"ran {mech.name} ({seconds:.1f} s): {len(ledger.entries)} charge(s), rho {float(spent):.4f} of "
-                f"{float(ledger.budget):.4f} (exact in the manifest's certificate)")
+    if ledger.direct is not None:  # (eps, delta)-DP directly: no rho spent
+        spent = f"(eps, delta)-DP directly at eps {float(ledger.direct.eps):.4f}, delta {float(ledger.direct.delta):.1e}"
+    else:
+        spent = f"rho {float(sum(c.rho for c in ledger.entries)):.4f} of {float(ledger.budget):.4f}"
+    logger.info(f"ran {mech.name} ({seconds:.1f} s): {len(ledger.entries)} step(s), {spent} (exact in the manifest's "
+                "certificate)")
     for c in ledger.entries:
-        logger.debug(f"  charged rho {float(c.rho):.4g} for {c.step} per {c.scope} ({c.noise})")
+        cost = "no rho" if c.rho is None else f"rho {float(c.rho):.4g}"
+        logger.debug(f"  {c.step} per {c.scope} ({c.noise}): {cost}")
     for key, value in mech.public_details(result.details).items():
         logger.debug(f"  {mech.name} {key}: {value}")
 
