@@ -73,7 +73,7 @@ class Study:
 
 
 def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: int | None = None,
-              estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
+              estimators: tuple[str, ...] | None = None, queries: tuple[str, ...] = DEFAULT_QUERIES,
               keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
               overwrite: bool = False, allow_large_rho: bool = False, areas: Mapping[str, str | os.PathLike] | None = None
               ) -> Study:
@@ -95,7 +95,7 @@ def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: i
 
 
 def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
-            estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
+            estimators: tuple[str, ...] | None = None, queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
     """`das metrics`: one release (a Release or its directory) scored against the confidential input (`truth`:
     two paths; default the run's own inputs), into `out` (default: beside the release, RUN_DIR-metrics); areas:
@@ -104,7 +104,7 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
 
     path = Path(release.path if isinstance(release, Release) else release)
     out = Path(out) if out is not None else metrics_dir(path)
-    evaluate_run(path, truth=tuple(map(str, truth)) if truth else None, out=out, estimators=tuple(estimators),
+    evaluate_run(path, truth=tuple(map(str, truth)) if truth else None, out=out, estimators=estimators and tuple(estimators),
                  queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
     return Study(out)
 
