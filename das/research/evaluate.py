@@ -92,7 +92,8 @@ def release_estimators(manifest, estimators=None) -> tuple[tuple[str, ...], str 
         estimators = ESTIMATORS if estimators is None else tuple(estimators)
         unknown = [e for e in estimators if e not in ESTIMATORS]
         if unknown or not estimators:
-            raise StudyError(f"unknown estimator(s) {unknown}; a TopDown release's are {', '.join(ESTIMATORS)}")
+            raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)} (a TopDown "
+                             "release's; a synthetic release is scored by its own alone)")
         return estimators, None
     name = manifest.mechanism.name
     other = [e for e in (estimators or ()) if e not in (name, "topdown")]
