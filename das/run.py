@@ -171,6 +171,8 @@ class _Partitioned:
 def log_levels(level_reports: dict, geography=None) -> None:
     """With -v, each release's levels in a line each on stderr (das.topdown.engine.level_detail): problems, the
     largest parent, the largest duality gap, times. The operator's log only: the manifest keeps its own fields."""
+    if not logger.isEnabledFor(logging.DEBUG):  # the largest parent is looked up only when it is said
+        return
     for name, reports in level_reports.items():
         for report in reports:
             logger.debug(f"post-processed {name}/{level_detail(report, geography)}")
