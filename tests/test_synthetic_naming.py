@@ -82,3 +82,12 @@ def test_the_report_names_the_mechanism_and_no_estimator_it_lacks(flat_metrics):
         assert "(das synth --mechanism flat)" in text and series.label("flat") in text
         assert not [word for word in NOT_COMPUTED if word in text], [w for w in NOT_COMPUTED if w in text]
     assert "Estimator: flat (block-level Gaussian), the release itself" in report_md
+
+
+def test_a_topdown_report_describes_only_the_estimators_scored(tmp_path):
+    release = das.run("tiny", out=tmp_path / "run", seed=1, workers=1)
+    das.metrics(release, out=tmp_path / "m", estimators=("topdown",))
+    report_md = (build_report(tmp_path / "m").parent / "report.md").read_text()
+    assert "Estimator: TopDown (released). TopDown is the released product" in report_md
+    assert not [word for word in ("WLS", "wls", "noisy") if word in report_md]
+    assert report_md.startswith("# Accuracy report: tiny\n")  # a TopDown run: no mechanism named
