@@ -10,7 +10,9 @@ already committed to the NMF is never drawn again.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -30,6 +32,8 @@ from das.privacy.strategy import Strategy
 from das.progress import bar
 from das.rundir import nmf_level_path
 from das.schema import Schema
+
+logger = logging.getLogger(__name__)
 
 CHUNK_CELLS = 1 << 23  # answers per chunk (~64 MB of int64 true answers at most)
 # geounits per chunk (levels with fewer units, e.g. any state fixture's blocks, are one chunk per query).
@@ -242,10 +246,16 @@ def measure_release(what: Measured, geography: Geography, block_histograms: sp.c
             if report is not None:
                 report[level] = {"reused_level": True}
             continue
+        t0 = time.perf_counter()
         histograms = geography.aggregate(block_histograms, level)
         level_report: dict = {}
         written[level] = measure_level(what, level, histograms, geography.units(level), rng=rng,
                                        target=replace(target, report=level_report))
         if report is not None:
             report[level] = level_report
+        queries = what.plan.get(level, [])  # the operator's -v detail (stderr): the plan, its sizes and the time
+        named = ", ".join(m.query for m in queries[:6]) + (", ..." if len(queries) > 6 else "")
+        logger.debug(f"measured {what.release}/{level}: {len(queries)} queries ({named}) "
+                     f"on {geography.n_units(level):,} geounits, {level_report.get('drawn_chunks', 0)} chunk(s) drawn, "
+                     f"{level_report.get('reused_chunks', 0)} reused ({time.perf_counter() - t0:.2f} s)")
     return written

@@ -54,7 +54,7 @@ from das.rundir import (
 )
 from das.runspec import Budget, RunSpec, load_run_spec
 from das.schema import SpecError
-from das.topdown.engine import task_summary
+from das.topdown.engine import level_detail, task_summary
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ class _Whole:
         options = pipe.engine_options(workers=job.options.workers, progress=job.options.progress,
                                       executor=job.executor, checkpoint_dir=frame.run_dir.checkpoints_dir)
         solved, level_reports = pipe.postprocess(confidential, frame.run_dir.nmf_dir, options)
+        log_levels(level_reports, confidential.geography)
         t0 = time.perf_counter()
         logger.info("writing the release: microdata, tables, noisy measurements")
         written = job.frame.write(confidential.solved_release(pipe.schemas, solved))
@@ -163,7 +164,18 @@ class _Partitioned:
     def release(self, job: _Job, tops: Tops) -> Completion:
         nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
                                                     memory_gb=job.options.memory_gb)
+        log_levels(level_reports)  # the levels below the states summed over them: their largest batch, not parent
         return job.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
+
+
+def log_levels(level_reports: dict, geography=None) -> None:
+    """With -v, each release's levels in a line each on stderr (das.topdown.engine.level_detail): problems, the
+    largest parent, the largest duality gap, times. The operator's log only: the manifest keeps its own fields."""
+    if not logger.isEnabledFor(logging.DEBUG):  # the largest parent is looked up only when it is said
+        return
+    for name, reports in level_reports.items():
+        for report in reports:
+            logger.debug(f"post-processed {name}/{level_detail(report, geography)}")
 
 
 def _shape(spec: RunSpec) -> _Whole | _Partitioned:
@@ -461,11 +473,13 @@ def render_summary(frame: ReleaseFrame) -> str:
     manifest = frame.manifest
     process = bundle.read_process(frame.run_dir.path)
     cert = manifest.certificate("persons")
+    mechanism = manifest.mechanism  # a synthetic release (das synth) is named as itself, not as a TopDown run
+    rho = (f"rho = {fraction_text(cert.rho)} ({float(Fraction(cert.rho)):.4f})" if cert.rho is not None else
+           f"(eps, delta)-DP directly, no rho spent (budget rho = {fraction_text(cert.budget)})")
     lines = [
-        f"das run {manifest.spec_name}: {manifest.counts.persons:,} persons in "
-        f"{manifest.counts.blocks:,} blocks, levels {' > '.join(manifest.levels)}",
-        f"privacy (persons): rho = {fraction_text(cert.rho)} ({float(Fraction(cert.rho)):.4f}), "
-        f"eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}",
+        (f"das synth --mechanism {mechanism.name} {manifest.spec_name}" if mechanism else f"das run {manifest.spec_name}")
+        + f": {manifest.counts.persons:,} persons in {manifest.counts.blocks:,} blocks, levels {' > '.join(manifest.levels)}",
+        f"privacy (persons): {rho}, eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}",
     ]
     if "units" in manifest.privacy:
         u = manifest.privacy["units"]
@@ -473,17 +487,15 @@ def render_summary(frame: ReleaseFrame) -> str:
     lines += total_lines(manifest.guarantee)
     lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
     events = manifest.failsafe_events or ()
-    lines.append(f"failsafe: {len(events)} event(s)" + (
-        " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
+    if mechanism is None:  # TopDown's failsafe; a mechanism has none
+        lines.append(f"failsafe: {len(events)} event(s)" + (
+            " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
     lines += least_squares_lines(manifest.levels_report or {})
     v = manifest.validation
     lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
-    against = process.get("validation_against_inputs")
-    if against:
-        lines.append(f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} "
-                     f"({len(against.get('checks', []))} checks)")
-        lines += [f"  {x}" for x in against.get("violations", [])[:5]]
-    lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + ", nmf/, manifest.json")
+    lines += _against_lines(process.get("validation_against_inputs"), mechanism)
+    lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + (", nmf/" if manifest.nmf else "")
+                 + ", manifest.json")
     if not manifest.private:
         lines.append("NOTE: " + NOT_PRIVATE)
     return "\n".join(lines)
@@ -496,6 +508,20 @@ def total_lines(guarantee) -> list[str]:
     rho = "" if guarantee.rho is None else f"rho = {fraction_text(guarantee.rho)} ({float(guarantee.rho):.4f}), "
     return [f"privacy (total): {rho}eps = {guarantee.eps} at delta = {delta_text(guarantee.delta)}: "
             f"{' and '.join(guarantee.releases)} together, by {guarantee.composition.split(':')[0]}"]
+
+
+def _against_lines(against: dict | None, mechanism) -> list[str]:
+    """The summary's line on the operator's checks against the confidential inputs: PASSED or FAILED with the
+    number of checks, and when none ran, that nothing was checked and why (never "PASSED (0 checks)")."""
+    if not against:
+        return []
+    checks = against.get("checks", [])
+    if not checks:
+        why = (f"{mechanism.name} publishes no invariant of the inputs to check them against" if mechanism else
+               "the release holds nothing to check against them")
+        return [f"against the inputs (operator only): nothing checked ({why})"]
+    return [f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} ({len(checks)} checks)",
+            *(f"  {x}" for x in against.get("violations", [])[:5])]
 
 
 def least_squares_lines(levels_report: dict, *, listed: int = 5) -> list[str]:

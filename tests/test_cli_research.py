@@ -13,7 +13,7 @@ from das.research.evaluate import metrics_dir
 QUERIES = "total,hhgq,hispanic x cenrace,votingage x hispanic x cenrace"
 PARSED = [  # (argv, handler, what the parsed arguments hold)
     (["metrics", "RUN"], research._cmd_metrics,
-     {"run_dir": "RUN", "truth": None, "out": None, "estimators": ("topdown", "noisy", "wls"), "queries": QUERIES,
+     {"run_dir": "RUN", "truth": None, "out": None, "estimators": None, "queries": QUERIES,  # None: the release's own
       "keep": "total"}),
     (["metrics", "RUN", "--truth", "p.csv", "u.csv", "--out", "m", "--estimators", "noisy", "--keep", "hhgq"],
      research._cmd_metrics, {"truth": ["p.csv", "u.csv"], "out": "m", "estimators": ("noisy",), "keep": "hhgq"}),

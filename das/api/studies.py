@@ -210,7 +210,7 @@ def _exact_texts(values, name: str) -> tuple[str, ...]:
 
 
 def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
-            estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
+            estimators: tuple[str, ...] | None = None, queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
     """One release scored against the confidential truth, as `das metrics` scores it.
 
@@ -241,11 +241,11 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
     path = Path(release.path if isinstance(release, Release) else release)
     out = Path(out) if out is not None else metrics_dir(path)
     if truth is None:  # the run's own input files (refused, saying so, for a release made from DataFrames)
-        evaluate_run(path, out=out, estimators=tuple(estimators), queries=tuple(queries), keep=tuple(keep),
+        evaluate_run(path, out=out, estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
                      areas=_area_pairs(areas))
         return Study(out)
     with input_files(*_pair(truth, "truth")) as (files, frames), said_of_frames(frames):
-        evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=tuple(estimators),
+        evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=estimators and tuple(estimators),
                      queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
     return Study(out)
 

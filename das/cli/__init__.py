@@ -3,8 +3,8 @@ tables, privacy, init...), research (metrics, replicate, report, compare), attac
 mechanism families). Each command calls the Python API (das.api) or the layer that owns the work, and
 imports what it runs only when it runs, so `das --help` and a refused command start quickly.
 
-Messages go through `logging` (each module's logger, under "das") to stderr: `-q` keeps warnings and
-errors, `-v` adds details; results go to stdout. Progress bars (das.progress) show on a terminal only.
+Messages go through `logging` (each module's logger, under "das") to stderr: `-q` keeps errors only,
+`-v` adds each level's and stage's details; results go to stdout. Progress bars (das.progress) show on a terminal only.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
     default = 0 if top else argparse.SUPPRESS  # a command's own flag overrides the top's only when given
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
-                       help="say more: every step's details (log level DEBUG)")
+                       help="say more: each level's and stage's details (problems, largest parent, duality gaps, "
+                            "times; log level DEBUG), on stderr only")
     group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
-                       help="say less: warnings and errors only, no progress bars")
+                       help="say less: errors only, no progress bars (the results on stdout say what a warning would)")
 
 
 def build_parser() -> argparse.ArgumentParser:

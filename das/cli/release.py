@@ -147,6 +147,10 @@ def _cmd_measure(args) -> int:
     also = "".join(f", {name}" for name in (manifest.outputs or {}))  # the spine, when not the standard one
     v = manifest.validation
     print(f"validation: {'PASSED' if v.valid else 'FAILED'} ({len(v.checks)} checks)")
+    if not manifest.private:  # said on stdout too: -q keeps errors only
+        from das.run import NOT_PRIVATE
+
+        print("NOTE: " + NOT_PRIVATE)
     print(f"wrote {len(manifest.nmf)} NMF files{also}, manifest.json and its signature to {args.out}")
     return 0 if v.valid else 1
 

@@ -46,14 +46,15 @@ def _headline(study, what: str) -> None:
         print(text_table(sweep_headline(study.metrics, meta["levels"][-1])))
         return
     table = headline(study.metrics, meta["levels"])
+    mechanism = (meta.get("mechanism") or {}).get("name")  # a synthetic release: named as itself
+    what = f"{what} {meta['spec_name']}" + (f" (das synth --mechanism {mechanism})" if mechanism else "")
     if (study.path / "areas.parquet").is_file():
         areas = area_headline(study.frame("areas"))
         areas = areas[~areas["level"].isin(meta["levels"])].drop(columns="units")  # the area types' rows
         table = pd.concat([table, areas[[c for c in table.columns if c in areas.columns]]], ignore_index=True)
     budget = meta.get("budgets", [{}])[0]  # a replicate study's: the rho and its eps at delta
     at = f", eps {budget['eps']} at delta {budget['delta']}" if budget else ""
-    print(f"{what} {meta['spec_name']}: MAE of total population per geounit, then per area off the spine "
-          f"(rho {meta['rhos'][0]}{at})")
+    print(f"{what}: MAE of total population per geounit, then per area off the spine (rho {meta['rhos'][0]}{at})")
     print(text_table(table))
 
 
@@ -106,7 +107,9 @@ def add_parsers(sub) -> None:
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
                         "anything else is refused")
-    m.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
+    m.add_argument("--estimators", type=names((*ESTIMATORS, *MECHANISM_NAMES)), default=None,
+                   help=f"comma list of estimators (default: the release's own: {','.join(ESTIMATORS)} for a TopDown "
+                        "release; a synthetic release's MDF alone, named after its mechanism, e.g. aim)")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     m.add_argument("--keep", default="total", help="queries whose per-geounit errors are written")
     m.add_argument("--areas", type=area_file, action="append", metavar="TYPE=PATH", help=AREAS_HELP)

@@ -98,9 +98,12 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    logger.info(f"reading and checking the inputs ({spec.persons_path.name}, {spec.units_path.name})")
     inputs = read_inputs(spec.persons_path, spec.units_path, schema)
     geography = Geography.from_blocks(inputs.inventory.blocks, spec.levels)
     timings["read_inputs"] = time.perf_counter() - t0
+    logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
+                f"({timings['read_inputs']:.1f} s); running {mechanism} (budget rho {float(budget):.4f})")
 
     rng = make_random_source(spec.seed)
     ledger = Ledger(budget)
@@ -117,6 +120,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
                          "measurements to continue from: run it again). Please report the error (-v shows where "
                          "it was raised)") from e
     timings[f"mechanism_{mechanism}"] = time.perf_counter() - t0
+    _log_mechanism(mech, ledger, result, timings[f"mechanism_{mechanism}"])
     del inputs  # the true counts are not needed past this point
     histograms = _checked(mechanism, result.histograms.tocsr(), (geography.n_blocks, schema.size))
     cert = mechanism_certificate(mech, schema, spec.levels, ledger, delta=spec.delta, private=rng.private)
@@ -131,6 +135,21 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
         raise MechanismError(f"{mechanism}: the release in {out_dir} fails validation: "
                              f"{list(frame.manifest.validation.violations[:3])}")
     return run_dir.path
+
+
+def _log_mechanism(mech: Mechanism, ledger: Ledger, result, seconds: float) -> None:
+    """The mechanism's run: a line at INFO, and with -v its charges and public parameters, a line each (stderr)."""
+    if ledger.direct is not None:  # (eps, delta)-DP directly: no rho spent
+        spent = f"(eps, delta)-DP directly at eps {float(ledger.direct.eps):.4f}, delta {float(ledger.direct.delta):.1e}"
+    else:
+        spent = f"rho {float(sum(c.rho for c in ledger.entries)):.4f} of {float(ledger.budget):.4f}"
+    logger.info(f"ran {mech.name} ({seconds:.1f} s): {len(ledger.entries)} step(s), {spent} (exact in the manifest's "
+                "certificate)")
+    for c in ledger.entries:
+        cost = "no rho" if c.rho is None else f"rho {float(c.rho):.4g}"
+        logger.debug(f"  {c.step} per {c.scope} ({c.noise}): {cost}")
+    for key, value in mech.public_details(result.details).items():
+        logger.debug(f"  {mech.name} {key}: {value}")
 
 
 def _mechanism(name: str) -> Mechanism:

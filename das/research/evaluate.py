@@ -1,6 +1,10 @@
 """`das metrics RUN_DIR`: score one release (its MDF, and its NMF through the other estimators)
 against the confidential input, in the same files a replicate study writes (one replicate).
 
+A TopDown release is scored by the estimators of das.research.estimators (its MDF as `topdown`, and
+its NMF's `noisy` and `wls`); a synthetic release (`das synth`) publishes no noisy measurements, so
+only its MDF is scored, under the mechanism's own name (`aim`, `flat`...).
+
 The scores hold true counts: they go to a directory of their own beside the release (default
 `<RUN_DIR>-metrics`), never into it (a release holds only its own files), and say they are
 confidential. Scoring is deterministic, so a rerun replaces its own earlier output (das.outdir).
@@ -31,6 +35,7 @@ from das.research.replicate import (
     STUDY_FILES,
     WITH_REPORT,
     Context,
+    Scores,
     StudyError,
     _write_parquet,
     check_areas,
@@ -95,21 +100,51 @@ def on_release_spine(ctx: Context, run_dir: Path, levels) -> tuple[Context, np.n
         block_order(spine, ctx.geography)
 
 
-def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=ESTIMATORS,
+def release_estimators(manifest, estimators=None) -> tuple[tuple[str, ...], str | None]:
+    """(the estimators to score, the mechanism whose name the release's own takes): a TopDown release's are
+    ESTIMATORS (default all); a synthetic release's is its MDF alone, scored as `topdown` is and named after its
+    mechanism (given as that name or as `topdown`; default it). Anything else: a StudyError saying what it supports."""
+    if manifest.mechanism is None:
+        estimators = ESTIMATORS if estimators is None else tuple(estimators)
+        unknown = [e for e in estimators if e not in ESTIMATORS]
+        if unknown or not estimators:
+            raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)} (a TopDown "
+                             "release's; a synthetic release is scored by its own alone)")
+        return estimators, None
+    name = manifest.mechanism.name
+    other = [e for e in (estimators or ()) if e not in (name, "topdown")]
+    if other or estimators is not None and not estimators:
+        raise StudyError(f"a synthetic release (das synth --mechanism {name}) publishes no noisy measurements: only its "
+                         f"own estimator {name} (its MDF) can be scored, not {', '.join(other) or 'none'}; leave "
+                         f"--estimators out (a synthetic release's default is its own) or give {name}")
+    return ("topdown",), name
+
+
+def named(scores: Scores, mechanism: str | None) -> Scores:
+    """Scores with the release's own estimator under its mechanism's name (a synthetic release), as every file
+    and report shows it."""
+    if mechanism is None:
+        return scores
+    frames = {kind: frame.assign(estimator=frame["estimator"].replace({"topdown": mechanism}))
+              if "estimator" in frame else frame
+              for kind, frame in vars(scores).items()}
+    return Scores(**frames)
+
+
+def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=None,
                  queries=DEFAULT_QUERIES, keep=("total",), areas=()) -> dict:
-    """Score a `das run` output directory; writes stats/errors/metrics files to `out` (default
-    metrics_dir(run_dir)), replacing only an earlier `das metrics` output there. `areas`: (type, area file)
-    pairs scored off the spine (none: synthetic districts, das.research.districts)."""
+    """Score a `das run` or `das synth` output directory; writes stats/errors/metrics files to `out` (default
+    metrics_dir(run_dir)), replacing only an earlier `das metrics` output there. `estimators`: default the
+    release's own (release_estimators). `areas`: (type, area file) pairs scored off the spine (none: synthetic
+    districts, das.research.districts)."""
     run_dir = Path(run_dir)
     areas = tuple((str(t), str(p)) for t, p in areas)
     check_areas(areas)
-    unknown = [e for e in estimators if e not in ESTIMATORS]
-    if unknown or not estimators:
-        raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
     try:
         manifest = RunDir(run_dir).read_complete()
     except RunDirError as e:
         raise StudyError(str(e)) from None
+    estimators, mechanism = release_estimators(manifest, estimators)
     persons, units = truth or recorded_truth(run_dir)
     for path in (persons, units):
         if not Path(path).exists():
@@ -143,13 +178,14 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)
     cert = manifest.certificate(RELEASE)
     rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
-    scores = score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
-                   tags={"rho": str(rho), "replicate": 0})
+    scores = named(score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
+                         tags={"rho": str(rho), "replicate": 0}), mechanism)
     write_parts(scores, out / "parts", rho_index=0, replicate=0)
     meta = {
         "kind": "run", "run_dir": str(run_dir), "spec_name": manifest.spec_name, "rhos": [str(rho)],
-        "study": {"spec": manifest.spec_name, "runs": 1, "estimators": list(estimators), "queries": list(queries),
-                  "keep": list(keep), "seed": None, "areas": [list(a) for a in areas]},
+        "study": {"spec": manifest.spec_name, "runs": 1, "estimators": [mechanism] if mechanism else list(estimators),
+                  "queries": list(queries), "keep": list(keep), "seed": None, "areas": [list(a) for a in areas]},
+        "mechanism": ({"name": mechanism, "summary": manifest.mechanism.summary} if mechanism else None),
         "queries": list(queries), "levels": list(manifest.levels), "schema": ctx.schema.name,
         "randomness": manifest.randomness, "notice": CONFIDENTIAL, "confidential": True, "status": "complete",
         "n_blocks": ctx.geography.n_blocks,

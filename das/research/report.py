@@ -662,7 +662,7 @@ def _section(meta: dict, out: Path, *, rho: str, index: int, pooled, bias, error
 def _page(meta: dict, sections: list[dict], across: list) -> str:
     """The self-contained HTML page: what was run, then each budget's findings, figures and tables."""
     title = "Accuracy and bias report" if replicates(meta) > 1 else "Accuracy report (one release)"
-    body = [f"<h1>{title}: {html.escape(meta['spec_name'])}</h1>",
+    body = [f"<h1>{title}: {html.escape(meta['spec_name'] + released_as(meta))}</h1>",
             f"<p class='notice'>{html.escape(meta['notice'])}</p>", "<h2>What was run</h2><ul>"]
     body += [f"<li>{html.escape(line)}</li>" for line in _intro(meta)] + ["</ul>"]
     for section in sections:
@@ -683,7 +683,8 @@ def _page(meta: dict, sections: list[dict], across: list) -> str:
 
 def _write_markdown(path: Path, meta: dict, sections: list[dict], across: list, *, pooled, bias, off: dict) -> None:
     """report.md: the page's content, and the full tables (every query, level and bin)."""
-    md = [f"# Accuracy report: {meta['spec_name']}", "", f"> {meta['notice']}", "", "## What was run", ""]
+    md = [f"# Accuracy report: {meta['spec_name']}{released_as(meta)}", "", f"> {meta['notice']}", "", "## What was run",
+          ""]
     md += [f"- {line}" for line in _intro(meta)] + [""]
     for section in sections:
         md += [f"## rho = {section['rho']}", ""] + [f"- {x}" for x in section["findings"]] + [""]
@@ -717,9 +718,39 @@ def _offspine_intro(meta: dict) -> list[str]:
     return lines
 
 
+ABOUT = {  # what each estimator of a TopDown release is, said only of those computed
+    "topdown": "TopDown is the released product (nonnegative, integral, consistent)",
+    "noisy": "the raw noisy measurement is unbiased but inconsistent and can be negative",
+    "wls": "the unconstrained weighted least-squares (WLS) estimate is consistent and unbiased but fractional and can "
+           "be negative",
+}
+
+
+def released_as(meta: dict) -> str:
+    """How the report names what was released: a synthetic release by its mechanism (`das synth --mechanism aim`),
+    else nothing (a TopDown run, or a study of many)."""
+    mechanism = meta.get("mechanism")
+    return f" (das synth --mechanism {mechanism['name']})" if mechanism else ""
+
+
+def _estimators_line(meta: dict) -> str:
+    """The estimators scored, each described; a synthetic release's own alone, under its mechanism's name."""
+    mechanism = meta.get("mechanism")
+    if mechanism:
+        return (f"Estimator: {series.label(mechanism['name'])}, the release itself (das synth --mechanism "
+                f"{mechanism['name']}: {mechanism['summary']}); its MDF, as published, is the only estimate scored (a "
+                "synthetic release publishes no measurements to estimate from).")
+    estimators = list(meta["study"]["estimators"])
+    about = "; ".join(ABOUT[e] for e in estimators if e in ABOUT)
+    head = "Estimators, all from the same noisy measurements" if len(estimators) > 1 else "Estimator"
+    line = f"{head}: {', '.join(series.label(e) for e in estimators)}. {about[:1].upper()}{about[1:]}."
+    if {"topdown", "wls"} <= set(estimators):
+        line += " Differences between TopDown and WLS are what nonnegativity and integrality add."
+    return line
+
+
 def _intro(meta: dict) -> list[str]:
     """What was run, in the report's words: input, budgets, estimators, what the errors are."""
-    study = meta["study"]
     runs = replicates(meta)
     draws = (f"Replicates per budget: {runs} (independent draws of noise: a mean over them estimates a bias)." if runs > 1
              else "One release: one draw of noise. Its errors are what this release got, not a bias: a bias shows only "
@@ -729,11 +760,7 @@ def _intro(meta: dict) -> list[str]:
         f"schema `{meta['schema']}`.",
         f"Budgets (zCDP rho, persons): {', '.join(meta['rhos'])}" + (" (each has its own section)" if len(meta["rhos"]) > 1
                                                                      else "") + f". {draws} Noise: {meta['randomness']}.",
-        f"Estimators, all from the same noisy measurements: {', '.join(series.label(e) for e in study['estimators'])}. "
-        "TopDown is the released product (nonnegative, integral, consistent); the raw noisy measurement is "
-        "unbiased but inconsistent and can be negative; the unconstrained weighted least-squares (WLS) estimate "
-        "is consistent and unbiased but fractional and can be negative. Differences between TopDown and WLS are "
-        "what nonnegativity and integrality add.",
+        _estimators_line(meta),
         "Errors are estimate minus truth per geounit and query cell, in persons. Size bins are by the true count of the "
         "cell. MALPE and MAPE are over cells with a positive true count.",
     ]

@@ -88,6 +88,30 @@ def task_summary(report: LevelReport) -> dict:
     return summary
 
 
+def level_detail(report: LevelReport, geography: Geography | None = None) -> str:
+    """A level's post-processing in one line for the operator's `-v` log (stderr, never a public file): parents and
+    least-squares problems, the largest parent (from `geography`; without it, the largest batch), the largest relative
+    duality gap, retries, failsafe events and its time.
+
+    >>> level_detail(LevelReport("tract", 2, 0.25, certificate={"problems": 1, "max_rel_gap": 6e-10})).split(", ")[:3]
+    ['tract: 2 parent(s)', '1 least-squares problem(s)', 'largest relative duality gap 6.0e-10']
+    """
+    cert, tasks = report.certificate, task_summary(report)
+    parent_level = geography.parent_level(report.level) if geography is not None else None
+    if parent_level is not None:
+        children = np.diff(geography.child_ranges(parent_level))
+        largest = int(np.argmax(children))
+        name = f"{parent_level} {geography.units(parent_level)[largest]}".strip()  # the nation's geocode is empty
+        where = f", largest parent {name} ({children[largest]:,} children)"
+    else:
+        where = f", largest batch {tasks['largest_children']:,} children" if tasks["run"] else ""
+    return (f"{report.level}: {report.parents:,} parent(s), {cert.get('problems', 0):,} least-squares problem(s)"
+            f"{where}, largest relative duality gap {cert.get('max_rel_gap', 0.0):.1e}, {cert.get('retried', 0)} "
+            f"retried, {cert.get('uncertified', 0)} above tolerance, {len(report.failsafe_events)} failsafe; "
+            f"{report.seconds:.2f} s in {tasks['run']} batch(es)"
+            + (f" ({tasks['cpu_seconds']:.2f} CPU-s, the longest {tasks['largest_seconds']:.2f} s)" if tasks["run"] else ""))
+
+
 def parent_batches(offsets: np.ndarray, batch_children: int) -> np.ndarray:
     """Boundaries (in parents) of consecutive batches of whole parents with about `batch_children` children each."""
     bounds = [0]
