@@ -20,6 +20,7 @@ from das.api.synthesizer import synthesizer
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
 
+
 def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
     """The reconstruction audit of a release (or of exact tables), scored against the confidential truth, as
     `das attack` runs it.
