@@ -17,6 +17,8 @@ __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
        "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate")
+ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "InputError", "OutDirError", "ValidationError",
+          "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.errors': `except das.DasError`
 _MODULES = ("run", "validate", "attack", "publish")  # names that are modules of das too (callable: the API's function)
 
 
@@ -50,6 +52,10 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module(f"das.{name}")  # the module, callable (see CallableModule)
+    if name in ERRORS:
+        from das import errors  # light: imports nothing of das's
+
+        return getattr(errors, name)
     if name in API:
         from das import api
 
@@ -58,4 +64,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(API))
+    return sorted(set(globals()) | set(API) | set(ERRORS))

@@ -27,6 +27,7 @@ from pathlib import Path
 import tomli_w
 
 from das import atomic, pinned
+from das.errors import ReleaseError
 from das.rundir import RunDir
 from das.schema import SpecError
 
@@ -35,7 +36,7 @@ INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.r
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
-class BundleError(RuntimeError):
+class BundleError(ReleaseError):
     """A run directory that cannot be used as asked (not a das run, holds other files...)."""
 
 

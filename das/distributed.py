@@ -22,8 +22,10 @@ import ctypes
 import gc
 from collections.abc import Callable
 
+from das.errors import RunError
 
-class DaskUnavailable(RuntimeError):
+
+class DaskUnavailable(RunError):
     """The dask engine was asked for but dask[distributed] is not installed."""
 
 

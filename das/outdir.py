@@ -42,6 +42,7 @@ from pathlib import Path
 
 import das
 from das import atomic
+from das.errors import OutDirError  # das's (das.errors), raised here and re-exported
 from das.io.outputs import release_patterns
 from das.rundir import RunDir, RunDirError
 from das.specfile import real_path
@@ -71,10 +72,6 @@ def release_outputs() -> tuple[str, ...]:
 def run_files() -> tuple[str, ...]:
     """Every file a release may hold: its internal files and its outputs."""
     return release_internal() + release_outputs()
-
-
-class OutDirError(RuntimeError):
-    """An output directory a command may not write or clear as asked (the CLI exits 2 with the message)."""
 
 
 @dataclass(frozen=True)

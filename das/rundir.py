@@ -29,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import atomic, pinned
+from das.errors import ReleaseError
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
@@ -46,7 +47,7 @@ PROCESS_FILE = "process.json"  # operator only: timings, interruptions, the last
 PARTS_FILE = "parts.json"  # a state's part directory is complete when this is present (das.io.parts)
 
 
-class RunDirError(RuntimeError):
+class RunDirError(ReleaseError):
     """A directory that is not the das run it is used as (missing, unreadable, unfinished manifest)."""
 
 

@@ -28,11 +28,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
+from das.errors import SpecError  # the spec's error is das's (das.errors), raised here and re-exported
+
 SHOWN_CHARACTERS = 60  # a value echoed in a message is cut to this many characters
-
-
-class SpecError(ValueError):
-    """A spec file (or an argument) is missing, malformed or inconsistent."""
 
 
 def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:

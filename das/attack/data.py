@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from das.errors import DasError
 from das.geography import LEVEL_DIGITS
 from das.io.microdata import read_person_levels
 from das.rundir import RunDir, RunDirError
@@ -19,7 +20,7 @@ from das.schema import Schema
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks
 
 
-class AttackError(ValueError):
+class AttackError(DasError, ValueError):
     """The audit's inputs or options are unusable (the message says which and what was expected)."""
 
 

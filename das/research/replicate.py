@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import atomic, outdir, preflight
+from das.errors import StudyError  # das's (das.errors), raised here and re-exported
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
@@ -69,10 +70,6 @@ STUDY_FILES = ("study.json", "stats.parquet", "errors.parquet", "metrics.parquet
                "parts/rep[0-9]*-*/*", "*.partial")
 WITH_REPORT = (("report", "das report"),)  # `das report DIR` writes DIR/report: part of the study
 STUDY = outdir.Owner("das replicate", "study", STUDY_FILES, confidential=True, nested=WITH_REPORT)
-
-
-class StudyError(RuntimeError):
-    """A study cannot start (bad options, an output directory holding another study)."""
 
 
 @dataclass(frozen=True)
