@@ -137,6 +137,26 @@ def data_pair(value, name: str):
     return value
 
 
+def spec(value, name: str = "spec"):
+    """A run spec: a shipped name ("tiny"), a path to a .toml file, or a dict of what a spec file holds."""
+    if not isinstance(value, (str, os.PathLike, Mapping)):
+        raise ArgumentError(f"{option(name)} takes a shipped spec's name, a path to a .toml file or a dict, not "
+                            f"{type(value).__name__} {shown(value)}")
+    return value if isinstance(value, Mapping) else path(value, name)
+
+
+def spec_file(value, name: str = "spec"):
+    """A run spec given by name or path (not a dict)."""
+    if isinstance(value, Mapping):
+        raise ArgumentError(f"{option(name)} takes a shipped spec's name or a path to a .toml file here, not a dict")
+    return spec(value, name)
+
+
+def release(value, name: str = "release"):
+    """A release: a das.Release, or the path of its directory."""
+    return path(getattr(value, "path", value), name)
+
+
 def names(value, name: str) -> tuple[str, ...]:
     """A few names: a tuple or list of strings ("a,b" is one name; give ("a", "b"))."""
     if isinstance(value, str) or not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
@@ -171,7 +191,7 @@ def engine(value, name: str = "engine") -> str:
 Rule = Callable[[object, str], object]
 
 RULES: dict[str, Rule] = {  # an API keyword -> its rule (a keyword of another meaning says so in `checked`)
-    "persons": data, "units": data, "inputs": data_pair, "truth": data_pair, "holdout": data,
+    "spec": spec, "release": release, "persons": data, "units": data, "inputs": data_pair, "truth": data_pair, "holdout": data,
     "out": path, "to": path, "signing_key": path, "public_key": path, "published": path,
     "seed": seed, "workers": workers, "runs": count, "seeds": count, "count": count, "relaxed": count, "steps": count,
     "batch": count, "attack_runs": count, "attack_relaxed": count, "attack_steps": count,

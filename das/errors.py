@@ -62,6 +62,11 @@ def option(name: str, value: object = None, *, python: str | None = None) -> str
     return f"{name}=" if value is None else f"{name}={value}"
 
 
+def command(name: str) -> str:
+    """A das command as the caller runs it: "`das run`" from the command line, "das.run" from Python."""
+    return f"`das {name}`" if _COMMAND_LINE.get() else f"das.{name}"
+
+
 class DasError(Exception):
     """Any refusal by das of what it was given: the message says what, where, and what was expected."""
 

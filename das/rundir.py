@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import atomic, pinned
-from das.errors import ReleaseError
+from das.errors import ReleaseError, command, option
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 
@@ -722,10 +722,11 @@ class RunDir:
         """The manifest, or RunDirError naming the file and what is wrong with it."""
         if not self.path.is_dir():
             what = "it is a file" if self.path.exists() else "it does not exist"
-            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}: {what}); expected the --out "
-                              "of `das run`")
+            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}: {what}); expected the "
+                              f"{option('out')} of {command('run')}")
         if not self.manifest_path.is_file():
-            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}); expected the --out of `das run`")
+            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}); expected the {option('out')} of "
+                              f"{command('run')}")
         try:
             data = json.loads(self.manifest_path.read_text())
         except (OSError, ValueError) as e:

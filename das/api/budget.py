@@ -11,8 +11,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 from das.api.release import exact
+from das.arguments import checked
 
 
+@checked
 def eps_for_rho(rho, delta) -> float:
     """The eps that rho-zCDP certifies at `delta` (the tight bound, rounded up to 4 decimals): rho and delta exact
     (a Fraction, an int or a string like "1/2" or "1e-10")."""
@@ -21,6 +23,7 @@ def eps_for_rho(rho, delta) -> float:
     return eps_for_delta(exact(rho, "rho"), exact(delta, "delta"))
 
 
+@checked
 def rho_for_eps(eps, delta) -> Fraction:
     """The largest rho (6 significant digits, exact) whose certificate at `delta` is within `eps`: what a budget
     given as eps at delta spends (`das run --eps E --delta D`)."""
@@ -29,6 +32,7 @@ def rho_for_eps(eps, delta) -> Fraction:
     return largest_rho(exact(eps, "eps"), exact(delta, "delta"))
 
 
+@checked
 def certificates(spec, *, rho=None, eps=None, delta=None) -> dict:
     """`das privacy SPEC`: the certificate of each release of a spec (a name, a path or a dict), at its own budget or
     at `rho` (or `eps` at `delta`) for the persons: release name -> Certificate (exact). Nothing is read but the spec.

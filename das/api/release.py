@@ -15,7 +15,9 @@ from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
+from das import arguments
 from das.api.inputs import Input, input_files, prepared, said_of_frames
+from das.arguments import checked
 from das.privacy.certificate import Certificate
 from das.rundir import Manifest, RunDir
 from das.schema import SpecError
@@ -61,6 +63,7 @@ class Release:
     @classmethod
     def open(cls, path: str | os.PathLike) -> Release:
         """The release in directory `path` (a finished `das run` or `das synth`); RunDirError if it is not one."""
+        arguments.path(path, "path")
         return cls(Path(path), RunDir(path).read_complete())
 
     @property
@@ -173,6 +176,7 @@ def _out(out, spec_file: Path) -> Path:
     return Path("runs") / load_run_spec(spec_file).name
 
 
+@checked
 def run(spec, *, persons: Input | None = None, units: Input | None = None, out: str | os.PathLike | None = None,
         seed: int | None = None, workers: int = 1, rho=None, eps=None, delta=None, overwrite: bool = False,
         allow_large_rho: bool = False, progress: bool = True, engine: str = "local", scheduler: str | None = None,
@@ -207,6 +211,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     return Release(result.out_dir, result.manifest)
 
 
+@checked
 def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | None = None,
           out: str | os.PathLike | None = None, seed: int | None = None, rho=None, eps=None, delta=None,
           overwrite: bool = False, allow_large_rho: bool = False, signing_key: str | os.PathLike | None = None) -> Release:
@@ -222,6 +227,7 @@ def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | 
     return Release.open(out_dir)
 
 
+@checked
 def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
     """The independent validation of a release (`das validate`): a Release or a run directory's path; `inputs`
     (paths or DataFrames) add the comparison with the confidential persons and units; `public_key` (the operator's,
@@ -241,6 +247,7 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
         return validate_run(path, inputs=files, public_key=key)
 
 
+@checked
 def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
     """`das publish`: write the bundle of a finished, signed and valid release (a Release or a run directory's
     path): its public files alone, never the operator's, with normalized modes and times, to a directory or (`to`

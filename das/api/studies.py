@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from das import arguments
 from das.api.inputs import prepared, said_of_frames
 from das.api.release import Release, exact
+from das.arguments import checked
 
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")  # das.research.replicate's
 
@@ -72,6 +74,7 @@ class Study:
         return build_report(self.path, out, areas=areas)
 
 
+@checked
 def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: int | None = None,
               estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
               keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
@@ -94,6 +97,7 @@ def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, seed: i
     return Study(Path(out))
 
 
+@checked
 def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
             estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
@@ -114,6 +118,7 @@ def _area_pairs(areas: Mapping | None) -> tuple[tuple[str, str], ...]:
     return tuple((str(t), os.fspath(p)) for t, p in (areas or {}).items())
 
 
+@checked(spec=arguments.spec_file)
 def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("topdown",), seeds: int = 20, rho=None,
             attack_blocks: int = 10, attack_seeds: int | None = None, attack_runs: int = 20, attack_relaxed: int = 300,
             attack_steps: int = 300, tables: str | None = None, workers: int = 1, overwrite: bool = False,

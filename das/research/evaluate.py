@@ -18,6 +18,7 @@ import pandas as pd
 
 from das import outdir
 from das.bundle import BundleError, input_paths
+from das.errors import option
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.pipeline import Confidential
@@ -49,11 +50,16 @@ METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confiden
                        nested=WITH_REPORT)
 
 
+def truth_option() -> str:
+    """How the caller gives the truth: `--truth PERSONS UNITS`, or `truth=(persons, units)` from Python."""
+    return option("truth", "PERSONS UNITS", python="truth=(persons, units)")
+
+
 def metrics_dir(run_dir) -> Path:
     """Where `das metrics RUN_DIR` writes by default: `<RUN_DIR>-metrics`, beside the release."""
     run_dir = Path(os.path.normpath(os.path.abspath(run_dir)))
     if not run_dir.name:
-        raise StudyError(f"{run_dir} is the root: there is no beside to write {run_dir}-metrics; pass --out")
+        raise StudyError(f"{run_dir} is the root: there is no beside to write {run_dir}-metrics; pass {option('out')}")
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
@@ -98,11 +104,11 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         try:
             paths = input_paths(run_dir)
         except BundleError as e:
-            raise StudyError(f"{e}; pass --truth PERSONS UNITS") from None
+            raise StudyError(f"{e}; pass {truth_option()}") from None
     persons, units = truth or (paths["persons"], paths["units"])
     for path in (persons, units):
         if not Path(path).exists():
-            raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
+            raise StudyError(f"truth file {path} does not exist (pass {truth_option()})")
     out = Path(out) if out else metrics_dir(run_dir)
     claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])
     schema = manifest.schema_of("persons")  # as the release pins it
@@ -126,7 +132,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in manifest.levels}
         reason = wls_unsupported(ctx.schema, measured)
         if reason:
-            raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
+            raise StudyError(f"estimator wls: {reason}; leave wls out of {option('estimators')}")
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)
