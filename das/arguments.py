@@ -129,12 +129,11 @@ def data(value, name: str):
 
 def data_pair(value, name: str):
     """The confidential persons and units: a pair (persons, units), each a path or a DataFrame."""
-    if is_frame(value) or isinstance(value, (str, os.PathLike)) or not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ArgumentError(f"{option(name)} takes a pair (persons, units), each a path or a DataFrame, not "
-                            f"{type(value).__name__} {shown(value)}")
-    for part, what in zip(value, ("persons", "units")):
-        data(part, f"{name}[{0 if what == 'persons' else 1}] ({what})")
-    return value
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(is_frame(v) or isinstance(v, (str, os.PathLike))
+                                                                    for v in value):
+        return value
+    raise ArgumentError(f"{option(name)} takes a pair (persons, units), each a path or a DataFrame, not "
+                        f"{type(value).__name__} {shown(value)}")
 
 
 def spec(value, name: str = "spec"):

@@ -223,7 +223,7 @@ def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: b
     if release is not None:
         where = "is" if Path(os.path.abspath(path)) in (release, real_path(release)) else "is inside"
         raise OutDirError(f"output directory {path} {where} the das release {release}: a release must hold only its "
-                          f"own files (or `das validate` fails); choose an {choose} outside it")
+                          f"own files (or `das validate` fails); choose another {choose}, outside it")
     out = real_path(path)
     for item in protected:
         if item is None:

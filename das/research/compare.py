@@ -112,8 +112,8 @@ class Comparison:
         for name in ("attack_runs", "attack_relaxed", "attack_steps"):
             arguments.count(getattr(self, name), name)
         if self.rho is not None:
-            preflight.check_rho_cap(parse_fraction(self.rho, "rho"), allow_large_rho=self.allow_large_rho,
-                                    what=f"{option('rho', self.rho)}:")
+            rho = parse_fraction(self.rho, option("rho", python="rho"))
+            preflight.check_rho_cap(rho, allow_large_rho=self.allow_large_rho, what=f"{option('rho', self.rho)}:")
 
     @property
     def attacked_seeds(self) -> int:

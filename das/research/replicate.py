@@ -93,7 +93,7 @@ class Study:
         if not set(self.keep) <= set(self.queries):
             raise StudyError(f"kept queries {sorted(set(self.keep) - set(self.queries))} are not among the scored queries")
         for r in self.rhos:
-            if r != "spec" and parse_fraction(r, "rho") <= 0:
+            if r != "spec" and parse_fraction(r, option("rho", python="rho")) <= 0:
                 raise StudyError(f"{option('rho')} must be positive, not {r}")
         check_areas(self.areas)
 
@@ -423,7 +423,7 @@ def rho_list(text: str | None) -> tuple[str, ...]:
         return ("spec",)
     values = []
     for part in text.split(","):
-        value = parse_fraction(part.strip(), "rho")
+        value = parse_fraction(part.strip(), option("rho", python="rho"))
         if value <= 0:
             raise StudyError(f"{option('rho')} values must be positive, not {part.strip()}")
         values.append(str(Fraction(value)))
