@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
        "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "validate")
-ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "InputError", "OutDirError", "ValidationError",
-          "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.errors': `except das.DasError`
+ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "UnknownNameError", "InputError", "OutDirError",
+          "ValidationError", "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.errors'
 _MODULES = ("run", "validate", "attack", "publish")  # names that are modules of das too (callable: the API's function)
 
 

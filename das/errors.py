@@ -6,6 +6,7 @@ message with rc 2 and no traceback.
     +-- SpecError (ValueError)    a spec (name, file or dict) or an option das cannot use
     |   +-- BudgetError           a privacy budget das refuses (not positive, above the cap, overspent...)
     +-- ArgumentError (TypeError, ValueError)  an argument of a das function of the wrong type or value
+    +-- UnknownNameError (KeyError)  a name das does not hold (a release's table)
     +-- InputError                confidential inputs (files or DataFrames) das cannot release: every problem
     +-- OutDirError (RuntimeError)  an output directory das may not write or clear as asked
     +-- ValidationError           a release that cannot be validated at all (a file missing or unreadable)
@@ -83,6 +84,12 @@ class ArgumentError(DasError, TypeError, ValueError):
     """An argument of a das function of the wrong type or out of range (which argument, what it takes)."""
 
 
+class UnknownNameError(DasError, KeyError):
+    """A name das does not hold (a release's table): a KeyError too, its message said plainly."""
+
+    __str__ = Exception.__str__  # KeyError's own would quote the whole message
+
+
 class InputError(DasError):
     """Input files (or DataFrames) that cannot be used, with every problem found (each says file, row, column)."""
 
@@ -125,5 +132,5 @@ class SolverError(DasError, RuntimeError):
     """The solver found no consistent answer for a parent even after the failsafe: das's failure, not the caller's."""
 
 
-ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "InputError", "OutDirError", "ValidationError",
-          "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")
+ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "UnknownNameError", "InputError", "OutDirError",
+          "ValidationError", "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")

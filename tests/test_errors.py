@@ -140,6 +140,8 @@ MISTAKES = {
     "publish inside the release": Mistake(lambda t, r: das.publish(r, to=r / "bundle"), ("to=",),
                                           ("publish", "{release}", "--to", "{release}/bundle"), ("--to",),
                                           das.OutDirError),
+    "no such table": Mistake(lambda t, r: das.Release.open(r).table("P9"), ("holds no table 'P9'", "P1"),
+                             kind=das.UnknownNameError),
     "open no release": Mistake(lambda t, r: das.Release.open(t / "nope"), ("not a das run directory", "out= of das.run")),
     "validate no release": Mistake(lambda t, r: das.validate(t / "nope"), ("not a das run directory",),
                                    ("validate", "{tmp}/nope"), ("--out of `das run`",), das.ValidationError),

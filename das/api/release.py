@@ -18,6 +18,7 @@ from pathlib import Path
 from das import arguments
 from das.api.inputs import Input, input_files, prepared, said_of_frames
 from das.arguments import checked
+from das.errors import UnknownNameError
 from das.privacy.certificate import Certificate
 from das.rundir import Manifest, RunDir
 from das.schema import SpecError
@@ -109,7 +110,7 @@ class Release:
         path = RunDir(self.path).table(name)
         if not path.is_file():
             known = sorted(p.stem for p in RunDir(self.path).tables_dir.glob("*.parquet"))
-            raise KeyError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
+            raise UnknownNameError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
         frame = pd.read_parquet(path)
         if names == "pl":
             spec = {t.name: t for t in self.manifest.table_set()}.get(name)

@@ -98,7 +98,7 @@ class AttackConfig:
         listed = self.geounits.split(",") if isinstance(self.geounits, str) else list(self.geounits)
         geounits = [g.strip() for g in listed if g.strip()]
         if not geounits:
-            raise AttackError("--geounits: expected 'auto' or a comma-separated list of geocodes")
+            raise AttackError(f"{option('geounits')}: expected 'auto' or a comma-separated list of geocodes")
         check_geounits(geounits, self.level)
         return geounits
 
@@ -140,7 +140,7 @@ def _schema(config: AttackConfig):
         return load_schema(config.schema or EXACT_SCHEMA), "exact tables (no protection)"
     schema = release_schema(config.published)
     if config.schema and config.schema != schema.name:
-        raise AttackError(f"--schema {config.schema}: the release {config.published} uses schema {schema.name}")
+        raise AttackError(f"{option('schema', config.schema)}: the release {config.published} uses schema {schema.name}")
     return schema, f"release {Path(config.published).name}"
 
 
