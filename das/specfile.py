@@ -102,7 +102,7 @@ def parse_fraction(value, where: str) -> Fraction:
     >>> parse_fraction("1/0", "spec.toml: rho")
     Traceback (most recent call last):
     ...
-    das.specfile.SpecError: spec.toml: rho: '1/0' is not an exact fraction (zero denominator)
+    das.errors.SpecError: spec.toml: rho: '1/0' is not an exact fraction (zero denominator)
     """
     try:
         return positive_fraction(value)
