@@ -20,6 +20,8 @@ API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", 
 # the package keeps the API's functions under those names, and the modules are imported as ever (`from das.run
 # import ...`, `importlib.import_module("das.run")`), so `help(das.run)` is the function's own.
 _SHADOWED = frozenset({"run", "validate", "attack", "publish"})
+ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "UnknownNameError", "InputError", "OutDirError",
+          "ValidationError", "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.errors'
 
 
 class _Package(types.ModuleType):
@@ -35,6 +37,10 @@ sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):
+    if name in ERRORS:
+        from das import errors  # light: imports nothing of das's
+
+        return getattr(errors, name)
     if name in API:
         from das import api
 
@@ -43,4 +49,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(API))
+    return sorted(set(globals()) | set(API) | set(ERRORS))

@@ -27,6 +27,7 @@ from pathlib import Path
 import tomli_w
 
 from das import atomic, pinned
+from das.errors import ReleaseError
 from das.rundir import RunDir
 from das.schema import SpecError
 
@@ -38,7 +39,7 @@ DATAFRAMES = "dataframes"
 NOT_PRIVATE_MARK = "NOT PRIVATE: seeded replication mode; these outputs must not be released"
 
 
-class BundleError(RuntimeError):
+class BundleError(ReleaseError):
     """A run directory that cannot be used as asked (not a das run, holds other files...)."""
 
 

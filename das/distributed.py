@@ -22,8 +22,10 @@ import ctypes
 import gc
 from collections.abc import Callable
 
+from das.errors import RunError, option
 
-class DaskUnavailable(RuntimeError):
+
+class DaskUnavailable(RunError):
     """The dask engine was asked for but dask[distributed] is not installed."""
 
 
@@ -52,7 +54,7 @@ class DaskExecutor:
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError as e:  # the base install has no dask
-            raise DaskUnavailable("--engine dask needs dask[distributed]: pip install 'das[dask]'") from e
+            raise DaskUnavailable(f"{option('engine', 'dask')} needs dask[distributed]: pip install 'das[dask]'") from e
         self.cluster = None
         self.fresh = fresh
         if scheduler:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
+from das.errors import ArgumentError, option
 from das.progress import bar
 
 IN_FLIGHT_PER_SLOT = 4
@@ -81,7 +82,7 @@ def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None
     (a scheduler address or a local cluster; `fresh`: each task's memory given back when it ends)."""
     if engine == "local":
         if scheduler:
-            raise ValueError("--scheduler needs --engine dask")
+            raise ArgumentError(f"{option('scheduler')} needs {option('engine', 'dask')}")
         return local_executor(workers, fresh)
     if engine == "dask":
         from das.distributed import DaskExecutor

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from das.errors import option
 from das.geography import DEFAULT_LEVELS, LEVEL_DIGITS
 from das.io.microdata import InputError, Problem, read_inputs
 from das.privacy.accounting import eps_for_delta
@@ -76,7 +77,7 @@ def spec_text(persons, units, *, spec_path, name: str | None = None, schema: str
     """The commented run spec for two input files, checked by das's spec reader; InputError (the inputs cannot be
     released: every problem listed) or SpecError (an unknown schema) before anything is written."""
     if schema not in KINDS:
-        raise SpecError(f"--schema {schema!r}: expected one of {', '.join(KINDS)}")
+        raise SpecError(f"{option('schema', repr(schema))}: expected one of {', '.join(KINDS)}")
     kind = KINDS[schema]
     persons, units, spec_path = Path(persons), Path(units), Path(spec_path)
     inputs = _read(persons, units, kind)
@@ -146,9 +147,9 @@ def write_spec(persons, units, out, *, name: str | None = None, schema: str = DE
     spec reader once written (removed again if it is refused); returns its text."""
     out = Path(out)
     if out.suffix != ".toml":
-        raise SpecError(f"--out {out}: a spec file's name ends in .toml")
+        raise SpecError(f"{option('out', out)}: a spec file's name ends in .toml")
     if out.exists() or out.is_symlink():
-        raise SpecError(f"--out {out} exists: das init writes a new spec and never replaces a file; choose another name")
+        raise SpecError(f"{option('out', out)} exists: das init writes a new spec and never replaces a file; choose another name")
     text = spec_text(persons, units, spec_path=out, name=name, schema=schema)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "x") as f:  # "x": a file created meanwhile is not replaced either

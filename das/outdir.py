@@ -42,6 +42,7 @@ from pathlib import Path
 
 import das
 from das import atomic
+from das.errors import OutDirError, option  # das's (das.errors), raised here and re-exported
 from das.io.outputs import release_patterns
 from das.rundir import RunDir, RunDirError
 from das.specfile import real_path
@@ -71,10 +72,6 @@ def release_outputs() -> tuple[str, ...]:
 def run_files() -> tuple[str, ...]:
     """Every file a release may hold: its internal files and its outputs."""
     return release_internal() + release_outputs()
-
-
-class OutDirError(RuntimeError):
-    """An output directory a command may not write or clear as asked (the CLI exits 2 with the message)."""
 
 
 @dataclass(frozen=True)
@@ -213,20 +210,20 @@ def release_above(path, *, itself: bool = True) -> Path | None:
 
 
 def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: bool = True,
-                      option: str = "--out") -> None:
+                      argument: str = "out") -> None:
     """OutDirError when path is a file, is inside a release (or is one, with itself=True), or equals,
-    is inside or holds a protected path (a spec or an input); the message names the command's `option`."""
-    path = Path(path)
+    is inside or holds a protected path (a spec or an input); the message names the command's `argument`."""
+    path, choose = Path(path), option(argument)
     if path.exists() and not path.is_dir():
-        raise OutDirError(f"output directory {path} is a file, not a directory; choose another {option}")
+        raise OutDirError(f"output directory {path} is a file, not a directory; choose another {choose}")
     if path.is_symlink() and not path.exists():
         raise OutDirError(f"output directory {path} is a symbolic link that reaches no directory (a loop, or its "
-                          f"target does not exist); choose another {option}")
+                          f"target does not exist); choose another {choose}")
     release = release_above(path, itself=itself)
     if release is not None:
         where = "is" if Path(os.path.abspath(path)) in (release, real_path(release)) else "is inside"
         raise OutDirError(f"output directory {path} {where} the das release {release}: a release must hold only its "
-                          f"own files (or `das validate` fails); choose an {option} outside it")
+                          f"own files (or `das validate` fails); choose another {choose}, outside it")
     out = real_path(path)
     for item in protected:
         if item is None:
@@ -236,7 +233,7 @@ def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: b
                     "is inside" if item in out.parents else None)
         if relation:
             raise OutDirError(f"output directory {path} {relation} {item}, {inputs}; das never writes over or "
-                              f"around its own inputs: choose another {option}")
+                              f"around its own inputs: choose another {choose}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,18 +258,18 @@ def check(path, owner: Owner, *, overwrite: bool = False, resume: bool = False, 
         held = f", but the output of {other.get('command')}" if other else ""
         raise OutDirError(f"output directory {path} is not empty and is not an output of {owner.command} (no {RECORD} "
                           f"naming it{held}); it holds {_shown(path, entries)}. das deletes only files it wrote: "
-                          "choose another --out, or move those files away")
+                          f"choose another {option('out')}, or move those files away")
     ours, foreign = _split(path, owner, record)
     if foreign:
         raise OutDirError(f"output directory {path} holds files {owner.command} did not write ({_shown(path, foreign)}); "
-                          "das never deletes them: move them away or choose another --out")
+                          f"das never deletes them: move them away or choose another {option('out')}")
     if overwrite or owner.replaces:
         return Claim(path, owner, remove=tuple(ours))
     if resume:
         return Claim(path, owner, earlier=record)
     raise OutDirError(f"output directory {path} is not empty: it holds another {owner.what} (the earlier output of "
-                      f"{owner.command}); choose another --out, or pass --overwrite to replace it (only "
-                      f"{owner.command}'s own files are deleted)")
+                      f"{owner.command}); choose another {option('out')}, or pass {option('overwrite', True)} to replace "
+                      f"it (only {owner.command}'s own files are deleted)")
 
 
 def remove_files(path, files) -> None:
@@ -306,7 +303,7 @@ def check_release(path, *, overwrite: bool, protected=()) -> list[Path]:
         return release_files(path)
     if not RunDir(path).is_das_run():
         raise OutDirError(f"output directory {path} is not empty and is not a das run (it holds {_shown(path, entries)}); "
-                          "das deletes only files it wrote: choose another --out, or move those files away")
+                          f"das deletes only files it wrote: choose another {option('out')}, or move those files away")
     owner, hint = "", ""
     try:
         held = RunDir(path).read()
@@ -319,8 +316,10 @@ def check_release(path, *, overwrite: bool, protected=()) -> list[Path]:
     _, foreign = _release_split(path)
     if foreign:
         raise OutDirError(f"output directory {path} is not empty{owner} and holds files a das run does not write "
-                          f"({_shown(path, foreign)}), which das never deletes: choose another --out, or move them away")
-    raise OutDirError(f"output directory {path} is not empty{owner}; choose another{hint} or pass --overwrite")
+                          f"({_shown(path, foreign)}), which das never deletes: choose another {option('out')}, or move them "
+                          "away")
+    raise OutDirError(f"output directory {path} is not empty{owner}; choose another{hint} or pass "
+                      f"{option('overwrite', True)}")
 
 
 def _release_split(path: Path) -> tuple[list[Path], list[Path]]:
@@ -330,7 +329,7 @@ def _release_split(path: Path) -> tuple[list[Path], list[Path]]:
         manifest = RunDir(path).read()
     except RunDirError as e:
         raise OutDirError(f"{path}: its manifest is not readable as a das run's ({e}); das deletes only files it "
-                          "knows it wrote: choose another --out, or move the directory away") from None
+                          f"knows it wrote: choose another {option('out')}, or move the directory away") from None
     patterns = release_internal() + (() if manifest.complete else release_outputs())
     return _split(path, Owner("das run", "run", patterns), {"files": list(manifest.listed())}, patterns)
 
@@ -340,13 +339,13 @@ def release_files(path) -> list[Path]:
     the patterns); OutDirError when it is not a das run or holds any other file."""
     path = Path(path)
     if not RunDir(path).is_das_run():
-        raise OutDirError(f"--overwrite refused: {path} is not a das run directory (no das manifest.json; it holds "
-                          f"{_shown(path, _entries(path))}); das deletes only files it wrote: choose another --out, "
-                          "or move those files away")
+        raise OutDirError(f"{option('overwrite', True)} refused: {path} is not a das run directory (no das manifest.json; "
+                          f"it holds {_shown(path, _entries(path))}); das deletes only files it wrote: choose another "
+                          f"{option('out')}, or move those files away")
     ours, foreign = _release_split(path)
     if foreign:
-        raise OutDirError(f"--overwrite refused: {path} holds files a das run does not write ({_shown(path, foreign)}); "
-                          "move them away or choose another --out")
+        raise OutDirError(f"{option('overwrite', True)} refused: {path} holds files a das run does not write "
+                          f"({_shown(path, foreign)}); move them away or choose another {option('out')}")
     return ours
 
 
@@ -360,7 +359,7 @@ def check_bundle(path, *, overwrite: bool, protected=()) -> list[Path]:
     file, inside a release, holding or inside the run published, a run directory, or a non-empty directory
     that is not a bundle, holds other files, or is not to be overwritten."""
     path = Path(path)
-    refuse_unwritable(path, protected=protected, inputs="the release it publishes", itself=False, option="--to")
+    refuse_unwritable(path, protected=protected, inputs="the release it publishes", itself=False, argument="to")
     entries = _entries(path)
     if not entries:
         return []
@@ -368,19 +367,20 @@ def check_bundle(path, *, overwrite: bool, protected=()) -> list[Path]:
     if not run.is_das_run() or run.is_run_directory():
         what = "a das run directory (it holds operator files)" if run.is_das_run() else "not a das bundle"
         raise OutDirError(f"output directory {path} is not empty and is {what}; it holds {_shown(path, entries)}. das "
-                          "deletes only files it wrote: choose another --to, or move those files away")
+                          f"deletes only files it wrote: choose another {option('to')}, or move those files away")
     try:
         manifest = run.read()
     except RunDirError as e:
-        raise OutDirError(f"{path}: its manifest is not readable as a das release's ({e}); choose another --to") from None
+        raise OutDirError(f"{path}: its manifest is not readable as a das release's ({e}); choose another "
+                          f"{option('to')}") from None
     public = RunDir.public_files(manifest)
     ours, foreign = _split(path, Owner("das publish", "bundle", public), {"files": list(public)}, public)
     if foreign:
         raise OutDirError(f"output directory {path} holds files das publish did not write ({_shown(path, foreign)}); "
-                          "das never deletes them: move them away or choose another --to")
+                          f"das never deletes them: move them away or choose another {option('to')}")
     if not overwrite:
-        raise OutDirError(f"output directory {path} holds a bundle (of {manifest.spec_name!r}); choose another --to, or "
-                          "pass --overwrite to replace it (only its own files are deleted)")
+        raise OutDirError(f"output directory {path} holds a bundle (of {manifest.spec_name!r}); choose another "
+                          f"{option('to')}, or pass {option('overwrite', True)} to replace it (only its own files are deleted)")
     return ours
 
 
@@ -389,26 +389,26 @@ def check_bundle_archive(path, *, overwrite: bool) -> None:
     run published included), or exists and is not replaced with --overwrite, or is not a das bundle's archive (a
     tar whose first member is a directory holding nothing but a bundle's names)."""
     path = Path(path)
-    refuse_unwritable(path.parent, itself=True, option="--to")
+    refuse_unwritable(path.parent, itself=True, argument="to")
     if not path.exists() and not path.is_symlink():
         return
     if path.is_dir() or path.is_symlink():
-        raise OutDirError(f"{path} is a directory or a symbolic link, not a bundle's archive; choose another --to")
+        raise OutDirError(f"{path} is a directory or a symbolic link, not a bundle's archive; choose another {option('to')}")
     if not overwrite:
-        raise OutDirError(f"{path} exists; choose another --to, or pass --overwrite to replace it (only a bundle's "
-                          "archive is replaced)")
+        raise OutDirError(f"{path} exists; choose another {option('to')}, or pass {option('overwrite', True)} to replace it "
+                          "(only a bundle's archive is replaced)")
     import tarfile
 
     try:
         with tarfile.open(path, "r:") as tar:
             names = tar.getnames()
     except (tarfile.TarError, OSError) as e:
-        raise OutDirError(f"--overwrite refused: {path} is not a tar archive das publish wrote ({e}); das deletes only "
-                          "files it wrote") from None
+        raise OutDirError(f"{option('overwrite', True)} refused: {path} is not a tar archive das publish wrote ({e}); das "
+                          "deletes only files it wrote") from None
     top = names[0] if names else ""
     if not names or f"{top}/manifest.json" not in names or any(n != top and not n.startswith(top + "/") for n in names):
-        raise OutDirError(f"--overwrite refused: {path} is not a bundle's archive (a directory holding manifest.json); "
-                          "das deletes only files it wrote")
+        raise OutDirError(f"{option('overwrite', True)} refused: {path} is not a bundle's archive (a directory holding "
+                          "manifest.json); das deletes only files it wrote")
 
 
 # ---------------------------------------------------------------------------------------------

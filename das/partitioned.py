@@ -33,6 +33,7 @@ import scipy.sparse as sp
 
 from das import atomic, preflight
 from das.checkpoint import load_solved, save_arrays, save_solved
+from das.errors import option
 from das.executors import largest_first, local_executor
 from das.frame import output_plan
 from das.geography import Geography
@@ -466,7 +467,7 @@ def task_budget_mb(memory_gb: float | None, executor) -> float | None:
     slots = getattr(executor, "slots", 1)
     alone = DRIVER_MB + WORKER_BASE_MB * slots
     if memory_gb * 1024 <= alone:
-        raise RunError(f"--memory-gb {memory_gb:g} leaves nothing for the state tasks: the driver and {slots} "
+        raise RunError(f"{option('memory_gb', f'{memory_gb:g}')} leaves nothing for the state tasks: the driver and {slots} "
                        f"workers need about {alone / 1024:.1f} GB alone")
     return memory_gb * 1024 - alone
 

@@ -14,11 +14,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from das.errors import DasError
+
 INPUT_SUFFIXES = (".parquet", ".csv")
 _STATE_AT_END = re.compile(r"(?<![0-9])([0-9]{2})$")  # exactly two ASCII digits at the end: persons_150 is no state
 
 
-class PartitionError(ValueError):
+class PartitionError(DasError, ValueError):
     """The input directories of a partitioned run do not pair up into one persons and one units file per state."""
 
 

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 import das
 from das import bundle, preflight
+from das.errors import RunError, RunStopped  # noqa: F401  das's (das.errors), raised here and re-exported
 from das.geography import Geography
 from das.io.areas import read_areas
 from das.io.microdata import read_inputs
@@ -43,15 +44,6 @@ from das.spine import block_order, recut_level, spine_geography
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
 
 logger = logging.getLogger(__name__)
-
-
-class RunError(RuntimeError):
-    """A run cannot start or continue (bad output directory, spec mismatch...)."""
-
-
-class RunStopped(RuntimeError):
-    """A run that had started stopped on an error of das's own (not of its input): nothing is released, and what it
-    had committed (noisy measurements, solved levels) is kept for `das run --resume`. Its cause is `__cause__`."""
 
 
 def code_version() -> str:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from das import arguments
+from das.errors import option
 from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
 from das.schema import SpecError
 
@@ -61,7 +63,7 @@ class SpaceEstimate:
         return self.free >= self.needed
 
 
-ACKNOWLEDGE = "--allow-large-rho"  # the one flag, on every command that spends budget, that acknowledges the cap
+ACKNOWLEDGE = "allow_large_rho"  # the one argument, of every command that spends budget, that acknowledges the cap
 
 
 def check_rho_cap(rho: Fraction, *, allow_large_rho: bool, what: str) -> None:
@@ -70,7 +72,7 @@ def check_rho_cap(rho: Fraction, *, allow_large_rho: bool, what: str) -> None:
     if rho > MAX_RHO and not allow_large_rho:
         raise PreflightError(
             f"{what} rho = {float(rho):g} is above {MAX_RHO} (the 2020 persons run used 2.56): such a "
-            f"release is barely protected. If that is intended, pass {ACKNOWLEDGE}")
+            f"release is barely protected. If that is intended, pass {option(ACKNOWLEDGE, True)}")
 
 
 def check_budget(name: str, rho: Fraction, delta: Fraction, allocation, *, where: str, allow_large_rho: bool) -> None:
@@ -112,16 +114,21 @@ def check_writable(out_dir: Path) -> None:
 
 
 def check_workers(workers: int, engine: str) -> None:
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise PreflightError(f"--workers must be a positive integer, got {workers!r}")
-    if engine not in ("local", "dask"):
-        raise PreflightError(f"--engine must be 'local' or 'dask', not {engine!r}")
+    """The rules of das.arguments (the API's and the command line's alike): workers >= 1, engine local or dask."""
+    arguments.workers(workers)
+    arguments.engine(engine)
+
+
+def given_budget(budget) -> str:
+    """A budget given beside the spec (das.runspec.Budget), in the caller's terms: "--rho 100" or "rho=100"."""
+    return ", ".join(option(name, value) for name, value in (("rho", budget.rho), ("eps", budget.eps),
+                                                               ("delta", budget.delta)) if value is not None)
 
 
 def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *, workers: int = 1,
                engine: str = "local", allow_large_rho: bool = False) -> None:
     """Everything about the spec and the command line, before any input file is opened."""
-    where = str(prep_spec.path) + (f" ({prep_spec.overrides})" if getattr(prep_spec, "overrides", "") else "")
+    where = str(prep_spec.path) + (f" ({given_budget(prep_spec.budget)})" if getattr(prep_spec, "budget", None) else "")
     measured = {q for s in strategies.values() for lv in s.levels for q, _ in lv.queries}
     by_level = [("passes", prep_spec.passes)] + [(f"passes_by_level.{level}", passes)
                                                  for level, passes in getattr(prep_spec, "passes_by_level", {}).items()]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from das import atomic, outdir
+from das.errors import ReleaseError
 from das.rundir import RunDir
 from das.validate import validate_run
 from das.validate.report import ValidationError
@@ -32,7 +33,7 @@ EPOCH_VARIABLE = "SOURCE_DATE_EPOCH"  # reproducible-builds.org: the one time ev
 SHOWN = 5  # violations named in a refusal
 
 
-class PublishError(RuntimeError):
+class PublishError(ReleaseError):
     """A run that may not be published (not complete, not signed, not valid): the CLI exits 1 with the reason."""
 
 

@@ -29,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import atomic, pinned
+from das.errors import ReleaseError, command, option
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError, exact, fraction_text
 from das.privacy.guarantee import Guarantee
@@ -47,7 +48,7 @@ PROCESS_FILE = "process.json"  # operator only: timings, interruptions, the last
 PARTS_FILE = "parts.json"  # a state's part directory is complete when this is present (das.io.parts)
 
 
-class RunDirError(RuntimeError):
+class RunDirError(ReleaseError):
     """A directory that is not the das run it is used as (missing, unreadable, unfinished manifest)."""
 
 
@@ -733,10 +734,11 @@ class RunDir:
         """The manifest, or RunDirError naming the file and what is wrong with it."""
         if not self.path.is_dir():
             what = "it is a file" if self.path.exists() else "it does not exist"
-            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}: {what}); expected the --out "
-                              "of `das run`")
+            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}: {what}); expected the "
+                              f"{option('out')} of {command('run')}")
         if not self.manifest_path.is_file():
-            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}); expected the --out of `das run`")
+            raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}); expected the {option('out')} of "
+                              f"{command('run')}")
         try:
             data = json.loads(self.manifest_path.read_text())
         except (OSError, ValueError) as e:

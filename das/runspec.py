@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from das import specfile
+from das.errors import option
 from das.geography import DEFAULT_LEVELS, level_digits
 from das.io.areas import TYPE_NAME as AREA_TYPE
 from das.privacy.certificate import delta_text, fraction_text
@@ -90,9 +91,9 @@ class Budget:
 
     def __post_init__(self):
         if self.rho is not None and self.eps is not None:
-            raise SpecError("--rho and --eps both set the persons budget: give one")
+            raise SpecError(f"{option('rho')} and {option('eps')} both set the persons budget: give one")
         if self.delta is not None and not 0 < self.delta < 1:
-            raise SpecError(f"--delta must be strictly between 0 and 1, got {self.delta}")
+            raise SpecError(f"{option('delta')} must be strictly between 0 and 1, got {self.delta}")
 
     def __bool__(self) -> bool:
         return any(v is not None for v in (self.rho, self.eps, self.delta))

@@ -32,12 +32,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from das import atomic
+from das.errors import DasError
 from das.rundir import RunDir
 
 PUBLIC_SUFFIX = ".pub"  # `das keygen KEY` writes the public key to KEY.pub
 
 
-class SigningError(ValueError):
+class SigningError(DasError, ValueError):
     """A key that cannot be used as asked: missing, unreadable, not an Ed25519 key, or in the way."""
 
 

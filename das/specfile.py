@@ -28,11 +28,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
+from das.errors import SpecError  # the spec's error is das's (das.errors), raised here and re-exported
+
 SHOWN_CHARACTERS = 60  # a value echoed in a message is cut to this many characters
-
-
-class SpecError(ValueError):
-    """A spec file (or an argument) is missing, malformed or inconsistent."""
 
 
 def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
@@ -104,7 +102,7 @@ def parse_fraction(value, where: str) -> Fraction:
     >>> parse_fraction("1/0", "spec.toml: rho")
     Traceback (most recent call last):
     ...
-    das.specfile.SpecError: spec.toml: rho: '1/0' is not an exact fraction (zero denominator)
+    das.errors.SpecError: spec.toml: rho: '1/0' is not an exact fraction (zero denominator)
     """
     try:
         return positive_fraction(value)

@@ -75,10 +75,10 @@ def test_a_malformed_research_command_is_refused_while_parsing(argv, expected, c
 @pytest.mark.parametrize("argv, expected", [
     (["replicate", "tiny", "--rho", "abc"], "das replicate: --rho: 'abc' is not an exact fraction"),
     (["replicate", "tiny", "--keep", "nonesuch"], "das replicate: kept queries ['nonesuch'] are not among the scored queries"),
-    (["replicate", "tiny", "--rho", "11"], "das replicate: --rho rho = 11 is above 10"),
+    (["replicate", "tiny", "--rho", "11"], "das replicate: --rho 11: rho = 11 is above 10"),
     (["replicate", "tiny", "--rho", "1/2,20"], "If that is intended, pass --allow-large-rho"),
     (["compare", "tiny", "--mechanisms", "topdown,nonesuch"], "das compare: unknown mechanism(s) ['nonesuch']"),
-    (["compare", "tiny", "--rho", "11"], "das compare: --rho rho = 11 is above 10"),
+    (["compare", "tiny", "--rho", "11"], "das compare: --rho 11: rho = 11 is above 10"),
 ])
 def test_a_bad_study_setting_is_refused_before_its_directory_is_made(argv, expected, tmp_path, capsys):
     out = tmp_path / "out"

@@ -96,7 +96,7 @@ def test_unknown_mechanism_and_other_settings_are_refused(tmp_path, monkeypatch)
     (tmp_path / "b" / "compare.json").unlink()
     outdir.check(tmp_path / "b", COMPARE).start()  # das compare's own, with other settings
     (tmp_path / "b" / "compare.json").write_text(json.dumps({"settings": {"spec": "other"}}))
-    with pytest.raises(OutDirError, match="holds another comparison .* pass --overwrite"):
+    with pytest.raises(OutDirError, match="holds another comparison .* pass overwrite=True"):
         run_comparison(Comparison(TINY, seeds=1), tmp_path / "b")
 
 
@@ -158,15 +158,16 @@ def test_cli_compare_one_seed(tmp_path, capsys):
 
 
 def test_bad_settings_are_refused_as_settings_not_tracebacks(tmp_path):
+    from das.errors import ArgumentError
     from das.schema import SpecError
 
-    with pytest.raises(SpecError, match="--rho: 'abc' is not an exact fraction"):
+    with pytest.raises(SpecError, match="rho: 'abc' is not an exact fraction"):
         Comparison(spec="tiny", rho="abc").check()
-    with pytest.raises(SpecError, match=r"--rho rho = 11 is above 10.*--allow-large-rho"):
+    with pytest.raises(SpecError, match=r"rho=11: rho = 11 is above 10.*allow_large_rho=True"):
         Comparison(spec="tiny", rho="11").check()
     Comparison(spec="tiny", rho="11", allow_large_rho=True).check()
     for workers in (0, -1, True):
-        with pytest.raises(StudyError, match="--workers must be at least 1"):
+        with pytest.raises(ArgumentError, match="workers= must be an integer of at least 1"):
             run_comparison(Comparison(spec="tiny", seeds=1, attack_blocks=0), tmp_path / "out", workers=workers)
     assert not (tmp_path / "out").exists()
 

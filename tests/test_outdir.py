@@ -98,7 +98,7 @@ def test_a_users_file_is_never_deleted_with_or_without_overwrite(tmp_path):
 def test_its_own_earlier_output_is_refused_replaced_or_continued(tmp_path):
     out = tmp_path / "out"
     _write(outdir.check(out, OWNER), "result.json", "parts/a.json")
-    with pytest.raises(outdir.OutDirError, match="holds another example .* pass --overwrite"):
+    with pytest.raises(outdir.OutDirError, match="holds another example .* pass overwrite=True"):
         outdir.check(out, OWNER)
     continued = outdir.check(out, OWNER, resume=True)
     assert continued.remove == ()

@@ -174,7 +174,7 @@ def test_bad_partitions_are_refused_before_any_noise(tmp_path):
 
 def test_a_memory_budget_the_driver_and_workers_alone_exceed_is_refused_before_anything(reference, tmp_path):
     spec, _ = reference
-    _refused(spec, tmp_path / "out", r"--memory-gb 0.5 leaves nothing for the state tasks: the driver and 2 workers "
+    _refused(spec, tmp_path / "out", r"memory_gb=0.5 leaves nothing for the state tasks: the driver and 2 workers "
                                      r"need about 1.1 GB alone", workers=2, memory_gb=0.5)
 
 

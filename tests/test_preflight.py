@@ -124,9 +124,9 @@ def test_large_rho_runs_when_acknowledged(spec_dir):
 
 @pytest.mark.parametrize("workers", ["0", "-3"])
 def test_workers_must_be_positive(spec_dir, capsys, no_noise, workers):
-    from das.preflight import PreflightError
+    from das.errors import ArgumentError
 
-    with pytest.raises(PreflightError, match=f"--workers must be a positive integer, got {int(workers)}"):
+    with pytest.raises(ArgumentError, match=f"workers= must be an integer of at least 1, got {int(workers)}"):
         run(spec_dir / "spec.toml", spec_dir / "out", seed=1, workers=int(workers), progress=False)
     assert no_noise == [] and not (spec_dir / "out").exists()
     with pytest.raises(SystemExit) as stopped:  # the command line refuses it while parsing

@@ -122,12 +122,12 @@ def test_the_bundle_directory_follows_the_output_policy(two_runs, tmp_path, caps
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
     assert "not a das bundle" in cli_refused(["publish", str(two_runs[0]), "--to", str(mine)], capsys)
-    with pytest.raises(OutDirError, match="inside the das release .*choose an --to outside it"):
+    with pytest.raises(OutDirError, match="inside the das release .*choose another to=, outside it"):
         publish(two_runs[0], two_runs[0] / "bundle")
     with pytest.raises(OutDirError, match="run directory"):
         publish(two_runs[0], two_runs[1], overwrite=True)
     bundle = publish(two_runs[0], tmp_path / "bundle").path
-    with pytest.raises(OutDirError, match="--overwrite"):
+    with pytest.raises(OutDirError, match="overwrite=True"):
         publish(two_runs[1], bundle)
     (bundle / "tables" / "mine.csv").write_text("mine")
     with pytest.raises(OutDirError, match="mine.csv"):

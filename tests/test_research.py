@@ -232,7 +232,7 @@ def test_seeded_study_resumes_and_reproduces(study_dir, tmp_path):
     replicate_study(Study("vt_grand_isle", runs=2, seed=11, estimators=("noisy", "wls")), again, workers=1)
     sub = before[(before["replicate"] < 2) & before["estimator"].isin(["noisy", "wls"])].reset_index(drop=True)
     pd.testing.assert_frame_equal(pd.read_parquet(again / "stats.parquet"), sub, check_exact=False)
-    with pytest.raises(OutDirError, match="holds another study .* pass --overwrite"):
+    with pytest.raises(OutDirError, match="holds another study .* pass overwrite=True"):
         replicate_study(Study("vt_grand_isle", runs=3, seed=11), again)
 
 
@@ -409,12 +409,12 @@ def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, cap
 
 
 def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(tmp_path):
+    from das.errors import ArgumentError
     from das.preflight import PreflightError
-    from das.research.replicate import StudyError
 
     for workers in (0, -2):
-        with pytest.raises(StudyError, match="--workers must be at least 1"):
+        with pytest.raises(ArgumentError, match="workers= must be an integer of at least 1"):
             replicate_study(Study(spec="tiny", runs=1), tmp_path / "out", workers=workers)
-    with pytest.raises(PreflightError, match=r"--rho rho = 20 is above 10"):
+    with pytest.raises(PreflightError, match=r"rho=20: rho = 20 is above 10"):
         replicate_study(Study(spec="tiny", rhos=("1/2", "20"), runs=1), tmp_path / "out")
     assert not (tmp_path / "out").exists()

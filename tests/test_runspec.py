@@ -151,5 +151,5 @@ def test_a_command_line_budget_is_part_of_what_a_resumed_run_must_match():
     plain, given = load_run_spec("tiny"), load_run_spec("tiny", budget=Budget(rho=Fraction(1, 2)))
     assert given.persons.rho == Fraction(1, 2) and given.units == plain.units
     assert given.fingerprint_text != plain.fingerprint_text and plain.fingerprint_text == plain.text
-    with pytest.raises(SpecError, match="--rho and --eps both"):
+    with pytest.raises(SpecError, match="rho= and eps= both"):
         Budget(rho=Fraction(1), eps=Fraction(1))

@@ -19,6 +19,7 @@ from das.api.studies import Study, compare, metrics, replicate
 from das.api.synthesizer import synthesizer
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
+from das.errors import ArgumentError
 
 
 def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
@@ -43,9 +44,12 @@ def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
         True
     """
     if config is None:
+        _check_attack_flags(flags)
         config = AttackConfig(**flags)
     elif flags:
-        raise TypeError("give an AttackConfig or its fields as keywords, not both")
+        raise ArgumentError("give an AttackConfig or its fields as keywords, not both")
+    elif not isinstance(config, AttackConfig):
+        raise ArgumentError(f"das.attack takes an AttackConfig or its fields as keywords, not {type(config).__name__}")
     return _attack_files(config)
 
 
@@ -71,6 +75,22 @@ def _said_of(message: str, frames: dict[str, str]) -> str:
     for path, name in frames.items():
         message = message.replace(path, name)
     return message
+
+
+def _check_attack_flags(flags: dict) -> None:
+    """`das.attack`'s keywords: AttackConfig's fields (a misspelled one refused naming the valid ones), each value by
+    das.arguments' rule of its name, the fields without a default given."""
+    from dataclasses import MISSING, fields
+
+    from das import arguments
+
+    known = {f.name: f for f in fields(AttackConfig)}
+    arguments.check("attack", flags, valid=tuple(known), optional=tuple(n for n, f in known.items() if f.default is None),
+                    rules={"truth": arguments.data, "published": arguments.path})
+    missing = [n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in flags]
+    if missing:
+        raise ArgumentError(f"das.attack needs {', '.join(f'{n}=' for n in missing)} (the confidential persons file, the "
+                            "release directory or \"exact\", the output directory)")
 
 
 __all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",

@@ -11,8 +11,10 @@ from __future__ import annotations
 from fractions import Fraction
 
 from das.api.release import exact
+from das.arguments import checked
 
 
+@checked
 def eps_for_rho(rho, delta) -> float:
     """The eps that rho-zCDP certifies at `delta`, as `das privacy --rho R --delta D` prints it.
 
@@ -35,6 +37,7 @@ def eps_for_rho(rho, delta) -> float:
     return eps_for_delta(exact(rho, "rho"), exact(delta, "delta"))
 
 
+@checked
 def rho_for_eps(eps, delta) -> Fraction:
     """The largest rho (6 significant digits, exact) whose certificate at `delta` is within `eps`: what a budget
     given as eps at delta spends (`das run --eps E --delta D`).
@@ -58,6 +61,7 @@ def rho_for_eps(eps, delta) -> Fraction:
     return largest_rho(exact(eps, "eps"), exact(delta, "delta"))
 
 
+@checked
 def certificates(spec, *, rho=None, eps=None, delta=None) -> dict:
     """The certificate of each release of a spec, as `das privacy SPEC` prints them; nothing is read but the spec
     and nothing is spent.

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
+from das import arguments
+from das.arguments import checked
 
+
+@checked(persons=arguments.path, units=arguments.path)
 def init_spec(persons: str | os.PathLike, units: str | os.PathLike, *, out: str | os.PathLike, name: str | None = None,
               schema: str = "pl94_persons") -> str:
     """A commented run spec for your own two input files, as `das init` writes it.

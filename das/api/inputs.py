@@ -5,7 +5,9 @@ das.io.microdata, with the same checks and the same errors): it is written as CS
 temporary directory (readable by this user only) and read from there; the directory is removed when
 the work is done. A problem is reported in the DataFrame's terms: "the persons DataFrame row 3,
 column CENRACE: '64' is not valid (...)", row 1 being the first row. A dict spec is a run spec's
-content (the TOML's tables as dicts, exact numbers as strings "1/2") and is checked whole like a file.
+content (the TOML's tables as dicts, exact numbers as strings "1/2") and is checked whole like a file;
+an error about the spec written for a call is said of what the caller gave: "the spec dict", "the spec
+'tiny'". No message names the temporary directory.
 """
 
 from __future__ import annotations
@@ -17,16 +19,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das.io.microdata import InputError
-from das.schema import SpecError, resolve_spec
+from das.arguments import is_frame
+from das.errors import DasError, InputError, SpecError
+from das.schema import resolve_spec
 from das.specfile import load_toml, real_path, toml_text
 
 Input = str | os.PathLike | object  # a path, or a pandas DataFrame
-
-
-def is_frame(value) -> bool:
-    """Whether an input is a DataFrame (duck-typed, so pandas is not imported for a path)."""
-    return hasattr(value, "to_csv") and hasattr(value, "columns")
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class Prepared:
     """A spec file and the input files a command reads, and what each temporary input file stands for."""
 
     spec: str | os.PathLike  # the spec as given, or a spec file written for the call
-    frames: dict[str, str]  # a temporary file's path -> "the persons DataFrame"
+    frames: dict[str, str]  # a temporary file's path -> what it stands for: "the persons DataFrame", "the spec dict"
 
 
 def _write_frame(frame, path: Path) -> Path:
@@ -100,6 +98,7 @@ def prepared(spec, *, persons: Input | None = None, units: Input | None = None, 
             data = {**data, "name": name or (path.stem if path is not None else "spec")}
         written = tmp / "spec.toml"
         written.write_text(toml_text(data))
+        frames[str(written)] = "the spec dict" if path is None else f"the spec {os.fspath(spec)!r}"
         yield Prepared(written, frames)
 
 
@@ -139,12 +138,25 @@ def in_frame_terms(error: InputError, frames: dict[str, str]) -> InputError:
     return InputError(problems)
 
 
+def reworded(text: str, frames: dict[str, str]) -> str:
+    """A message about temporary files said of what each stands for (the longest path first, so a directory's
+    path never cuts a file's)."""
+    for file in sorted(frames, key=len, reverse=True):
+        text = text.replace(file, frames[file])
+    return text
+
+
 @contextlib.contextmanager
 def said_of_frames(frames: dict[str, str]):
-    """Inside the block, an InputError about a temporary input file is re-raised about its DataFrame."""
+    """Inside the block, a das error about a temporary file (an input, the spec written for the call) is re-raised
+    about what it stands for: "the persons DataFrame", "the spec dict"."""
     try:
         yield
     except InputError as e:
         if not frames:
             raise
         raise in_frame_terms(e, frames) from None
+    except DasError as e:
+        if frames and len(e.args) == 1 and isinstance(e.args[0], str):
+            e.args = (reworded(e.args[0], frames),)  # the same error, its message in the caller's terms
+        raise

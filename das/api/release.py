@@ -18,7 +18,10 @@ from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
+from das import arguments
 from das.api.inputs import Input, input_files, is_frame, prepared, said_of_frames
+from das.arguments import checked
+from das.errors import UnknownNameError
 from das.privacy.certificate import Certificate
 from das.privacy.guarantee import Guarantee, combined
 from das.rundir import Manifest, RunDir
@@ -97,8 +100,9 @@ class Release:
             The `Release`.
 
         Raises:
-            RunDirError: `path` is not a finished release.
+            RunDirError: `path` is not a finished release. ArgumentError: `path` is not a path.
         """
+        arguments.path(path, "path")
         return cls(Path(path), RunDir(path).read_complete())
 
     @property
@@ -156,7 +160,7 @@ class Release:
             A pandas DataFrame, a row per geounit at every level.
 
         Raises:
-            KeyError: the release holds no such table (the message lists those it holds).
+            UnknownNameError (a KeyError): the release holds no such table (the message lists those it holds).
         """
         import pandas as pd
 
@@ -167,7 +171,7 @@ class Release:
         path = RunDir(self.path).table(name)
         if not path.is_file():
             known = sorted(p.stem for p in RunDir(self.path).tables_dir.glob("*.parquet"))
-            raise KeyError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
+            raise UnknownNameError(f"{self.path} holds no table {name!r}; it holds {', '.join(known) or 'none'}")
         frame = pd.read_parquet(path)
         if names == "pl":
             spec = {t.name: t for t in self.manifest.table_set()}.get(name)
@@ -240,6 +244,7 @@ def _out(out, spec_file: Path) -> Path:
     return Path("runs") / load_run_spec(spec_file).name
 
 
+@checked
 def run(spec, *, persons: Input | None = None, units: Input | None = None, out: str | os.PathLike | None = None,
         seed: int | None = None, workers: int = 1, rho=None, eps=None, delta=None, overwrite: bool = False,
         allow_large_rho: bool = False, progress: bool = True, engine: str = "local", scheduler: str | None = None,
@@ -291,6 +296,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
     return Release(result.out_dir, result.manifest)
 
 
+@checked
 def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | None = None,
           out: str | os.PathLike | None = None, seed: int | None = None, rho=None, eps=None, delta=None,
           overwrite: bool = False, allow_large_rho: bool = False, signing_key: str | os.PathLike | None = None) -> Release:
@@ -338,6 +344,7 @@ def _record_frames(out_dir, **inputs) -> None:
         bundle.record_process(Path(out_dir), **{bundle.DATAFRAMES: frames})
 
 
+@checked
 def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: str | os.PathLike | None = None):
     """The independent validation of a release, as `das validate` runs it: from its files alone, and with the
     confidential inputs too when given.
@@ -367,6 +374,7 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
         return validate_run(path, inputs=files, public_key=key)
 
 
+@checked
 def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
     """The publishable bundle of a finished, signed and valid release, as `das publish` writes it: its public files
     alone, never the operator's, with normalized modes and times.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from das.api.inputs import input_files, prepared, said_of_frames
 from das.api.release import Release, exact
+from das.arguments import checked
 
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")  # das.research.replicate's
 
@@ -152,6 +153,7 @@ def _study_record(path: Path) -> str:
     return name
 
 
+@checked
 def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, eps=None, delta=None, seed: int | None = None,
               estimators: tuple[str, ...] = ("topdown", "noisy", "wls"), queries: tuple[str, ...] = DEFAULT_QUERIES,
               keep: tuple[str, ...] = ("total",), workers: int = 1, persons=None, units=None,
@@ -209,6 +211,7 @@ def _exact_texts(values, name: str) -> tuple[str, ...]:
     return tuple(str(exact(v, name)) for v in (values if isinstance(values, (list, tuple)) else [values]))
 
 
+@checked
 def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
             estimators: tuple[str, ...] | None = None, queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
@@ -264,6 +267,7 @@ def _area_pairs(areas: Mapping | None) -> tuple[tuple[str, str], ...]:
     return tuple((str(t), os.fspath(p)) for t, p in (areas or {}).items())
 
 
+@checked
 def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("topdown",), seeds: int = 20, rho=None,
             eps=None, delta=None,
             attack_blocks: int = 10, attack_seeds: int | None = None, attack_runs: int = 20, attack_relaxed: int = 300,

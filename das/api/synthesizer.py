@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from das.api.inputs import Input
 from das.api.release import Release, exact, synth
+from das.arguments import checked
 
 
 class Synthesizer:
@@ -57,6 +58,7 @@ class Synthesizer:
         return self.fit(persons, units).sample()
 
 
+@checked
 def synthesizer(mechanism: str, *, spec="tiny", eps=None, delta=None, rho=None, out: str | os.PathLike | None = None,
                 seed: int | None = None, overwrite: bool = False, allow_large_rho: bool = False,
                 signing_key: str | os.PathLike | None = None) -> Synthesizer:

@@ -11,6 +11,7 @@ import numpy as np
 
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, rank_by
+from das.errors import option
 
 SCOPES = ("tract", "county", "state", "holdout")
 
@@ -21,7 +22,7 @@ def reference_levels(truth: PersonRecords, level: str, geocode: str, scope: str,
     """The reference records (n x n_attributes) of `scope` for the geounit `geocode` of `level`."""
     if scope == "holdout":
         if holdout is None:
-            raise AttackError("baseline 'holdout' needs a holdout persons file (--holdout PATH)")
+            raise AttackError(f"baseline 'holdout' needs a holdout persons file ({option('holdout', 'PATH')})")
         return holdout.levels
     if scope not in SCOPES:
         raise AttackError(f"baseline {scope!r}: expected one of {SCOPES}")

@@ -35,6 +35,7 @@ from das.attack.baselines import SCOPES
 from das.attack.data import AttackError, check_covers, read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
 from das.attack.workload import load_attack_tables
+from das.errors import option
 from das.schema import load_schema
 
 logger = logging.getLogger(__name__)
@@ -83,20 +84,21 @@ class AttackConfig:
         """Every option in range, or AttackError naming the flag and what was expected (nothing read yet)."""
         for name in ("runs", "relaxed", "steps", "batch", "workers", "count"):
             if getattr(self, name) < 1:
-                raise AttackError(f"--{name} {getattr(self, name)}: expected at least 1")
+                raise AttackError(f"{option(name, getattr(self, name))}: expected at least 1")
         if self.level not in ("block", "tract"):
-            raise AttackError(f"--level {self.level!r}: expected block or tract")
+            raise AttackError(f"{option('level', repr(self.level))}: expected block or tract")
         if not 0.0 <= self.min_confidence <= 1.0:
-            raise AttackError(f"--min-confidence {self.min_confidence}: expected a share between 0 and 1")
+            raise AttackError(f"{option('min_confidence', self.min_confidence)}: expected a share between 0 and 1")
         if not self.learning_rate > 0:
-            raise AttackError(f"--learning-rate {self.learning_rate}: expected a positive number")
+            raise AttackError(f"{option('learning_rate', self.learning_rate)}: expected a positive number")
         unknown = [b for b in self.baselines if b not in SCOPES]
         if unknown:
-            raise AttackError(f"--baselines: unknown scope(s) {unknown}; expected some of {SCOPES}")
+            raise AttackError(f"{option('baselines')}: unknown scope(s) {unknown}; expected some of {SCOPES}")
         if "holdout" in self.baselines and not self.holdout:
-            raise AttackError("--baselines holdout needs --holdout PATH (a disjoint persons file)")
+            raise AttackError(f"{option('baselines', 'holdout')} needs {option('holdout', 'PATH')} (a disjoint persons "
+                              "file)")
         if min(self.ip_top, self.ip_max_persons, self.seed) < 0:
-            raise AttackError("--ip-top, --ip-max-persons and --seed must be nonnegative")
+            raise AttackError(f"{option('ip_top')}, {option('ip_max_persons')} and {option('seed')} must be nonnegative")
         self.listed_geounits()
 
     def listed_geounits(self) -> list[str] | None:
@@ -106,7 +108,7 @@ class AttackConfig:
         listed = self.geounits.split(",") if isinstance(self.geounits, str) else list(self.geounits)
         geounits = [g.strip() for g in listed if g.strip()]
         if not geounits:
-            raise AttackError("--geounits: expected 'auto' or a comma-separated list of geocodes")
+            raise AttackError(f"{option('geounits')}: expected 'auto' or a comma-separated list of geocodes")
         check_geounits(geounits, self.level)
         return geounits
 
@@ -156,7 +158,7 @@ def _schema(config: AttackConfig):
         return load_schema(config.schema or EXACT_SCHEMA), "exact tables (no protection)"
     schema = release_schema(config.published)
     if config.schema and config.schema != schema.name:
-        raise AttackError(f"--schema {config.schema}: the release {config.published} uses schema {schema.name}")
+        raise AttackError(f"{option('schema', config.schema)}: the release {config.published} uses schema {schema.name}")
     return schema, f"release {Path(config.published).name}"
 
 

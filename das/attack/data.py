@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from das.errors import DasError, option
 from das.geography import LEVEL_DIGITS
 from das.io.microdata import read_person_levels
 from das.rundir import RunDir, RunDirError
@@ -19,7 +20,7 @@ from das.schema import Schema
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks
 
 
-class AttackError(ValueError):
+class AttackError(DasError, ValueError):
     """The audit's inputs or options are unusable (the message says which and what was expected)."""
 
 
@@ -68,7 +69,7 @@ def check_covers(truth: PersonRecords, published: PersonRecords, *, truth_path) 
     if missing:
         listed = ", ".join(missing[:SHOWN_GEOUNITS]) + (f" and {len(missing) - SHOWN_GEOUNITS} more" if len(missing) >
                                                          SHOWN_GEOUNITS else "")
-        raise AttackError(f"--truth {truth_path} does not cover the release's geography: it holds no persons in "
+        raise AttackError(f"{option('truth', truth_path)} does not cover the release's geography: it holds no persons in "
                           f"{len(missing)} of the release's {len(want)} count{'y' if len(want) == 1 else 'ies'} "
                           f"({listed}); expected the confidential persons file the release was made from")
 

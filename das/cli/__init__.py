@@ -57,27 +57,21 @@ def main(argv=None) -> int:
 
 
 def _refusals(args) -> int:
-    """The command run, every refusal mapped to rc 2 and one message on stderr."""
-    from das.io.microdata import InputError
-    from das.outdir import OutDirError
-    from das.privacy.strategy import BudgetError
-    from das.research.replicate import StudyError
-    from das.run import RunError, RunStopped
-    from das.schema import SpecError
-    from das.signing import SigningError
+    """The command run, every refusal (a das.DasError: a user's mistake, said in flags) mapped to rc 2 and one
+    message on stderr; a run stopped by das's own error (RunStopped, SolverError) rc 1 with how to continue."""
+    from das.errors import DasError, InputError, RunStopped, SolverError, command_line
     from das.specfile import cut_long_words
 
     try:
-        return args.func(args)
-    except (SpecError, RunError, BudgetError, StudyError, OutDirError, SigningError) as e:
-        print(f"das {args.command}: {cut_long_words(str(e))}", file=sys.stderr)
-        return 2
-    except InputError as e:
-        print(f"das {args.command}: input is invalid:\n{cut_long_words(str(e))}", file=sys.stderr)
-        return 2
-    except RunStopped as e:  # a run that had started stopped on an error of das's own: how to continue, no traceback
+        with command_line():
+            return args.func(args)
+    except (RunStopped, SolverError) as e:  # a started run stopped on das's own error: how to continue, no traceback
         print(f"das {args.command}: {cut_long_words(str(e))}", file=sys.stderr)
         return 1
+    except DasError as e:
+        lead = "input is invalid:\n" if isinstance(e, InputError) else ""
+        print(f"das {args.command}: {lead}{cut_long_words(str(e))}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         raise
     except OSError as e:  # a file or directory the system refused (permission, a symbolic link loop, disk full...)

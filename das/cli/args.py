@@ -10,6 +10,7 @@ import difflib
 import re
 from fractions import Fraction
 
+from das.arguments import integer_problem, path_problem
 from das.options import ExactParser
 from das.specfile import SHOWN_CHARACTERS, positive_fraction, shown
 
@@ -26,6 +27,9 @@ class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+NEGATIVE_NUMBER = re.compile(r"^-\.?\d")  # no das option starts with a digit
+
+
 class Parser(ExactParser):
     """The `das` parser: exact (das.options: no abbreviations, each option once), --help showing every default,
     errors never echoing a value whole."""
@@ -33,6 +37,9 @@ class Parser(ExactParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
+        # a value that starts like a negative number ("-1/2", "-1e-5", "-.5") is the option's value, checked by its
+        # type (`--rho -1/2`: rho must be positive), not an unknown option ("expected one argument")
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str):
         long = re.compile(rf"'([^']{{{SHOWN_CHARACTERS},}})'")
@@ -62,20 +69,11 @@ def spec_help(kind: str = "runs", what: str = "run spec") -> str:
 SEED_HELP = ("replication mode: seeded noise, outputs labelled NOT private (default: none, noise from the operating "
              "system's CSPRNG)")
 
-MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255  # Linux's PATH_MAX and NAME_MAX
-
-
 def path(text: str) -> str:
-    """A file or directory name the operating system can take: no NUL byte, no name over 255 bytes."""
-    if "\x00" in text:
-        raise argparse.ArgumentTypeError(f"a path cannot hold a NUL byte: {shown(text)}")
-    try:
-        encoded = text.encode()
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"a path of characters that cannot be encoded: {shown(text)}") from None
-    if len(encoded) > MAX_PATH_BYTES or any(len(part) > MAX_NAME_BYTES for part in encoded.split(b"/")):
-        raise argparse.ArgumentTypeError(f"a path of at most {MAX_PATH_BYTES} bytes, each name at most {MAX_NAME_BYTES}: "
-                                         f"{shown(text)}")
+    """A file or directory name the operating system can take (das.arguments.path_problem: the API's rule too)."""
+    problem = path_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"expected {problem}")
     return text
 
 
@@ -99,15 +97,17 @@ def area_file(text: str) -> tuple[str, str]:
 
 
 def integer(minimum: int):
-    """An argument type: an integer of at least `minimum`."""
+    """An argument type: an integer of at least `minimum` (das.arguments.integer_problem: the API's rule too, so
+    `--seed -1` and `seed=-1` are refused alike)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer of at least {minimum}, got {value}")
+        problem = integer_problem(value, minimum)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"expected {problem}")
         return value
 
     parse.__name__ = f"integer >= {minimum}"

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import rules
+from das.errors import InputError  # das's (das.errors), raised here and re-exported
 from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
 from das.histogram import block_histograms
 from das.schema import Schema
@@ -78,18 +79,6 @@ class Problem:
             return f"{where}: {shown(self.value)} is not valid (expected {self.expected})"
         return f"{where}: {self.expected}"
 
-
-class InputError(Exception):
-    """Input files that cannot be used, with every problem found."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        listed = "\n".join(f"  - {p}" for p in problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more problems" if len(problems) > 20 else ""
-        super().__init__(f"{len(problems)} problem(s) in the input:\n{listed}{more}")
-
-    def __reduce__(self):  # raised on a worker (a partitioned run reads each state there), re-raised whole here
-        return type(self), (self.problems,)
 
 
 @dataclass(frozen=True)

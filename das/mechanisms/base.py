@@ -26,6 +26,7 @@ from fractions import Fraction
 
 import scipy.sparse as sp
 
+from das.errors import SpecError
 from das.geography import Geography
 from das.privacy.accounting import (
     CONVERSION,
@@ -71,7 +72,7 @@ class Guarantee:
 ZCDP = Guarantee("rho-zCDP at the certificate's rho (its (eps, delta) by conversion)", NEIGHBOURS, ZCDP_COSTS)
 
 
-class MechanismError(ValueError):
+class MechanismError(SpecError):
     """A mechanism cannot run as asked (unknown name, missing optional extra, unusable budget)."""
 
 

@@ -15,6 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import bundle, preflight, signing
+from das.errors import option
 from das.frame import (
     Completion,
     Opening,
@@ -88,7 +89,8 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     schema = load_schema(spec.persons.schema)
     budget = _budget(spec)
     preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
-                            what="--rho:" if rho is not None else f"{spec.overrides}:" if spec.overrides else
+                            what=f"{option('rho', rho)}:" if rho is not None else
+                            f"{preflight.given_budget(spec.budget)}:" if spec.budget else
                             f"{spec.path}: [persons]")
     if signing_key is not None:  # the operator's key (das keygen), checked before anything is read
         signing.read_private_key(signing_key)

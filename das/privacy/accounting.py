@@ -137,7 +137,7 @@ class PrivacyAccountant:
     >>> acct.charge("county", "total", Fraction(1, 2))
     Traceback (most recent call last):
     ...
-    das.privacy.strategy.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
+    das.errors.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
     """
 
     budget: Fraction

@@ -24,8 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from das.errors import DasError
 
-class CertificateError(ValueError):
+
+class CertificateError(DasError, ValueError):
     """A certificate that is not readable as one: the field and what was expected."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import Field
 
 from das import specfile
+from das.errors import BudgetError  # das's (das.errors), raised here and re-exported
 from das.schema import QUERY_SEPARATOR, Schema, SpecError, parse_query_name, resolve_spec
 from das.specfile import Exact, Section, parse_fraction
 
@@ -48,10 +49,6 @@ class StrategyFile(Section):
     rho: Exact | None = Field(None, description="the default budget, " + specfile.FRACTION_FORMS)
     delta: Exact | None = Field(None, description="the default delta, " + specfile.FRACTION_FORMS)
     levels: dict[str, LevelSection] = Field(min_length=1, description="[levels.<name>] tables")
-
-
-class BudgetError(SpecError):
-    """A budget the accountant refuses: inexact or non-positive shares, overspending, a double charge."""
 
 
 def check_shares(strategy: Strategy) -> None:

@@ -35,7 +35,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from das import atomic, outdir, preflight
+from das import arguments, atomic, outdir, preflight
+from das.errors import option
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.progress import bar, step
@@ -104,14 +105,15 @@ class Comparison:
         unknown = [m for m in self.mechanisms if m not in known]
         if unknown or not self.mechanisms:
             raise StudyError(f"unknown mechanism(s) {unknown}; available: {', '.join(known)}")
-        if self.seeds < 1:
-            raise StudyError(f"--seeds must be at least 1, not {self.seeds}")
-        if self.attack_blocks < 0 or (self.attack_seeds is not None and self.attack_seeds < 0):
-            raise StudyError("--attack-blocks and --attack-seeds must be nonnegative")
-        if min(self.attack_runs, self.attack_relaxed, self.attack_steps) < 1:
-            raise StudyError("--attack-runs, --attack-relaxed and --attack-steps must be at least 1")
+        arguments.count(self.seeds, "seeds")  # das.arguments: the rules of the API and the command line alike
+        arguments.nonnegative(self.attack_blocks, "attack_blocks")
+        if self.attack_seeds is not None:
+            arguments.nonnegative(self.attack_seeds, "attack_seeds")
+        for name in ("attack_runs", "attack_relaxed", "attack_steps"):
+            arguments.count(getattr(self, name), name)
         if self.rho is not None:
-            preflight.check_rho_cap(parse_fraction(self.rho, "--rho"), allow_large_rho=self.allow_large_rho, what="--rho")
+            rho = parse_fraction(self.rho, option("rho", python="rho"))
+            preflight.check_rho_cap(rho, allow_large_rho=self.allow_large_rho, what=f"{option('rho', self.rho)}:")
 
     @property
     def attacked_seeds(self) -> int:
@@ -316,8 +318,7 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
     from das.runspec import load_run_spec
 
     comparison.check()
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise StudyError(f"--workers must be at least 1, not {workers!r}")
+    arguments.workers(workers)
     spec = load_run_spec(comparison.spec)
     if comparison.rho is None:  # the spec's own budget, under the same cap
         Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from das import outdir
 from das.bundle import DATAFRAMES, BundleError, input_paths, read_process
+from das.errors import option
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.pipeline import Confidential
@@ -50,16 +51,20 @@ from das.rundir import RunDir, RunDirError
 from das.schema import Schema, load_schema
 from das.spine import block_order, from_table
 
-TRUTH_ASKED = "give its truth: --truth PERSONS UNITS (in Python truth=(persons, units), paths or DataFrames)"
 METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
                        nested=WITH_REPORT)
+
+
+def truth_option() -> str:
+    """How the caller gives the truth: `--truth PERSONS UNITS`, or `truth=(persons, units)` from Python."""
+    return option("truth", "PERSONS UNITS", python="truth=(persons, units)")
 
 
 def metrics_dir(run_dir) -> Path:
     """Where `das metrics RUN_DIR` writes by default: `<RUN_DIR>-metrics`, beside the release."""
     run_dir = Path(os.path.normpath(os.path.abspath(run_dir)))
     if not run_dir.name:
-        raise StudyError(f"{run_dir} is the root: there is no beside to write {run_dir}-metrics; pass --out")
+        raise StudyError(f"{run_dir} is the root: there is no beside to write {run_dir}-metrics; pass {option('out')}")
     return run_dir.with_name(run_dir.name + "-metrics")
 
 
@@ -70,11 +75,12 @@ def recorded_truth(run_dir) -> tuple[str, str]:
     try:
         paths = input_paths(Path(run_dir))
     except BundleError as e:
-        raise StudyError(f"{e}; {TRUTH_ASKED}") from None
+        raise StudyError(f"{e}; give its truth: {truth_option()}") from None
     frames = read_process(Path(run_dir)).get(DATAFRAMES) or []
     if frames:
         raise StudyError(f"{run_dir} was made from pandas DataFrames ({' and '.join(map(str, frames))}), of which das "
-                         f"keeps no copy: there is no recorded truth to score it against; {TRUTH_ASKED}")
+                         f"keeps no copy: there is no recorded truth to score it against; give its truth: {truth_option()} "
+                         "(paths or DataFrames)")
     return paths["persons"], paths["units"]
 
 
@@ -148,7 +154,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     persons, units = truth or recorded_truth(run_dir)
     for path in (persons, units):
         if not Path(path).exists():
-            raise StudyError(f"truth file {path} does not exist (pass --truth PERSONS UNITS)")
+            raise StudyError(f"truth file {path} does not exist (pass {truth_option()})")
     out = Path(out) if out else metrics_dir(run_dir)
     claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])
     schema = manifest.schema_of("persons")  # as the release pins it
@@ -172,7 +178,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in manifest.levels}
         reason = wls_unsupported(ctx.schema, measured)
         if reason:
-            raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
+            raise StudyError(f"estimator wls: {reason}; leave wls out of {option('estimators')}")
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.errors import option
 from das.geography import LEVEL_DIGITS
 from das.io.areas import TYPE_NAME, read_areas
 from das.research.areas import area_stats, area_table
@@ -99,7 +100,7 @@ def rescored(errors: pd.DataFrame, stats: pd.DataFrame, *, blocks: np.ndarray, p
     index = _indices(read)
     block = errors[(errors["level"] == "block") & (errors["query"] == "total")] if len(errors) else errors
     if not len(block):
-        raise ValueError("it kept no block errors of total population (score it with --keep total)")
+        raise ValueError(f"it kept no block errors of total population (score it with {option('keep', 'total')})")
     parts = []
     for (rho, replicate, estimator), g in block.groupby(["rho", "replicate", "estimator"], sort=False, observed=True):
         truth, estimate = np.zeros(len(blocks)), np.zeros(len(blocks))

@@ -38,7 +38,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import atomic, outdir, preflight
+from das import arguments, atomic, outdir, preflight
+from das.errors import StudyError, option  # das's (das.errors), raised here and re-exported
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
@@ -74,10 +75,6 @@ WITH_REPORT = (("report", "das report"),)  # `das report DIR` writes DIR/report:
 STUDY = outdir.Owner("das replicate", "study", STUDY_FILES, confidential=True, nested=WITH_REPORT)
 
 
-class StudyError(RuntimeError):
-    """A study cannot start (bad options, an output directory holding another study)."""
-
-
 @dataclass(frozen=True)
 class Study:
     """What a replicate study runs: one spec, budgets, replicates per budget, estimators, queries."""
@@ -97,20 +94,19 @@ class Study:
         unknown = [e for e in self.estimators if e not in ESTIMATORS]
         if unknown or not self.estimators:
             raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
-        if self.runs < 1:
-            raise StudyError(f"--runs must be at least 1, not {self.runs}")
+        arguments.count(self.runs, "runs")  # das.arguments: the rule of the API and the command line alike
         if not set(self.keep) <= set(self.queries):
             raise StudyError(f"kept queries {sorted(set(self.keep) - set(self.queries))} are not among the scored queries")
         for r in self.rhos:
-            if r != "spec" and parse_fraction(r, "--rho") <= 0:
-                raise StudyError(f"--rho must be positive, not {r}")
+            if r != "spec" and parse_fraction(r, option("rho", python="rho")) <= 0:
+                raise StudyError(f"{option('rho')} must be positive, not {r}")
         if self.eps and self.rhos != ("spec",):
-            raise StudyError("--rho and --eps both set the budgets to sweep: give one")
+            raise StudyError(f"{option('rho')} and {option('eps')} both set the budgets to sweep: give one")
         for e in self.eps:
-            if parse_fraction(e, "--eps") <= 0:
-                raise StudyError(f"--eps must be positive, not {e}")
-        if self.delta is not None and not 0 < parse_fraction(self.delta, "--delta") < 1:
-            raise StudyError(f"--delta must be strictly between 0 and 1, not {self.delta}")
+            if parse_fraction(e, option("eps", python="eps")) <= 0:
+                raise StudyError(f"{option('eps')} must be positive, not {e}")
+        if self.delta is not None and not 0 < parse_fraction(self.delta, option("delta", python="delta")) < 1:
+            raise StudyError(f"{option('delta')} must be strictly between 0 and 1, not {self.delta}")
         check_areas(self.areas)
 
     def budgets(self, spec_delta: Fraction) -> tuple[str, ...]:
@@ -127,10 +123,10 @@ def check_areas(areas) -> None:
     types = [t for t, _ in areas]
     repeated = sorted({t for t in types if types.count(t) > 1})
     if repeated:
-        raise StudyError(f"--areas gives area type {repeated[0]!r} twice; give each type one file")
+        raise StudyError(f"{option('areas')} gives area type {repeated[0]!r} twice; give each type one file")
     problem = offspine.area_type_problem(types)
     if problem:
-        raise StudyError(f"--areas: {problem}")
+        raise StudyError(f"{option('areas')}: {problem}")
 
 
 @dataclass
@@ -259,7 +255,7 @@ def _block_totals(schema: Schema, estimators, *, noisy, hist, wls) -> dict[str, 
 def plan_for_rho(ctx: Context, rho_text: str) -> ReleasePlan:
     """The persons release planned at a study budget ("spec": the run spec's own)."""
     planned = ctx.pipeline.releases[RELEASE]
-    return planned if rho_text == "spec" else ctx.pipeline.at_budget(RELEASE, parse_fraction(rho_text, "--rho"))
+    return planned if rho_text == "spec" else ctx.pipeline.at_budget(RELEASE, parse_fraction(rho_text, "rho"))
 
 
 def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, work_dir: Path):
@@ -371,15 +367,15 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     """Run (or finish) a study into out_dir; returns study.json's content. Every budget above the cap
     (das.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget."""
     study.check()
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise StudyError(f"--workers must be at least 1, not {workers!r}")
+    arguments.workers(workers)
     spec = load_run_spec(study.spec, seed=study.seed)
     budgets = study.budgets(spec.delta)  # exact rho text: --eps converted at --delta
     if "spec" in budgets:
         Pipeline.prepare(study.spec, study.seed, allow_large_rho=allow_large_rho)  # the spec's own budget
     for r in budgets:
         if r != "spec":
-            preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what="--eps" if study.eps else "--rho")
+            what = f"{option('eps')} (rho {r}):" if study.eps else f"{option('rho', r)}:"
+            preflight.check_rho_cap(Fraction(r), allow_large_rho=allow_large_rho, what=what)
     out_dir = Path(out_dir)
     meta_path = out_dir / "study.json"
     config = json.loads(json.dumps(asdict(study)))  # as study.json holds it: lists, not tuples
@@ -395,7 +391,7 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
         plan = plan_for_rho(ctx, budgets[0]).plan
         reason = wls_unsupported(ctx.schema, {lv: [m.query for m in plan.get(lv, [])] for lv in ctx.geography.levels})
         if reason:
-            raise StudyError(f"estimator wls: {reason}; leave wls out of --estimators")
+            raise StudyError(f"estimator wls: {reason}; leave wls out of {option('estimators')}")
     meta = {
         "study": config, "rhos": rhos, "budgets": budget_record(rhos, ctx.pipeline.spec.delta),
         "queries": list(queries), "levels": list(ctx.geography.levels),

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from das import outdir
+from das.errors import option
 from das.research import offspine, series
 from das.research.areas import AREA
 from das.research.composition import SHARE_BINS
@@ -603,13 +604,13 @@ def _offspine_frames(study_dir: Path, meta: dict, *, errors: pd.DataFrame, areas
     if areas:
         if not (study_dir / offspine.BLOCKS_FILE).exists():
             raise StudyError(f"{study_dir} has no {offspine.BLOCKS_FILE} to align area files with; score it again "
-                             "(das metrics or das replicate) to report on --areas")
+                             f"(das metrics or das replicate) to report on {option('areas')}")
         blocks = pd.read_parquet(study_dir / offspine.BLOCKS_FILE)["geocode"].to_numpy(dtype=str)
         try:
             frames["areas"], meta["areas"] = offspine.rescored(errors, pd.read_parquet(study_dir / "stats.parquet"),
                                                                blocks=blocks, paths=areas, levels=meta["levels"])
         except ValueError as e:
-            raise StudyError(f"--areas: {study_dir}: {e}") from None
+            raise StudyError(f"{option('areas')}: {study_dir}: {e}") from None
     return frames
 
 

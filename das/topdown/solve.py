@@ -30,6 +30,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from das.errors import SolverError
 from das.io.nmf import NoisyAnswers
 from das.topdown import l2
 from das.topdown.problem import (
@@ -49,8 +50,8 @@ GAP_TOL = 1e-6  # an L2 solution is accepted when its duality gap <= GAP_TOL * m
 TIGHT_CLARABEL = l2.TIGHT_SETTINGS  # the retry of a solve whose certificate failed
 
 
-class SolveError(RuntimeError):
-    pass
+class SolveError(SolverError):
+    """A parent the solver could not answer consistently, even relaxed (the failsafe's last word)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from das.errors import ValidationError  # noqa: F401  das's (das.errors): a run that cannot be validated at all (rc 2)
+
 MAX_LISTED = 20  # a check lists its first problems, then how many more there are
-
-
-class ValidationError(Exception):
-    """The run directory cannot be validated at all: a file is missing or unreadable (exit code 2)."""
 
 
 class Stop(Exception):
