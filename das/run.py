@@ -39,6 +39,7 @@ from das.outdir import OutDirError
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
 from das.pipeline import Confidential, InputsRead, Pipeline, RunError, RunStopped, code_version
+from das.privacy.accounting import protects
 from das.privacy.certificate import delta_text, fraction_text
 from das.privacy.strategy import BudgetError
 from das.rundir import (
@@ -485,6 +486,8 @@ def render_summary(frame: ReleaseFrame) -> str:
         u = manifest.privacy["units"]
         lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
     lines += total_lines(manifest.guarantee)
+    lines.append("protects: " + "; ".join(f"{protects(name)} ({name})" for name in manifest.privacy)
+                 + ", changed, the invariants kept")
     lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
     events = manifest.failsafe_events or ()
     if mechanism is None:  # TopDown's failsafe; a mechanism has none

@@ -128,6 +128,30 @@ class Release:
         return self.manifest.guarantee or combined(self.manifest.privacy)
 
     @property
+    def budget(self):
+        """The persons release's budget and what it spent, as an accountant replaying every charge of its certificate
+        (das.privacy.accounting.ledger): `budget`, `spent`, `remaining` (exact Fractions of rho) and `charges`
+        ((level, query) or (scope, step) -> rho). None for a mechanism that is (eps, delta)-DP directly (stability:
+        it spends no rho). Each charge protects `protects` (one person's record).
+
+        >>> r = run("tiny", out=getfixture("tmp_path") / "b", seed=1, progress=False, rho="1/2")
+        >>> r.budget.budget, r.budget.spent, r.budget.remaining, r.protects
+        (Fraction(1, 2), Fraction(1, 2), Fraction(0, 1), "one person's record")
+        """
+        from das.privacy.accounting import ledger
+
+        return ledger(self.certificate)
+
+    @property
+    def protects(self) -> str:
+        """The unit of protection of the persons release: one person's record, changed with the invariants kept (the
+        certificate's `convention` says it whole); `das.privacy.accounting.protects("units")` names the units
+        release's."""
+        from das.privacy.accounting import protects
+
+        return protects("persons")
+
+    @property
     def private(self) -> bool:
         """False for a seeded release (replication mode): its noise is reproducible and it must not be published."""
         return self.manifest.private

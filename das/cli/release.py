@@ -112,7 +112,7 @@ def _cmd_privacy(args) -> int:
     for name, cert in certs.items():
         given = " (--rho/--eps set this budget)" if name == "persons" and (args.rho or args.eps) else ""
         print(f"== {name}{given}")
-        print(render_certificate(cert))
+        print(render_certificate(cert, release=name))
     print(f"== total: {' and '.join(total.releases)} together")
     print(f"{total.text()}\n{total.composition}")
     return 0

@@ -183,6 +183,47 @@ class PrivacyAccountant:
         self.spent += rho
 
 
+PROTECTS = {"persons": "one person's record", "units": "one housing unit's record (a unit or a group-quarters facility)"}
+
+
+def protects(release: str) -> str:
+    """The unit of protection of a release: the one record two neighbouring datasets differ by (changed, the
+    invariants kept; CONVENTION), named for the release ("persons", "units").
+
+    >>> protects("persons")
+    "one person's record"
+    """
+    return PROTECTS.get(release, "one record")
+
+
+def ledger(cert: Certificate) -> PrivacyAccountant | None:
+    """A release's budget as an accountant holding every charge its certificate states, replayed (so each is
+    checked again: exact, positive, once, within the budget): `budget`, `spent`, `remaining` and `charges`.
+    A TopDown release's budget is its rho; a synthetic mechanism's, the budget it was given. None for a
+    mechanism that is (eps, delta)-DP directly: it spends no rho (its certificate states its eps).
+
+    >>> part = dict(schema="s", strategy="t", levels=("nation",), convention="c", eps_loose_bound=0.0,
+    ...             conversion="x", loose_bound="y", randomness="r", private=True, eps_rounding="up", delta=Fraction(1, 10),
+    ...             eps=1.0)
+    >>> level = LevelCharges("nation", Fraction(1), Fraction(1, 2), (QueryCharge("total", Fraction(1), Fraction(1, 2),
+    ...                                                                          Fraction(2)),))
+    >>> ledger(Certificate(**part, rho=Fraction(1, 2), by_level=(level,))).remaining
+    Fraction(0, 1)
+    """
+    if cert.synthetic:
+        if cert.budget is None or any(c.rho is None for c in cert.charges):
+            return None
+        accountant = PrivacyAccountant(cert.budget)
+        for c in cert.charges:
+            accountant.charge(c.scope, c.step, c.rho)
+        return accountant
+    accountant = PrivacyAccountant(cert.rho)
+    for lv in cert.by_level:
+        for q in lv.queries:
+            accountant.charge(lv.level, q.query, q.rho)
+    return accountant
+
+
 # ---------------------------------------------------------------------------------------------
 # rho-zCDP -> (eps, delta)-DP
 #
@@ -406,8 +447,8 @@ def randomness_text(private: bool) -> str:
     return "operating-system CSPRNG" if private else "seeded pseudo-random generator"
 
 
-def render_certificate(cert: Certificate) -> str:
-    """A plain-text table of a certificate for the terminal."""
+def render_certificate(cert: Certificate, *, release: str | None = None) -> str:
+    """A plain-text table of a certificate for the terminal (`release`: its name, for its unit of protection)."""
     width = max([34] + [len(q.query) for lv in cert.by_level for q in lv.queries])
     lines = [
         f"schema {cert.schema}, strategy {cert.strategy}, levels {' > '.join(cert.levels)}",
@@ -416,6 +457,8 @@ def render_certificate(cert: Certificate) -> str:
         f"loose bound  eps = {cert.eps_loose_bound}  (rho + 2 sqrt(rho ln(1/delta)))",
         f"randomness   {cert.randomness}",
     ]
+    if release is not None:
+        lines.append(f"protects     {protects(release)}, changed, the invariants kept (the convention below)")
     lines += textwrap.wrap(cert.convention, 100, initial_indent="convention   ", subsequent_indent=" " * 13)
     if cert.warning:
         lines += textwrap.wrap(cert.warning, 100, initial_indent="WARNING: ", subsequent_indent=" " * 9)
