@@ -36,9 +36,13 @@ SHOWN_CHARACTERS = 60  # a value echoed in a message is cut to this many charact
 def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
     """A value as a message shows it: its repr, cut to `limit` characters and the length said.
 
+    A table (a pandas DataFrame) is said by its shape, never printed.
+
     >>> shown("abc"), shown("9" * 300, 20)
     ("'abc'", "'9999999999999999... (300 characters)")
     """
+    if hasattr(value, "columns") and hasattr(value, "shape") and len(value.shape) == 2:
+        return f"({value.shape[0]:,} rows x {value.shape[1]:,} columns)"
     text = repr(value)
     length = len(value) if isinstance(value, str) else len(text)
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({length:,} characters)"

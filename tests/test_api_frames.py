@@ -61,8 +61,9 @@ def test_truth_dataframes_are_read_by_the_validating_reader(frames, frame_releas
     bad.loc[2, "CENRACE"] = "99"
     with pytest.raises(InputError, match="the persons DataFrame row 3, column CENRACE: '99' is not valid"):
         das.metrics(frame_release, truth=(bad, units), out=tmp_path / "m")
-    with pytest.raises(StudyError, match=r"truth: expected \(persons, units\)"):
+    with pytest.raises(das.ArgumentError, match=r"truth= takes a pair \(persons, units\)") as refused:
         das.metrics(frame_release, truth=persons, out=tmp_path / "m")
+    assert "rows x" in str(refused.value) and "TABBLKST" not in str(refused.value)  # a table said by its shape
 
 
 def test_the_attack_takes_its_truth_as_a_dataframe(frames, frame_release, tmp_path):

@@ -140,7 +140,7 @@ def test_replicate_sweeps_a_list_of_float_eps(tmp_path):
     delta = Fraction(1, 10**5)
     assert study.meta["rhos"] == [fraction_text(rho_for_eps(e, delta)) for e in (Fraction(1, 2), 2)]
     assert set(study.metrics["rho"]) == set(study.meta["rhos"])
-    with pytest.raises(Exception, match="--rho and --eps"):
+    with pytest.raises(Exception, match="rho= and eps="):
         das.replicate("tiny", out=tmp_path / "both", runs=1, rho=1, eps=1)
 
 

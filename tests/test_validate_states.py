@@ -33,6 +33,7 @@ TINY_CHECKS = [
     "certificate: rho per level and per query sums exactly to the total, each variance is exactly 1/its rho, eps is "
     "re-derived from rho and delta",
     "certificate: what the release's strategy, budget and delta give (recomputed from its spec)",
+    "certificate: the run's total guarantee is its releases' certificates composed (zCDP: rho adds; recomputed exactly)",
     "least squares: each level's duality-gap certificate agrees with its list of uncertified optima",
     "MDF units: valid codes, housing units vs facilities",
     "NMF: exactly the certified measurements",

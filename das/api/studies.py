@@ -247,19 +247,10 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
         evaluate_run(path, out=out, estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
                      areas=_area_pairs(areas))
         return Study(out)
-    with input_files(*_pair(truth, "truth")) as (files, frames), said_of_frames(frames):
+    with input_files(*truth) as (files, frames), said_of_frames(frames):
         evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=estimators and tuple(estimators),
                      queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
     return Study(out)
-
-
-def _pair(value, name: str) -> tuple:
-    """(persons, units) as given: two paths or DataFrames; StudyError otherwise."""
-    from das.research.replicate import StudyError
-
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise StudyError(f"{name}: expected (persons, units), two paths or DataFrames, not {type(value).__name__}")
-    return tuple(value)
 
 
 def _area_pairs(areas: Mapping | None) -> tuple[tuple[str, str], ...]:

@@ -54,7 +54,7 @@ class AttackConfig:
         >>> AttackConfig(truth="persons.csv", published="exact", out="audit", runs=0).check()
         Traceback (most recent call last):
         ...
-        das.attack.data.AttackError: --runs 0: expected at least 1
+        das.attack.data.AttackError: runs=0: expected at least 1
     """
 
     truth: str | os.PathLike | object  # the confidential persons: a file, or in Python a DataFrame; read only to score

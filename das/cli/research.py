@@ -124,7 +124,8 @@ def add_parsers(sub) -> None:
                                                "spec's")
     r.add_argument("--eps", default=None,
                    help="or the budgets as eps at --delta: a comma list (exact, like 1 or 0.5), each the largest exact rho "
-                        "whose certificate is within (eps, delta), as das run --eps spends; study.json records each rho")
+                        "whose certificate is within (eps, delta), as das run --eps spends; study.json records each rho "
+                        "(default: --rho's budgets)")
     r.add_argument("--delta", type=delta, default=None,
                    help="delta of --eps, an exact fraction in (0, 1) (default: the spec's [privacy] delta)")
     r.add_argument("--allow-large-rho", action="store_true",
@@ -186,7 +187,8 @@ def _add_compare(sub) -> None:
     c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
     c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")
     c.add_argument("--eps", type=fraction, default=None,
-                   help="or the persons budget as eps at --delta: the largest exact rho whose certificate is within it")
+                   help="or the persons budget as eps at --delta: the largest exact rho whose certificate is within it "
+                        "(default: --rho's budget)")
     c.add_argument("--delta", type=delta, default=None,
                    help="delta of --eps: the spec's [privacy] delta, at which every release is certified (default)")
     c.add_argument("--allow-large-rho", action="store_true",
