@@ -307,9 +307,9 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
         >>> release.valid, release.certificate.eps, release.tables["P1"].query("level == 'state'")["total"].item()
         (True, 17.1436, 145)
     """
-    from das.run import run as run_release
-
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
+        from das.run import run as run_release  # heavy: after the spec is found, so an unknown one is refused quickly
+
         result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers,
                              overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
                              budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb,

@@ -23,9 +23,11 @@ from das.cli.args import (
 
 def _cmd_run(args) -> int:
     import das
-    from das.run import RunError, resume_run
+    from das.errors import RunError
 
     if args.resume:
+        from das.run import resume_run  # heavy: imported when it runs, so a refused command stays quick
+
         if args.overwrite:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
         result = resume_run(args.resume, spec_path=args.spec, seed=args.seed, workers=args.workers,
