@@ -83,6 +83,7 @@ def _finish(fig, axes, title: str, path: Path, *, uncertainty: str) -> bool:
             ax.yaxis.set_major_formatter(_plain)
             ax.yaxis.set_minor_formatter(_plain_minor)
     fit_text(fig)
+    fig.set_layout_engine("none")  # laid out by fit_text's last pass: saving draws it as it is, not laid out again
     fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return True
@@ -165,7 +166,7 @@ def fit_text(fig) -> None:
     """Lay the figure out (constrained layout) and make its text fit: overlapping tick labels turned, and any title or
     axis label longer than its room (the figure for the title, its axes for the rest) wrapped, so no text is cut."""
     for _ in range(4):
-        fig.canvas.draw()
+        fig.draw_without_rendering()  # the layout and every text's extent, without rasterizing (savefig draws once)
         renderer = fig.canvas.get_renderer()
         changed = _untangle_ticks(fig, renderer)
         room = [(fig.get_suptitle() and fig._suptitle, fig.bbox.width * 0.96, "width")]
@@ -182,7 +183,7 @@ def fit_text(fig) -> None:
                 changed = True
         if not changed:
             return
-    fig.canvas.draw()
+    fig.draw_without_rendering()
 
 
 def _plain(value, _position=None) -> str:
