@@ -91,3 +91,13 @@ def test_a_topdown_report_describes_only_the_estimators_scored(tmp_path):
     assert "Estimator: TopDown (released). TopDown is the released product" in report_md
     assert not [word for word in ("WLS", "wls", "noisy") if word in report_md]
     assert report_md.startswith("# Accuracy report: tiny\n")  # a TopDown run: no mechanism named
+
+
+def test_a_comparison_without_topdown_describes_no_topdown_estimate(tmp_path):
+    from das.research.compare_report import table_note
+
+    study = das.compare("tiny", out=tmp_path / "c", mechanisms=("flat",), seeds=1, attack_blocks=0)
+    text = (study.path / "comparison.md").read_text() + (study.path / "report" / "index.html").read_text()
+    assert "flat" in text and "`wls`" not in text and "`noisy`" not in text and "TopDown's own" not in text
+    full = table_note(["topdown", "wls", "noisy", "exact"])
+    assert "`wls` and `noisy`" in full and "can be negative" in full and "`exact` is the attack" in full

@@ -149,17 +149,28 @@ def plot_cost(table: pd.DataFrame, path: Path) -> bool:
                    uncertainty=no_bands("a median over the seeds"))
 
 
-TABLE_NOTE = ("MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; "
-              "block bias also by true block size). `wls` and `noisy` are estimates from TopDown's own "
-              "noisy measurements of the same seeds (not releases: fractional, and `noisy` can be negative), "
-              "so they have no run time and are not attacked; `exact` is the attack on exact tables. "
-              "release s: median wall time of one release (child process, its workers included); peak MB: "
-              "median over seeds of a release's peak resident memory, summed over its whole process tree "
-              "(runs.parquet has each release's; a sum of resident sizes counts pages shared after a fork once per "
-              "process, so a single release can read high). Match-Rate@u: expected share "
-              "of the top u RAP-Rank candidates (u = distinct true records of the block) that are true "
-              "records, ties averaged, pooled over the attacked blocks and seeds; the baselines rank the rest "
-              "of the block's tract or county by frequency and do not depend on the release.")
+def table_note(estimators) -> str:
+    """The table's note, describing only the estimators the comparison holds (`estimators`: its `estimator` column):
+    no word of TopDown's `wls` and `noisy` estimates, or of exact tables, where there are none."""
+    held = set(estimators)
+    parts = ["MAE and bias: total population per geounit, pooled over seeds (bias = mean signed error; block bias also "
+             "by true block size)."]
+    derived = [name for name in ("wls", "noisy") if name in held]
+    if derived:
+        parts.append(f"{' and '.join(f'`{n}`' for n in derived)}: estimates from TopDown's own noisy measurements of the "
+                     "same seeds (not releases: fractional" + (", and `noisy` can be negative" if "noisy" in held else "")
+                     + "), so no run time and no attack.")
+    if "exact" in held:
+        parts.append("`exact` is the attack on exact tables.")
+    parts.append("release s: median wall time of one release (child process, its workers included); peak MB: median "
+                 "over seeds of a release's peak resident memory, summed over its whole process tree (runs.parquet has "
+                 "each release's; a sum of resident sizes counts pages shared after a fork once per process, so a "
+                 "single release can read high). Match-Rate@u: expected share of the top u RAP-Rank candidates (u = "
+                 "distinct true records of the block) that are true records, ties averaged, pooled over the attacked "
+                 "blocks and seeds; the baselines rank the rest of the block's tract or county by frequency and do not "
+                 "depend on the release.")
+    return " ".join(parts)
+
 
 def render_table(table: pd.DataFrame) -> str:
     """comparison.md: the table in Markdown with its note."""
@@ -167,7 +178,7 @@ def render_table(table: pd.DataFrame) -> str:
     for column in shown.columns:
         if column.endswith("_at_u"):
             shown[column] = shown[column].map(lambda v: "-" if pd.isna(v) else f"{v:.3f}")
-    return f"> {CONFIDENTIAL}\n\n" + markdown_table(shown, floatfmt="{:.2f}") + f"\n\n{TABLE_NOTE}"
+    return f"> {CONFIDENTIAL}\n\n" + markdown_table(shown, floatfmt="{:.2f}") + f"\n\n{table_note(table['estimator'])}"
 
 
 TABLES = (  # the page's tables: each fits the page; comparison.md and comparison.parquet hold every column
@@ -238,7 +249,8 @@ def build_compare_report(out_dir) -> Path:
     body += [f"<li>{html.escape(line)}</li>" for line in intro] + ["</ul><h2>Tables</h2>"]
     for caption, part in page_tables(table):
         body += [f"<h3>{html.escape(caption)}</h3>", _html_table(part)]
-    body += [f"<p class='note'>{html.escape(TABLE_NOTE)} Every column: comparison.md and comparison.parquet.</p>"]
+    note = table_note(table["estimator"])
+    body += [f"<p class='note'>{html.escape(note)} Every column: comparison.md and comparison.parquet.</p>"]
     for title, path in figures:
         body += [f"<h2>{html.escape(title)}</h2>", _img_html(path)]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>das compare {html.escape(meta['spec_name'])}"
