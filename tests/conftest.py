@@ -40,6 +40,23 @@ def recorded_logs(name: str = "das", level: int = logging.DEBUG):
         logger.setLevel(old_level)
 
 
+SLOW_MECHANISMS = {"mst", "aim"}  # Private-PGM fits: seconds to tens of seconds each on tiny
+
+
+def mechanism_params() -> list:
+    """Every registered mechanism as a pytest parameter: the Private-PGM ones slow, and skipped without their extra."""
+    from das.mechanisms import MECHANISMS
+    from das.mechanisms.pgm import available
+
+    params = []
+    for name in MECHANISMS:
+        marks = [pytest.mark.slow] if name in SLOW_MECHANISMS else []
+        if MECHANISMS[name].extra is not None:
+            marks.append(pytest.mark.skipif(not available(), reason="needs the optional extra das[mbi]"))
+        params.append(pytest.param(name, marks=marks))
+    return params
+
+
 def cli_commands(family) -> set[str]:
     """The commands one das/cli family module registers (its `add_parsers`), on a parser of its own."""
     import argparse

@@ -3,29 +3,16 @@ release das.synth writes (one path underneath), its noise drawn once per fit."""
 
 import pandas as pd
 import pytest
-from conftest import TINY
+from conftest import TINY, mechanism_params
 
 import das
-from das.mechanisms import MECHANISMS, MechanismError
-from das.mechanisms.pgm import available
+from das.mechanisms import MechanismError
 from das.research.replicate import StudyError
 from das.schema import SpecError
-
-SLOW = {"mst", "aim"}  # Private-PGM fits: seconds each on tiny
 
 
 def _frames():
     return pd.read_csv(TINY / "persons.csv", dtype=str), pd.read_csv(TINY / "units.csv", dtype=str)
-
-
-def _mechanisms() -> list:
-    params = []
-    for name in MECHANISMS:
-        marks = [pytest.mark.slow] if name in SLOW else []
-        if MECHANISMS[name].extra is not None:
-            marks.append(pytest.mark.skipif(not available(), reason="needs the optional extra das[mbi]"))
-        params.append(pytest.param(name, marks=marks))
-    return params
 
 
 def test_a_flat_synthesizer_is_das_synth_with_the_same_seed(tmp_path):
@@ -54,7 +41,7 @@ def test_sampling_again_draws_no_new_noise(tmp_path):
     assert (refit.path / "manifest.json").read_bytes() != manifest
 
 
-@pytest.mark.parametrize("mechanism", _mechanisms())
+@pytest.mark.parametrize("mechanism", mechanism_params())
 def test_every_mechanism_fits_and_samples_a_valid_release(mechanism, tmp_path):
     persons, units = _frames()
     release = das.synthesizer(mechanism, eps="1", out=tmp_path / mechanism, seed=3).fit_sample(persons, units)

@@ -13,12 +13,12 @@ from fractions import Fraction
 import pyarrow.parquet as pq
 import pytest
 import tomli_w
+from conftest import mechanism_params
 
 from das.bundle import parquet_metadata
 from das.checkpoint import file_sha256
 from das.mechanisms import MECHANISMS, synthesize
 from das.mechanisms.base import ZCDP
-from das.mechanisms.pgm import available
 from das.privacy.accounting import eps_for_delta, eps_loose, stability_threshold
 from das.privacy.certificate import Certificate, fraction_text
 from das.rundir import Manifest
@@ -27,18 +27,6 @@ from das.validate import validate_run
 PLANNED = ("certificate: the mechanism's charges, rho, (eps, delta) and guarantee, planned again from the published "
            "spec and its public parameters")
 TOTAL = "certificate: the run's total guarantee is its releases' certificates composed"
-SLOW = {"mst", "aim"}  # Private-PGM fits: tens of seconds each on tiny
-
-
-def _mechanisms() -> list:
-    """Every registered mechanism; the Private-PGM ones slow, and skipped without their extra."""
-    params = []
-    for name in MECHANISMS:
-        marks = [pytest.mark.slow] if name in SLOW else []
-        if MECHANISMS[name].extra is not None:
-            marks.append(pytest.mark.skipif(not available(), reason="needs the optional extra das[mbi]"))
-        params.append(pytest.param(name, marks=marks))
-    return params
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +72,7 @@ def only_the_plan_fails(out) -> list[str]:
     return report.violations
 
 
-@pytest.mark.parametrize("name", _mechanisms())
+@pytest.mark.parametrize("name", mechanism_params())
 def test_an_untouched_release_of_every_mechanism_validates_and_states_its_own_guarantee(releases, tmp_path, name):
     out = edited(releases(name), tmp_path)
     report = validate_run(out)
