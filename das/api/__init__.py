@@ -55,26 +55,13 @@ def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
 
 def _attack_files(config: AttackConfig) -> AttackResult:
     """The attack with its truth and holdout as files: a DataFrame read by the one validating reader from a private
-    temporary file, an error about that file said of the DataFrame."""
+    temporary file, an error about that file said of the DataFrame (das.api.inputs.said_of_frames)."""
     from dataclasses import replace
 
     from das.api.inputs import frame_files, said_of_frames
-    from das.attack.data import AttackError
 
     with frame_files({"truth": config.truth, "holdout": config.holdout}) as (files, frames), said_of_frames(frames):
-        if not frames:
-            return _run_attack(config)
-        try:
-            return _run_attack(replace(config, **files))
-        except AttackError as e:
-            raise AttackError(_said_of(str(e), frames)) from None
-
-
-def _said_of(message: str, frames: dict[str, str]) -> str:
-    """A message about temporary input files, said of the DataFrames they hold."""
-    for path, name in frames.items():
-        message = message.replace(path, name)
-    return message
+        return _run_attack(replace(config, **files) if frames else config)
 
 
 def _check_attack_flags(flags: dict) -> None:
