@@ -48,23 +48,32 @@ def _in_order(cells: np.ndarray, unit_codes: np.ndarray, unit_position: np.ndarr
     return bool((cells == position % size).all() and (unit_position[unit_codes] == position // size).all())
 
 
-def _positions(geounits: np.ndarray, names: np.ndarray) -> np.ndarray:
-    """Each distinct geocode's position among the level's geounits (-1: not a geounit of the level); the
-    geounits in geocode order, or in a spine's."""
-    order = np.argsort(geounits, kind="stable")
-    found = np.searchsorted(geounits[order], names)
-    found[found >= len(geounits)] = 0
-    return np.where(geounits[order][found] == names, order[found], -1) if len(geounits) else found - 1
+class Positions:
+    """Each geocode's position among a level's geounits (in geocode order, or in a spine's), the geounits
+    sorted once per file: a block-level file has a thousand batches, and sorting its geounits for each was
+    most of the validator's time."""
+
+    def __init__(self, geounits: np.ndarray):
+        self.order = np.argsort(geounits, kind="stable")
+        self.sorted = geounits[self.order]
+
+    def __call__(self, names: np.ndarray) -> np.ndarray:
+        """The position of each of `names` (-1: not a geounit of the level)."""
+        if not len(self.sorted):
+            return np.full(len(names), -1, dtype=np.int64)
+        found = np.searchsorted(self.sorted, names)
+        found[found >= len(self.sorted)] = 0
+        return np.where(self.sorted[found] == names, self.order[found], -1)
 
 
 def _batch_problems(batch: pa.RecordBatch, name: str, level, *, sizes: dict, geounits: np.ndarray,
-                    seen: dict[str, int]) -> list[str]:
+                    positions: Positions, seen: dict[str, int]) -> list[str]:
     """One batch of an NMF level file: its rows of each query next in order (`seen`: rows so far per query)."""
     queries = {q.query: q for q in level.queries}
     problems = []
     query_codes, query_names = _dictionary(batch.column("query"))
     unit_codes, unit_names = _dictionary(batch.column("geocode"))
-    unit_position = _positions(geounits, unit_names)
+    unit_position = positions(unit_names)
     cells_all = batch.column("cell").to_numpy()
     num_all, den_all = batch.column("variance_num").to_numpy(), batch.column("variance_den").to_numpy()
     single = len(query_codes) and query_codes.min() == query_codes.max()  # a row group holds one query
@@ -108,10 +117,12 @@ def file_problems(path: Path, name: str, level, schema: Schema, *, geounits: np.
         except SpecError:
             problems.append(f"{name}: the certificate's query {q.query!r} is not a query of schema {schema.name}")
     seen: dict[str, int] = {}
+    positions = Positions(geounits)
     try:
         for batch in parquet.iter_batches(batch_size=1 << 20,
                                           columns=["query", "geocode", "cell", "variance_num", "variance_den"]):
-            problems += _batch_problems(batch, name, level, sizes=sizes, geounits=geounits, seen=seen)
+            problems += _batch_problems(batch, name, level, sizes=sizes, geounits=geounits, positions=positions,
+                                            seen=seen)
     except Exception as e:  # a corrupt page or a missing column
         raise ValidationError(f"{path} is not a readable NMF file ({str(e).splitlines()[0][:200]})") from None
     for query, size in sizes.items():
