@@ -76,6 +76,38 @@ def test_unit_mdf_holds_housing_units_and_facilities():
     assert set(frame.loc[frame["RTYPE"] == 2, "HH_STATUS"]) == {1, 2}
 
 
+def test_block_slices_cover_every_block_within_the_limit():
+    records = np.array([0, 3, 4, 0, 9, 1, 1, 0, 2])
+    cuts = mdf_io.block_slices(records, limit=5)
+    assert cuts[0][0] == 0 and cuts[-1][1] == len(records)
+    assert all(a[1] == b[0] for a, b in zip(cuts, cuts[1:]))  # consecutive, no block twice or missed
+    for lo, hi in cuts:  # at most the limit, unless a single block holds more
+        assert records[lo:hi].sum() <= 5 or hi - lo == 1
+    assert (4, 5) in cuts  # the block of 9 records alone
+    assert mdf_io.block_slices(np.zeros(0, np.int64)) == [(0, 0)]
+
+
+@pytest.mark.parametrize("kind", ["persons", "units"])
+@pytest.mark.parametrize("invariant_units", [False, True])
+def test_mdf_built_in_slices_is_the_whole_mdf(tmp_path, kind, invariant_units):
+    """A writer holds one block range of records at a time; the file is the same records, EPNUM running on."""
+    rng = np.random.default_rng(4)
+    blocks = np.array([f"44001000100{i:04d}" for i in range(40)])
+    solved = {"persons": random_histograms(PL94, len(blocks), seed=1, density=0.01)}
+    if not invariant_units:
+        solved["units"] = sp.csr_matrix(rng.integers(0, 3, size=(len(blocks), H1.size)).astype(np.int64))
+    facilities = (rng.random((len(blocks), 7)) < 0.1).astype(np.int64)
+    housing = rng.integers(0, 4, size=len(blocks))
+    schemas = {"persons": PL94, "units": H1}
+    whole = mdf_io.release_mdf(kind, schemas, blocks, solved, gq_facilities=facilities, housing_units=housing)
+    pieces = list(mdf_io.mdf_slices(kind, schemas, blocks, solved, gq_facilities=facilities, housing_units=housing,
+                                    limit=7))
+    assert len(pieces) > 3 and whole.num_rows > 20
+    assert all(p.num_rows <= 7 or len(set(p["TABBLK"].to_pylist())) == 1 for p in pieces)
+    path = mdf_io.write_batches(pieces, pieces[0].schema, tmp_path / "mdf.parquet")
+    assert pq.read_table(path).to_pandas().equals(whole.to_pandas())
+
+
 def test_tables_at_every_level_are_consistent_with_histograms():
     g = Geography.from_blocks(BLOCKS)
     hist = random_histograms(PL94, len(BLOCKS), seed=4)

@@ -63,12 +63,12 @@ def geography_arrays(blocks: np.ndarray, block_index: np.ndarray) -> dict[str, p
 
 def records_table(
     schema: Schema, blocks: np.ndarray, block_index: np.ndarray, cells: np.ndarray, *,
-    with_epnum: bool = True,
+    with_epnum: bool = True, first: int = 1,
 ) -> pa.Table:
-    """Arrow table of records (block, cell) in the schema's input columns."""
+    """Arrow table of records (block, cell) in the schema's input columns (EPNUM from `first`)."""
     columns = geography_arrays(blocks, block_index)
     if with_epnum:
-        columns["EPNUM"] = pa.array(np.arange(1, len(cells) + 1, dtype=np.int64))
+        columns["EPNUM"] = pa.array(np.arange(first, first + len(cells), dtype=np.int64))
     levels = schema.cell_levels(cells)
     for column, attribute, mapping in schema.derived:
         base = levels[schema.names.index(attribute)]
@@ -78,9 +78,9 @@ def records_table(
     return pa.table(columns)
 
 
-def person_mdf(schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix) -> pa.Table:
+def person_mdf(schema: Schema, blocks: np.ndarray, histograms: sp.csr_matrix, *, first: int = 1) -> pa.Table:
     block_index, cells = expand(histograms)
-    return records_table(schema, blocks, block_index, cells)
+    return records_table(schema, blocks, block_index, cells, first=first)
 
 
 def unit_mdf(
@@ -128,6 +128,46 @@ def release_mdf(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solve
         return person_mdf(schemas["persons"], blocks, solved["persons"])
     return unit_mdf(schemas.get("units") or load_schema("h1_units"), blocks, solved.get("units"), gq_facilities,
                     housing_units=housing_units)
+
+
+SLICE_RECORDS = 1 << 20  # records an MDF is built at a time (a block range): memory follows this, not the state
+
+
+def block_slices(records: np.ndarray, limit: int = SLICE_RECORDS) -> list[tuple[int, int]]:
+    """Consecutive block ranges (lo, hi) holding at most `limit` records each (`records`: per block; a block
+    with more is a range of its own), covering every block: the unit in which an MDF is built and written."""
+    ends = np.cumsum(np.asarray(records, dtype=np.int64))
+    cuts, lo, done = [], 0, 0
+    while lo < len(ends):
+        hi = max(lo + 1, int(np.searchsorted(ends, done + limit, side="right")))
+        cuts.append((lo, hi))
+        done, lo = int(ends[hi - 1]), hi
+    return cuts or [(0, 0)]
+
+
+def mdf_slices(kind: str, schemas: dict[str, Schema], blocks: np.ndarray, solved: dict[str, sp.csr_matrix], *,
+               gq_facilities: np.ndarray, housing_units: np.ndarray | None = None,
+               limit: int = SLICE_RECORDS) -> Iterator[pa.Table]:
+    """`release_mdf`'s records, a block range of at most `limit` records at a time (EPNUM running on over
+    them): the same rows in the same order, so a writer holds one slice, not the state's records."""
+    if kind == "persons":
+        h = solved["persons"].tocsr()
+        per_block = np.asarray(h.sum(axis=1)).ravel()
+    else:
+        units = solved.get("units")
+        housing = (np.asarray(units.sum(axis=1)).ravel() if units is not None
+                   else np.asarray(housing_units if housing_units is not None else np.zeros(len(blocks)), np.int64))
+        per_block = housing + np.asarray(gq_facilities, np.int64).sum(axis=1)
+    first = 1
+    for lo, hi in block_slices(per_block, limit):
+        if kind == "persons":
+            table = person_mdf(schemas["persons"], blocks[lo:hi], h[lo:hi], first=first)
+            first += table.num_rows
+        else:
+            table = release_mdf(kind, schemas, blocks[lo:hi], {k: v[lo:hi] for k, v in solved.items()},
+                                gq_facilities=gq_facilities[lo:hi],
+                                housing_units=None if housing_units is None else housing_units[lo:hi])
+        yield table
 
 
 STREAM_ROWS = 1 << 17  # records read and written at a time when an MDF is copied (a few MB, whatever the state)

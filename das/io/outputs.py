@@ -191,15 +191,15 @@ class MdfOutput(Output):
         return ("mdf_codes", "units_mdf") if "units" in plan.mdf_kinds else ("mdf_codes",)
 
     def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        written = [mdf_io.write_table(self._table(kind, release), run_dir.mdf(kind), metadata=plan.metadata)
-                   for kind in plan.mdf_kinds]
+        written = [self._write(kind, release, run_dir.mdf(kind), plan) for kind in plan.mdf_kinds]
         return written + self._pipe(run_dir, plan.mdf_kinds, plan)
 
-    def _table(self, kind: str, release: SolvedRelease) -> pa.Table:
-        if kind == "persons":
-            return mdf_io.person_mdf(release.schemas["persons"], release.geography.blocks, release.solved["persons"])
-        return mdf_io.release_mdf(kind, release.schemas, release.geography.blocks, release.solved,
-                                  gq_facilities=release.gq_facilities, housing_units=release.housing_units)
+    def _write(self, kind: str, release: SolvedRelease, path: Path, plan: OutputPlan) -> Path:
+        """One MDF built and written a block range at a time (das.io.mdf.mdf_slices): memory of a slice."""
+        slices = mdf_io.mdf_slices(kind, release.schemas, release.geography.blocks, release.solved,
+                                   gq_facilities=release.gq_facilities, housing_units=release.housing_units)
+        head = next(slices)
+        return mdf_io.write_batches(itertools.chain([head], slices), head.schema, path, metadata=plan.metadata)
 
     def _pipe(self, run_dir: RunDir, kinds, plan: OutputPlan) -> list[Path]:
         if plan.mdf_layout != "pipe":
@@ -209,7 +209,7 @@ class MdfOutput(Output):
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
         rows = {}
         for kind in plan.mdf_kinds:
-            path = mdf_io.write_table(self._table(kind, release), part.mdf(kind), metadata=plan.metadata)
+            path = self._write(kind, release, part.mdf(kind), plan)
             rows[kind] = pq.read_metadata(path).num_rows
         return {"rows": rows}
 
