@@ -23,6 +23,7 @@ import gc
 from collections.abc import Callable
 
 from das.errors import RunError, option
+from das.executors import keep_freed_memory
 
 
 class DaskUnavailable(RunError):
@@ -31,7 +32,9 @@ class DaskUnavailable(RunError):
 
 def released(fn: Callable, arg):
     """fn(arg), then the process's freed memory handed back to the system (glibc's malloc_trim): what a
-    long-lived Dask worker keeps of a state task is then its live objects, not its peak heap."""
+    long-lived Dask worker keeps of a state task is then its live objects, not its peak heap. While the task
+    runs, freed memory is kept for reuse (das.executors.keep_freed_memory)."""
+    keep_freed_memory()
     try:
         return fn(arg)
     finally:
