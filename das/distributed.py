@@ -18,12 +18,10 @@ process per state task instead).
 
 from __future__ import annotations
 
-import ctypes
-import gc
 from collections.abc import Callable
 
 from das.errors import RunError, option
-from das.executors import keep_freed_memory
+from das.memory import hand_back_memory, keep_freed_memory
 
 
 class DaskUnavailable(RunError):
@@ -33,16 +31,12 @@ class DaskUnavailable(RunError):
 def released(fn: Callable, arg):
     """fn(arg), then the process's freed memory handed back to the system (glibc's malloc_trim): what a
     long-lived Dask worker keeps of a state task is then its live objects, not its peak heap. While the task
-    runs, freed memory is kept for reuse (das.executors.keep_freed_memory)."""
+    runs, freed memory is kept for reuse (das.memory.keep_freed_memory)."""
     keep_freed_memory()
     try:
         return fn(arg)
     finally:
-        gc.collect()
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc: the collection alone
-            pass
+        hand_back_memory()
 
 
 class DaskExecutor:

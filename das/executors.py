@@ -7,7 +7,6 @@ flight and yields results in input order, so a level's problems are never all in
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from multiprocessing import get_context
 
 from das.errors import ArgumentError, option
+from das.memory import keep_freed_memory
 from das.progress import bar
 
 IN_FLIGHT_PER_SLOT = 4
@@ -26,25 +26,6 @@ def limit_threads() -> None:
     """One BLAS/OpenMP thread per worker process: parallelism comes from the tasks."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
-
-
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
-KEPT_HEAP_BYTES = 2**31 - 1  # freed heap kept for reuse up to this much (mallopt takes an int)
-MMAP_BYTES = 2**30  # allocations below this come from the heap, so their pages are reused when freed
-
-
-def keep_freed_memory() -> None:
-    """Make glibc keep freed memory for the next allocation instead of handing it back to the system at
-    once: a run allocates and frees arrays of hundreds of MB per chunk and per batch, and on a virtual
-    machine each page handed back and touched again is a fault taken through the host (on 2 shared
-    cores, 45 of a California-size read's 70 CPU seconds were the system's). The peak is unchanged: what
-    is kept is reused, never added to. A no-op where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(MMAP_BYTES))
-        libc.mallopt(M_TRIM_THRESHOLD, ctypes.c_int(KEPT_HEAP_BYTES))
-    except (OSError, AttributeError):
-        pass
 
 
 def _worker_init(parent: int) -> None:
@@ -102,7 +83,7 @@ def local_executor(workers: int, fresh: bool = False):
 def make_executor(engine: str = "local", workers: int = 1, scheduler: str | None = None, fresh: bool = False):
     """`local` (a process pool of `workers`, or in process for 1; `fresh`: a new process per task) or `dask`
     (a scheduler address or a local cluster; `fresh`: each task's memory given back when it ends). This
-    process keeps its freed memory for reuse from now on (`keep_freed_memory`), as the pool's workers do."""
+    process keeps its freed memory for reuse from now on (das.memory.keep_freed_memory), as the pool's workers do."""
     keep_freed_memory()
     if engine == "local":
         if scheduler:

@@ -10,7 +10,7 @@ from conftest import ROOT
 LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from its own layer or above
     {"das.errors", "das.arguments",  # das's errors and the rules of its arguments (issue 36)
      "das", "das.progress", "das.specfile", "das.schema", "das.geography", "das.spine", "das.rules", "das.atomic",
-     "das.histogram", "das.specs", "das.options", "das.attack", "das.io", "das.privacy", "das.research",
+     "das.histogram", "das.memory", "das.specs", "das.options", "das.attack", "das.io", "das.privacy", "das.research",
      "das.topdown"},  # the packages' (empty) __init__
     {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",
      "das.privacy.randomness",
