@@ -5,7 +5,8 @@ measurement chunks to an existing Dask cluster; without `--scheduler` a LocalClu
 `--workers` single-threaded worker processes starts on 127.0.0.1 with no dashboard (no outside
 network). Tasks are pure functions of their arguments and every random stream is keyed by its
 (release, level, query, chunk), so seeded results equal the local pool's. Dask is imported here
-only, when this engine is asked for.
+only, when this engine is asked for. A run given a scheduler waits up to WORKERS_WAIT_S for its first
+worker and is then refused: tasks sent to a scheduler without workers would wait there forever.
 
 A partitioned run's state task runs on one worker and `spreads` its own work: inside the task,
 `TaskClient` submits the state's measurement chunks and batches of parents back to the cluster
@@ -22,6 +23,8 @@ from collections.abc import Callable
 
 from das.errors import RunError, option
 from das.memory import hand_back_memory, keep_freed_memory
+
+WORKERS_WAIT_S = 120  # how long a run waits for the first worker of a scheduler it is given
 
 
 class DaskUnavailable(RunError):
@@ -56,6 +59,7 @@ class DaskExecutor:
         self.fresh = fresh
         if scheduler:
             self.client = Client(scheduler, set_as_default=False)
+            _wait_for_a_worker(self.client, scheduler)
         else:
             network = {"host": "127.0.0.1"} if processes else {}  # threads talk in process, no sockets at all
             self.cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=processes,
@@ -86,6 +90,16 @@ class DaskExecutor:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _wait_for_a_worker(client, scheduler: str) -> None:
+    """Return once `scheduler` has a worker: tasks sent to a scheduler without one would wait forever, silently."""
+    try:
+        client.wait_for_workers(1, timeout=WORKERS_WAIT_S)
+    except TimeoutError:  # dask raises a subclass of it (asyncio.TimeoutError is TimeoutError on Python 3.11+)
+        client.close()
+        raise RunError(f"{option('scheduler', scheduler)}: the Dask scheduler has no worker after {WORKERS_WAIT_S} s; "
+                       f"start the workers first (`dask worker {scheduler}`, docs/scale.md)") from None
 
 
 def _wait_first(client, futures: list) -> list:
