@@ -8,9 +8,13 @@ import scipy.sparse as sp
 
 def block_histograms(records, n_blocks: int, n_cells: int) -> sp.csr_matrix:
     """Count records (block_index, cells) into a CSR matrix; duplicates are summed."""
-    h = sp.csr_matrix(
-        (np.ones(len(records.cells), dtype=np.int64), (records.block_index, records.cells)),
-        shape=(n_blocks, n_cells),
-    )
-    h.sum_duplicates()
-    return h
+    key = np.asarray(records.block_index, dtype=np.int64) * n_cells  # one int64 a record, sorted in place
+    key += records.cells
+    key.sort()
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
+    counts = np.diff(np.r_[starts, len(key)]).astype(np.int64)
+    entries = key[starts]
+    del key
+    index = np.int32 if max(n_blocks, n_cells, len(entries)) < 2**31 else np.int64
+    indptr = np.searchsorted(entries // n_cells, np.arange(n_blocks + 1)).astype(index)
+    return sp.csr_matrix((counts, (entries % n_cells).astype(index), indptr), shape=(n_blocks, n_cells))

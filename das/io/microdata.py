@@ -344,7 +344,8 @@ def _encode(arr: pa.Array) -> _Encoded:
     # fail the column's check like any other bad value (with its row), instead of raising here
     raw = arr.dictionary.cast(pa.binary()).to_pylist()
     values = np.asarray([b.decode("utf-8", "backslashreplace") if b is not None else "None" for b in raw], dtype=str)
-    return _Encoded(values, arr.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+    indices = arr.indices.to_numpy(zero_copy_only=False)  # int32 as Arrow keeps them (4 bytes a row, not 8)
+    return _Encoded(values, indices if indices.dtype.kind == "i" and indices.itemsize >= 4 else indices.astype(np.int32))
 
 
 def _shown(values, rows: np.ndarray) -> np.ndarray:
@@ -378,7 +379,7 @@ def _column(table: pa.Table, name: str, kind: str, col: _Collector, *, needed_fo
                 rows = np.flatnonzero(values > np.uint64(2**63 - 1))
                 col.add("an integer below 2^63", column=name, rows=rows, values=[str(int(v)) for v in values[rows]])
                 return None
-            return values.astype(np.int64)
+            return values if values.dtype.kind == "i" else values.astype(np.int64)  # int8 codes stay a byte a row
         if not (col.csv and is_text):
             col.add(f"column {name} has type {value_type}, expected an integer type (int8..int64)",
                     column=name)
@@ -423,7 +424,7 @@ def _levels(values, codes, name: str, col: _Collector, *, row_of=None) -> np.nda
         col.add(("a nonnegative code, " if negative else "") + _show_codes(codes), column=name,
                 rows=bad if row_of is None else row_of[bad], values=shown)
         return None
-    return levels.astype(np.int64)
+    return levels.astype(np.int16 if len(lookup) < 2**15 else np.int64)  # np.ravel_multi_index takes any width
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,12 +454,18 @@ def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, 
                 col.add("the first digit of TABBLK", column=BLOCK_GROUP, rows=rows, values=group.at(rows))
     if any(p is None for p in parts):
         return None
-    key = np.zeros(len(block.indices), dtype=np.int64)
+    key = np.zeros(len(block.indices), dtype=np.int64)  # the row's distinct values, one number
     for enc in parts:
-        key = key * len(enc.values) + enc.indices
-    _, first_row, inverse = np.unique(key, return_index=True, return_inverse=True)
-    geocodes = block_geocodes(*(enc.values[enc.indices[first_row]] for enc in parts))
-    return geocodes, inverse.astype(np.int64).ravel()
+        key *= len(enc.values)
+        key += enc.indices
+    row_geocode, keys = pd.factorize(key)  # hashed: memory of the distinct blocks, not a sort of every row
+    del key
+    indices = []
+    for enc in reversed(parts):  # each part's index back from the key, the last part first
+        keys, index = np.divmod(keys, len(enc.values))
+        indices.append(index)
+    geocodes = block_geocodes(*(enc.values[index] for enc, index in zip(parts, reversed(indices))))
+    return geocodes, row_geocode.astype(np.int64, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------
