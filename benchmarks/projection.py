@@ -10,16 +10,23 @@ big state's largest county, in a process of its own); the driver's serial work (
 solves, the assembly, validation's driver part, and the rest of the driver's CPU: fingerprints, digests,
 signing, manifest) per person; the bytes read and written per person.
 
+Measured too: this machine's disk, written and read back uncached (`disk_rate`), for the one-machine target.
+The workers' reads and writes happen inside their tasks, so their time is in the tasks' measured seconds; the
+driver's own bytes (the top, the assembly, validation's driver part, digests) are the serial I/O term.
+
 Assumed (`Target`): the states' 2020 persons (benchmarks.partitioned.STATE_POPULATION_2020); the four largest
-counties by 2020 tracts (`LARGEST_COUNTIES`); the disk (or shared storage) bandwidth `disk_gb_s`, every byte
-counted serially (no overlap with computing: an upper bound); the engine's parallel efficiency as measured on
-2 processes (else 0.8); Dask's cost per task `dask_task_s`; that CPU per person does not depend on the state's
-size beyond the largest parent (the big state is 14.2M persons; California 39.5M).
+counties by 2020 tracts (`LARGEST_COUNTIES`); the cluster's shared storage bandwidth `disk_gb_s` (the one
+machine's is measured when the run is); the engine's parallel efficiency as measured on 2 processes (else 0.8);
+Dask's cost per task `dask_task_s`; that CPU per person does not depend on the state's size beyond the largest
+parent (measured at 14.2M and 38.3M persons; California 39.5M).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from benchmarks.partitioned import STATE_POPULATION_2020, makespan
 
@@ -46,9 +53,34 @@ class Target:
         return self.workers * self.cores_per_worker
 
 
-MACHINE = Target("one 64-core 64 GB machine", workers=1, cores_per_worker=64, memory_gb_per_worker=64.0)
-CLUSTER = Target("Dask: 8 workers x 16 cores x 32 GB", workers=8, cores_per_worker=16, memory_gb_per_worker=32.0,
+MACHINE = Target("one 64-core 256 GB machine", workers=1, cores_per_worker=64, memory_gb_per_worker=256.0)
+CLUSTER = Target("Dask: 8 workers x 16 cores x 64 GB", workers=8, cores_per_worker=16, memory_gb_per_worker=64.0,
                  dask_task_s=0.001)
+
+
+def disk_rate(where: Path, gb: float = 1.0) -> float:
+    """This machine's disk in GB/s: `gb` written in 64 MB blocks and synced, then read back with the page cache
+    dropped for the file (posix_fadvise), the slower of the two."""
+    block = os.urandom(1 << 26)
+    n = max(1, int(gb * 1e9) // len(block))
+    path = Path(where) / f".das-disk-rate-{os.getpid()}"
+    try:
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            for _ in range(n):
+                f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        write = n * len(block) / (time.perf_counter() - t0)
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            t0 = time.perf_counter()
+            while f.read(len(block)):
+                pass
+        read = n * len(block) / (time.perf_counter() - t0)
+    finally:
+        path.unlink(missing_ok=True)
+    return min(write, read) / 1e9
 
 
 def rates(f: dict) -> dict:
@@ -134,7 +166,7 @@ def project(r: dict, target: Target) -> dict:
         out[f"stage_{stage}_largest_gb"] = max(estimate) / 1024
         wall += out[f"stage_{stage}_s"]
     serial = {"top": r["top_per_state"] * len(codes), "driver": r["serial_per_person"] * total,
-              "io": r["bytes_per_person"] * total / (target.disk_gb_s * 1e9),
+              "io": r["driver_bytes_per_person"] * total / (target.disk_gb_s * 1e9),
               "dask_tasks": r["batches_per_person"] * total * target.dask_task_s}
     for name, seconds in serial.items():
         out[f"serial_{name}_s"] = seconds
@@ -149,9 +181,11 @@ def project(r: dict, target: Target) -> dict:
 
 
 def project_from(f: dict) -> dict:
-    """Both targets' projections from one run's figures, prefixed `national_machine_` and `national_cluster_`."""
+    """Both targets' projections from one run's figures, prefixed `national_machine_` and `national_cluster_`; the
+    one machine's disk at the rate measured on this one (`disk_gb_s` in the figures), when there is one."""
     r = rates(f)
     out = {}
-    for prefix, target in (("national_machine_", MACHINE), ("national_cluster_", CLUSTER)):
+    machine = replace(MACHINE, disk_gb_s=f["disk_gb_s"]) if f.get("disk_gb_s") else MACHINE
+    for prefix, target in (("national_machine_", machine), ("national_cluster_", CLUSTER)):
         out.update({prefix + k: v for k, v in project(r, target).items()})
     return out

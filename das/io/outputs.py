@@ -28,14 +28,14 @@ from das import atomic
 from das.geography import DEFAULT_LEVELS, Geography
 from das.io import mdf as mdf_io
 from das.io import pl94171
-from das.io.tables import TableSpec, arrow_table, level_frames, level_rows, table_answers, write_tables
+from das.io.tables import TABLE_ROWS, TableSpec, arrow_table, level_rows, table_answers, table_slices, write_tables
 from das.rundir import RunDir
 from das.schema import Schema
 from das.spine import spine_table
 
 _HERE = RunDir(".")  # file patterns relative to a run directory, from RunDir's layout
 TABLE_COMPRESSION = "snappy"  # what das.io.tables.write_tables writes (pyarrow's default)
-ROW_GROUP_ROWS = 1 << 14  # a table part's row groups, and the assembled tables' (P2: 10 MB)
+ROW_GROUP_ROWS = TABLE_ROWS  # a table part's row groups, and the assembled tables' (P2: 10 MB)
 
 
 @dataclass(frozen=True)
@@ -285,11 +285,11 @@ class TablesOutput(Output):
             if spec.schema not in by_schema:
                 continue
             schema, histograms = by_schema[spec.schema]
-            frames = [arrow_table(f) for f in level_frames(schema, spec, release.geography, histograms, levels=plan.part_levels)]
-            groups = (f.slice(i, ROW_GROUP_ROWS) for f in frames for i in range(0, max(f.num_rows, 1), ROW_GROUP_ROWS))
-            mdf_io.write_batches(groups, frames[0].schema, part.table(spec.name), metadata=plan.metadata,
-                                 compression=TABLE_COMPRESSION, whole=True)
-            rows[spec.name] = [f.num_rows for f in frames]
+            groups = table_slices(schema, spec, release.geography, histograms, levels=plan.part_levels, rows=ROW_GROUP_ROWS)
+            head = next(groups)
+            mdf_io.write_batches(itertools.chain([head], groups), head.schema, part.table(spec.name),
+                                 metadata=plan.metadata, compression=TABLE_COMPRESSION, whole=True)
+            rows[spec.name] = [release.geography.n_units(level) for level in plan.part_levels]
         return {"rows": rows}
 
     def _level_slices(self, parts: list[Part], name: str) -> Iterator[pa.Table]:

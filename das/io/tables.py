@@ -7,6 +7,8 @@ Parquet file per table: a row per geounit at every level, a column per answer ce
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ class TableSpec:
     where: tuple[tuple[str, int], ...] = ()
 
 
+TABLE_ROWS = 1 << 14  # rows of a table file's row group (and of a partitioned run's parts): P2's is 10 MB
 DEFAULT_TABLES = "pl94"  # the table set of a run spec that names none ([output] tables)
 
 
@@ -98,9 +101,24 @@ def level_frames(
     levels: tuple[str, ...] | None = None,
 ) -> list[pd.DataFrame]:
     """The table's rows level by level (`levels`, default all of `geography`'s), each sorted by geocode."""
-    block_answers = table_answers(schema, spec, block_histograms)
-    return [level_rows(schema, spec, level, geography.units(level), answers=geography.aggregate(block_answers, level))
+    return [level_rows(schema, spec, level, geography.units(level),
+                       answers=table_answers(schema, spec, geography.aggregate(block_histograms, level)))
             for level in levels or geography.levels]
+
+
+def table_slices(
+    schema: Schema, spec: TableSpec, geography: Geography, block_histograms: sp.csr_matrix, *,
+    levels: tuple[str, ...] | None = None, rows: int = TABLE_ROWS,
+) -> Iterator[pa.Table]:
+    """`level_frames` as Arrow tables of at most `rows` rows, each level starting a table (an empty one for a level
+    without rows): a writer holds one slice, and the block level's dense answers are computed a slice at a time."""
+    matrix = table_matrix(schema, spec).T.tocsc()
+    for level in levels or geography.levels:
+        units = geography.units(level)
+        histograms = geography.aggregate(block_histograms, level)
+        for lo in range(0, max(len(units), 1), rows):
+            answers = (histograms[lo:lo + rows] @ matrix).toarray().astype(np.int64)
+            yield arrow_table(level_rows(schema, spec, level, units[lo:lo + rows], answers=answers))
 
 
 def compute_table(
@@ -126,14 +144,18 @@ def write_tables(
     metadata: dict | None = None,
 ) -> list[Path]:
     """Write each table whose schema has histograms; `histograms`/`schemas` are keyed by schema name.
-    Each file carries `metadata` in its Parquet key-value metadata."""
+    Each file carries `metadata` in its Parquet key-value metadata; it is written a slice (a row group of at
+    most TABLE_ROWS rows) at a time (`table_slices`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for spec in tables:
         if spec.schema not in histograms:
             continue
-        frame = compute_table(schemas[spec.schema], spec, geography, histograms[spec.schema])
         path = out_dir / f"{spec.name}.parquet"
-        pq.write_table(arrow_table(frame, metadata), path)
+        slices = table_slices(schemas[spec.schema], spec, geography, histograms[spec.schema])
+        head = next(slices)
+        with pq.ParquetWriter(path, head.schema.with_metadata(metadata) if metadata else head.schema) as writer:
+            for table in itertools.chain([head], slices):
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
         written.append(path)
     return written
