@@ -127,9 +127,9 @@ def recounted_tables(release: Release, persons_schema: Schema, units_schema: Sch
 
 @dataclass
 class Tables:
-    """A state's part: per table, the state's own row of the MDF recount (None: no records), its
-    differences below the state (table_differences, hierarchy_differences), and (no state level) the
-    sum of its rows of the nation's children."""
+    """A shard's or a state's part: per table, its own row of the MDF recount at the state (None: no
+    records), its differences below the state (table_differences, hierarchy_differences of the levels
+    below the state), and the sum of its rows of the first level below the state (the state's children)."""
 
     recount: dict = field(default_factory=dict)
     differences: dict = field(default_factory=dict)
@@ -137,11 +137,11 @@ class Tables:
 
 
 def tables_state(rows: StateRows) -> Tables:
-    """The state's rows of every table (the state's own row, for the nation's recount, even when no table
-    has a state level) against the recount of its records."""
+    """The shard's rows of every table below the state (its own row at the state recounted, for the
+    state's and the nation's, even when no table has a state level) against the recount of its records."""
     levels = rows.release.manifest.levels
     below = [lv for lv in levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
-    own_levels = ["state", *below] if "state" in levels else below
+    low, high = rows.shard.geocodes
     out, prefixes = Tables(), {}  # prefixes: shared by every table of the same records
     for spec, kind, path in recounted_tables(rows.release, rows.persons_schema, rows.units_schema):
         records, decoded, schema = ((rows.persons, rows.levels, rows.persons_schema) if kind == "persons"
@@ -149,18 +149,42 @@ def tables_state(rows: StateRows) -> Tables:
         cols = column_names(schema, spec)
         if not path.exists() or not {"level", "geocode", *cols} <= set(columns(path)):
             continue  # the driver says so
-        written = read_rows(path, [("geocode", ">=", rows.state), ("geocode", "<", rows.state + "\x7f")])
-        written = written[written["level"].isin(own_levels)].reset_index(drop=True)
+        written = (read_rows(path, [("geocode", ">=", low), ("geocode", "<", high), ("level", "in", below)])
+                   if below else pd.DataFrame({c: [] for c in ["level", "geocode", *cols]}))
         if kind not in prefixes:
             prefixes[kind] = prefix_codes(records, ["state", *below])
         recount = recount_table(records, decoded, schema, spec, geo_levels=["state", *below], prefixes=prefixes[kind])
         own = (recount["level"] == "state").to_numpy()
         out.recount[spec.name] = recount.loc[own, cols].to_numpy()[0].tolist() if own.any() else None
-        hierarchy = hierarchy_differences(written, cols, own_levels)
-        if "state" not in levels and below:  # the nation's children are below the state: their sum here
+        if below:
             out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
-        out.differences[spec.name] = (table_differences(written[written["level"] != "state"], recount[~own], cols),
-                                      hierarchy)
+        out.differences[spec.name] = (table_differences(written, recount[~own], cols),
+                                      hierarchy_differences(written, cols, below))
+    return out
+
+
+def _sum(rows: list) -> list | None:
+    """Rows of counts added up (None: no row)."""
+    rows = [r for r in rows if r is not None]
+    return np.sum(np.array(rows), axis=0).tolist() if rows else None
+
+
+def tables_merge(release: Release, parts: list[Tables]) -> Tables:
+    """A state's part from its shards': recounts and child sums added up, differences the first 3 of each
+    column (in level, geocode order) and each pair of levels (in geocode order)."""
+    out = Tables()
+    for name in dict.fromkeys(n for p in parts for n in p.differences):
+        mine = [p for p in parts if name in p.differences]
+        out.recount[name] = _sum([p.recount.get(name) for p in mine])
+        if any(name in p.child_sums for p in mine):
+            out.child_sums[name] = _sum([p.child_sums.get(name) for p in mine])
+        differences, hierarchy = {}, {}
+        for p in mine:
+            for j, rows in p.differences[name][0].items():
+                differences[j] = sorted(differences.get(j, []) + rows)[:3]
+            for pair, geocodes in p.differences[name][1].items():
+                hierarchy[pair] = (hierarchy.get(pair, []) + geocodes)[:3]
+        out.differences[name] = (differences, hierarchy)
     return out
 
 
@@ -175,13 +199,20 @@ def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: lis
 
 
 def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, cols: list[str], *, geo_levels):
-    """`hierarchy_differences` of the nation and state rows; without a state level, the nation against
-    the sum of its children's rows that each state added up."""
+    """`hierarchy_differences` of the nation and state rows, and of each state's row against the sum of its
+    children's rows (each state's); without a state level, the nation against the sum of its children's."""
+    below = [lv for lv in geo_levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    sums = {state: p.child_sums[table] for state, p in parts.items() if table in p.child_sums}
     if "state" in geo_levels or len(geo_levels) < 2:
-        return hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
-    sums = np.sum([p.child_sums[table] for p in parts.values() if table in p.child_sums], axis=0) if parts else 0
+        found = hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
+        if "state" in geo_levels and below:
+            states = written[written["level"] == "state"].drop_duplicates("geocode").set_index("geocode")[cols]
+            found[("state", below[0])] = [s for s in states.index if s in sums
+                                          and (states.loc[s].to_numpy() != np.asarray(sums[s])).any()][:3]
+        return found
+    total = np.sum(list(sums.values()), axis=0) if sums else 0
     nation = written.loc[written["level"] == "nation", cols].to_numpy()
-    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != sums).any() else []}
+    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != total).any() else []}
 
 
 def tables_combine(release: Release, parts: dict[str, Tables], report: Report, alongside=None) -> None:
@@ -207,4 +238,4 @@ def tables_combine(release: Release, parts: dict[str, Tables], report: Report, a
             [_top_hierarchy(written, parts, spec.name, cols, geo_levels=levels), *(h for _, h in below)], levels)))
 
 
-TABLES = Check("tables_match_mdf", tables_combine, state=tables_state)
+TABLES = Check("tables_match_mdf", tables_combine, state=tables_state, merge=tables_merge)
