@@ -7,9 +7,9 @@ part, and a `merge` function folding a state's shards' parts, in geocode order, 
 check without one needs the whole state: its function gets the whole state's rows); and a combining
 function, run on the driver, which merges the states' parts, in state order, with its own whole-release
 reading into report lines. A check that is whole-release only (checksums, metadata, the certificate) has
-no per-state part. A check may also start a whole-release reading `alongside` the states (a thread on
-the driver), whose result its combining function gets. `das validate` runs the checks a release claims, and those that every release is held
-to (`always`), in registration order, which is the order of the report:
+no per-state part. A check may also start a whole-release reading `alongside` the states (a thread on the
+driver), whose result its combining function gets. `das validate` runs the checks a release claims, and
+those that every release is held to (`always`), in registration order, which is the order of the report:
 
     register(Check("my_claim", combine=my_combine, state=my_state, merge=my_merge))
 """
