@@ -22,45 +22,65 @@ from das.validate.release import Release, StateRows
 from das.validate.report import Report, ValidationError, first
 
 
-def prefix_codes(records: pd.DataFrame, geo_levels) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per level: each record's geounit as (code per record, geocode per code), by factorizing
-    the geocode prefixes once (every table of the same records shares them)."""
-    out = {}
-    blocks, block_of = pd.factorize(records["geocode"]) if len(records) else (np.array([], np.int64), pd.Index([]))
-    block_geocodes = pd.Series(np.asarray(block_of, dtype=str), dtype=str)
+@dataclass(frozen=True)
+class Prefixes:
+    """Records' geography for recounting: each record's block (its index among the distinct blocks, in
+    geocode order) and, per level, each geounit's first block and geocode (a geounit's blocks are
+    consecutive in geocode order). Every table of the same records shares it."""
+
+    block: np.ndarray
+    blocks: int
+    units: dict
+
+
+def prefix_codes(records: pd.DataFrame, geo_levels) -> Prefixes:
+    """The records' `Prefixes` at `geo_levels`, worked out on the distinct blocks."""
+    geocodes = records["geocode"]
+    if isinstance(geocodes.dtype, pd.CategoricalDtype):
+        names = np.asarray(geocodes.cat.categories, dtype=str)
+        order = np.argsort(names, kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        names, block = names[order], rank[geocodes.cat.codes.to_numpy()]
+    else:
+        names, block = np.unique(geocodes.to_numpy(dtype=str), return_inverse=True)
+    units = {}
     for geo_level in geo_levels:
-        unit_of_block, units = pd.factorize(block_geocodes.str.slice(0, LEVEL_DIGITS[geo_level]))
-        out[geo_level] = (unit_of_block[blocks] if len(blocks) else blocks, np.asarray(units, dtype=str))
-    return out
+        k = LEVEL_DIGITS[geo_level]
+        cut = names.astype(f"U{k}") if k else np.full(len(names), "", dtype=str)
+        starts = np.flatnonzero(np.r_[True, cut[1:] != cut[:-1]]) if len(cut) else np.zeros(0, np.int64)
+        units[geo_level] = (starts, cut[starts])
+    return Prefixes(np.asarray(block, dtype=np.int64), len(names), units)
 
 
 def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, spec, *, geo_levels,
-                  prefixes: dict | None = None) -> pd.DataFrame:
-    """A table recounted from records (counts per geounit and cell), every geounit that has any record."""
+                  prefixes: Prefixes | None = None) -> pd.DataFrame:
+    """A table recounted from records (counts per geounit and cell), every geounit that has any record:
+    counted once per block, each level's geounits summing their consecutive blocks."""
     prefixes = prefix_codes(records, geo_levels) if prefixes is None else prefixes
     keep = np.ones(len(records), dtype=bool)
     for factor, level in spec.where:
         keep &= levels[factor].to_numpy() == level
-    frames = []
+    block, n = prefixes.block[keep], prefixes.blocks
     names = column_names(schema, spec)
-    keys = []  # each record's cell of each query (the same at every geographic level)
+    per_block = [np.bincount(block, minlength=n).reshape(n, 1)]  # records per block, then each query's cells
     for qname in spec.queries:
         q = schema.query(qname)
         key = (np.ravel_multi_index([levels[f].to_numpy()[keep] for f in q.factors], q.shape) if q.factors
-               else np.zeros(int(keep.sum()), dtype=np.int64))
-        keys.append((q.size, key))
-    for geo_level in geo_levels:
-        unit, geocodes = prefixes[geo_level]
-        unit = unit[keep]
-        present = np.flatnonzero(np.bincount(unit, minlength=len(geocodes)))
-        counts = []
-        for size, key in keys:
-            cells = np.bincount(unit * size + key, minlength=len(geocodes) * size)
-            counts.append(cells.reshape(len(geocodes), size)[present])
-        table = pd.DataFrame(np.hstack(counts) if counts else np.zeros((len(present), 0), np.int64), columns=names)
+               else np.zeros(len(block), dtype=np.int64))
+        per_block.append(np.bincount(block * q.size + key, minlength=n * q.size).reshape(n, q.size))
+    counts, starts = np.hstack(per_block), np.arange(n)
+    frames = {}
+    for geo_level in sorted(geo_levels, key=lambda lv: -LEVEL_DIGITS[lv]):  # each level from the finer one's sums
+        mine, geocodes = prefixes.units[geo_level]
+        if len(mine) != len(starts):
+            counts = np.add.reduceat(counts, np.searchsorted(starts, mine), axis=0) if n else counts
+        starts = mine
+        present = np.flatnonzero(counts[:, 0])
+        table = pd.DataFrame(counts[present, 1:], columns=names)
         table.insert(0, "geocode", geocodes[present])
-        frames.append(table.assign(level=geo_level))
-    return pd.concat(frames, ignore_index=True)
+        frames[geo_level] = table.assign(level=geo_level)
+    return pd.concat([frames[lv] for lv in geo_levels], ignore_index=True)
 
 
 def table_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[str]) -> dict[int, list[tuple]]:
