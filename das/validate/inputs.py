@@ -57,6 +57,13 @@ def _in_state(frame: pd.DataFrame, state: str, counties: Counties = ANY) -> np.n
     return mine
 
 
+def _per_state(column: pd.Series) -> dict[str, int]:
+    """Records per TABBLKST value, as text (counted on the column's values, then their texts added up)."""
+    counts = column.value_counts(dropna=False)
+    texts = pd.Series(counts.to_numpy(), index=counts.index.astype(str)).groupby(level=0).sum()
+    return {k: int(n) for k, n in texts.items() if n}
+
+
 def _by_geocode(counts):
     """Counts grouped by a `geocode` column (its index categorical), indexed by the geocode strings."""
     counts.index = counts.index.astype(str)
@@ -139,10 +146,9 @@ def inputs_state(rows: StateRows) -> Compared | None:
     out = Compared(len(rows.persons))
     own = inputs.get(state) if isinstance(inputs, dict) else inputs
     if own is not None and isinstance(inputs, dict) and shard.index == 0:  # its own file: every record, once
-        out.input_persons = _read(Path(own[0]), ["TABBLKST"])["TABBLKST"].astype(str).value_counts().to_dict()
+        out.input_persons = _per_state(_read(Path(own[0]), ["TABBLKST"])["TABBLKST"])
     elif own is not None and not isinstance(inputs, dict):
-        persons_in = _read(Path(own[0]), ["TABBLKST"], state, shard.counties)
-        out.input_persons = persons_in["TABBLKST"].astype(str).value_counts().to_dict()
+        out.input_persons = _per_state(_read(Path(own[0]), ["TABBLKST"], state, shard.counties)["TABBLKST"])
     names = [*GEO, "RTYPE", "GQTYPE_PL"]
     units_in = (_read(Path(own[1]), names, state, shard.counties) if own is not None
                 else pd.DataFrame({c: pd.Series([], dtype=str) for c in names}))
