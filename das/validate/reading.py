@@ -48,6 +48,30 @@ def read_rows(path: Path, filters) -> pd.DataFrame:
         raise unreadable(path, e) from None
 
 
+def read_geocodes(path: Path, low: str, high: str, levels: list[str]) -> pd.DataFrame:
+    """The rows of a table of the release at `levels` whose geocode is in [low, high) (a state's or a run of
+    counties' rows below it): row groups whose geocode statistics exclude them are skipped, the others read
+    batch by batch, so memory follows the rows kept, not the table."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing")
+    try:
+        parquet = pq.ParquetFile(path)
+        column = parquet.schema_arrow.get_field_index("geocode")
+        kept, wanted = [], pa.array(levels, pa.string())
+        for g in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(g).column(column).statistics
+            if stats is not None and stats.has_min_max and (str(stats.max) < low or str(stats.min) >= high):
+                continue
+            for batch in parquet.iter_batches(batch_size=1 << 16, row_groups=[g]):
+                geocode, level = batch.column("geocode").cast(pa.string()), batch.column("level").cast(pa.string())
+                mine = pc.and_(pc.and_(pc.greater_equal(geocode, low), pc.less(geocode, high)), pc.is_in(level, wanted))
+                kept.append(batch.filter(pc.fill_null(mine, False)))
+        table = pa.Table.from_batches(kept, schema=parquet.schema_arrow)
+    except Exception as e:
+        raise unreadable(path, e) from None
+    return table.to_pandas()
+
+
 def _state_groups(parquet: pq.ParquetFile, state: str | None, counties: Counties = ANY) -> list[tuple[int, int]]:
     """(row group, its first row) of every row group that may hold the state's records of the counties
     (TABBLKST and TABBLKCOU statistics; a row group of several states is kept)."""

@@ -16,7 +16,7 @@ import pandas as pd
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names
 from das.schema import Schema, SpecError
-from das.validate.reading import columns, read_rows
+from das.validate.reading import columns, read_geocodes, read_rows
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
 from das.validate.report import Report, ValidationError, first
@@ -169,8 +169,8 @@ def tables_state(rows: StateRows) -> Tables:
         cols = column_names(schema, spec)
         if not path.exists() or not {"level", "geocode", *cols} <= set(columns(path)):
             continue  # the driver says so
-        written = (read_rows(path, [("geocode", ">=", low), ("geocode", "<", high), ("level", "in", below)])
-                   if below else pd.DataFrame({c: [] for c in ["level", "geocode", *cols]}))
+        written = (read_geocodes(path, low, high, below) if below
+                   else pd.DataFrame({c: [] for c in ["level", "geocode", *cols]}))
         if kind not in prefixes:
             prefixes[kind] = prefix_codes(records, ["state", *below])
         recount = recount_table(records, decoded, schema, spec, geo_levels=["state", *below], prefixes=prefixes[kind])
