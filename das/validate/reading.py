@@ -1,4 +1,4 @@
-"""The validator's reads of a release's Parquet files: their columns, a filtered read, one state's records of
+"""The validator's reads of a release's Parquet files: their columns, a table's rows of a geocode range, batch by batch, one state's records of
 an MDF (with each record's row in the file), the states an MDF holds; and the records' geocodes and
 attribute levels, worked out on the distinct values (a state's records share few of them).
 
@@ -38,20 +38,10 @@ def columns(path: Path) -> list[str]:
         raise unreadable(path, e) from None
 
 
-def read_rows(path: Path, filters) -> pd.DataFrame:
-    """The rows of a Parquet file of the release that pass `filters` (row groups outside them are skipped)."""
-    if not path.is_file():
-        raise ValidationError(f"{path} is missing")
-    try:
-        return pq.read_table(path, filters=filters).to_pandas()
-    except Exception as e:
-        raise unreadable(path, e) from None
-
-
-def read_geocodes(path: Path, low: str, high: str, levels: list[str]) -> pd.DataFrame:
+def read_geocodes(path: Path, low: str | None, high: str | None, levels: list[str]) -> pd.DataFrame:
     """The rows of a table of the release at `levels` whose geocode is in [low, high) (a state's or a run of
-    counties' rows below it): row groups whose geocode statistics exclude them are skipped, the others read
-    batch by batch, so memory follows the rows kept, not the table."""
+    counties' rows below it; None: any geocode): row groups whose geocode statistics exclude them are
+    skipped, the others read batch by batch, so memory follows the rows kept, not the table."""
     if not path.is_file():
         raise ValidationError(f"{path} is missing")
     try:
@@ -60,11 +50,14 @@ def read_geocodes(path: Path, low: str, high: str, levels: list[str]) -> pd.Data
         kept, wanted = [], pa.array(levels, pa.string())
         for g in range(parquet.metadata.num_row_groups):
             stats = parquet.metadata.row_group(g).column(column).statistics
-            if stats is not None and stats.has_min_max and (str(stats.max) < low or str(stats.min) >= high):
+            if low is not None and stats is not None and stats.has_min_max and (str(stats.max) < low
+                                                                                 or str(stats.min) >= high):
                 continue
             for batch in parquet.iter_batches(batch_size=1 << 16, row_groups=[g]):
-                geocode, level = batch.column("geocode").cast(pa.string()), batch.column("level").cast(pa.string())
-                mine = pc.and_(pc.and_(pc.greater_equal(geocode, low), pc.less(geocode, high)), pc.is_in(level, wanted))
+                mine = pc.is_in(batch.column("level").cast(pa.string()), wanted)
+                if low is not None:
+                    geocode = batch.column("geocode").cast(pa.string())
+                    mine = pc.and_(mine, pc.and_(pc.greater_equal(geocode, low), pc.less(geocode, high)))
                 kept.append(batch.filter(pc.fill_null(mine, False)))
         table = pa.Table.from_batches(kept, schema=parquet.schema_arrow)
     except Exception as e:
