@@ -1,6 +1,7 @@
-"""The validator's reads of a release's Parquet files: their columns, a table's rows of a geocode range, batch by batch, one state's records of
-an MDF (with each record's row in the file), the states an MDF holds; and the records' geocodes and
-attribute levels, worked out on the distinct values (a state's records share few of them).
+"""The validator's reads of a release's Parquet files: their columns, a table's rows of a geocode range, batch by
+batch, one state's records of an MDF (with each record's row in the file), the states an MDF holds; and the
+records' geocodes and attribute levels, worked out on the distinct values (a state's records share few of
+them).
 
 Every read says which file could not be read as a ValidationError (exit code 2), never a traceback.
 """
