@@ -1,5 +1,6 @@
 """das validate state by state: a one-state run reports what the whole-file validator reported, a
-two-state run the same with or without an executor, and a fault in one state is named by its state's
+two-state run the same with or without an executor, and with its states cut into shards of one county
+(das.validate.shards), and a fault in one state is named by its state's
 geocodes (the MDF, a table, the nation row against the states', EPNUM across states, a state's own NMF
 file, a state missing from the manifest, a state's own input files)."""
 
@@ -140,7 +141,7 @@ def test_a_fault_in_one_state_names_that_state(two_states, tmp_path):
     state = pd.read_parquet(units, columns=["TABBLKST"])["TABBLKST"].astype(str).to_numpy()
     housing = np.flatnonzero((state == "45") & (pd.read_parquet(units, columns=["RTYPE"])["RTYPE"].to_numpy() == 2))
     _set(units, "GQTYPE_PL", lambda v: np.where(np.arange(len(v)) == housing[0], 3, v))
-    report = validate_run(broken)
+    report = _sharded(broken)
     geocode = written.loc[block, "geocode"]
     assert f"table P1 equals the MDF recount: block {geocode!r} column 'total': table " \
            f"{written.loc[block, 'total'] + 2}, MDF recount {written.loc[block, 'total']}" in report.violations
@@ -155,7 +156,7 @@ def test_the_nation_row_must_be_the_sum_of_the_state_rows(two_states, tmp_path):
     p2 = broken / "tables" / "P2.parquet"
     nation = int(pd.read_parquet(p2).query("level == 'nation'")["total"].iloc[0])
     _set(p2, "total", lambda v: np.where(np.arange(len(v)) == 0, v - 1, v))
-    report = validate_run(broken)
+    report = _sharded(broken)
     assert "table P2 hierarchy sums: state rows of nation '' do not sum to it" in report.violations
     assert f"table P2 equals the MDF recount: nation '' column 'total': table {nation - 1}, MDF recount {nation}" \
         in report.violations
@@ -168,14 +169,21 @@ def test_an_epnum_of_one_state_repeated_in_another_is_caught(two_states, tmp_pat
     state = pd.read_parquet(persons, columns=["TABBLKST"])["TABBLKST"].astype(str).to_numpy()
     first_of_45 = int(np.flatnonzero(state == "45")[0])
     _set(persons, "EPNUM", lambda e: np.where(np.arange(len(e)) == first_of_45 + 5, 7, e))  # 7 is a 44's
-    report = validate_run(broken)
+    report = _sharded(broken)
     assert f"MDF persons: valid codes, derived columns, unique EPNUM: row {first_of_45 + 6}: EPNUM 7 appears on " \
            "an earlier row too" in report.violations
     # no repeat, but a gap: the range says so
     _set(persons, "EPNUM", lambda e: np.where(np.arange(len(e)) == first_of_45 + 5, len(e) + 1, e))
-    report = validate_run(broken)
+    report = _sharded(broken)
     assert f"MDF persons: valid codes, derived columns, unique EPNUM: EPNUM runs 1..{len(state) + 1}, expected " \
            f"1..{len(state)}" in report.violations
+
+
+def _sharded(run_dir, **kw):
+    """The report, which must be the same with each state cut into shards of one county (das.validate.shards)."""
+    report = validate_run(run_dir, **kw)
+    assert validate_run(run_dir, shard_persons=70, **kw) == report
+    return report
 
 
 def _nmf_per_state(run_dir) -> None:
@@ -200,11 +208,11 @@ def test_the_nmf_stored_one_file_per_state_is_checked_per_state(two_states, tmp_
     split = _copy(two_states, tmp_path / "split")
     _nmf_per_state(split)
     assert (split / "nmf" / "persons" / "county" / "45.parquet").is_file()
-    assert validate_run(split).ok
+    assert _sharded(split).ok
     tract = split / "nmf" / "persons" / "tract" / "45.parquet"
     _set(tract, "cell", lambda c: np.r_[c[:-1], c[-2]])
     _write_manifest(split, lambda m: m["nmf"].update({"nmf/persons/tract/45.parquet": file_sha256(tract)}))
-    report = validate_run(split)
+    report = _sharded(split)
     assert [v for v in report.violations if v.startswith("NMF")] == [
         "NMF: exactly the certified measurements: nmf/persons/tract/45.parquet detailed: rows are not each (geocode, cell) "
         "of the level once, in order"]
@@ -218,7 +226,7 @@ def test_the_nmf_stored_one_file_per_state_is_checked_per_state(two_states, tmp_
 def test_a_state_of_the_mdf_the_manifest_does_not_publish_is_a_violation(two_states, tmp_path):
     broken = _copy(two_states, tmp_path / "broken")
     _write_manifest(broken, lambda m: m["invariants"]["total_population"]["state"].pop("45"))
-    report = validate_run(broken)
+    report = _sharded(broken)
     assert "MDF units: valid codes, housing units vs facilities: state '45': units in the MDF, but the manifest " \
            "publishes no total population for it" in report.violations
 
@@ -232,13 +240,13 @@ def test_inputs_given_one_file_per_state_are_compared_state_by_state(two_states,
         for s in STATES:
             frame[frame["TABBLKST"] == s].to_parquet(tmp_path / name / f"{name}_{s}.parquet", index=False)
     directories = (tmp_path / "persons", tmp_path / "units")
-    assert validate_run(two_states, inputs=directories) == validate_run(two_states)
-    assert validate_run(two_states).checks[-3:] == ["ok  " + n for n in TINY_CHECKS[-3:]]
+    assert _sharded(two_states, inputs=directories) == _sharded(two_states)
+    assert _sharded(two_states).checks[-3:] == ["ok  " + n for n in TINY_CHECKS[-3:]]
     dropped = units.index[(units["TABBLKST"] == "45") & (units["RTYPE"] == 2)][0]
     units.drop(dropped)[lambda f: f["TABBLKST"] == "45"].to_parquet(tmp_path / "units" / "units_45.parquet", index=False)
     block = "".join(str(units.loc[dropped, c]) for c in ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"))
     housing = int(((units["RTYPE"] == 2) & (_blocks(units) == block)).sum())
-    assert validate_run(two_states, inputs=directories).violations == [
+    assert _sharded(two_states, inputs=directories).violations == [
         f"housing units per block invariant: block {block}: {housing} housing units, input has {housing - 1}"]
 
 
@@ -255,10 +263,10 @@ def test_a_release_without_a_state_level_checks_the_nation_against_its_children(
     for path in (broken / "tables").glob("*.parquet"):
         table = pq.read_table(path)
         pq.write_table(table.filter(pa.array(table.column("level").to_numpy(zero_copy_only=False) != "state")), path)
-    assert not [v for v in validate_run(broken).violations if v.startswith("table")]
+    assert not [v for v in _sharded(broken).violations if v.startswith("table")]
     nation = int(pd.read_parquet(broken / "tables" / "P3.parquet").query("level == 'nation'")["total"].iloc[0])
     _set(broken / "tables" / "P3.parquet", "total", lambda v: np.where(np.arange(len(v)) == 0, v + 1, v))
-    assert [v for v in validate_run(broken).violations if v.startswith("table")] == [
+    assert [v for v in _sharded(broken).violations if v.startswith("table")] == [
         f"table P3 equals the MDF recount: nation '' column 'total': table {nation + 1}, MDF recount {nation}",
         "table P3 hierarchy sums: county rows of nation '' do not sum to it"]
 
@@ -275,13 +283,13 @@ def test_the_population_against_inputs_given_one_file_per_state_names_the_state(
     own = persons[persons["TABBLKST"] == "45"]
     own.iloc[1:].to_parquet(tmp_path / "persons" / "persons_45.parquet", index=False)
     name = "total population invariant against the inputs (nation, state)"
-    assert [v for v in validate_run(two_states, inputs=directories).violations if v.startswith(name)] == [
+    assert [v for v in _sharded(two_states, inputs=directories).violations if v.startswith(name)] == [
         f"{name}: nation '': population {len(persons)} differs from the input",
         f"{name}: state '45': population {len(own)} differs from the input"]
     own.to_parquet(tmp_path / "persons" / "persons_45.parquet", index=False)
     for name_, frame in (("persons", persons), ("units", units)):
         frame[frame["TABBLKST"] == "44"].head(3).assign(TABBLKST="46").to_parquet(
             tmp_path / name_ / f"{name_}_46.parquet", index=False)
-    found = [v for v in validate_run(two_states, inputs=directories).violations if v.startswith(name)]
+    found = [v for v in _sharded(two_states, inputs=directories).violations if v.startswith(name)]
     assert found[0] == f"{name}: nation '': population {len(persons)} differs from the input"
     assert [v.split(": population")[0] for v in found[1:]] == [f"{name}: state '46'"]  # 0 (0.0 after the align)

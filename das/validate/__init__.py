@@ -37,7 +37,8 @@ is held to every TopDown claim (TOPDOWN_HOLDS), a synthetic release (das synth) 
 whatever its manifest's `holds` say (they can add claims, not drop one). An NMF release (`das measure`:
 status "measured", the noisy measurements alone) is checked by the checks that read no MDF or table
 (signature, files, manifest, certificate, nmf), and held to NMF_HOLDS. A claim no registered check
-proves is a violation. It goes state by state (das.validate.driver), so memory follows the largest state.
+proves is a violation. It goes shard by shard (das.validate.driver: runs of whole counties of a state,
+das.validate.shards), so memory follows the largest shard.
 Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 

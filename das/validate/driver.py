@@ -1,10 +1,11 @@
-"""`das validate RUN_DIR`: the registered checks a release claims, run state by state and combined in order.
+"""`das validate RUN_DIR`: the registered checks a release claims, run shard by shard and combined in order.
 
 The driver reads the manifest, selects the checks the release holds (das.validate.registry), and runs
 those that are whole-release only; before the first check with a per-state part it reads what every
 state's checks share (schemas, the MDFs' columns, the states), starts each check's `alongside` reading,
-and runs every check's per-state part state by state (`validate_state`: in turn, or as tasks on an
-executor, largest first), so memory follows the largest state. Then it combines each check's parts in
+and runs every check's per-state part shard by shard (`validate_shard`: a state's records of a run of
+counties, das.validate.shards; in turn, or as tasks on an executor, largest first), so memory follows the
+largest shard; each check's shard parts are folded into its state's part (`Check.merge`). Then it combines each check's parts in
 registration order: the report lists every check once, in the same order either way.
 """
 
@@ -24,6 +25,7 @@ from das.validate.manifest import FIELDS_CHECK, read_problems
 from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
 from das.validate.release import Release, StateRows, is_nmf_release, is_topdown, open_release
 from das.validate.report import Report, Stop, ValidationError, first
+from das.validate.shards import SHARD_PERSONS, Shard, plan
 
 NMF_RELEASE = ("an NMF release (das measure): the noisy measurements and their certificate, published on their own; "
                "it has no MDF or tables, and is checked for what it holds")
@@ -56,10 +58,10 @@ def release_claims(manifest: Manifest, report: Report, *, topdown: bool, nmf: bo
     return tuple(h for h in held if h in provable or not nmf)
 
 
-def validate_state(release: Release, state: str, checks: tuple[Check, ...]) -> dict[str, object]:
-    """One state's part of each check (its `state` function, in order) by name, reading only the state's
-    rows of the release; a check that stops the state's checks ends the parts with its own."""
-    rows = StateRows(release, state)
+def validate_shard(release: Release, shard: Shard, checks: tuple[Check, ...]) -> dict[str, object]:
+    """One shard's part of each check (its `state` function, in order) by name, reading only the shard's
+    rows of the release; a check that stops the shard's checks ends the parts with its own."""
+    rows = StateRows(release, shard)
     parts: dict[str, object] = {}
     for check in checks:
         if check.state is None:
@@ -72,30 +74,71 @@ def validate_state(release: Release, state: str, checks: tuple[Check, ...]) -> d
     return parts
 
 
-def _run_states(release: Release, checks: tuple[Check, ...], *, inputs, executor, persons_limit):
+def fold(release: Release, checks: tuple[Check, ...], shards: list[dict[str, object]]) -> dict[str, object]:
+    """A state's part of each check from its shards' (in geocode order): `Check.merge` of those that ran it
+    (a check without one ran on the whole state: its one part)."""
+    parts = {}
+    for check in checks:
+        found = [shard[check.name] for shard in shards if check.name in shard]
+        if found:
+            parts[check.name] = check.merge(release, found) if check.merge is not None else found[0]
+    return parts
+
+
+def validate_state(release: Release, state: str, checks: tuple[Check, ...]) -> dict[str, object]:
+    """One state's part of each check by name, in one pass over the whole state's rows."""
+    return fold(release, checks, [validate_shard(release, Shard(state), checks)])
+
+
+def _tasks(release: Release, checks: tuple[Check, ...], *, shard_persons):
+    """The states' tasks (state, shard, its checks, size): a state of one shard is one task of every check; a
+    state of several, a task per shard of the checks that fold their shards (`merge`), and one of the whole
+    state for the others, if any (sizes: persons records, for largest first)."""
+    shards = plan(release.run.mdf("persons"), list(release.states), None if release.nmf_only else shard_persons)
+    sharded = tuple(c for c in checks if c.merge is not None)
+    whole = tuple(c for c in checks if c.merge is None and c.state is not None)
+    tasks = []
+    for state in release.states:
+        mine = shards[state]
+        if len(mine) == 1:
+            tasks.append((state, mine[0], checks, int(release.published.get("state", {}).get(state, 0))))
+            continue
+        tasks += [(state, shard, sharded, shard.persons) for shard in mine]
+        if whole:
+            tasks.append((state, Shard(state), whole, max(shard.persons for shard in mine)))
+    return tasks
+
+
+def _run_states(release: Release, checks: tuple[Check, ...], *, inputs, executor, persons_limit, shard_persons):
     """What the per-state checks need read first, each check's `alongside` reading started, and every
-    state's parts: (the release as the states saw it, parts by check and state, alongside results by check)."""
+    state's parts (from its shards'): (the release as the states saw it, parts by check and state,
+    alongside results by check)."""
     release = open_release(release)
     works = [(check.name, check.alongside(release)) for check in checks if check.alongside is not None]
     if "inputs" in release.needs:
         release = release.but(inputs=by_state(inputs) if inputs is not None else None)
-    states = list(release.states)
-    task = partial(validate_state, release, checks=checks)
+    tasks = _tasks(release, checks, shard_persons=shard_persons)
+    task = partial(_shard_task, release)
     with ThreadPoolExecutor(1) as thread:  # e.g. the NMF levels stored whole: a pass over their every noisy answer
         futures = {name: thread.submit(work) for name, work in works}
         try:
             if executor is None:
-                found = list(map(task, states))
-            else:  # the largest states first (published population), so the last task to finish is a small one
-                sizes = [int(release.published.get("state", {}).get(s, 0)) for s in states]
-                found = largest_first(executor, task, states, sizes=sizes, limit=persons_limit)
+                found = list(map(task, tasks))
+            else:  # the largest shards first (persons records), so the last task to finish is a small one
+                found = largest_first(executor, task, tasks, sizes=[t[3] for t in tasks], limit=persons_limit)
         except BaseException:
             for future in futures.values():
                 future.result()  # the check that comes first in order fails first
             raise
         alongside = {name: future.result() for name, future in futures.items()}
-    parts = {check.name: {s: f[check.name] for s, f in zip(states, found) if check.name in f} for check in checks}
+    states = {s: fold(release, checks, [f for t, f in zip(tasks, found) if t[0] == s]) for s in release.states}
+    parts = {check.name: {s: f[check.name] for s, f in states.items() if check.name in f} for check in checks}
     return release, parts, alongside
+
+
+def _shard_task(release: Release, task: tuple) -> dict[str, object]:
+    _, shard, checks, _ = task
+    return validate_shard(release, shard, checks)
 
 
 def read_key(public_key: Path | None) -> bytes | None:
@@ -109,13 +152,16 @@ def read_key(public_key: Path | None) -> bytes | None:
 
 
 def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_operator: bool = True,
-                 executor=None, persons_limit: float | None = None, public_key: Path | None = None) -> Report:
+                 executor=None, persons_limit: float | None = None, public_key: Path | None = None,
+                 shard_persons: int | None = SHARD_PERSONS) -> Report:
     """Every check of a run directory that its release claims (`holds`); `inputs` (or the run's operator
     files) add the comparison with the confidential inputs; `public_key` (the operator's, published) the
     proof of origin: the signature of the manifest, whose digests the checksums check. Raises
-    ValidationError when a file is missing or unreadable. The states' parts run one after the other
-    here, or as tasks on `executor` (largest first; with `persons_limit`, only while the states in flight
-    hold at most that many persons: a memory budget), each reading only its state's rows."""
+    ValidationError when a file is missing or unreadable. The states' parts run shard by shard (a state's
+    records of a run of counties holding at most `shard_persons` persons records, das.validate.shards; None:
+    whole states), one after the other here, or as tasks on `executor` (largest first; with
+    `persons_limit`, only while the shards in flight hold at most that many persons: a memory budget),
+    each reading only its shard's rows; the report is the same however a state is cut."""
     run = RunDir(run_dir)
     report = Report()
     key = read_key(public_key)
@@ -145,7 +191,7 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
         for i, check in enumerate(bar(checks, desc="validating", unit="check", leave=False)):
             if parts is None and (check.state is not None or check.alongside is not None):
                 release, parts, alongside = _run_states(release, checks[i:], inputs=inputs, executor=executor,
-                                                        persons_limit=persons_limit)
+                                                        persons_limit=persons_limit, shard_persons=shard_persons)
             check.combine(release, (parts or {}).get(check.name, {}), report, alongside.get(check.name))
     except Stop:
         pass  # what the checks after read is unreadable: the report ends with the check that says so

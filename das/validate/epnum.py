@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das.validate.reading import GEO, read_state
+from das.validate.reading import ANY, GEO, Counties, read_state
 
 
 @dataclass
@@ -82,7 +82,7 @@ def epnum_problems(parts: list[tuple[Epnums, Callable[[], tuple[np.ndarray, np.n
     return problems
 
 
-def reread_epnums(path: Path, state: str) -> tuple[np.ndarray, np.ndarray]:
-    """A state's EPNUMs in the persons MDF at `path`, and their rows."""
-    frame, rows = read_state(path, state, [*GEO, "EPNUM"])
+def reread_epnums(path: Path, state: str, *, counties: Counties = ANY) -> tuple[np.ndarray, np.ndarray]:
+    """A state's EPNUMs (of its counties [low, high)) in the persons MDF at `path`, and their rows."""
+    frame, rows = read_state(path, state, [*GEO, "EPNUM"], counties=counties)
     return frame["EPNUM"].astype(np.int64).to_numpy(), rows

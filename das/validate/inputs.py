@@ -17,7 +17,7 @@ import pandas as pd
 from das import partitions
 from das.bundle import BundleError, input_paths
 from das.rundir import RunDir
-from das.validate.reading import GEO, geocode, states_in
+from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
 from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, Release, StateRows
 from das.validate.report import Findings, Report, ValidationError, merged
@@ -27,19 +27,41 @@ HOUSING_CHECK = "housing units per block invariant"
 FACILITIES_CHECK = "GQ facilities per block invariant"
 
 
-def _read(path: Path, names: list[str], state: str | None = None) -> pd.DataFrame:
-    """The named columns of a confidential input file (CSV as text, or Parquet), only the state's rows if given."""
+def _read(path: Path, names: list[str], state: str | None = None, counties: Counties = ANY) -> pd.DataFrame:
+    """The named columns of a confidential input file (CSV as text, or Parquet), only the state's rows (of its
+    counties [low, high), das.validate.shards) if given."""
+    shard = counties != ANY
+    read = [*names, *(c for c in ("TABBLKST", "TABBLKCOU") if shard and c not in names)]
     if path.suffix == ".csv":
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=names)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=read)
     else:
-        frame = pd.read_parquet(path, columns=names, filters=[("TABBLKST", "==", state)] if state else None)
-    return frame[_in_state(frame, state)].reset_index(drop=True) if state else frame
+        frame = pd.read_parquet(path, columns=read, filters=county_filters(state, counties) if state else None)
+    if not state:
+        return frame
+    mine = _in_state(frame, state, counties)
+    return frame.loc[mine, names].reset_index(drop=True)
 
 
-def _in_state(frame: pd.DataFrame, state: str) -> np.ndarray:
-    """Which records are of the state (their TABBLKST), comparing only the distinct values."""
-    codes, uniques = pd.factorize(frame["TABBLKST"], use_na_sentinel=False)
-    return (pd.Series(uniques, dtype=object).astype(str).to_numpy() == state)[codes] if len(codes) else codes == 0
+def _in_state(frame: pd.DataFrame, state: str, counties: Counties = ANY) -> np.ndarray:
+    """Which records are of the state (their TABBLKST) and of its counties [low, high) (TABBLKCOU), comparing
+    only the distinct values."""
+    def among(column, keep):
+        codes, uniques = pd.factorize(frame[column], use_na_sentinel=False)
+        values = pd.Series(uniques, dtype=object).astype(str).to_numpy()
+        return np.array([keep(v) for v in values], dtype=bool)[codes] if len(codes) else codes == 0
+
+    mine = among("TABBLKST", lambda v: v == state)
+    low, high = counties
+    if counties != ANY:
+        mine &= among("TABBLKCOU", lambda v: (low is None or v >= low) and (high is None or v < high))
+    return mine
+
+
+def _per_state(column: pd.Series) -> dict[str, int]:
+    """Records per TABBLKST value, as text (counted on the column's values, then their texts added up)."""
+    counts = column.value_counts(dropna=False)
+    texts = pd.Series(counts.to_numpy(), index=counts.index.astype(str)).groupby(level=0).sum()
+    return {k: int(n) for k, n in texts.items() if n}
 
 
 def _by_geocode(counts):
@@ -117,21 +139,34 @@ class Compared:
 
 
 def inputs_state(rows: StateRows) -> Compared | None:
-    """The state's MDF against its inputs (None: the release is not compared with its inputs)."""
-    inputs, state = rows.release.inputs, rows.state
+    """The shard's MDF against its inputs (None: the release is not compared with its inputs)."""
+    inputs, state, shard = rows.release.inputs, rows.state, rows.shard
     if inputs is None:
         return None
     out = Compared(len(rows.persons))
     own = inputs.get(state) if isinstance(inputs, dict) else inputs
-    if own is not None:  # its own file: every record, whichever state it names
-        persons_in = _read(Path(own[0]), ["TABBLKST"], None if isinstance(inputs, dict) else state)
-        out.input_persons = persons_in["TABBLKST"].astype(str).value_counts().to_dict()
+    if own is not None and isinstance(inputs, dict) and shard.index == 0:  # its own file: every record, once
+        out.input_persons = _per_state(_read(Path(own[0]), ["TABBLKST"])["TABBLKST"])
+    elif own is not None and not isinstance(inputs, dict):
+        out.input_persons = _per_state(_read(Path(own[0]), ["TABBLKST"], state, shard.counties)["TABBLKST"])
     names = [*GEO, "RTYPE", "GQTYPE_PL"]
-    units_in = (_read(Path(own[1]), names, state) if own is not None
+    units_in = (_read(Path(own[1]), names, state, shard.counties) if own is not None
                 else pd.DataFrame({c: pd.Series([], dtype=str) for c in names}))
     units_in["geocode"] = geocode(units_in)
     check_against_inputs(rows.units, units_in, out.findings)
     return out
+
+
+def inputs_merge(release: Release, parts: list[Compared | None]) -> Compared | None:
+    """A state's part from its shards': persons added up, findings in geocode order."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    persons: dict = {}
+    for part in parts:
+        for state, n in part.input_persons.items():
+            persons[state] = persons.get(state, 0) + n
+    return Compared(sum(p.persons for p in parts), persons, Findings.fold(p.findings for p in parts))
 
 
 def inputs_combine(release: Release, parts: dict[str, Compared], report: Report, alongside=None) -> None:
@@ -155,4 +190,5 @@ def inputs_combine(release: Release, parts: dict[str, Compared], report: Report,
         report.check(name, merged((p.findings for p in parts.values()), name), operator=True)
 
 
-INPUTS = Check("matches_inputs", inputs_combine, state=inputs_state, claim="invariants", needs=("units", "inputs"))
+INPUTS = Check("matches_inputs", inputs_combine, state=inputs_state, merge=inputs_merge, claim="invariants",
+               needs=("units", "inputs"))

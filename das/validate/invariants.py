@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
+
 from das.geography import LEVEL_DIGITS
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
@@ -22,14 +25,26 @@ class Population:
 
 
 def population_state(rows: StateRows) -> Population:
+    """The shard's persons, and its persons in each published geounit below the state of its counties
+    (counted on the distinct blocks: a state's records share few)."""
     persons = rows.persons
     out = Population(len(persons))
+    blocks = persons["geocode"].astype("category") if len(persons) else persons["geocode"]
+    names = pd.Series(np.asarray(blocks.cat.categories, dtype=str) if len(persons) else [], dtype=str)
+    per_block = np.bincount(blocks.cat.codes.to_numpy(), minlength=len(names)) if len(persons) else np.zeros(0, int)
     for geo_level, totals in rows.release.published.items():
         k = LEVEL_DIGITS[geo_level]
         if k > LEVEL_DIGITS["state"]:
-            counts = persons["geocode"].str.slice(0, k).value_counts()
-            out.below.update({(geo_level, g): int(counts.get(g, 0)) for g in totals if g.startswith(rows.state)})
+            counts = pd.Series(per_block).groupby(names.str.slice(0, k).to_numpy()).sum() if len(names) else {}
+            mine = [g for g in totals if g.startswith(rows.state)]
+            out.below.update({(geo_level, g): int(counts.get(g, 0))
+                              for g, held in zip(mine, rows.shard.holds(mine)) if held})
     return out
+
+
+def population_merge(release: Release, parts: list[Population]) -> Population:
+    """A state's part from its shards': persons added up, each geounit's count from the shard holding it."""
+    return Population(sum(p.persons for p in parts), {key: n for p in parts for key, n in p.below.items()})
 
 
 def population_combine(release: Release, parts: dict[str, Population], report: Report, alongside=None) -> None:
@@ -48,4 +63,4 @@ def population_combine(release: Release, parts: dict[str, Population], report: R
     report.check(POPULATION, problems)
 
 
-POPULATION_CHECK = Check("invariants", population_combine, state=population_state)
+POPULATION_CHECK = Check("invariants", population_combine, state=population_state, merge=population_merge)

@@ -64,7 +64,8 @@ class StateCounts:
 
 
 def counts_state(rows: StateRows) -> StateCounts:
-    """The state's blocks and geounits per level below the state (its spine's units, or geocode prefixes)."""
+    """The shard's blocks and geounits per level below the state (geocode prefixes of its blocks, or, once a
+    state, by its first shard: its spine's units)."""
     release = rows.release
     if release.nmf_only:  # an NMF release: no MDF, no counts
         return StateCounts(0)
@@ -73,9 +74,20 @@ def counts_state(rows: StateRows) -> StateCounts:
     universe = np.asarray(rows.universe, dtype=str)
     spine = state_spine(release, rows.state)
     below = [lv for lv in release.manifest.levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
-    geounits = {lv: len(spine.units(lv)) if spine is not None else len(np.unique(universe.astype(f"U{LEVEL_DIGITS[lv]}")))
-                for lv in below}
-    return StateCounts(len(universe), geounits)
+    if spine is not None:  # the spine's units are the state's, not its records': counted once
+        return StateCounts(len(universe), {lv: len(spine.units(lv)) for lv in below} if rows.shard.index == 0 else {})
+    return StateCounts(len(universe), {lv: len(np.unique(universe.astype(f"U{LEVEL_DIGITS[lv]}"))) for lv in below})
+
+
+def counts_merge(release: Release, parts: list[StateCounts]) -> StateCounts:
+    """A state's counts from its shards' (of disjoint counties, so of disjoint blocks and geounits below the state)."""
+    if all(p.geounits is None for p in parts):
+        return StateCounts(sum(p.blocks for p in parts))
+    geounits: dict[str, int] = {}
+    for part in parts:
+        for level, n in (part.geounits or {}).items():
+            geounits[level] = geounits.get(level, 0) + n
+    return StateCounts(sum(p.blocks for p in parts), geounits)
 
 
 def _mdf_rows(release: Release) -> int | None:
@@ -156,4 +168,5 @@ def manifest_combine(release: Release, parts: dict[str, StateCounts], report: Re
     report.check(COUNTS_CHECK, first(counts_problems(release, parts)))
 
 
-MANIFEST = Check("manifest", manifest_combine, state=counts_state, claim=None, always=True, nmf=True)
+MANIFEST = Check("manifest", manifest_combine, state=counts_state, merge=counts_merge, claim=None, always=True,
+                 nmf=True)

@@ -1,6 +1,7 @@
-"""The validator's reads of a release's Parquet files: their columns, a filtered read, one state's records of
-an MDF (with each record's row in the file), the states an MDF holds; and the records' geocodes and
-attribute levels, worked out on the distinct values (a state's records share few of them).
+"""The validator's reads of a release's Parquet files: their columns, a table's rows of a geocode range, batch by
+batch, one state's records of an MDF (with each record's row in the file), the states an MDF holds; and the
+records' geocodes and attribute levels, worked out on the distinct values (a state's records share few of
+them).
 
 Every read says which file could not be read as a ValidationError (exit code 2), never a traceback.
 """
@@ -20,6 +21,8 @@ from das.schema import Schema
 from das.validate.report import ValidationError
 
 GEO = [name for name, _ in GEOCODE_COLUMNS]
+Counties = tuple[str | None, str | None]  # TABBLKCOU from low to before high (None: unbounded)
+ANY: Counties = (None, None)
 
 
 def unreadable(path: Path, e: Exception) -> ValidationError:
@@ -36,42 +39,83 @@ def columns(path: Path) -> list[str]:
         raise unreadable(path, e) from None
 
 
-def read_rows(path: Path, filters) -> pd.DataFrame:
-    """The rows of a Parquet file of the release that pass `filters` (row groups outside them are skipped)."""
-    if not path.is_file():
-        raise ValidationError(f"{path} is missing")
-    try:
-        return pq.read_table(path, filters=filters).to_pandas()
-    except Exception as e:
-        raise unreadable(path, e) from None
-
-
-def _state_groups(parquet: pq.ParquetFile, state: str | None) -> list[tuple[int, int]]:
-    """(row group, its first row) of every row group that may hold the state's records (TABBLKST statistics)."""
-    meta, groups, first = parquet.metadata, [], 0
-    column = parquet.schema_arrow.get_field_index("TABBLKST")
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(column).statistics
-        if state is None or stats is None or not stats.has_min_max or str(stats.min) <= state <= str(stats.max):
-            groups.append((g, first))
-        first += meta.row_group(g).num_rows
-    return groups
-
-
-def read_state(path: Path, state: str, names: list[str] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
-    """One state's records of an MDF file, with their `geocode`, and each one's row in the file (0-based).
-    A filtered read (row groups whose TABBLKST statistics exclude the state are skipped, the rest are
-    filtered batch by batch); the rows come from the TABBLKST column of the row groups read."""
+def read_geocodes(path: Path, low: str | None, high: str | None, levels: list[str]) -> pd.DataFrame:
+    """The rows of a table of the release at `levels` whose geocode is in [low, high) (a state's or a run of
+    counties' rows below it; None: any geocode): row groups whose geocode statistics exclude them are
+    skipped, the others read batch by batch, so memory follows the rows kept, not the table."""
     if not path.is_file():
         raise ValidationError(f"{path} is missing")
     try:
         parquet = pq.ParquetFile(path)
-        rows = []
-        for g, first in _state_groups(parquet, state):
-            column = parquet.read_row_group(g, columns=["TABBLKST"]).column(0)
-            mine = [_equal(chunk, state) for chunk in column.chunks]
-            rows.append(first + np.flatnonzero(np.concatenate(mine) if mine else np.zeros(0, bool)))
-        table = pq.read_table(path, columns=names, filters=[("TABBLKST", "==", state)])
+        column = parquet.schema_arrow.get_field_index("geocode")
+        kept, wanted = [], pa.array(levels, pa.string())
+        for g in range(parquet.metadata.num_row_groups):
+            stats = parquet.metadata.row_group(g).column(column).statistics
+            if low is not None and stats is not None and stats.has_min_max and (str(stats.max) < low
+                                                                                 or str(stats.min) >= high):
+                continue
+            for batch in parquet.iter_batches(batch_size=1 << 16, row_groups=[g]):
+                mine = pc.is_in(batch.column("level").cast(pa.string()), wanted)
+                if low is not None:
+                    geocode = batch.column("geocode").cast(pa.string())
+                    mine = pc.and_(mine, pc.and_(pc.greater_equal(geocode, low), pc.less(geocode, high)))
+                kept.append(batch.filter(pc.fill_null(mine, False)))
+        table = pa.Table.from_batches(kept, schema=parquet.schema_arrow)
+    except Exception as e:
+        raise unreadable(path, e) from None
+    return table.to_pandas()
+
+
+def _state_groups(parquet: pq.ParquetFile, state: str | None, counties: Counties = ANY) -> list[tuple[int, int]]:
+    """(row group, its first row) of every row group that may hold the state's records of the counties
+    (TABBLKST and TABBLKCOU statistics; a row group of several states is kept)."""
+    meta, groups, first = parquet.metadata, [], 0
+    column = parquet.schema_arrow.get_field_index("TABBLKST")
+    county = parquet.schema_arrow.get_field_index("TABBLKCOU")
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(column).statistics
+        if state is None or stats is None or not stats.has_min_max or str(stats.min) <= state <= str(stats.max):
+            if stats is None or counties == ANY or str(stats.min) != str(stats.max) or _meets(
+                    meta.row_group(g).column(county).statistics, counties):
+                groups.append((g, first))
+        first += meta.row_group(g).num_rows
+    return groups
+
+
+def _meets(stats, counties: Counties) -> bool:
+    """Whether a row group's TABBLKCOU statistics may hold a county of [low, high)."""
+    if stats is None or not stats.has_min_max:
+        return True
+    low, high = counties
+    return (low is None or str(stats.max) >= low) and (high is None or str(stats.min) < high)
+
+
+def county_filters(state: str, counties: Counties = ANY) -> list[tuple]:
+    """Parquet filters of a state's records of the counties [low, high) (None: unbounded)."""
+    low, high = counties
+    return ([("TABBLKST", "==", state)] + ([("TABBLKCOU", ">=", low)] if low is not None else [])
+            + ([("TABBLKCOU", "<", high)] if high is not None else []))
+
+
+def read_state(path: Path, state: str, names: list[str] | None = None, *,
+               counties: Counties = ANY) -> tuple[pd.DataFrame, np.ndarray]:
+    """One state's records of an MDF file (of its counties [low, high): a shard, das.validate.shards), with
+    their `geocode`, and each one's row in the file (0-based). A filtered read (row groups whose TABBLKST
+    and TABBLKCOU statistics exclude them are skipped, the rest are filtered batch by batch); the rows come
+    from the TABBLKST (and TABBLKCOU) columns of the row groups read."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing")
+    try:
+        parquet = pq.ParquetFile(path)
+        rows, geo = [], ["TABBLKST"] if counties == ANY else ["TABBLKST", "TABBLKCOU"]
+        for g, first in _state_groups(parquet, state, counties):
+            group = parquet.read_row_group(g, columns=geo)
+            mine = [_equal(chunk, state) for chunk in group.column(0).chunks]
+            mine = np.concatenate(mine) if mine else np.zeros(0, bool)
+            if counties != ANY:
+                mine &= np.concatenate([_between(chunk, counties) for chunk in group.column(1).chunks] or [mine])
+            rows.append(first + np.flatnonzero(mine))
+        table = pq.read_table(path, columns=names, filters=county_filters(state, counties))
     except Exception as e:
         raise unreadable(path, e) from None
     rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
@@ -80,6 +124,23 @@ def read_state(path: Path, state: str, names: list[str] | None = None) -> tuple[
     frame = table.to_pandas()
     frame["geocode"] = geocode(frame)
     return frame, rows
+
+
+def _between(chunk: pa.Array, counties: Counties) -> np.ndarray:
+    """low <= chunk < high as a numpy mask (None: unbounded; a missing value is in no range), comparing only
+    the dictionary of a dictionary-encoded chunk."""
+    low, high = counties
+    if pa.types.is_dictionary(chunk.type):
+        values = np.asarray(chunk.dictionary.cast(pa.string()).to_pylist(), dtype=object)
+        lookup = np.array([(low is None or v >= low) and (high is None or v < high) for v in values], dtype=bool)
+        return np.r_[lookup, False][chunk.indices.fill_null(len(lookup)).to_numpy(zero_copy_only=False)]
+    text = chunk.cast(pa.string())
+    mask = pc.is_valid(text)
+    if low is not None:
+        mask = pc.and_(mask, pc.greater_equal(text, low))
+    if high is not None:
+        mask = pc.and_(mask, pc.less(text, high))
+    return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
 
 def _equal(chunk: pa.Array, value: str) -> np.ndarray:

@@ -1,15 +1,17 @@
 """The validator's checks, registered: each proves a claim a release makes (its manifest's `holds`), so a
 new claim is one `register` call (an output's `checks()` in das.io.outputs name the claims that prove it).
 
-A check has a per-state function, run on one state's rows (das.validate.release.StateRows, on a worker),
-returning a small picklable part; and a combining function, run on the driver, which merges the states'
-parts, in state order, with its own whole-release reading into report lines. A check that is
-whole-release only (checksums, metadata, the certificate) has no per-state part. A check may also start
-a whole-release reading `alongside` the states (a thread on the driver), whose result its combining
-function gets. `das validate` runs the checks a release claims, and those that every release is held
-to (`always`), in registration order, which is the order of the report:
+A check has a per-state function, run on one shard of a state's rows (das.validate.release.StateRows, on
+a worker: the state's records of a run of counties, das.validate.shards), returning a small picklable
+part, and a `merge` function folding a state's shards' parts, in geocode order, into the state's part (a
+check without one needs the whole state: its function gets the whole state's rows); and a combining
+function, run on the driver, which merges the states' parts, in state order, with its own whole-release
+reading into report lines. A check that is whole-release only (checksums, metadata, the certificate) has
+no per-state part. A check may also start a whole-release reading `alongside` the states (a thread on the
+driver), whose result its combining function gets. `das validate` runs the checks a release claims, and
+those that every release is held to (`always`), in registration order, which is the order of the report:
 
-    register(Check("my_claim", combine=my_combine, state=my_state))
+    register(Check("my_claim", combine=my_combine, state=my_state, merge=my_merge))
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ class Check:
               part (state order; a state whose checks stopped earlier has none), `alongside` is the result
               of the check's `alongside` work (None without); it adds report lines, and may raise
               das.validate.report.Stop to end the report there
-    state     (rows) -> part, on a worker: one state's part (small, picklable); it may raise Stop(part)
-              to end that state's checks
+    state     (rows) -> part, on a worker: one shard's part (small, picklable); it may raise Stop(part)
+              to end that shard's checks
+    merge     (release, shard parts) -> the state's part: its shards' parts (those that ran it, in geocode order)
+              folded into what one pass over the state gives (counts summed, the first problems of each
+              kind kept in order); None: the check needs the whole state (its `state` gets the state's rows,
+              one part a state: keep that for cheap checks)
     alongside (release) -> work: called on the driver before the states run (what it reads there may
               raise ValidationError), returns a function run in a thread while the states run
     needs     what it reads besides the persons MDF: "units" (the units MDF), "inputs" (the operator's
@@ -50,6 +56,7 @@ class Check:
     name: str
     combine: Callable
     state: Callable | None = None
+    merge: Callable | None = None
     alongside: Callable | None = None
     claim: str | None = ""
     needs: tuple[str, ...] = ()

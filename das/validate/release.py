@@ -18,6 +18,7 @@ from das.rundir import Manifest, RunDir
 from das.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.report import ValidationError
+from das.validate.shards import Shard
 
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE
 GQ_TYPES = 7  # units MDF GQTYPE_PL 1..7 of a facility
@@ -115,20 +116,25 @@ def open_release(release: Release) -> Release:
 
 
 class StateRows:
-    """One state's rows of a release: its MDF records (with their rows in the files), read when first asked
-    for, and what every check derives from them alike (levels, the blocks of the release universe)."""
+    """One shard of a state's rows of a release (das.validate.shards: the whole state, or its records of a
+    run of counties): its MDF records (with their rows in the files), read when first asked for, and what
+    every check derives from them alike (levels, the blocks of the release universe)."""
 
-    def __init__(self, release: Release, state: str):
-        self.release, self.state = release, state
+    def __init__(self, release: Release, shard: Shard | str):
+        self.shard = Shard(shard) if isinstance(shard, str) else shard
+        self.release, self.state = release, self.shard.state
         self.persons_schema, self.units_schema = release.schemas()
+
+    def _read(self, kind: str, names: list[str] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+        return read_state(self.release.run.mdf(kind), self.state, names, counties=self.shard.counties)
 
     @cached_property
     def _units(self) -> tuple[pd.DataFrame, np.ndarray]:
-        return read_state(self.release.run.mdf("units"), self.state)
+        return self._read("units")
 
     @property
     def units(self) -> pd.DataFrame:
-        """The state's units MDF records, with their `geocode`."""
+        """The shard's units MDF records, with their `geocode`."""
         return self._units[0]
 
     @property
@@ -138,11 +144,11 @@ class StateRows:
 
     @cached_property
     def _persons(self) -> tuple[pd.DataFrame, np.ndarray]:
-        return read_state(self.release.run.mdf("persons"), self.state)
+        return self._read("persons")
 
     @property
     def persons(self) -> pd.DataFrame:
-        """The state's persons MDF records, with their `geocode`."""
+        """The shard's persons MDF records, with their `geocode`."""
         return self._persons[0]
 
     @property
@@ -152,8 +158,10 @@ class StateRows:
 
     @cached_property
     def universe(self) -> np.ndarray:
-        """The state's blocks of the release universe: those with a housing unit or facility, sorted."""
-        return present(self.units["geocode"])
+        """The shard's blocks of the release universe: those with a housing unit or facility, sorted (only
+        the units MDF's geography is read when no check has read its records)."""
+        units = self.units if "_units" in self.__dict__ else self._read("units", GEO)[0]
+        return present(units["geocode"])
 
     @cached_property
     def outside(self) -> np.ndarray:

@@ -79,6 +79,25 @@ class Findings:
         listed, count = self.problems.get(name, ([], 0))
         self.problems[name] = ((listed + problems)[:MAX_LISTED], count + len(problems))
 
+    @classmethod
+    def fold(cls, parts: Iterable[Findings]) -> Findings:
+        """The findings of consecutive parts (a state's shards, in order) as one part's."""
+        out = cls()
+        for part in parts:
+            for name, (listed, count) in part.problems.items():
+                have, n = out.problems.get(name, ([], 0))
+                out.problems[name] = ((have + listed)[:MAX_LISTED], n + count)
+        return out
+
+
+def firsts(parts: Iterable[list[list[str]]], keep: int) -> list[list[str]]:
+    """Problems in kinds (each part: per kind its first `keep`, the kinds the same in every part) folded
+    over consecutive parts: per kind, the first `keep` of them all."""
+    out: list[list[str]] = []
+    for part in parts:
+        out = [(mine + more)[:keep] for mine, more in zip(out, part)] if out else [list(p[:keep]) for p in part]
+    return out
+
 
 def merged(parts: Iterable[Findings], name: str, before: list[str] = (), after: list[str] = ()) -> list[str]:
     """`first` of the problems of check `name`: `before`, then every part's in order, then `after`."""

@@ -56,23 +56,31 @@ def state_spine(release: Release, state: str) -> Geography | None:
     return Geography(spine.blocks[keep], spine.levels, {lv: codes[keep] for lv, codes in spine.spine.items()})
 
 
-def spine_state(rows: StateRows) -> list[str]:
-    """The state's blocks in the spine are exactly its blocks of the release universe."""
+def spine_state(rows: StateRows) -> tuple[list[str], list[str]] | None:
+    """The shard's blocks in the spine against its blocks of the release universe: (the first 3 missing from
+    the spine, the first 3 of the spine not of the release; None: no spine)."""
     spine = state_spine(rows.release, rows.state)
     if spine is None:
-        return []
+        return None
     universe = np.unique(np.asarray(rows.universe, dtype=str))
-    found = np.sort(spine.blocks)
+    found = np.sort(spine.blocks[rows.shard.holds(spine.blocks)])
     if np.array_equal(found, universe):
-        return []
-    missing = np.setdiff1d(universe, found)[:3].tolist()
-    extra = np.setdiff1d(found, universe)[:3].tolist()
-    return [f"state {rows.state}: the spine's blocks differ from the release's"
-            + (f" (missing {missing})" if missing else "") + (f" (not of the release {extra})" if extra else "")]
+        return [], []
+    return [str(b) for b in np.setdiff1d(universe, found)[:3]], [str(b) for b in np.setdiff1d(found, universe)[:3]]
 
 
-def spine_combine(release: Release, parts: dict[str, list[str]], report: Report, alongside) -> None:
-    problems = [p for part in parts.values() for p in part]
+def spine_merge(release: Release, parts: list) -> tuple[list[str], list[str]] | None:
+    """The state's blocks that differ from its shards' (the first 3 of each kind of them all)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    return [b for p in parts for b in p[0]][:3], [b for p in parts for b in p[1]][:3]
+
+
+def spine_combine(release: Release, parts: dict[str, tuple | None], report: Report, alongside) -> None:
+    problems = [f"state {state}: the spine's blocks differ from the release's" + (f" (missing {missing})" if missing
+                else "") + (f" (not of the release {extra})" if extra else "")
+                for state, part in parts.items() if part is not None for missing, extra in [part] if missing or extra]
     spine = release_spine(release)
     if spine is None:
         problems.insert(0, "the release claims a spine and its manifest records none")
@@ -81,4 +89,4 @@ def spine_combine(release: Release, parts: dict[str, list[str]], report: Report,
     report.check(SPINE_CHECK, first(problems))
 
 
-SPINE = Check("spine", spine_combine, state=spine_state)
+SPINE = Check("spine", spine_combine, state=spine_state, merge=spine_merge)

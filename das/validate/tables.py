@@ -16,51 +16,71 @@ import pandas as pd
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names
 from das.schema import Schema, SpecError
-from das.validate.reading import columns, read_rows
+from das.validate.reading import columns, read_geocodes
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
 from das.validate.report import Report, ValidationError, first
 
 
-def prefix_codes(records: pd.DataFrame, geo_levels) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per level: each record's geounit as (code per record, geocode per code), by factorizing
-    the geocode prefixes once (every table of the same records shares them)."""
-    out = {}
-    blocks, block_of = pd.factorize(records["geocode"]) if len(records) else (np.array([], np.int64), pd.Index([]))
-    block_geocodes = pd.Series(np.asarray(block_of, dtype=str), dtype=str)
+@dataclass(frozen=True)
+class Prefixes:
+    """Records' geography for recounting: each record's block (its index among the distinct blocks, in
+    geocode order) and, per level, each geounit's first block and geocode (a geounit's blocks are
+    consecutive in geocode order). Every table of the same records shares it."""
+
+    block: np.ndarray
+    blocks: int
+    units: dict
+
+
+def prefix_codes(records: pd.DataFrame, geo_levels) -> Prefixes:
+    """The records' `Prefixes` at `geo_levels`, worked out on the distinct blocks."""
+    geocodes = records["geocode"]
+    if isinstance(geocodes.dtype, pd.CategoricalDtype):
+        names = np.asarray(geocodes.cat.categories, dtype=str)
+        order = np.argsort(names, kind="stable")
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        names, block = names[order], rank[geocodes.cat.codes.to_numpy()]
+    else:
+        names, block = np.unique(geocodes.to_numpy(dtype=str), return_inverse=True)
+    units = {}
     for geo_level in geo_levels:
-        unit_of_block, units = pd.factorize(block_geocodes.str.slice(0, LEVEL_DIGITS[geo_level]))
-        out[geo_level] = (unit_of_block[blocks] if len(blocks) else blocks, np.asarray(units, dtype=str))
-    return out
+        k = LEVEL_DIGITS[geo_level]
+        cut = names.astype(f"U{k}") if k else np.full(len(names), "", dtype=str)
+        starts = np.flatnonzero(np.r_[True, cut[1:] != cut[:-1]]) if len(cut) else np.zeros(0, np.int64)
+        units[geo_level] = (starts, cut[starts])
+    return Prefixes(np.asarray(block, dtype=np.int64), len(names), units)
 
 
 def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, spec, *, geo_levels,
-                  prefixes: dict | None = None) -> pd.DataFrame:
-    """A table recounted from records (counts per geounit and cell), every geounit that has any record."""
+                  prefixes: Prefixes | None = None) -> pd.DataFrame:
+    """A table recounted from records (counts per geounit and cell), every geounit that has any record:
+    counted once per block, each level's geounits summing their consecutive blocks."""
     prefixes = prefix_codes(records, geo_levels) if prefixes is None else prefixes
     keep = np.ones(len(records), dtype=bool)
     for factor, level in spec.where:
         keep &= levels[factor].to_numpy() == level
-    frames = []
+    block, n = prefixes.block[keep], prefixes.blocks
     names = column_names(schema, spec)
-    keys = []  # each record's cell of each query (the same at every geographic level)
+    per_block = [np.bincount(block, minlength=n).reshape(n, 1)]  # records per block, then each query's cells
     for qname in spec.queries:
         q = schema.query(qname)
         key = (np.ravel_multi_index([levels[f].to_numpy()[keep] for f in q.factors], q.shape) if q.factors
-               else np.zeros(int(keep.sum()), dtype=np.int64))
-        keys.append((q.size, key))
-    for geo_level in geo_levels:
-        unit, geocodes = prefixes[geo_level]
-        unit = unit[keep]
-        present = np.flatnonzero(np.bincount(unit, minlength=len(geocodes)))
-        counts = []
-        for size, key in keys:
-            cells = np.bincount(unit * size + key, minlength=len(geocodes) * size)
-            counts.append(cells.reshape(len(geocodes), size)[present])
-        table = pd.DataFrame(np.hstack(counts) if counts else np.zeros((len(present), 0), np.int64), columns=names)
+               else np.zeros(len(block), dtype=np.int64))
+        per_block.append(np.bincount(block * q.size + key, minlength=n * q.size).reshape(n, q.size))
+    counts, starts = np.hstack(per_block), np.arange(n)
+    frames = {}
+    for geo_level in sorted(geo_levels, key=lambda lv: -LEVEL_DIGITS[lv]):  # each level from the finer one's sums
+        mine, geocodes = prefixes.units[geo_level]
+        if len(mine) != len(starts):
+            counts = np.add.reduceat(counts, np.searchsorted(starts, mine), axis=0) if n else counts
+        starts = mine
+        present = np.flatnonzero(counts[:, 0])
+        table = pd.DataFrame(counts[present, 1:], columns=names)
         table.insert(0, "geocode", geocodes[present])
-        frames.append(table.assign(level=geo_level))
-    return pd.concat(frames, ignore_index=True)
+        frames[geo_level] = table.assign(level=geo_level)
+    return pd.concat([frames[lv] for lv in geo_levels], ignore_index=True)
 
 
 def table_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[str]) -> dict[int, list[tuple]]:
@@ -127,9 +147,9 @@ def recounted_tables(release: Release, persons_schema: Schema, units_schema: Sch
 
 @dataclass
 class Tables:
-    """A state's part: per table, the state's own row of the MDF recount (None: no records), its
-    differences below the state (table_differences, hierarchy_differences), and (no state level) the
-    sum of its rows of the nation's children."""
+    """A shard's or a state's part: per table, its own row of the MDF recount at the state (None: no
+    records), its differences below the state (table_differences, hierarchy_differences of the levels
+    below the state), and the sum of its rows of the first level below the state (the state's children)."""
 
     recount: dict = field(default_factory=dict)
     differences: dict = field(default_factory=dict)
@@ -137,11 +157,11 @@ class Tables:
 
 
 def tables_state(rows: StateRows) -> Tables:
-    """The state's rows of every table (the state's own row, for the nation's recount, even when no table
-    has a state level) against the recount of its records."""
+    """The shard's rows of every table below the state (its own row at the state recounted, for the
+    state's and the nation's, even when no table has a state level) against the recount of its records."""
     levels = rows.release.manifest.levels
     below = [lv for lv in levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
-    own_levels = ["state", *below] if "state" in levels else below
+    low, high = rows.shard.geocodes
     out, prefixes = Tables(), {}  # prefixes: shared by every table of the same records
     for spec, kind, path in recounted_tables(rows.release, rows.persons_schema, rows.units_schema):
         records, decoded, schema = ((rows.persons, rows.levels, rows.persons_schema) if kind == "persons"
@@ -149,18 +169,42 @@ def tables_state(rows: StateRows) -> Tables:
         cols = column_names(schema, spec)
         if not path.exists() or not {"level", "geocode", *cols} <= set(columns(path)):
             continue  # the driver says so
-        written = read_rows(path, [("geocode", ">=", rows.state), ("geocode", "<", rows.state + "\x7f")])
-        written = written[written["level"].isin(own_levels)].reset_index(drop=True)
+        written = (read_geocodes(path, low, high, below) if below
+                   else pd.DataFrame({c: [] for c in ["level", "geocode", *cols]}))
         if kind not in prefixes:
             prefixes[kind] = prefix_codes(records, ["state", *below])
         recount = recount_table(records, decoded, schema, spec, geo_levels=["state", *below], prefixes=prefixes[kind])
         own = (recount["level"] == "state").to_numpy()
         out.recount[spec.name] = recount.loc[own, cols].to_numpy()[0].tolist() if own.any() else None
-        hierarchy = hierarchy_differences(written, cols, own_levels)
-        if "state" not in levels and below:  # the nation's children are below the state: their sum here
+        if below:
             out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
-        out.differences[spec.name] = (table_differences(written[written["level"] != "state"], recount[~own], cols),
-                                      hierarchy)
+        out.differences[spec.name] = (table_differences(written, recount[~own], cols),
+                                      hierarchy_differences(written, cols, below))
+    return out
+
+
+def _sum(rows: list) -> list | None:
+    """Rows of counts added up (None: no row)."""
+    rows = [r for r in rows if r is not None]
+    return np.sum(np.array(rows), axis=0).tolist() if rows else None
+
+
+def tables_merge(release: Release, parts: list[Tables]) -> Tables:
+    """A state's part from its shards': recounts and child sums added up, differences the first 3 of each
+    column (in level, geocode order) and each pair of levels (in geocode order)."""
+    out = Tables()
+    for name in dict.fromkeys(n for p in parts for n in p.differences):
+        mine = [p for p in parts if name in p.differences]
+        out.recount[name] = _sum([p.recount.get(name) for p in mine])
+        if any(name in p.child_sums for p in mine):
+            out.child_sums[name] = _sum([p.child_sums.get(name) for p in mine])
+        differences, hierarchy = {}, {}
+        for p in mine:
+            for j, rows in p.differences[name][0].items():
+                differences[j] = sorted(differences.get(j, []) + rows)[:3]
+            for pair, geocodes in p.differences[name][1].items():
+                hierarchy[pair] = (hierarchy.get(pair, []) + geocodes)[:3]
+        out.differences[name] = (differences, hierarchy)
     return out
 
 
@@ -175,13 +219,20 @@ def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: lis
 
 
 def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, cols: list[str], *, geo_levels):
-    """`hierarchy_differences` of the nation and state rows; without a state level, the nation against
-    the sum of its children's rows that each state added up."""
+    """`hierarchy_differences` of the nation and state rows, and of each state's row against the sum of its
+    children's rows (each state's); without a state level, the nation against the sum of its children's."""
+    below = [lv for lv in geo_levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    sums = {state: p.child_sums[table] for state, p in parts.items() if table in p.child_sums}
     if "state" in geo_levels or len(geo_levels) < 2:
-        return hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
-    sums = np.sum([p.child_sums[table] for p in parts.values() if table in p.child_sums], axis=0) if parts else 0
+        found = hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
+        if "state" in geo_levels and below:
+            states = written[written["level"] == "state"].drop_duplicates("geocode").set_index("geocode")[cols]
+            found[("state", below[0])] = [s for s in states.index if s in sums
+                                          and (states.loc[s].to_numpy() != np.asarray(sums[s])).any()][:3]
+        return found
+    total = np.sum(list(sums.values()), axis=0) if sums else 0
     nation = written.loc[written["level"] == "nation", cols].to_numpy()
-    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != sums).any() else []}
+    return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != total).any() else []}
 
 
 def tables_combine(release: Release, parts: dict[str, Tables], report: Report, alongside=None) -> None:
@@ -199,7 +250,7 @@ def tables_combine(release: Release, parts: dict[str, Tables], report: Report, a
         if absent:
             report.check(f"table {spec.name} equals the MDF recount", [f"{path.name} has no column {absent[0]!r}"])
             continue
-        written = read_rows(path, [("level", "in", top)])
+        written = read_geocodes(path, None, None, top)  # batch by batch: the table is not held whole
         below = [part.differences.get(spec.name, ({}, {})) for part in parts.values()]
         report.check(f"table {spec.name} equals the MDF recount", first(difference_messages(
             [table_differences(written, _top_recount(parts, spec.name, cols, top), cols), *(d for d, _ in below)], cols)))
@@ -207,4 +258,4 @@ def tables_combine(release: Release, parts: dict[str, Tables], report: Report, a
             [_top_hierarchy(written, parts, spec.name, cols, geo_levels=levels), *(h for _, h in below)], levels)))
 
 
-TABLES = Check("tables_match_mdf", tables_combine, state=tables_state)
+TABLES = Check("tables_match_mdf", tables_combine, state=tables_state, merge=tables_merge)
