@@ -194,10 +194,22 @@ def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
         col.add(f"duplicate column name(s) {dupes}: every column must appear once")
         return None
     try:
-        return pq.read_table(path)
+        return _ParquetColumns(pq.ParquetFile(path), names)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
         col.add(f"the Parquet data could not be read ({str(e).splitlines()[0]})", unreadable=True)
         return None
+
+
+class _ParquetColumns:
+    """A Parquet file's columns, each read when asked for (a ChunkedArray), as `pa.Table` gives them: a reader
+    holds the Arrow buffers of the column it converts, not the whole file's (38M persons: 1.5 GB less)."""
+
+    def __init__(self, parquet: pq.ParquetFile, names: list[str]):
+        self.parquet, self.column_names = parquet, names
+        self.num_rows = parquet.metadata.num_rows
+
+    def __getitem__(self, name: str) -> pa.ChunkedArray:
+        return self.parquet.read(columns=[name]).column(0)
 
 
 def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
@@ -361,7 +373,12 @@ def _column(table: pa.Table, name: str, kind: str, col: _Collector, *, needed_fo
         hint = f"; found {near[0]!r}: names are case- and space-sensitive" if near else ""
         col.add(f"missing column {name} (needed for {needed_for}{hint})", column=name)
         return None
-    arr = table[name].combine_chunks()
+    try:
+        arr = table[name].combine_chunks()
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        if not any(p.unreadable for p in col.problems):
+            col.add(f"the Parquet data could not be read ({str(e).splitlines()[0]})", unreadable=True)
+        return None
     if arr.null_count:
         rows = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
         col.add("a value; the cell is " + ("empty" if col.csv else "null"), column=name,
