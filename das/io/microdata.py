@@ -211,6 +211,10 @@ class _ParquetColumns:
     def __getitem__(self, name: str) -> pa.ChunkedArray:
         return self.parquet.read(columns=[name]).column(0)
 
+    def select(self, names: list[str]) -> pa.Table:
+        """Those columns as a table (the area files' two)."""
+        return self.parquet.read(columns=names)
+
 
 def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
     with open(path, "rb") as f:
