@@ -16,6 +16,7 @@ from benchmarks._harness import Bench, code_at
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "5c5631d"  # main just before issue 14, whose demo took 39 s on a quiet machine
+BEFORE_40 = "0584ee9"  # main before issue 40 (memory and validation of the largest state): no slower, within 5%
 
 
 def _demo(pythonpath: Path, cwd: Path) -> dict:
@@ -44,9 +45,15 @@ def demo_vt_before() -> dict:
         return _demo(tree, tree)
 
 
+def demo_vt_before_40() -> dict:
+    with code_at(BEFORE_40) as tree:
+        return _demo(tree, tree)
+
+
 BENCHES = [
     Bench("demo.vt", "scripts/demo's job: das run vt_demo (Vermont, 626k persons, 18.7k blocks, six levels, "
           "validated) in a new process, 2 workers, OS randomness: wall seconds as the user waits",
-          demo_vt, key="seconds", repeats=3, references={f"main at {BEFORE}, before issue 14": demo_vt_before},
+          demo_vt, key="seconds", repeats=3, references={f"main at {BEFORE}, before issue 14": demo_vt_before,
+                                                   f"main at {BEFORE_40}, before issue 40": demo_vt_before_40},
           target="at most half of the wall time before issue 14 (39 s then) on a quiet machine"),
 ]

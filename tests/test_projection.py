@@ -3,7 +3,17 @@ the critical path a floor of the state that holds the largest county, the cluste
 
 import pytest
 
-from benchmarks.projection import CLUSTER, LARGEST_COUNTIES, MACHINE, PARENT_EXPONENT, critical_paths, project, rates
+from benchmarks.projection import (
+    CLUSTER,
+    LARGEST_COUNTIES,
+    MACHINE,
+    PARENT_EXPONENT,
+    critical_paths,
+    disk_rate,
+    project,
+    project_from,
+    rates,
+)
 
 
 def _figures(**changes) -> dict:
@@ -26,7 +36,8 @@ def test_every_term_is_listed_and_summed(target):
     out = project(rates(_figures()), target)
     terms = [f"stage_{s}_s" for s in "ABCV"] + [f"serial_{n}_s" for n in ("top", "driver", "io", "dask_tasks")]
     assert out["h"] * 3600 == pytest.approx(sum(out[t] for t in terms))
-    assert out["serial_io_s"] == pytest.approx(1.5e3 * sum(target.persons_m.values()) * 1e6 / 2e9)
+    # the workers' bytes are inside their tasks' measured seconds: the driver's own (200 a person) are serial
+    assert out["serial_io_s"] == pytest.approx(200 * sum(target.persons_m.values()) * 1e6 / (target.disk_gb_s * 1e9))
     assert out["fits"] == 1.0 and out["largest_task_gb"] < target.memory_gb_per_worker
 
 
@@ -45,3 +56,12 @@ def test_the_clusters_divisible_work_spreads_over_every_core():
     small = project(r, CLUSTER)
     double = project(r, type(CLUSTER)("x", workers=16, cores_per_worker=16, memory_gb_per_worker=32.0))
     assert double["stage_B_s"] < small["stage_B_s"]
+
+
+def test_the_one_machine_is_projected_at_the_disk_rate_measured_here(tmp_path):
+    slow = project_from({**_figures(), "disk_gb_s": 0.1})
+    fast = project_from({**_figures(), "disk_gb_s": 10.0})
+    assert slow["national_machine_serial_io_s"] == pytest.approx(100 * fast["national_machine_serial_io_s"])
+    assert slow["national_cluster_serial_io_s"] == fast["national_cluster_serial_io_s"]  # its storage: assumed
+    rate = disk_rate(tmp_path, gb=0.07)
+    assert 0 < rate < 1000 and not list(tmp_path.iterdir())  # measured, and its file removed
