@@ -31,7 +31,8 @@ from benchmarks.scale import _cpu, _peak_rss_mb, _reset_peak_rss, pollers_cpu, w
 
 WORKERS = 2
 SEED = 2020
-STAGES = {"read_state": "A", "solve_state": "B", "finish_state": "C", "validate_state": "V"}
+STAGES = {"read_state": "A", "solve_state": "B", "finish_state": "C", "validate_state": "V",
+          "_shard_task": "V"}  # a state's validation: whole, or (das.validate.shards) a shard at a time
 
 
 # 2020 census resident population by state and DC (millions, rounded): the sizes of a national run's state
@@ -73,7 +74,7 @@ def _timed_task(stage: str, fn: Callable, arg):
     t0, c0, k0 = time.perf_counter(), time.process_time(), _cpu(resource.RUSAGE_CHILDREN)
     result = fn(arg)
     state = arg if isinstance(arg, str) else arg[1] if isinstance(arg[1], str) else arg[1].state
-    width = arg[3] if isinstance(arg, tuple) and len(arg) > 3 else 1
+    width = arg[3] if stage in "BC" and isinstance(arg, tuple) and len(arg) > 3 else 1  # B's and C's slots
     return result, {"stage": stage, "state": state, "seconds": time.perf_counter() - t0, "width": width,
                     # a wide state's own pool: its processes' CPU counts once they exit (the engine closes it)
                     "cpu_seconds": time.process_time() - c0 + _cpu(resource.RUSAGE_CHILDREN) - k0,
