@@ -87,6 +87,9 @@ def table_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[s
     """Where a table's rows differ from the recount (a geounit missing from either counts as zeros): per
     column (its index in cols), the first 3 differing rows in (level, geocode) order as
     (level, geocode, table value, recount value)."""
+    for key in ("level", "geocode"):  # an empty side (no rows of these levels) reads its keys as floats
+        if written[key].dtype != recount[key].dtype:
+            written, recount = written.astype({key: object}), recount.astype({key: object})
     merged = written.merge(recount, on=["level", "geocode"], how="outer", suffixes=("", "__recount"))
     table_values = merged[cols].fillna(0).to_numpy()
     recount_values = merged[[c + "__recount" for c in cols]].fillna(0).to_numpy()
@@ -214,8 +217,8 @@ def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: lis
     states = pd.DataFrame(np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols)), columns=cols)
     states = states.assign(geocode=list(rows), level="state")
     nation = states[cols].sum().to_frame().T.assign(geocode="", level="nation") if rows else states.iloc[:0]
-    return pd.concat([frame for level, frame in (("nation", nation), ("state", states)) if level in top],
-                     ignore_index=True)
+    frames = [frame for level, frame in (("nation", nation), ("state", states)) if level in top]
+    return pd.concat(frames, ignore_index=True) if frames else states.iloc[:0]  # no top level: nothing to recount
 
 
 def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, cols: list[str], *, geo_levels):
