@@ -118,6 +118,17 @@ def test_forced_milp_rounding_agrees_on_validity():
     assert_valid(problem, solution.counts)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_lp_rounding_is_as_close_as_the_milp(seed):
+    """The LP (solved without presolve) finds an integral vertex at the MILP's own L1 distance from the L2 point."""
+    problem, _ = make_problem(n_children=5 + 9 * seed, n_cells=40 + 60 * seed, seed=20 + seed, noise=3.0)
+    lp, milp = solve_parent(problem), solve_parent(problem, rounding="milp")
+    assert lp.rounding_method == "lp" and milp.rounding_method == "milp"
+    assert np.array_equal(lp.l2, milp.l2)
+    distance = [np.abs(s.counts - s.l2).sum() for s in (lp, milp)]
+    assert distance[0] == pytest.approx(distance[1], abs=1e-6)
+
+
 def test_highs_prints_no_banner_into_the_run_output():
     """HiGHS writes its banner to the process's stdout from its first Highs(); a run summary had it once per worker."""
     import subprocess

@@ -20,9 +20,12 @@ import scipy.sparse as sp
 
 from das.topdown.problem import csr_rows
 
-DEFAULT_SETTINGS: dict = {}  # Clarabel's own defaults
-TIGHT_SETTINGS = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12, "tol_ktratio": 1e-10,
-                  "max_iter": 500}
+# Clarabel's defaults but no iterative refinement of each KKT solve: the same iterations in less time (Vermont's
+# 1,425 problems 31% less; a county of 1,000 tracts 29%), and every optimum is certified in counts anyway: the few
+# a certificate fails (61 of 1,800 stress roots, 10 with refinement) are solved again at TIGHT_SETTINGS, refined
+DEFAULT_SETTINGS: dict = {"iterative_refinement_enable": False}
+TIGHT_SETTINGS = {"iterative_refinement_enable": True, "tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12,
+                  "tol_ktratio": 1e-10, "max_iter": 500}
 
 
 class Stalled(RuntimeError):
