@@ -189,7 +189,7 @@ def geocode(frame: pd.DataFrame) -> pd.Series:
         key = key * len(uniques) + codes
         texts = pd.Series(uniques).astype(str)
         parts.append((texts.fillna("").to_numpy(dtype=object), texts.isna().to_numpy()))
-    combinations, row_combination = np.unique(key, return_inverse=True)
+    row_combination, combinations = pd.factorize(key)  # hashed, not a sort of every record (unordered: sorted below)
     names = np.full(len(combinations), "", dtype=object)
     missing = np.zeros(len(combinations), dtype=bool)
     for values, absent in reversed(parts):
