@@ -7,6 +7,7 @@ Parquet (dictionary-encoded strings) or, optionally, in a pipe-delimited text la
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -209,6 +210,13 @@ def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, *, 
                 for table in tables:
                     writer.write_table(plain(table))
     return path
+
+
+def write_slices(slices: Iterator[pa.Table], path: Path, **options) -> Path:
+    """`write_batches` of slices built one at a time (the first gives the schema): the one way das writes a
+    file of Arrow tables, whole or in a state's part, MDF or table (`options`: write_batches')."""
+    head = next(slices)
+    return write_batches(itertools.chain([head], slices), head.schema, path, **options)
 
 
 def pipe_copy(parquet_path: Path, path: Path) -> Path:

@@ -28,13 +28,21 @@ from das import atomic
 from das.geography import DEFAULT_LEVELS, Geography
 from das.io import mdf as mdf_io
 from das.io import pl94171
-from das.io.tables import TABLE_ROWS, TableSpec, arrow_table, level_rows, table_answers, table_slices, write_tables
+from das.io.tables import (
+    TABLE_COMPRESSION,
+    TABLE_ROWS,
+    TableSpec,
+    arrow_table,
+    level_rows,
+    table_answers,
+    table_slices,
+    write_tables,
+)
 from das.rundir import RunDir
 from das.schema import Schema
 from das.spine import spine_table
 
 _HERE = RunDir(".")  # file patterns relative to a run directory, from RunDir's layout
-TABLE_COMPRESSION = "snappy"  # what das.io.tables.write_tables writes (pyarrow's default)
 ROW_GROUP_ROWS = TABLE_ROWS  # a table part's row groups, and the assembled tables' (P2: 10 MB)
 
 
@@ -198,8 +206,7 @@ class MdfOutput(Output):
         """One MDF built and written a block range at a time (das.io.mdf.mdf_slices): memory of a slice."""
         slices = mdf_io.mdf_slices(kind, release.schemas, release.geography.blocks, release.solved,
                                    gq_facilities=release.gq_facilities, housing_units=release.housing_units)
-        head = next(slices)
-        return mdf_io.write_batches(itertools.chain([head], slices), head.schema, path, metadata=plan.metadata)
+        return mdf_io.write_slices(slices, path, metadata=plan.metadata)
 
     def _pipe(self, run_dir: RunDir, kinds, plan: OutputPlan) -> list[Path]:
         if plan.mdf_layout != "pipe":
@@ -286,9 +293,8 @@ class TablesOutput(Output):
                 continue
             schema, histograms = by_schema[spec.schema]
             groups = table_slices(schema, spec, release.geography, histograms, levels=plan.part_levels, rows=ROW_GROUP_ROWS)
-            head = next(groups)
-            mdf_io.write_batches(itertools.chain([head], groups), head.schema, part.table(spec.name),
-                                 metadata=plan.metadata, compression=TABLE_COMPRESSION, whole=True)
+            mdf_io.write_slices(groups, part.table(spec.name), metadata=plan.metadata, compression=TABLE_COMPRESSION,
+                                whole=True)
             rows[spec.name] = [release.geography.n_units(level) for level in plan.part_levels]
         return {"rows": rows}
 

@@ -7,7 +7,6 @@ Parquet file per table: a row per geounit at every level, a column per answer ce
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das.geography import Geography
+from das.io.mdf import write_slices
 from das.schema import Schema, SpecError, load_toml, resolve_spec
 
 
@@ -32,6 +31,7 @@ class TableSpec:
 
 
 TABLE_ROWS = 1 << 14  # rows of a table file's row group (and of a partitioned run's parts): P2's is 10 MB
+TABLE_COMPRESSION = "snappy"  # every table file, whole, a state's part or assembled
 DEFAULT_TABLES = "pl94"  # the table set of a run spec that names none ([output] tables)
 
 
@@ -153,9 +153,5 @@ def write_tables(
             continue
         path = out_dir / f"{spec.name}.parquet"
         slices = table_slices(schemas[spec.schema], spec, geography, histograms[spec.schema])
-        head = next(slices)
-        with pq.ParquetWriter(path, head.schema.with_metadata(metadata) if metadata else head.schema) as writer:
-            for table in itertools.chain([head], slices):
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        written.append(path)
+        written.append(write_slices(slices, path, metadata=metadata, compression=TABLE_COMPRESSION, whole=True))
     return written
