@@ -53,8 +53,30 @@ def prefix_codes(records: pd.DataFrame, geo_levels) -> Prefixes:
     return Prefixes(np.asarray(block, dtype=np.int64), len(names), units)
 
 
+@dataclass(frozen=True)
+class Recount:
+    """A table recounted: per geographic level, in the order asked, its geounits that have any record (geocodes,
+    sorted) and their rows of the table's columns. Arrays, not a frame: a state's block level is 700k rows of
+    hundreds of columns, and a frame of it (its geocodes as Python strings) was most of the recount's time."""
+
+    levels: dict  # level -> (geocodes, counts: a row per geocode)
+
+    def frame(self, cols: list[str]) -> pd.DataFrame:
+        """The recount as rows (level, geocode, then the columns), level by level."""
+        frames = []
+        for level, (geocodes, counts) in self.levels.items():
+            table = pd.DataFrame(counts, columns=cols)
+            table.insert(0, "geocode", geocodes)
+            frames.append(table.assign(level=level))
+        return (pd.concat(frames, ignore_index=True) if frames
+                else pd.DataFrame({c: [] for c in ["geocode", *cols, "level"]}))
+
+    def without(self, level: str) -> Recount:
+        return Recount({lv: rows for lv, rows in self.levels.items() if lv != level})
+
+
 def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, spec, *, geo_levels,
-                  prefixes: Prefixes | None = None) -> pd.DataFrame:
+                  prefixes: Prefixes | None = None) -> Recount:
     """A table recounted from records (counts per geounit and cell), every geounit that has any record:
     counted once per block, each level's geounits summing their consecutive blocks."""
     prefixes = prefix_codes(records, geo_levels) if prefixes is None else prefixes
@@ -62,7 +84,6 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
     for factor, level in spec.where:
         keep &= levels[factor].to_numpy() == level
     block, n = prefixes.block[keep], prefixes.blocks
-    names = column_names(schema, spec)
     per_block = [np.bincount(block, minlength=n).reshape(n, 1)]  # records per block, then each query's cells
     for qname in spec.queries:
         q = schema.query(qname)
@@ -70,23 +91,66 @@ def recount_table(records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, s
                else np.zeros(len(block), dtype=np.int64))
         per_block.append(np.bincount(block * q.size + key, minlength=n * q.size).reshape(n, q.size))
     counts, starts = np.hstack(per_block), np.arange(n)
-    frames = {}
+    found = {}
     for geo_level in sorted(geo_levels, key=lambda lv: -LEVEL_DIGITS[lv]):  # each level from the finer one's sums
         mine, geocodes = prefixes.units[geo_level]
         if len(mine) != len(starts):
             counts = np.add.reduceat(counts, np.searchsorted(starts, mine), axis=0) if n else counts
         starts = mine
         present = np.flatnonzero(counts[:, 0])
-        table = pd.DataFrame(counts[present, 1:], columns=names)
-        table.insert(0, "geocode", geocodes[present])
-        frames[geo_level] = table.assign(level=geo_level)
-    return pd.concat([frames[lv] for lv in geo_levels], ignore_index=True)
+        found[geo_level] = (geocodes[present], counts[present, 1:])
+    return Recount({lv: found[lv] for lv in geo_levels})
 
 
-def table_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[str]) -> dict[int, list[tuple]]:
+def table_differences(written: pd.DataFrame, recount: Recount, cols: list[str]) -> dict[int, list[tuple]]:
     """Where a table's rows differ from the recount (a geounit missing from either counts as zeros): per
     column (its index in cols), the first 3 differing rows in (level, geocode) order as
     (level, geocode, table value, recount value)."""
+    aligned = _aligned_differences(written, recount, cols)
+    return aligned if aligned is not None else _merged_differences(written, recount.frame(cols), cols)
+
+
+def _aligned_differences(written: pd.DataFrame, recount: Recount, cols: list[str]) -> dict[int, list[tuple]] | None:
+    """`table_differences` where each level's written rows are its geounits once each, in geocode order, and
+    hold every geounit the recount has (a table as das writes it: its blocks without a record too): the values
+    compared row by row, a row the recount lacks against zeros. None otherwise (a geounit of the recount
+    missing, a row repeated or out of order, a missing key or value): the merge decides."""
+    if not len(written) or written[["level", "geocode"]].isna().any().any():
+        return None
+    values = written[cols].to_numpy()
+    if values.dtype.kind not in "iu":
+        return None  # a missing or fractional value: compared as the merge compares it
+    level = written["level"].astype(str).to_numpy()
+    geocode = written["geocode"].astype(str).to_numpy()
+    if set(level) - set(recount.levels):
+        return None
+    found: dict[int, list[tuple]] = {}
+    for name in sorted(recount.levels):  # (level, geocode) order: levels by name, geocodes in order within
+        theirs, counts = recount.levels[name]
+        mine = np.flatnonzero(level == name)
+        ours = geocode[mine]
+        if len(ours) < len(theirs) or (len(ours) > 1 and not (ours[1:] > ours[:-1]).all()):
+            return None
+        at = np.searchsorted(ours, theirs)  # the written row of each recounted geounit
+        if (at >= len(ours)).any() or not np.array_equal(ours[at], theirs):
+            return None
+        expected = np.zeros(len(ours), dtype=bool)
+        expected[at] = True
+        differs = np.zeros((len(ours), len(cols)), dtype=bool)
+        differs[at] = values[mine[at]] != counts
+        differs[~expected] = values[mine[~expected]] != 0
+        recounted = np.zeros(len(ours), dtype=np.int64)
+        for j in np.flatnonzero(differs.any(axis=0)):
+            rows = found.setdefault(int(j), [])
+            recounted[:] = 0
+            recounted[at] = counts[:, j]
+            rows += [(name, str(ours[i]), values[mine[i], j], recounted[i])
+                     for i in np.flatnonzero(differs[:, j])[:3 - len(rows)]]
+    return found
+
+
+def _merged_differences(written: pd.DataFrame, recount: pd.DataFrame, cols: list[str]) -> dict[int, list[tuple]]:
+    """`table_differences` by an outer merge on (level, geocode): any rows at all."""
     for key in ("level", "geocode"):  # an empty side (no rows of these levels) reads its keys as floats
         if written[key].dtype != recount[key].dtype:
             written, recount = written.astype({key: object}), recount.astype({key: object})
@@ -177,11 +241,11 @@ def tables_state(rows: StateRows) -> Tables:
         if kind not in prefixes:
             prefixes[kind] = prefix_codes(records, ["state", *below])
         recount = recount_table(records, decoded, schema, spec, geo_levels=["state", *below], prefixes=prefixes[kind])
-        own = (recount["level"] == "state").to_numpy()
-        out.recount[spec.name] = recount.loc[own, cols].to_numpy()[0].tolist() if own.any() else None
+        own = recount.levels["state"][1]
+        out.recount[spec.name] = own[0].tolist() if len(own) else None
         if below:
             out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
-        out.differences[spec.name] = (table_differences(written, recount[~own], cols),
+        out.differences[spec.name] = (table_differences(written, recount.without("state"), cols),
                                       hierarchy_differences(written, cols, below))
     return out
 
@@ -211,14 +275,14 @@ def tables_merge(release: Release, parts: list[Tables]) -> Tables:
     return out
 
 
-def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: list[str]) -> pd.DataFrame:
+def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: list[str]) -> Recount:
     """A table's recount at the nation (the sum of the states') and, if the table has them, the states."""
-    rows = {state: part.recount[table] for state, part in parts.items() if part.recount.get(table) is not None}
-    states = pd.DataFrame(np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols)), columns=cols)
-    states = states.assign(geocode=list(rows), level="state")
-    nation = states[cols].sum().to_frame().T.assign(geocode="", level="nation") if rows else states.iloc[:0]
-    frames = [frame for level, frame in (("nation", nation), ("state", states)) if level in top]
-    return pd.concat(frames, ignore_index=True) if frames else states.iloc[:0]  # no top level: nothing to recount
+    rows = {state: part.recount[table] for state, part in sorted(parts.items()) if part.recount.get(table) is not None}
+    states = np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols))
+    nation = states.sum(axis=0, keepdims=True) if rows else states
+    found = {"nation": (np.array([""] if rows else [], dtype=str), nation),
+             "state": (np.array(list(rows), dtype=str), states)}
+    return Recount({level: found[level] for level in ("nation", "state") if level in top})
 
 
 def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, cols: list[str], *, geo_levels):
