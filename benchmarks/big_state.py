@@ -31,13 +31,16 @@ from pathlib import Path
 from benchmarks._harness import Bench
 from benchmarks.partitioned import STAGES, _status_kb, recording
 from benchmarks.scale import (
-    POLLERS,
     _cpu,
     _peak_rss_mb,
     _process_table,
     _reset_peak_rss,
     descendants,
+    is_poller,
     pollers_cpu,
+    pollers_io,
+    polling,
+    thread_io,
     watching_descendants,
 )
 
@@ -61,60 +64,59 @@ def write_input(out: Path, arguments: tuple[str, ...]) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def _io(path: str) -> tuple[int, int]:
-    """(rchar, wchar) of a /proc io file: bytes a process (or thread) read and wrote through system calls."""
-    try:
-        fields = dict(line.split(": ") for line in Path(path).read_text().splitlines())
-        return int(fields["rchar"]), int(fields["wchar"])
-    except (OSError, KeyError, ValueError):
-        return 0, 0
+def _driver_threads(baseline: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Each of this process's threads but the pollers: (rchar, wchar) since `baseline` (its value then, if it ran)."""
+    pollers = {t.native_id for t in threading.enumerate() if is_poller(t)}
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        tid = int(task.name)
+        if tid not in pollers:
+            r, w = thread_io(str(task / "io"))
+            r0, w0 = baseline.get(tid, (0, 0))
+            out[tid] = (r - r0, w - w0)
+    return out
 
 
-def _pollers_io() -> tuple[int, int]:
-    """What this process's polling threads (scripts/bench's, the benchmarks') read and wrote: /proc, not das."""
-    total = [0, 0]
-    for thread in threading.enumerate():
-        if (thread.name.endswith(POLLERS) or thread.name.endswith("(_descendants_io)")) and thread.native_id:
-            r, w = _io(f"/proc/self/task/{thread.native_id}/io")
-            total[0], total[1] = total[0] + r, total[1] + w
-    return total[0], total[1]
-
-
-def _descendants_io(stop: threading.Event, last: dict, every: float = 0.5) -> None:
-    """Each descendant's latest (rchar, wchar) under its pid, polled until `stop` (a process's last
-    half-second before it exits may be missed: the figures are a lower bound)."""
+def _io_of(stop: threading.Event, baseline: dict, threads: dict, tree: dict, every: float = 0.5) -> None:
+    """Until `stop`: the driver's threads' bytes (by thread id, `_driver_threads`) and every descendant's
+    latest (rchar, wchar) (by pid), every `every` seconds. A thread's or a process's last half-second before it
+    ends may be missed."""
     me = os.getpid()
     while True:
-        table = _process_table()
-        tree = descendants(table, me)
-        for pid in tree:
-            found = _io(f"/proc/{pid}/io")
+        threads.update(_driver_threads(baseline))
+        for pid in descendants(_process_table(), me):
+            found = thread_io(f"/proc/{pid}/io")
             if found != (0, 0):
-                last[pid] = found
+                tree[pid] = found
         if stop.wait(every):
             return
 
 
 @contextmanager
 def counting_io(figures: dict):
-    """Bytes read and written by this process (less its pollers') and its descendants while the block runs."""
-    last: dict = {}
-    stop = threading.Event()
-    own0, pollers0 = _io("/proc/self/io"), _pollers_io()
-    poller = threading.Thread(target=_descendants_io, args=(stop, last), daemon=True)
-    poller.start()
-    try:
-        yield
-    finally:
-        own1, pollers1 = _io("/proc/self/io"), _pollers_io()
-        stop.set()
-        poller.join()
-        for k, name in enumerate(("read", "written")):
-            driver = own1[k] - own0[k] - (pollers1[k] - pollers0[k])
-            workers = sum(v[k] for v in last.values())
-            figures[f"driver_bytes_{name}"] = float(driver)
-            figures[f"workers_bytes_{name}"] = float(workers)
-            figures[f"bytes_{name}"] = float(driver + workers)
+    """Bytes read and written while the block runs: the whole tree's (this process's own counters less its pollers',
+    which take in every reaped child's: exact once the workers have ended, and any still alive are added) and the
+    driver's (its threads', polled: a thread's last half-second may be missed); the workers' are the difference.
+
+    A process's /proc io counts its reaped children's too, so the driver's cannot be read from it: the workers'
+    would be counted as the driver's."""
+    baseline = _driver_threads({})
+    threads: dict = {}
+    tree: dict = {}
+    own0, pollers0 = thread_io("/proc/self/io"), pollers_io()
+    with polling(_io_of, baseline, threads, tree):
+        try:
+            yield
+        finally:
+            own1, pollers1 = thread_io("/proc/self/io"), pollers_io()
+            threads.update(_driver_threads(baseline))
+            alive = descendants(_process_table(), os.getpid())
+    for k, name in enumerate(("read", "written")):
+        total = own1[k] - own0[k] - (pollers1[k] - pollers0[k]) + sum(tree[pid][k] for pid in alive if pid in tree)
+        driver = sum(v[k] for v in threads.values())
+        figures[f"driver_bytes_{name}"] = float(driver)
+        figures[f"workers_bytes_{name}"] = float(max(0, total - driver))
+        figures[f"bytes_{name}"] = float(total)
 
 
 def _state_figures(records: list[dict], persons: float) -> dict:

@@ -27,20 +27,75 @@ def _cpu(who: int) -> float:
 
 
 POLLERS = ("(poll)", "(descendant_peaks)")  # memory pollers' thread names: scripts/bench's tree poller, ours
+POLLER_PREFIX = "bench-poller "  # the threads started by `polling`: /proc readers, no work of das
+_ENDED = {"cpu_s": 0.0, "read": 0, "written": 0}  # what `polling` threads that have ended used
+_ENDED_LOCK = threading.Lock()
+
+
+def is_poller(thread: threading.Thread) -> bool:
+    return thread.name.endswith(POLLERS) or thread.name.startswith(POLLER_PREFIX)
+
+
+def thread_io(path: str = "/proc/thread-self/io") -> tuple[int, int]:
+    """(rchar, wchar) of a /proc io file: bytes a thread (task/N/io) or a process (N/io: with its ended threads and
+    its reaped children) read and wrote through system calls."""
+    try:
+        fields = dict(line.split(": ") for line in Path(path).read_text().splitlines())
+        return int(fields["rchar"]), int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
+def _poller_body(fn, stop: threading.Event, *args) -> None:
+    try:
+        fn(stop, *args)
+    finally:  # a thread's /proc entry goes when it ends: what it used is kept here
+        read, written = thread_io()
+        with _ENDED_LOCK:
+            _ENDED["cpu_s"] += time.thread_time()
+            _ENDED["read"] += read
+            _ENDED["written"] += written
+
+
+@contextmanager
+def polling(fn, *args):
+    """`fn(stop, *args)` in a thread while the block runs, stopped and joined after; its CPU and bytes are the
+    pollers' (`pollers_cpu`, `pollers_io`), not the driver's, during and after its life."""
+    stop = threading.Event()
+    poller = threading.Thread(target=_poller_body, args=(fn, stop, *args), daemon=True,
+                              name=f"{POLLER_PREFIX}{getattr(fn, '__name__', 'poll')}")
+    poller.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        poller.join()
+
+
+def _live_pollers() -> list[int]:
+    return [t.native_id for t in threading.enumerate() if is_poller(t) and t.native_id]
 
 
 def pollers_cpu() -> float:
-    """CPU seconds of this process's memory-polling threads so far (/proc/self/task), to take out of the driver's:
-    they read /proc every 50-250 ms, a few per cent of a core that is no work of das."""
-    total = 0.0
-    for thread in threading.enumerate():
-        if thread.name.endswith(POLLERS) and thread.native_id:
-            try:
-                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    """CPU seconds of this process's polling threads so far (live: /proc/self/task; ended: what they kept), to take
+    out of the driver's: they read /proc every 50-500 ms, a few per cent of a core that is no work of das."""
+    total = _ENDED["cpu_s"]
+    for tid in _live_pollers():
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     return total
+
+
+def pollers_io() -> tuple[int, int]:
+    """Bytes this process's polling threads read and wrote so far (/proc, not das)."""
+    read, written = _ENDED["read"], _ENDED["written"]
+    for tid in _live_pollers():
+        r, w = thread_io(f"/proc/self/task/{tid}/io")
+        read, written = read + r, written + w
+    return read, written
 
 
 def _reset_peak_rss() -> bool:
@@ -103,17 +158,9 @@ def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) ->
             return
 
 
-@contextmanager
 def watching_descendants(peaks: dict):
-    """`descendant_peaks` polling into `peaks` while the block runs (a thread, stopped and joined after)."""
-    stop = threading.Event()
-    poller = threading.Thread(target=descendant_peaks, args=(stop, peaks), daemon=True)
-    poller.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        poller.join()
+    """`descendant_peaks` polling into `peaks` while the block runs (a poller thread, stopped and joined after)."""
+    return polling(descendant_peaks, peaks)
 
 
 @contextmanager
