@@ -94,7 +94,9 @@ def rates(f: dict) -> dict:
     return {"A": f["state_A_cpu_s"] / persons, "B": f["state_B_cpu_s"] / persons,
             "B_div": max(0.0, f["state_B_cpu_s"] - f["state_A_cpu_s"]) / persons,
             "C": f["state_C_cpu_s"] / persons, "C_div": sum(f[k] for k in units) / persons,
-            "V": f["state_V_cpu_s"] / persons, "engine_B": sum(f[k] for k in below) / persons,
+            "V": f["state_V_cpu_s"] / persons, "V_div": f["state_V_cpu_s"] / persons,
+            "V_task_s_per_tract": f["state_V_seconds"] / f["largest_county_tracts"],
+            "engine_B": sum(f[k] for k in below) / persons,
             **{f"mb_{s}": f[f"state_{s}_kb_per_person"] / 1024 for s in "ABCV"},
             "serial_per_person": (f.get("assemble_cpu_s", 0.0) + f.get("validate_cpu_s", 0.0) + max(0.0, other)) / persons,
             "top_per_state": f.get("top_measure_cpu_s", 0.0) + f.get("top_solve_cpu_s", 0.0),
@@ -118,14 +120,26 @@ def critical_paths(r: dict) -> dict[str, float]:
     return paths
 
 
-def _stage_seconds(r: dict, stage: str, persons: list[float], widths: list[int], paths: list[float]) -> list[float]:
-    """Each state task's seconds: its serial part, its divisible part on its width, at least serial + critical path."""
+def validation_paths(r: dict, codes: list[str], persons: list[float]) -> list[float]:
+    """Each state's longest validation task: its shards are whole counties of at most SHARD_PERSONS persons, so the
+    largest county's shard (the measured one grown linearly in tracts) where a state has one of LARGEST_COUNTIES,
+    else a shard of SHARD_PERSONS (or the state) at the measured CPU per person."""
+    from das.validate.shards import SHARD_PERSONS
+
+    tracts = {state: t for state, t in LARGEST_COUNTIES.values()}
+    return [r["V_task_s_per_tract"] * tracts[c] if c in tracts else r["V"] * min(p, SHARD_PERSONS)
+            for c, p in zip(codes, persons)]
+
+
+def _stage_seconds(r: dict, stage: str, persons: list[float], widths: list[int], paths: list[float] | None) -> list[float]:
+    """Each state task's seconds: its serial part, its divisible part on its width, at least serial + its longest
+    chain of tasks (`paths`, where the stage has them)."""
     divisible = r.get(f"{stage}_div", 0.0)
     serial = r[stage] - divisible
     out = []
-    for p, w, path in zip(persons, widths, paths):
+    for p, w, path in zip(persons, widths, paths or [0.0] * len(persons)):
         seconds = serial * p + divisible * p / (w * (r["efficiency"] if w > 1 else 1.0))
-        out.append(max(seconds, serial * p + path) if stage == "B" else seconds)
+        out.append(max(seconds, serial * p + path))
     return out
 
 
@@ -137,7 +151,7 @@ def project(r: dict, target: Target) -> dict:
     persons = [target.persons_m[c] * 1e6 for c in codes]
     total = sum(persons)
     path_of = critical_paths(r)
-    paths = [path_of.get(c, r["below_tract_s"]) for c in codes]
+    paths = {"B": [path_of.get(c, r["below_tract_s"]) for c in codes], "V": validation_paths(r, codes, persons)}
     worker_mb = target.memory_gb_per_worker * 1024
     # a state task is admitted on one worker: the machine's budget less the driver (one machine) and baselines
     alone = (DRIVER_MB if target.workers == 1 else 0.0) + WORKER_BASE_MB * (target.cores_per_worker if target.workers == 1 else 1)
@@ -145,13 +159,13 @@ def project(r: dict, target: Target) -> dict:
     out = {"task_budget_gb": budget / 1024}
     wall = 0.0
     for stage in "ABCV":
-        if target.workers == 1 and stage in "BC":  # a wide state: a pool of its own on the machine
+        if target.workers == 1 and stage in "BCV":  # a wide state: a pool of its own on the machine (V: its shards)
             widths = [max(1, min(target.cores, int(target.cores * p / total))) for p in persons]
-        elif stage in "BC":  # Dask: a state's chunks and batches spread over the whole cluster
+        elif stage in "BCV":  # Dask: a state's chunks, batches and shards spread over the whole cluster
             widths = [target.cores] * len(persons)
         else:
             widths = [1] * len(persons)
-        seconds = _stage_seconds(r, stage, persons, widths, paths)
+        seconds = _stage_seconds(r, stage, persons, widths, paths.get(stage))
         memory = [r[f"mb_{stage}"] * p + (w - 1) * WORKER_BASE_MB * (target.workers == 1) for p, w in zip(persons, widths)]
         estimate = [max(TASK_MB_PER_PERSON * p, m) for p, m in zip(persons, memory)]
         slots = [min(w, target.cores_per_worker) if target.workers == 1 else 1 for w in widths]

@@ -13,6 +13,7 @@ from benchmarks.projection import (
     project,
     project_from,
     rates,
+    validation_paths,
 )
 
 
@@ -26,7 +27,7 @@ def _figures(**changes) -> dict:
          "persons_block_cpu_s": 25.0, "units_tract_cpu_s": 1.0, "units_block_cpu_s": 4.0,
          "persons_tract_largest_task_s": 100.0, "persons_tract_largest_children": 2400.0,
          "persons_block_group_largest_task_s": 2.0, "persons_block_largest_task_s": 5.0, "largest_parent_peak_mb": 2300.0,
-         "largest_parent_children": 2400.0,
+         "largest_parent_children": 2400.0, "state_V_seconds": 3.0, "largest_county_tracts": 2400.0,
          "persons_block_batches": 100.0}
     return {**f, **changes}
 
@@ -65,3 +66,16 @@ def test_the_one_machine_is_projected_at_the_disk_rate_measured_here(tmp_path):
     assert slow["national_cluster_serial_io_s"] == fast["national_cluster_serial_io_s"]  # its storage: assumed
     rate = disk_rate(tmp_path, gb=0.07)
     assert 0 < rate < 1000 and not list(tmp_path.iterdir())  # measured, and its file removed
+
+
+def test_validation_spreads_over_its_shards_and_waits_for_the_largest_county():
+    """A state's validation is shards of whole counties run as tasks: on many cores it takes its largest county's
+    shard (grown in tracts from the measured one), not the state's CPU on one core."""
+    r = rates(_figures(state_V_seconds=30.0))
+    codes, persons = ["CA", "VT"], [39.5e6, 0.64e6]
+    la = 30.0 * LARGEST_COUNTIES["Los Angeles CA"][1] / 2400  # above any other state's shard of 2M (12 s)
+    assert validation_paths(r, codes, persons) == pytest.approx([la, 6.0 / 1e6 * 0.64e6])
+    out = project(r, CLUSTER)
+    assert out["stage_V_largest_s"] == pytest.approx(la)  # 6 us a person spread over 128 cores: CA's LA shard holds it
+    one_core = project(r, type(CLUSTER)("x", workers=1, cores_per_worker=1, memory_gb_per_worker=1024.0))
+    assert one_core["stage_V_s"] == pytest.approx(6.0 / 1e6 * sum(CLUSTER.persons_m.values()) * 1e6, rel=1e-6)
