@@ -3,6 +3,7 @@ release equals what the outputs write from the whole country's histograms, and w
 reference writes."""
 
 import pickle
+import time
 import tracemalloc
 
 import numpy as np
@@ -245,3 +246,19 @@ def test_streamed_pipe_layout_equals_the_whole_table_written_at_once(tmp_path, s
     whole = mdf_io.write_table(table, tmp_path / "whole.txt", layout="pipe")
     streamed = mdf_io.pipe_copy(tmp_path / "p.parquet", tmp_path / "streamed.txt")
     assert streamed.read_bytes() == whole.read_bytes()
+
+
+def test_files_written_side_by_side_come_back_in_order_and_an_error_waits_for_the_others():
+    finished = []
+
+    def write(i: int) -> int:
+        if i == 1:
+            raise ValueError("file 1 failed")
+        time.sleep(0.2 if i == 0 else 0.0)
+        finished.append(i)
+        return i
+
+    with pytest.raises(ValueError, match="file 1 failed"):
+        mdf_io.side_by_side(write, range(4))
+    assert sorted(finished) == [0, 2, 3]  # the slow one ended before the error was raised
+    assert mdf_io.side_by_side(lambda i: i * i, range(5)) == [0, 1, 4, 9, 16]

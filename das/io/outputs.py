@@ -222,13 +222,14 @@ class MdfOutput(Output):
 
     def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
         kinds = plan.mdf_kinds
-        sources = {"persons": _numbered(parts),
-                   "units": (t for p in parts for t in mdf_io.row_groups(p.directory.mdf("units")))}
-        written = []
-        for kind in kinds:
+        sources = {"persons": lambda: _numbered(parts),
+                   "units": lambda: (t for p in parts for t in mdf_io.row_groups(p.directory.mdf("units")))}
+
+        def write(kind: str) -> Path:
             schema = pq.read_schema(parts[0].directory.mdf(kind)).remove_metadata()
-            written.append(mdf_io.write_batches(sources[kind], schema, run_dir.mdf(kind), metadata=plan.metadata))
-        return written + self._pipe(run_dir, kinds, plan)
+            return mdf_io.write_batches(sources[kind](), schema, run_dir.mdf(kind), metadata=plan.metadata)
+
+        return mdf_io.side_by_side(write, kinds) + self._pipe(run_dir, kinds, plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,16 +313,16 @@ class TablesOutput(Output):
     def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
         """Each table: the nation rows, then level by level each state's rows, as `write` orders them."""
         by_schema = {nation.schemas[name].name: (nation.schemas[name], h) for name, h in nation.histograms.items()}
+
+        def write(spec: TableSpec, directory: Path) -> Path:
+            schema, histogram = by_schema[spec.schema]
+            top = arrow_table(nation_rows(schema, spec, histogram))
+            rows = _gathered(itertools.chain([top], self._level_slices(parts, spec.name)))
+            return mdf_io.write_batches(rows, top.schema, directory / run_dir.table(spec.name).name,
+                                        metadata=plan.metadata, compression=TABLE_COMPRESSION)
+
         with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
-            written = []
-            for spec in plan.tables:
-                if spec.schema not in by_schema:
-                    continue
-                schema, histogram = by_schema[spec.schema]
-                top = arrow_table(nation_rows(schema, spec, histogram))
-                rows = _gathered(itertools.chain([top], self._level_slices(parts, spec.name)))
-                written.append(mdf_io.write_batches(rows, top.schema, tmp / run_dir.table(spec.name).name,
-                                                    metadata=plan.metadata, compression=TABLE_COMPRESSION))
+            written = mdf_io.side_by_side(lambda spec: write(spec, tmp), [s for s in plan.tables if s.schema in by_schema])
         return [run_dir.tables_dir / p.name for p in written]
 
 

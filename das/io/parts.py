@@ -4,8 +4,10 @@ A worker writes one state's *parts* (`write_state_parts`): every wanted output o
 (das.io.outputs) writes its part of the state into a part directory laid out as a release. The
 driver, which holds only the nation and the states, then builds the final files (`assemble`), each
 output copying its parts row group by row group, so its memory follows one row group or one state's
-level, never the country. The final files have the names, columns and row orders a whole release's
-have (docs/outputs.md, "Partitioned runs"), except that the units MDF is state-major.
+level, never the country; the files are written side by side in threads (Arrow's reading and writing
+run outside the GIL), so the assembly takes about its largest file's time where the driver has cores.
+The final files have the names, columns and row orders a whole release's have (docs/outputs.md,
+"Partitioned runs"), except that the units MDF is state-major.
 
     <part_dir>/...              each output's part (mdf_persons.parquet, tables/, pl94171/ ...)
     <part_dir>/parts.json       each output's record of its part (Part), written last
@@ -21,6 +23,7 @@ import scipy.sparse as sp
 
 from das import atomic
 from das.geography import Geography
+from das.io import mdf as mdf_io
 from das.io.outputs import NationRelease, OutputPlan, Part, SolvedRelease, wanted
 from das.rundir import RunDir
 from das.schema import Schema
@@ -77,7 +80,9 @@ def assemble(out: RunDir | Path, parts: list[Part], nation: NationRelease, plan:
     solved histograms: each file, and each output's directory, appears whole. By manifest field."""
     run_dir = out if isinstance(out, RunDir) else RunDir(out)
     parts = _in_state_order(parts)
+    outputs = wanted(plan)
+    files = mdf_io.side_by_side(lambda output: output.assemble(run_dir, parts, nation, plan), outputs)
     written: dict[str, list[Path]] = {}
-    for output in wanted(plan):
-        written.setdefault(output.manifest_field, []).extend(output.assemble(run_dir, parts, nation, plan))
+    for output, paths in zip(outputs, files):
+        written.setdefault(output.manifest_field, []).extend(paths)
     return written
