@@ -79,3 +79,10 @@ def test_validation_spreads_over_its_shards_and_waits_for_the_largest_county():
     assert out["stage_V_largest_s"] == pytest.approx(la)  # 6 us a person spread over 128 cores: CA's LA shard holds it
     one_core = project(r, type(CLUSTER)("x", workers=1, cores_per_worker=1, memory_gb_per_worker=1024.0))
     assert one_core["stage_V_s"] == pytest.approx(6.0 / 1e6 * sum(CLUSTER.persons_m.values()) * 1e6, rel=1e-6)
+
+
+def test_the_assembly_is_serial_for_its_wall_time_and_the_rest_of_the_driver_for_its_cpu():
+    """The files are assembled side by side in threads: the serial term takes the assembly's wall seconds (CPU
+    seconds above them are other cores'), and the driver's other work (here 3.0 - 0.5 - 1.0 - 0.5) its CPU."""
+    threaded = rates(_figures(assemble_s=0.3, assemble_cpu_s=0.6))
+    assert threaded["serial_per_person"] == pytest.approx((0.3 + 0.5 + 1.0) / 1e6)
