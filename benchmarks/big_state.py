@@ -166,7 +166,8 @@ def run_state(input_dir: Path, arguments: tuple[str, ...], *, workers: int = WOR
     with tempfile.TemporaryDirectory(dir=input_dir.parent) as tmp:
         _reset_peak_rss()
         base = _status_kb("VmRSS") / 1024
-        self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers_cpu(), _cpu(resource.RUSAGE_CHILDREN)
+        pollers0 = pollers_cpu()
+        self0, children0 = _cpu(resource.RUSAGE_SELF) - pollers0, _cpu(resource.RUSAGE_CHILDREN)
         records, driver, seen, io = [], {}, {}, {}
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -182,6 +183,9 @@ def run_state(input_dir: Path, arguments: tuple[str, ...], *, workers: int = WOR
     figures = {"persons": persons, "blocks": float(summary["blocks_with_units"]), "tracts": float(summary["tracts"]),
                "largest_county_tracts": float(summary["largest_counties_tracts"][0]), "valid": float(result.valid),
                "load_at_start": load, "seconds": seconds, "driver_cpu_s": driver_cpu, "worker_cpu_s": worker_cpu,
+               # das's CPU: the driver's (less this harness's pollers, which read /proc several times a second for
+               # the figures here) and its workers'; scripts/bench's own tree figure would count the pollers too
+               "cpu_seconds": driver_cpu + worker_cpu, "pollers_cpu_s": pollers_cpu() - pollers0,
                "cpu_us_per_person": (driver_cpu + worker_cpu) / persons * 1e6,
                "driver_peak_mb": max(_peak_rss_mb(), driver.pop("overall_peak_mb", 0.0)), "driver_base_mb": base,
                "worker_peak_mb": max(seen.values(), default=float("nan")), "workers_tree_peak_mb": tree,
