@@ -22,7 +22,8 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.checkpoint", "das.executors", "das.distributed",
      "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat", "das.mechanisms.stability",
      "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn", "das.mechanisms.pgm",
-     "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry", "das.mechanisms.rounding"},
+     "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry", "das.mechanisms.rounding",
+     "das.mechanisms.rap", "das.attack.rap", "das.attack.workload"},  # the relaxed projection: attack and mechanism
     {"das.runspec", "das.preflight", "das.pipeline", "das.partitioned", "das.bundle", "das.published", "das.frame", "das.run",
      "das.summary_files", "das.validate", "das.publish", "das.validate.report", "das.validate.registry", "das.validate.reading",
      "das.validate.shards", "das.validate.release", "das.validate.files", "das.validate.certificate", "das.validate.optimality",
@@ -35,7 +36,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.research.series", "das.research.areas", "das.research.composition", "das.research.districts",
      "das.research.offspine",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
-     "das.attack.rank", "das.attack.rap", "das.attack.scenario", "das.attack.command", "das.attack.workload",
+     "das.attack.rank", "das.attack.scenario", "das.attack.command",
      "das.attack.privacy", "das.attack.release_audit", "das.attack.detection",
      "das.scale_inputs", "das.mechanisms", "das.mechanisms.release"},
     {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init", "das.api.synthesizer",

@@ -45,7 +45,7 @@ def run_mechanism(name, data):
 # Releases written by synthesize: the certificate is the ledger, das validate passes
 
 
-@pytest.mark.parametrize("name", ["flat", "stability", "mwem", "privbayes", "privsyn"])
+@pytest.mark.parametrize("name", ["flat", "stability", "mwem", "privbayes", "privsyn", "rap"])
 def test_release_on_tiny_validates_and_certifies_its_charges(tmp_path, name):
     out = synthesize("tiny", name, tmp_path / name, seed=3)
     manifest = json.loads((out / "manifest.json").read_text())

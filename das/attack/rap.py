@@ -191,21 +191,43 @@ def _weighted_sample(weights: np.ndarray, size: int, rng: np.random.Generator) -
 
 def fit(workload: Workload, targets: np.ndarray, config: RapConfig, rng: np.random.Generator, *,
         operators=None) -> tuple[list[np.ndarray], float]:
-
-    """Relaxed records fit to `targets` (answers as fractions of N): (probabilities per
+    """Relaxed records fit to `targets` (answers as fractions of N) from a random start: (probabilities per
     attribute, d_a x K each) and the final root-mean-square error over all queries."""
     dtype = np.dtype(config.dtype)
     operators = operators or mask_operators(workload, dtype)
     targets = np.asarray(targets, dtype=np.float64)
-    logits = [rng.standard_normal((d, config.n_relaxed)).astype(dtype) for d in workload.sizes]
+    logits = project(workload, operators, initial_logits(workload, config, rng), targets, config=config, rng=rng)
+    probs = [softmax(z) for z in logits]
+    residual = relaxed_answers(workload, operators, probs) - targets
+    return probs, float(np.sqrt(np.mean(residual ** 2)))
+
+
+def initial_logits(workload: Workload, config: RapConfig, rng: np.random.Generator) -> list[np.ndarray]:
+    """A random start: standard normal logits (d_a x K) for every attribute."""
+    return [rng.standard_normal((d, config.n_relaxed)).astype(np.dtype(config.dtype)) for d in workload.sizes]
+
+
+def project(workload: Workload, operators, logits: list[np.ndarray], targets: np.ndarray, *, config: RapConfig,
+            rng: np.random.Generator, queries: np.ndarray | None = None) -> list[np.ndarray]:
+    """The relaxed projection: `config.steps` Adam steps on `logits` (changed in place and returned) towards
+    `targets` of `queries` (default all; `targets` indexed by query), each on a minibatch drawn in proportion to
+    the queries' current errors: the attack's reconstruction (all queries, exact answers) and the RAP mechanism's
+    projection of its measured queries (noisy answers, from the previous round's records) alike."""
+    queries = np.arange(workload.n_queries) if queries is None else np.asarray(queries)
+    targets = np.asarray(targets, dtype=np.float64)
     first = [np.zeros_like(z) for z in logits]
     second = [np.zeros_like(z) for z in logits]
     beta1, beta2, eps = 0.9, 0.999, 1e-7
-    errors = np.abs(relaxed_answers(workload, operators, [softmax(z) for z in logits]) - targets)
+
+    def errors() -> np.ndarray:
+        found = relaxed_answers(workload, operators, [softmax(z) for z in logits], queries=queries)
+        return np.abs(found - targets[queries])
+
+    current = errors()
     for step in range(1, config.steps + 1):
         if step % config.refresh == 0:
-            errors = np.abs(relaxed_answers(workload, operators, [softmax(z) for z in logits]) - targets)
-        batch = _weighted_sample(errors + 1e-9, config.batch_size, rng)
+            current = errors()
+        batch = queries[_weighted_sample(current + 1e-9, config.batch_size, rng)]
         _, grads = loss_and_gradient(workload, operators, logits, targets, batch=batch)
         lr = float(config.learning_rate * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
         for z, g, m, v in zip(logits, grads, first, second):
@@ -220,9 +242,7 @@ def fit(workload: Workload, targets: np.ndarray, config: RapConfig, rng: np.rand
             np.divide(m, g, out=g)
             g *= lr
             z -= g
-    probs = [softmax(z) for z in logits]
-    residual = relaxed_answers(workload, operators, probs) - targets
-    return probs, float(np.sqrt(np.mean(residual ** 2)))
+    return logits
 
 
 def sample_records(probs: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:

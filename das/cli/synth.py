@@ -9,7 +9,7 @@ from das.cli.args import SEED_HELP, add_budget, nonnegative_int, path, spec_help
 
 # the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
 # (tests/test_mechanisms.py checks they agree)
-MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim")
+MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim", "rap")
 
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:

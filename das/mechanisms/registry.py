@@ -8,6 +8,7 @@ import das.mechanisms.mst as mst
 import das.mechanisms.mwem as mwem
 import das.mechanisms.privbayes as privbayes
 import das.mechanisms.privsyn as privsyn
+import das.mechanisms.rap as rap
 import das.mechanisms.stability as stability
 from das.mechanisms.base import Mechanism
 from das.mechanisms.pgm import EXTRA, available
@@ -37,4 +38,7 @@ MECHANISMS: dict[str, Mechanism] = {
     "aim": Mechanism("aim", "AIM (annealed rounds under a privacy filter): exponential-mechanism choice among cliques of "
                      "up to 3 attributes, Private-PGM (mbi) estimation each round", "per tract, the block one attribute",
                      aim.run, plan=aim.plan, extra=EXTRA, available=available, details=aim.DETAILS),
+    "rap": Mechanism("rap", "RAP (relaxed adaptive projection): rounds of exponential-mechanism choices of the worst "
+                     "answered queries, discrete Gaussian measurement, relaxed records fit by gradient descent",
+                     "per tract, the block one attribute", rap.run, plan=rap.plan, details=rap.DETAILS),
 }

@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 from das.privacy.randomness import RandomSource
-from das.privacy.sampler import bernoulli_exp_many
+from das.privacy.sampler import _INT64_SAFE, _to_int_arrays, bernoulli_exp_many
 
 
 def _exact(value, name: str) -> Fraction:
@@ -39,22 +39,39 @@ def _exact(value, name: str) -> Fraction:
         raise TypeError(f"{name} must be an exact int or Fraction, got {value!r}") from exc
 
 
-def _gammas(utilities, eps, sensitivity) -> tuple[list[int], int]:
+def _gammas(utilities, eps, sensitivity) -> tuple[np.ndarray | list[int], int]:
     """(numerators, common denominator) of gamma_i = eps (u_max - u_i) / (2 Delta), all exact."""
     eps, sensitivity = _exact(eps, "eps"), _exact(sensitivity, "sensitivity")
     if eps <= 0 or sensitivity <= 0:
         raise ValueError(f"eps and sensitivity must be positive, got {eps} and {sensitivity}")
-    if isinstance(utilities, np.ndarray) and utilities.dtype.kind in "iu":
-        u = [int(x) for x in utilities.tolist()]
-    else:
-        u = [_exact(x, "a utility") for x in utilities]
-    if not u:
+    integers = isinstance(utilities, np.ndarray) and utilities.dtype.kind in "iu"
+    if integers and utilities.size == 0 or not integers and len(utilities) == 0:
         raise ValueError("the exponential mechanism needs at least one candidate")
-    best = max(u)
     scale = eps / (2 * sensitivity)
+    if integers:  # gamma_i = p d_i / q, d_i = best - u_i: in lowest common terms q / g, g = gcd(q, every d_i)
+        return _integer_gammas(utilities, scale)
+    u = [_exact(x, "a utility") for x in utilities]
+    best = max(u)
     gammas = [scale * (best - x) for x in u]
     den = math.lcm(*(g.denominator for g in gammas))
     return [int(g * den) for g in gammas], den
+
+
+def _integer_gammas(utilities: np.ndarray, scale: Fraction) -> tuple[np.ndarray | list[int], int]:
+    """`_gammas` of integer utilities, the same numbers: an int64 array while they fit (numpy arithmetic), else
+    Python ints."""
+    p, q = scale.numerator, scale.denominator
+    if utilities.dtype.kind == "i" or int(utilities.max()) < 1 << 62:
+        u = utilities.astype(np.int64)
+        best, low = int(u.max()), int(u.min())
+        if best - low < 1 << 62:
+            diffs = best - u
+            g = math.gcd(q, int(np.gcd.reduce(diffs)))
+            if p < _INT64_SAFE and p * ((best - low) // g) < _INT64_SAFE:
+                return (diffs // g) * p, q // g
+    diffs = [int(utilities.max()) - x for x in utilities.tolist()]
+    g = math.gcd(q, math.gcd(*diffs))
+    return [p * d // g for d in diffs], q // g
 
 
 def exponential_mechanism(utilities, eps, sensitivity, rng: RandomSource) -> int:
@@ -64,10 +81,12 @@ def exponential_mechanism(utilities, eps, sensitivity, rng: RandomSource) -> int
     """
     nums, den = _gammas(utilities, eps, sensitivity)
     m = len(nums)
-    num_arr = np.array(nums, dtype=object)
+    # int64 once for all batches when every value fits (the sampler's own test), else Python ints
+    num_arr, den_arr = _to_int_arrays(np.asarray(nums, dtype=np.int64 if isinstance(nums, np.ndarray) else object),
+                                      np.full(m, den, dtype=np.int64 if den < _INT64_SAFE else object))
     while True:
         proposals = rng.uniform_below(m, m)
-        accepted = bernoulli_exp_many(num_arr[proposals], np.full(m, den, dtype=object), rng)
+        accepted = bernoulli_exp_many(num_arr[proposals], den_arr, rng)
         hits = np.flatnonzero(accepted)
         if hits.size:
             return int(proposals[hits[0]])
@@ -76,7 +95,7 @@ def exponential_mechanism(utilities, eps, sensitivity, rng: RandomSource) -> int
 def exponential_probabilities(utilities, eps, sensitivity) -> np.ndarray:
     """The exact selection probabilities as float64 (for tests and documentation)."""
     nums, den = _gammas(utilities, eps, sensitivity)
-    logs = -np.array([float(Fraction(n, den)) for n in nums])
+    logs = -np.array([float(Fraction(int(n), den)) for n in nums])
     w = np.exp(logs - logs.max())
     return w / w.sum()
 
