@@ -199,6 +199,17 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class RoundSchedule:
+    """A measured total, then rounds of selections and measurements (MWEM's, RAP's): the noise of every step, the
+    same in every geounit, fixed before any data is read."""
+
+    sigma2_total: Fraction
+    eps: Fraction  # of each selection
+    sigma2: Fraction  # of each measurement
+    rounds: int
+
+
+@dataclass(frozen=True)
 class Synthesis:
     """A mechanism's output: nonnegative integer block histograms and what it wants recorded."""
 

@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
+from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
@@ -111,13 +111,9 @@ def mw_fit(estimate: np.ndarray, measurements: list, total: float, *, step: floa
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """The noise of every step, the same in every geounit (fixed before any data is read)."""
+class Schedule(RoundSchedule):
+    """MWEM's schedule: the rounds, and the tolerance of each fit."""
 
-    sigma2_total: Fraction
-    eps: Fraction  # of each selection
-    sigma2: Fraction  # of each measured cell
-    rounds: int = ROUNDS
     tol: float = FIT_TOL
 
 

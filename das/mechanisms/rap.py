@@ -24,7 +24,7 @@ import numpy as np
 
 from das.attack.rap import RapConfig, initial_logits, mask_operators, project, relaxed_answers, softmax
 from das.attack.workload import AttackTable, Workload, build_workload, load_attack_tables
-from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
+from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
@@ -71,13 +71,9 @@ def mixture(probs: list[np.ndarray], schema: Schema) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """The noise of every step, the same in every geounit (fixed before any data is read)."""
+class Schedule(RoundSchedule):
+    """RAP's schedule: T rounds of K selections and measurements."""
 
-    sigma2_total: Fraction
-    eps: Fraction  # of each selection
-    sigma2: Fraction  # of each measured query
-    rounds: int = ROUNDS
     per_round: int = PER_ROUND
 
 
