@@ -35,6 +35,7 @@ SERIES = {
     "privsyn": Series("PrivSyn", "#E68FAC"),
     "mst": Series("MST", "#882D17"),
     "aim": Series("AIM", "#8DB600"),
+    "rap": Series("RAP (relaxed adaptive projection)", "#B3446C"),
     "exact": Series("exact tables (no protection)", "#222222"),
     # the reconstruction attack's methods
     "rap_rank": Series("RAP-Rank", "#604E97"),
