@@ -31,6 +31,7 @@ from pathlib import Path
 from benchmarks._harness import Bench
 from benchmarks.partitioned import STAGES, _status_kb, recording
 from benchmarks.scale import (
+    POLLER_TIDS,
     _cpu,
     _peak_rss_mb,
     _process_table,
@@ -66,7 +67,7 @@ def write_input(out: Path, arguments: tuple[str, ...]) -> dict:
 
 def _driver_threads(baseline: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
     """Each of this process's threads but the pollers: (rchar, wchar) since `baseline` (its value then, if it ran)."""
-    pollers = {t.native_id for t in threading.enumerate() if is_poller(t)}
+    pollers = {t.native_id for t in threading.enumerate() if is_poller(t)} | POLLER_TIDS
     out = {}
     for task in Path("/proc/self/task").iterdir():
         tid = int(task.name)
@@ -113,7 +114,7 @@ def counting_io(figures: dict):
             alive = descendants(_process_table(), os.getpid())
     for k, name in enumerate(("read", "written")):
         total = own1[k] - own0[k] - (pollers1[k] - pollers0[k]) + sum(tree[pid][k] for pid in alive if pid in tree)
-        driver = sum(v[k] for v in threads.values())
+        driver = sum(v[k] for tid, v in threads.items() if tid not in POLLER_TIDS)
         figures[f"driver_bytes_{name}"] = float(driver)
         figures[f"workers_bytes_{name}"] = float(max(0, total - driver))
         figures[f"bytes_{name}"] = float(total)

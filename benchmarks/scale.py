@@ -30,10 +30,13 @@ POLLERS = ("(poll)", "(descendant_peaks)")  # memory pollers' thread names: scri
 POLLER_PREFIX = "bench-poller "  # the threads started by `polling`: /proc readers, no work of das
 _ENDED = {"cpu_s": 0.0, "read": 0, "written": 0}  # what `polling` threads that have ended used
 _ENDED_LOCK = threading.Lock()
+# every `polling` thread's id, added by the thread itself before it reads anything and kept after it ends: its
+# /proc/self/task entry can outlive its place in threading.enumerate() by a moment after join()
+POLLER_TIDS: set[int] = set()
 
 
 def is_poller(thread: threading.Thread) -> bool:
-    return thread.name.endswith(POLLERS) or thread.name.startswith(POLLER_PREFIX)
+    return thread.name.endswith(POLLERS) or thread.name.startswith(POLLER_PREFIX) or thread.native_id in POLLER_TIDS
 
 
 def thread_io(path: str = "/proc/thread-self/io") -> tuple[int, int]:
@@ -47,6 +50,7 @@ def thread_io(path: str = "/proc/thread-self/io") -> tuple[int, int]:
 
 
 def _poller_body(fn, stop: threading.Event, *args) -> None:
+    POLLER_TIDS.add(threading.get_native_id())
     try:
         fn(stop, *args)
     finally:  # a thread's /proc entry goes when it ends: what it used is kept here
