@@ -1,4 +1,4 @@
-"""Issue 25: das's MST, AIM and MWEM beside their reference implementations, at the same guarantee.
+"""Issue 25: das's MST, AIM and MWEM (issue 37: RAP) beside their reference implementations, at the same guarantee.
 
 The same tables (each tract of Grand Isle VT and Perry County AL: block within the tract x hhgq x
 votingage x hispanic x cenrace), the same budgets (das's rho 293764/114921 and 1/4), several seeds,
@@ -35,6 +35,36 @@ and 192 of a tract's 2,016 detailed cells and released exact zeros in the rest: 
 against das's 0.09 and 0.15, one seed each). Its multiplicative-weights step is run on the measured slice
 only (the same update; the published loop builds a full-size mask per slice, hours a tract on the public
 domain). Both changes are in _reference_driver.py (`public_domain_mwem`).
+
+Issue 37: das's RAP (das.mechanisms.rap) beside the authors' RAP. The reference: Amazon Science's
+relaxed-adaptive-projection (the RAP++ code of Vietri et al., whose `--algorithm RAP` is Aydore et al.'s RAP) at the
+commit of DAS_AMAZON_RAP (default the bare git mirror, its HEAD extracted under runs/bench_references), in its own
+environment: jax/jaxlib 0.4.13, numpy 1.26.4, scipy 1.11.4, pandas 2.2.3, matplotlib (its requirements pin jax 0.2.7,
+which has no Python 3.11 build; jax 0.7.0 breaks it, ENVIRONMENTS says how). Run from Python as its main.py builds RAP
+(`RAPpp` with one marginal module and its RAP optimizer settings: Adam at 0.003, iterations [1], no sigmoid doubling),
+adaptive, with das's rap's schedule (`rap_schedule`, read from das.mechanisms.rap: T rounds as its select epochs, K
+queries a round as its top_q, the relaxed rows; now T = 10, K = 5, 1,000; a reference result is redone when das's
+schedule changes). Its queries are vectors: each selected by report-noisy-max on its L1 error and measured whole. Its
+workload is das's rap's, cut into such vectors: in every block, P1's total, P1 (cenrace), P2 (hispanic x cenrace), P3
+and P4 (the same for votingage 18+) and P5 (hhgq), the block's table one query, and the tract's detailed histogram as
+16 queries of 126 cells (one per hhgq x votingage; it pads every query to the longest, with noise on the padding, and
+a step costs in proportion); das's rap selects and measures the same cells one at a time (`rap_tables`; the driver's
+`ExplicitMarginals`, as its `MarginalStatistics` only builds all K-way marginals). Its n is the tract's count, which
+it reads from the data and takes as public (every answer normalised by it, sensitivity 1/n, delta 1/n^2, that many
+records); das's tract counts are not public (a person moving between tracts changes two), so its n is n^, the count
+with the noise of das's total (variance 20/rho, rho/20 under change-one) from its own `gaussian_mechanism` (add/remove
+rho/40 a tract). Its release: its own sampling of the relaxed rows (run.py's 40 records a row), of which n^ are drawn.
+
+RAP's guarantee, converted the same way. The reference splits its rho (its eps by its own conversion at delta 1/n^2)
+over T epochs, half each to a one-shot Gumbel top-K of the queries' L1 errors (scale sqrt(2 K)/n over sqrt(2 rho_e),
+i.e. K picks each charged as if a score moved by sqrt 2/n) and to Gaussian noise (the same sd) on every query selected
+so far (each epoch measures the whole history afresh, charged as if K queries of sensitivity sqrt 2/n). Under
+change-one within a tract (n^ unchanged) a query's L1 error moves by up to 2/n, so each pick is
+(4/n)/beta-bounded-range and a top-K costs twice its charge; a person is in one cell of each of the m = 7 tables, so
+however long the history the measured vector moves by at most sqrt(2 m)/n, and an epoch's Gaussian costs at most m/K
+of its charge: rho = (1 + m/(2K)) rho_ref. Across two tracts each tract's scores move by 1/n and its vector by
+sqrt(m)/n, (1/2 + m/(2K)) rho_ref in all, plus n^'s rho/20, which is less (checked). So the reference gets rho_ref =
+rho / (1 + m/(2K)): 10/17 rho at K = 5 (40/47 rho at K = 20).
 
 Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench references`; the runs are
 kept per (mechanism, implementation, fixture, rho, seed) in runs/bench_references/results and a rerun
@@ -88,11 +118,18 @@ DELTA = 1e-10  # what the references' (eps, delta) interface is given beside eps
 MWEM_ITERATIONS = 40
 AIM_MAX_CELLS = 100_000  # das's AIM workload: cliques of up to three attributes within this many cells
 IMPLEMENTATIONS = {"mst": ("das", "private_pgm", "smartnoise"), "aim": ("das", "private_pgm", "smartnoise"),
-                   "mwem": ("das", "smartnoise")}
+                   "mwem": ("das", "smartnoise"), "rap": ("das", "amazon_rap")}
+REFERENCES = {"private_pgm": "Private-PGM", "smartnoise": "SmartNoise", "amazon_rap": "RAP reference"}  # table columns
 ENVIRONMENTS = {
     "private_pgm": ["jax==0.7.0", "jaxlib==0.7.0", "chex==0.1.90", "optax==0.2.5", "pandas==2.3.1", "attrs", "networkx",
                     "matplotlib", "scipy"],
     "smartnoise": ["mbi>=1.1,<2", "disjoint-set>=0.9,<0.10", "faker>=17", "smartnoise-sql>=1.0.10", "networkx"],
+    # what the RAP reference's modules import (dataloading_util: matplotlib). Its requirements.txt pins jax 0.2.7, which
+    # has no Python 3.11 build, and its code uses jax.example_libraries (jax >= 0.2.25). jax 0.7.0 fails it: jnp.hstack
+    # checks its argument by iterating it since 2023-09 (jax 0.4.17), so the generator its sparsemax_project passes
+    # arrives empty ("IndexError: list index out of range"); jax 0.4.13 is the last with a Python 3.11 jaxlib before
+    # that, and it wants numpy < 2
+    "amazon_rap": ["jax==0.4.13", "jaxlib==0.4.13", "numpy==1.26.4", "scipy==1.11.4", "pandas==2.2.3", "matplotlib<3.10"],
 }
 SMARTNOISE = "smartnoise-synth==1.0.8"
 VERSIONS_OF = ("mbi", "jax", "jaxlib", "numpy", "pandas", "scipy", "smartnoise-synth", "networkx", "opendp")
@@ -102,8 +139,27 @@ VERSIONS_OF = ("mbi", "jax", "jaxlib", "numpy", "pandas", "scipy", "smartnoise-s
 # The same guarantee
 
 
+def rap_schedule() -> tuple[int, int, int, Fraction]:
+    """das's rap's T (rounds), K (queries a round), relaxed records and tract-total share, the RAP reference's too."""
+    from das.mechanisms import rap
+
+    return rap.ROUNDS, rap.PER_ROUND, rap.PROJECTION.n_relaxed, rap.TOTAL_SHARE
+
+
+def rap_schedule_text() -> str:
+    rounds, per_round, relaxed, share = rap_schedule()
+    return f"T {rounds}, K {per_round}, {relaxed} relaxed rows, total share {share}"
+
+
 def reference_rho(mechanism: str, rho: Fraction, d: int = 5) -> Fraction:
-    """The add/remove rho a reference MST or AIM gets at das's change-one rho (module docstring)."""
+    """The add/remove rho a reference MST or AIM gets at das's change-one rho, and the rho the RAP reference is given
+    (its own accounting) (module docstring)."""
+    if mechanism == "rap":
+        _, k, _, share = rap_schedule()
+        m = len(rap_tables())
+        given = rho / (1 + Fraction(m, 2 * k))  # a change within a tract: its selections 2x, its Gaussians m/K of its charge
+        assert (Fraction(1, 2) + Fraction(m, 2 * k)) * given + share * rho <= rho  # across two tracts, n^ too
+        return given
     if mechanism == "mst":
         gaussian = Fraction(2, 3)
     else:
@@ -142,6 +198,23 @@ def private_pgm_source() -> tuple[Path, str]:
     return target, commit
 
 
+def amazon_rap_source() -> tuple[Path, str]:
+    """The RAP reference (Amazon Science's relaxed-adaptive-projection, the authors' code) at the commit DAS_AMAZON_RAP
+    holds (a bare git directory whose HEAD is extracted under WORK, or a work tree), and that commit."""
+    path = Path(os.environ.get("DAS_AMAZON_RAP", "/work/.mirror/amazon-science+relaxed-adaptive-projection/repo"))
+    if (path / "mechanisms" / "rap_pp.py").exists():
+        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        return path, commit or "unknown (not a git work tree)"
+    git = ["git", f"--git-dir={path}"]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    target = WORK / f"relaxed-adaptive-projection-{commit[:12]}"
+    if not (target / "mechanisms" / "rap_pp.py").exists():
+        archive = subprocess.run([*git, "archive", commit], check=True, capture_output=True).stdout
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(target, filter="data")
+    return target, commit
+
+
 def environment(name: str, source: Path | None = None) -> Path:
     """The python of reference environment `name`, created and installed once (a stamp marks it complete)."""
     home = WORK / "envs" / name
@@ -154,6 +227,8 @@ def environment(name: str, source: Path | None = None) -> Path:
     if name == "private_pgm":
         _pip(python, *ENVIRONMENTS[name])
         _pip(python, "--no-deps", str(source))
+    elif name == "amazon_rap":  # not a package: the driver puts the extracted source on sys.path
+        _pip(python, *ENVIRONMENTS[name])
     else:
         _pip(python, "--no-deps", SMARTNOISE)
         _pip(python, *ENVIRONMENTS[name])
@@ -189,6 +264,28 @@ def workload(sizes: list[int]) -> list[list[str]]:
             if math.prod(sizes[names.index(a)] for a in c) <= AIM_MAX_CELLS]
 
 
+def rap_tables(schema: str = "pl94_persons") -> list[dict]:
+    """das's rap workload as the RAP reference's queries: each block table of specs/attack/<schema>.toml (das.attack
+    .workload's, which das's rap answers cell by cell in every block), one query per block (its cells the table's query
+    attributes crossed, its `where` levels fixed), and the tract's detailed histogram as one query per hhgq x
+    votingage (126 cells: hispanic x cenrace)."""
+    from das.attack.workload import load_attack_tables
+
+    tables = []
+    for t in load_attack_tables(schema):
+        if t.level != "block":
+            continue
+        assert all(len(levels) == 1 for _, levels in t.where), t  # a slice of a marginal: one level of each factor
+        where = {factor: levels[0] for factor, levels in t.where}
+        for q in t.queries:
+            tables.append({"name": f"{t.name} {q}", "each": ["block"], "where": where,
+                           "cells": [] if q == "total" else q.split(" x ")})
+    tables.append({"name": "detailed", "each": ["hhgq", "votingage"], "where": {}, "cells": ["hispanic", "cenrace"]})
+    assert all(a in ("block", "hhgq", "votingage", "hispanic", "cenrace") for t in tables
+               for a in (*t["each"], *t["where"], *t["cells"])), tables
+    return tables
+
+
 def run_reference(implementation: str, mechanism: str, ctx, *, rho: Fraction, seed: int, work: Path,
                   pythons: dict) -> tuple[object, float]:
     """One reference release (every tract), as block histograms, and its seconds."""
@@ -205,6 +302,11 @@ def run_reference(implementation: str, mechanism: str, ctx, *, rho: Fraction, se
                "max_cells": AIM_MAX_CELLS, "private_pgm": str(pythons.get("private_pgm_source", ""))}
         if mechanism == "mwem":
             job |= {"epsilon": mwem_epsilon(rho), "iterations": MWEM_ITERATIONS}
+        elif mechanism == "rap":
+            rounds, per_round, relaxed, share = rap_schedule()
+            job |= {"rho": float(reference_rho(mechanism, rho)), "total_rho": float(rho * share / 2),
+                    "rounds": rounds, "per_round": per_round, "relaxed": relaxed,
+                    "tables": rap_tables(ctx.schema.name), "amazon_rap": str(pythons.get("amazon_rap_source", ""))}
         else:
             job["rho"] = float(reference_rho(mechanism, rho))
         np.save(job["records"], records)
@@ -278,12 +380,15 @@ DAS_CODE = _das_code()
 
 
 def _done(path: Path, implementation: str) -> bool:
-    """A result to keep: made (or timed out), and for das, by the current mechanism code; a failure is retried."""
+    """A result to keep: made (or timed out), and for das, by the current mechanism code (for the RAP reference, at das's
+    rap's current schedule); a failure is retried."""
     if not path.exists():
         return False
     result = json.loads(path.read_text())
     if not (result["status"] == "ok" or result["status"].startswith("timeout")):
         return False
+    if implementation == "amazon_rap":  # run at das's rap's schedule: again when das's changes
+        return result.get("rap_schedule") == rap_schedule_text()
     return implementation != "das" or result.get("das_code") == DAS_CODE
 
 
@@ -303,20 +408,26 @@ def run_all(log=print) -> list[dict]:
     source, commit = private_pgm_source()
     pythons = {"private_pgm": environment("private_pgm", source), "smartnoise": environment("smartnoise"),
                "private_pgm_source": source}
+    commits = {"private_pgm": commit}
     contexts = {}
     for fixture, mechanism, implementation, rho, seed in tasks():
         path = results_dir / f"{_key(mechanism, implementation, fixture, rho, seed)}.json"
         if _done(path, implementation):
             continue
+        if implementation == "amazon_rap" and implementation not in pythons:  # made only when a RAP run is pending
+            pythons["amazon_rap_source"], commits["amazon_rap"] = amazon_rap_source()
+            pythons["amazon_rap"] = environment("amazon_rap", pythons["amazon_rap_source"])
         ctx = contexts.setdefault(fixture, truth(fixture))
         log(f"{mechanism} {implementation} {fixture} rho {rho} seed {seed}")
         path.write_text(json.dumps(_one(ctx, mechanism, implementation, fixture, rho=rho, seed=seed, pythons=pythons,
-                                        commit=commit)))
+                                        commit=commits.get(implementation))))
     return [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
 
 
 def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, seed: int, pythons: dict,
-         commit: str) -> dict:
+         commit: str | None) -> dict:
+    """One release of `implementation` and its scores; `commit`: the reference source's (Private-PGM's, the RAP
+    reference's), recorded with its result."""
     from das.runspec import load_run_spec
 
     row = {"mechanism": mechanism, "implementation": implementation, "fixture": fixture, "rho": rho, "seed": seed}
@@ -334,10 +445,13 @@ def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, se
     except subprocess.CalledProcessError as e:
         return row | {"status": "failed: " + " / ".join((e.stderr or "").strip().splitlines()[-2:])}
     given = (f"eps {mwem_epsilon(budget):.4f} (pure, T = {MWEM_ITERATIONS})" if mechanism == "mwem" and implementation != "das"
+             else f"rho {float(reference_rho(mechanism, budget)):.4f} (its accounting), n^ at add/remove rho "
+                  f"{float(budget * rap_schedule()[3] / 2):.4f}" if implementation == "amazon_rap"
              else f"add/remove rho {float(reference_rho(mechanism, budget)):.4f}" if implementation != "das" else f"rho {rho}")
+    extra = {"amazon_rap_commit": commit, "rap_schedule": rap_schedule_text()} if implementation == "amazon_rap" else {}
     return row | scores(ctx, histograms) | {"status": "ok", "seconds": seconds, "given": given,
                                             "private_pgm_commit": commit if implementation == "private_pgm" else None,
-                                            "das_code": DAS_CODE if implementation == "das" else None}
+                                            "das_code": DAS_CODE if implementation == "das" else None} | extra
 
 
 def _mean_se(values: list[float], digits: int = 2) -> str:
@@ -350,15 +464,16 @@ def _mean_se(values: list[float], digits: int = 2) -> str:
 
 def table(results: list[dict]) -> list[str]:
     """The comparison as Markdown rows: per mechanism, fixture and rho, each implementation's mean ± se over seeds."""
-    lines = ["| mechanism | fixture | rho | block MAE: das | Private-PGM | SmartNoise | tract detailed MAE: das | "
-             "Private-PGM | SmartNoise | seconds a release: das | Private-PGM | SmartNoise |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = " | ".join(REFERENCES.values())
+    lines = [f"| mechanism | fixture | rho | block MAE: das | {names} | tract detailed MAE: das | {names} | "
+             f"seconds a release: das | {names} |",
+             "|---|---|---|" + "---|" * 3 * (1 + len(REFERENCES))]
     for mechanism, implementations in IMPLEMENTATIONS.items():
         for fixture in FIXTURES:
             for rho in RHOS:
                 cells = {"block_mae": [], "tract_detailed_mae": [], "seconds": []}
                 for metric in cells:
-                    for implementation in ("das", "private_pgm", "smartnoise"):
+                    for implementation in ("das", *REFERENCES):
                         mine = [r for r in results if (r["mechanism"], r["implementation"], r["fixture"], r["rho"])
                                 == (mechanism, implementation, fixture, rho)]
                         ok = [r[metric] for r in mine if r["status"] == "ok"]
@@ -395,17 +510,18 @@ def worst_ratio(results: list[dict], metric: str = "block_mae") -> float:
 
 def record(results: list[dict], seconds: float) -> None:
     """benchmarks/recorded/references.md: the table, the versions and the conversions."""
-    versions = {name: json.loads((WORK / "envs" / name / "das-installed.json").read_text())["versions"]
-                for name in ("private_pgm", "smartnoise")}
+    stamps = {name: WORK / "envs" / name / "das-installed.json" for name in ENVIRONMENTS}
+    versions = {name: json.loads(stamp.read_text())["versions"] for name, stamp in stamps.items() if stamp.exists()}
     commits = sorted({r["private_pgm_commit"] for r in results if r.get("private_pgm_commit")})
+    rap_commits = sorted({r["amazon_rap_commit"] for r in results if r.get("amazon_rap_commit")})
     lines = [
         "## Reference implementations at the same guarantee (issue 25)", "",
         "- command: `scripts/bench references` (benchmarks/references.py; not in the default suite: hours)",
         f"- when: {dt.datetime.now():%Y-%m-%d %H:%M}; {seconds / 3600:.1f} h wall for the runs made by this "
         "invocation, on 2 cores shared with other jobs",
         f"- Private-PGM at commit {', '.join(commits) or '-'} (`mechanisms/mst.py`, `mechanisms/aim.py`; mbi from that "
-        f"source), its environment: {', '.join(f'{k} {v}' for k, v in sorted(versions['private_pgm'].items()))}",
-        f"- SmartNoise Synth: {', '.join(f'{k} {v}' for k, v in sorted(versions['smartnoise'].items()))}",
+        f"source), its environment: {', '.join(f'{k} {v}' for k, v in sorted(versions.get('private_pgm', {}).items()))}",
+        f"- SmartNoise Synth: {', '.join(f'{k} {v}' for k, v in sorted(versions.get('smartnoise', {}).items()))}",
         "- the same guarantee: das's rho-zCDP under change-one neighbours. MST references get add/remove rho 3/8 rho, "
         f"AIM references {float(reference_rho('aim', Fraction(1))):.4f} rho (their Gaussian steps cost twice under "
         "change-one, their selections four times), SmartNoise's MWEM pure eps = sqrt(32 T rho / 17) with "
@@ -421,6 +537,17 @@ def record(results: list[dict], seconds: float) -> None:
         "- the references' releases are records sampled from their models (SmartNoise's MST, AIM and MWEM sample as "
         "many as the true count, which they read from the data); das's are the model's expected counts rounded to "
         "its noisy tract total",
+        f"- RAP reference (Amazon Science's relaxed-adaptive-projection, `--algorithm RAP`: `RAPpp`, one marginal "
+        f"module, its RAP optimizer settings) at commit {', '.join(rap_commits) or '-'}, its environment: "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(versions.get('amazon_rap', {}).items())) or '-'}; das's rap and it: "
+        f"{rap_schedule_text()} (das's rap's). Its queries are whole "
+        "vectors (a marginal's slice): in every block each of das's tables P1 total, P1-P5, and the tract's detailed "
+        "cells as 16 queries of 126 (das's: the same tables' cells, one query each). Its n (public to it) is n^, the "
+        "tract count with das's total's noise (rho/20 under change-one), by its own Gaussian mechanism; it gets rho "
+        f"{float(reference_rho('rap', Fraction(1))):.4f} rho through its eps at its delta 1/n^2 (its selections cost "
+        f"twice its charge under change-one, its Gaussians at most {len(rap_tables())}/K of it: a person is in one cell of "
+        f"{len(rap_tables())} tables; benchmarks/references.py says why); its records: its own sampling of the "
+        "relaxed rows (40 a row), n^ of them drawn",
         "", *table(results), ""]
     (RECORDED / "references.md").write_text("\n".join(lines))
 
@@ -442,7 +569,8 @@ def compare_references() -> dict:
 
 
 BENCHES = [
-    Bench("references", "das's MST, AIM and MWEM beside Private-PGM's and SmartNoise Synth's at the same guarantee, on "
+    Bench("references", "das's MST, AIM and MWEM beside Private-PGM's and SmartNoise Synth's, and das's RAP beside the "
+          "authors' RAP, at the same guarantee, on "
           "every tract of Grand Isle VT and Perry County AL, rho 293764/114921 and 1/4, 3 seeds; "
           "table in "
           "benchmarks/recorded/references.md (hours: not in the default suite)",
