@@ -475,6 +475,11 @@ def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, 
                 col.add("the first digit of TABBLK", column=BLOCK_GROUP, rows=rows, values=group.at(rows))
     if any(p is None for p in parts):
         return None
+    for (name, _), enc in zip(GEOGRAPHY, parts):  # a damaged file can decode a column short
+        if len(enc.indices) != table.num_rows:
+            col.add(f"{table.num_rows} values, one a row (it decoded {len(enc.indices)}: the file is damaged)",
+                    column=name, unreadable=True)
+            return None
     key = np.zeros(len(block.indices), dtype=np.int64)  # the row's distinct values, one number
     for enc in parts:
         key *= len(enc.values)
