@@ -181,38 +181,33 @@ def _pip(python: Path, *args: str) -> None:
                    capture_output=True, text=True)
 
 
-def private_pgm_source() -> tuple[Path, str]:
-    """Private-PGM's source at the commit DAS_PRIVATE_PGM holds, extracted under WORK (never into the repository)."""
-    given = os.environ.get("DAS_PRIVATE_PGM", "/work/.mirror/ryan112358+private-pgm/repo")
-    path = Path(given)
-    if (path / "mechanisms" / "mst.py").exists():
-        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        return path, commit or "unknown (not a git work tree)"
-    git = ["git", f"--git-dir={path}"]
+def _source(given: Path, marker: str, name: str) -> tuple[Path, str]:
+    """A reference's source and its commit: `given` itself when it is a work tree (it holds `marker`), else the HEAD of
+    the bare git directory `given` extracted under WORK/<name>-<commit> (never into the repository)."""
+    if (given / marker).exists():
+        commit = subprocess.run(["git", "-C", str(given), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        return given, commit or "unknown (not a git work tree)"
+    git = ["git", f"--git-dir={given}"]
     commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    target = WORK / f"private-pgm-{commit[:12]}"
-    if not (target / "mechanisms" / "mst.py").exists():
+    target = WORK / f"{name}-{commit[:12]}"
+    if not (target / marker).exists():
         archive = subprocess.run([*git, "archive", commit], check=True, capture_output=True).stdout
         with tarfile.open(fileobj=BytesIO(archive)) as tar:
             tar.extractall(target, filter="data")
     return target, commit
+
+
+def private_pgm_source() -> tuple[Path, str]:
+    """Private-PGM's source at the commit DAS_PRIVATE_PGM holds."""
+    return _source(Path(os.environ.get("DAS_PRIVATE_PGM", "/work/.mirror/ryan112358+private-pgm/repo")),
+                   "mechanisms/mst.py", "private-pgm")
 
 
 def amazon_rap_source() -> tuple[Path, str]:
     """The RAP reference (Amazon Science's relaxed-adaptive-projection, the authors' code) at the commit DAS_AMAZON_RAP
-    holds (a bare git directory whose HEAD is extracted under WORK, or a work tree), and that commit."""
-    path = Path(os.environ.get("DAS_AMAZON_RAP", "/work/.mirror/amazon-science+relaxed-adaptive-projection/repo"))
-    if (path / "mechanisms" / "rap_pp.py").exists():
-        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        return path, commit or "unknown (not a git work tree)"
-    git = ["git", f"--git-dir={path}"]
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    target = WORK / f"relaxed-adaptive-projection-{commit[:12]}"
-    if not (target / "mechanisms" / "rap_pp.py").exists():
-        archive = subprocess.run([*git, "archive", commit], check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=BytesIO(archive)) as tar:
-            tar.extractall(target, filter="data")
-    return target, commit
+    holds."""
+    return _source(Path(os.environ.get("DAS_AMAZON_RAP", "/work/.mirror/amazon-science+relaxed-adaptive-projection/repo")),
+                   "mechanisms/rap_pp.py", "relaxed-adaptive-projection")
 
 
 def environment(name: str, source: Path | None = None) -> Path:
