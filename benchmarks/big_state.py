@@ -28,15 +28,13 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks._harness import Bench
+from benchmarks._harness import Bench, process_tree
 from benchmarks.partitioned import STAGES, _status_kb, recording
 from benchmarks.scale import (
     POLLER_TIDS,
     _cpu,
     _peak_rss_mb,
-    _process_table,
     _reset_peak_rss,
-    descendants,
     is_poller,
     pollers_cpu,
     pollers_io,
@@ -85,7 +83,7 @@ def _io_of(stop: threading.Event, baseline: dict, threads: dict, tree: dict, eve
     me = os.getpid()
     while True:
         threads.update(_driver_threads(baseline))
-        for pid in descendants(_process_table(), me):
+        for pid in process_tree(me):
             found = thread_io(f"/proc/{pid}/io")
             if found != (0, 0):
                 tree[pid] = found
@@ -111,7 +109,7 @@ def counting_io(figures: dict):
         finally:
             own1, pollers1 = thread_io("/proc/self/io"), pollers_io()
             threads.update(_driver_threads(baseline))
-            alive = descendants(_process_table(), os.getpid())
+            alive = process_tree(os.getpid())
     for k, name in enumerate(("read", "written")):
         total = own1[k] - own0[k] - (pollers1[k] - pollers0[k]) + sum(tree[pid][k] for pid in alive if pid in tree)
         driver = sum(v[k] for tid, v in threads.items() if tid not in POLLER_TIDS)

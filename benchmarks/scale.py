@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks._harness import Bench
+from benchmarks._harness import Bench, process_tree
 
 WORKERS = 2
 
@@ -118,29 +118,18 @@ def _peak_rss_mb() -> float:
     return float("nan")
 
 
-def _process_table() -> dict[int, tuple[int, float, float]]:
-    """pid -> (parent pid, VmRSS MB, VmHWM MB) of every process /proc lets us read."""
+def _process_table(root: int) -> dict[int, tuple[int, float, float]]:
+    """pid -> (parent pid, VmRSS MB, VmHWM MB) of every process below `root` (benchmarks._harness.process_tree)."""
     table = {}
-    for status in Path("/proc").glob("[0-9]*/status"):
+    for pid in process_tree(root):
         try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-            table[int(status.parent.name)] = (int(fields["PPid"]), int(fields.get("VmRSS", "0 kB").split()[0]) / 1024,
-                                              int(fields.get("VmHWM", "0 kB").split()[0]) / 1024)
+            text = Path(f"/proc/{pid}/status").read_text()
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+            table[pid] = (int(fields["PPid"]), int(fields.get("VmRSS", "0 kB").split()[0]) / 1024,
+                          int(fields.get("VmHWM", "0 kB").split()[0]) / 1024)
         except (OSError, KeyError, ValueError):
             continue
     return table
-
-
-def descendants(table: dict[int, tuple], root: int) -> set[int]:
-    """Every process below `root` in a `_process_table()` (children, their children, ...)."""
-    tree, frontier = set(), [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, *_) in table.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                frontier.append(pid)
-    return tree
 
 
 def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) -> None:
@@ -153,8 +142,8 @@ def descendant_peaks(stop: threading.Event, peaks: dict, every: float = 0.25) ->
     """
     me = os.getpid()
     while True:
-        table = _process_table()
-        tree = descendants(table, me)
+        table = _process_table(me)
+        tree = set(table)
         for pid in tree:
             peaks[str(pid)] = max(peaks.get(str(pid), 0.0), table[pid][2])
         peaks["workers_tree_mb"] = max(peaks.get("workers_tree_mb", 0.0), sum(table[pid][1] for pid in tree))

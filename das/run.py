@@ -16,7 +16,7 @@ from pathlib import Path
 
 from das import atomic, bundle, preflight, signing
 from das.checkpoint import Checkpoints, is_disk_full
-from das.executors import make_executor
+from das.executors import lasting, make_executor
 from das.frame import (
     NOT_PRIVATE,
     Completion,
@@ -403,8 +403,9 @@ class _Job:
         atomic.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
         try:
             completion = shape.release(self, confidential)
-            self.frame = complete(self.frame, completion, validate={"executor": self.executor,
-                                                                    "persons_limit": self._persons_limit()})
+            with lasting(self.executor) as validating:  # shards, not states: processes that serve them all
+                self.frame = complete(self.frame, completion, validate={"executor": validating,
+                                                                        "persons_limit": self._persons_limit()})
         except BaseException as e:
             self.frame = mark_interrupted(self.frame, e)
             stop = stopped(e, run_dir.path)

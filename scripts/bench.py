@@ -29,29 +29,7 @@ RECORDED = ROOT / "benchmarks" / "recorded"
 CHILD = """
 import json, os, resource, sys, threading, time, importlib
 sys.path.insert(0, {root!r})
-
-
-def tree_rss_kb():
-    # resident memory of this process and every descendant (pool workers, subprocess runs), from /proc
-    parent, rss = {{}}, {{}}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{{pid}}/stat") as f:
-                parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{{pid}}/status") as f:
-                rss[int(pid)] = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
-        except (OSError, ValueError, IndexError):
-            continue
-    tree, frontier = {{os.getpid()}}, [os.getpid()]
-    while frontier:
-        p = frontier.pop()
-        for child, ppid in parent.items():
-            if ppid == p and child not in tree:
-                tree.add(child)
-                frontier.append(child)
-    return sum(rss.get(p, 0) for p in tree)
+from benchmarks._harness import tree_rss_kb
 
 
 peak = [0]

@@ -42,3 +42,29 @@ def test_a_reaped_childs_bytes_are_the_workers_and_the_drivers_own_are_its_own(t
     assert 3 * MB <= figures["driver_bytes_read"] < 4 * MB
     assert 16 * MB <= figures["workers_bytes_read"] < 40 * MB  # the child's file and its interpreter's start
     assert figures["bytes_read"] == figures["driver_bytes_read"] + figures["workers_bytes_read"]
+
+
+def test_the_process_tree_is_every_descendant_and_its_memory(monkeypatch):
+    """The tree walked down /proc's children lists is the one every process's parent gives (the fallback), a
+    grandchild included, and its resident memory counts a child holding 64 MB."""
+    import os
+
+    import benchmarks._harness as harness
+
+    holder = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; b = bytearray(64 << 20); "
+                               "c = subprocess.Popen(['sleep', '30']); print(c.pid, flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    grandchild = None
+    try:
+        grandchild = int(holder.stdout.readline())
+        walked = harness.process_tree(os.getpid())
+        assert {holder.pid, grandchild} <= walked
+        assert harness.rss_kb(holder.pid) >= 64 << 10
+        assert harness.tree_rss_kb() >= harness.rss_kb(os.getpid()) + (64 << 10)
+        monkeypatch.setattr(harness, "_children", lambda pid: None)  # a kernel without children lists
+        assert harness.process_tree(os.getpid()) == walked
+    finally:
+        if grandchild:
+            os.kill(grandchild, 9)
+        holder.kill()
+        holder.wait()

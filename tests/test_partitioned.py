@@ -85,6 +85,29 @@ def test_the_release_does_not_depend_on_the_workers(reference, tmp_path, monkeyp
     assert again.manifest.nmf == result.manifest.nmf
 
 
+def _pid(_) -> int:
+    return os.getpid()
+
+
+def test_the_validator_shards_run_in_lasting_processes_of_a_fresh_pool():
+    """A partitioned run's pool starts a process per state task; the validator's many shard tasks run on a pool of
+    the same size whose processes serve them all (a new process per shard was a tenth of their CPU)."""
+    from das.executors import InlineExecutor, PoolExecutor, lasting
+
+    fresh = PoolExecutor(2, fresh=True)
+    try:
+        assert len({fresh.submit(_pid, None).result() for _ in range(4)}) == 4
+        with lasting(fresh) as pool:
+            assert pool is not fresh and pool.slots == 2 and not pool.fresh
+            assert len({f.result() for f in [pool.submit(_pid, None) for _ in range(8)]}) <= 2
+        assert pool.pool._shutdown_thread  # closed with the block
+    finally:
+        fresh.close()
+    inline = InlineExecutor()
+    with lasting(inline) as same:
+        assert same is inline
+
+
 def test_a_states_width_is_its_share_of_the_slots():
     from das.executors import InlineExecutor, PoolExecutor
     from das.partitioned import widths
