@@ -54,13 +54,37 @@ def test_geocode_joins_that_coincide_are_one_geocode_and_a_missing_part_makes_it
     assert present(codes).tolist() == ["123x0", "123y0", "nan"]
 
 
-def test_decoded_levels_of_distinct_values_equal_the_per_row_lookup(persons):
+@pytest.mark.parametrize("encoding", ["as read", "categorical"])
+def test_decoded_levels_of_distinct_values_equal_the_per_row_lookup(persons, encoding):
     schema = load_schema("pl94_persons")
+    if encoding == "categorical":  # as das's MDF is read: Parquet dictionary columns
+        persons = persons.assign(**{a.column: persons[a.column].astype(str).astype("category")
+                                    for a in schema.attributes})
     levels, per_row = decode(persons, schema), _levels_per_row(persons, schema)
     for a in schema.attributes:
         assert np.array_equal(levels[a.name].to_numpy(), per_row[a.name])
     broken = persons.copy()
     column = schema.attributes[1].column
     broken[column] = broken[column].astype(str).where(broken.index != 17, "77")
+    if encoding == "categorical":
+        broken[column] = broken[column].astype("category")
     with pytest.raises(ValueError, match=f"column {column} holds '77', not a code"):
         decode(broken, schema)
+
+
+@pytest.mark.parametrize("column", [
+    pd.Series(pd.Categorical(["b", "a", None, "b"], categories=["a", "b", "z"])),  # unused, missing
+    pd.Series(pd.Categorical(["01", "01"])),
+    pd.Series(["b", "a", None, "b"], dtype=object),
+    pd.Series(np.array([3, 1, 3], dtype=np.int8)),
+])
+def test_distinct_codes_each_row_as_factorize_does(column):
+    """A categorical's own codes stand for pd.factorize's hash of every row: each row's value (a missing one as
+    missing) is the same, and rows are equal exactly where their codes are."""
+    from das.validate.reading import distinct
+
+    codes, values = distinct(column)
+    theirs, their_values = pd.factorize(column, use_na_sentinel=False)
+    mine = pd.Series(np.asarray(values, dtype=object)[codes]).astype(str).tolist()
+    assert mine == pd.Series(np.asarray(their_values, dtype=object)[theirs]).astype(str).tolist()
+    assert (codes[:, None] == codes[None, :]).tolist() == (theirs[:, None] == theirs[None, :]).tolist()

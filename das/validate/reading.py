@@ -174,6 +174,18 @@ def states_in(path: Path) -> list[str]:
 # Geocodes and levels, on the distinct values
 
 
+def distinct(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(each row's code, the values coded) as pd.factorize(column, use_na_sentinel=False) gives them (a missing value
+    coded too), from a categorical's own codes where it is one (a Parquet dictionary column, as das writes the
+    MDF): no hash of every row. The values may then hold some that no row has."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return pd.factorize(column, use_na_sentinel=False)
+    codes, categories = column.cat.codes.to_numpy(), column.cat.categories
+    if len(codes) and codes.min() < 0:  # missing: the code after the categories
+        return np.where(codes < 0, len(categories), codes), pd.Index([*categories, np.nan], dtype=object)
+    return codes, categories
+
+
 def geocode(frame: pd.DataFrame) -> pd.Series:
     """Each record's block geocode (the first four geography columns joined), as a categorical whose
     categories are the distinct geocodes, sorted: the columns' distinct values are joined, not every row's."""
@@ -181,7 +193,7 @@ def geocode(frame: pd.DataFrame) -> pd.Series:
         return pd.Series([], dtype=str)
     key, parts = np.zeros(len(frame), dtype=np.int64), []
     for c in GEO:
-        codes, uniques = pd.factorize(frame[c], use_na_sentinel=False)
+        codes, uniques = distinct(frame[c])
         if len(parts) and key.max(initial=0) >= (1 << 62) // max(1, len(uniques)):  # too many combinations
             texts = [frame[c].astype(str) for c in GEO]
             return pd.Series((texts[0] + texts[1] + texts[2] + texts[3]).to_numpy(dtype=str), index=frame.index,
@@ -223,7 +235,7 @@ def decode(frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:
     for a in schema.attributes:
         col = frame[a.column]
         lookup = {str(code): i for i, code in enumerate(a.codes)}
-        codes, uniques = pd.factorize(col, use_na_sentinel=False)
+        codes, uniques = distinct(col)
         levels = pd.Series(uniques).astype(str).map(lookup).to_numpy(dtype=float)[codes]
         if np.isnan(levels).any():
             bad = col.iloc[int(np.flatnonzero(np.isnan(levels))[0])]
@@ -231,4 +243,4 @@ def decode(frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:
         out[a.name] = levels.astype(np.int64)
     for r in schema.recodes:
         out[r.name] = np.asarray(r.mapping)[out[r.attribute]]
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, copy=False)  # a column an array: not copied into one block (a second of a state's shard)
