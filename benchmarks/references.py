@@ -67,10 +67,12 @@ sqrt(m)/n, (1/2 + m/(2K)) rho_ref in all, plus n^'s rho/20, which is less (check
 rho / (1 + m/(2K)): 10/17 rho at K = 5 (40/47 rho at K = 20).
 
 Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench references`; the runs are
-kept per (mechanism, implementation, fixture, rho, seed) in runs/bench_references/results and a rerun
-does only the missing ones. DAS_REFERENCES_SEEDS (default 3), DAS_REFERENCES_ROW_SEEDS (more seeds for some rows, e.g.
-`aim:al_perry:1/4=6`), DAS_REFERENCES_TIMEOUT (seconds a reference
-may take on one tract, default 7200). The table goes to benchmarks/recorded/references.md.
+kept per (mechanism, implementation, fixture, rho, seed) in benchmarks/recorded/references/ (with the
+repository, so a rerun anywhere does only the missing ones); DAS_REFERENCES_MECHANISMS (e.g. `rap`) runs
+some mechanisms only, and each family's table (benchmarks/recorded/references.md: MST, AIM, MWEM;
+references_rap.md: RAP) is rewritten when its runs were made. DAS_REFERENCES_SEEDS (default 3),
+DAS_REFERENCES_ROW_SEEDS (more seeds for some rows, e.g. `aim:al_perry:1/4=6`), DAS_REFERENCES_TIMEOUT
+(seconds a reference may take on one tract, default 7200).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def row_seeds(text: str) -> dict[tuple[str, str, str], int]:
 
 
 ROW_SEEDS = row_seeds(os.environ.get("DAS_REFERENCES_ROW_SEEDS", ""))
+RESULTS = RECORDED / "references"  # a JSON file a run, kept with the repository: any later rerun does only the missing
 TIMEOUT = int(os.environ.get("DAS_REFERENCES_TIMEOUT", "7200"))
 DELTA = 1e-10  # what the references' (eps, delta) interface is given beside eps; their rho is what counts
 MWEM_ITERATIONS = 40
@@ -120,6 +123,8 @@ AIM_MAX_CELLS = 100_000  # das's AIM workload: cliques of up to three attributes
 IMPLEMENTATIONS = {"mst": ("das", "private_pgm", "smartnoise"), "aim": ("das", "private_pgm", "smartnoise"),
                    "mwem": ("das", "smartnoise"), "rap": ("das", "amazon_rap")}
 REFERENCES = {"private_pgm": "Private-PGM", "smartnoise": "SmartNoise", "amazon_rap": "RAP reference"}  # table columns
+FAMILIES = {"references.md": ("mst", "aim", "mwem"), "references_rap.md": ("rap",)}  # a recorded file each
+MECHANISMS = tuple(m for m in os.environ.get("DAS_REFERENCES_MECHANISMS", "").split(",") if m) or tuple(IMPLEMENTATIONS)
 ENVIRONMENTS = {
     "private_pgm": ["jax==0.7.0", "jaxlib==0.7.0", "chex==0.1.90", "optax==0.2.5", "pandas==2.3.1", "attrs", "networkx",
                     "matplotlib", "scipy"],
@@ -390,33 +395,42 @@ def _done(path: Path, implementation: str) -> bool:
 def tasks() -> list[tuple[str, str, str, str, int]]:
     """(fixture, mechanism, implementation, rho, seed) of every run."""
     return [(fixture, mechanism, implementation, rho, seed)
-            for fixture in FIXTURES for mechanism, implementations in IMPLEMENTATIONS.items()
+            for fixture in FIXTURES for mechanism, implementations in IMPLEMENTATIONS.items() if mechanism in MECHANISMS
             for implementation in implementations for rho in RHOS
             for seed in range(ROW_SEEDS.get((mechanism, fixture, rho), SEEDS))]
 
 
-def run_all(log=print) -> list[dict]:
-    """Every run of `tasks()` not yet in WORK/results (das's: not with the current mechanism code); returns all
-    results."""
-    results_dir = WORK / "results"
-    results_dir.mkdir(parents=True, exist_ok=True)
-    source, commit = private_pgm_source()
-    pythons = {"private_pgm": environment("private_pgm", source), "smartnoise": environment("smartnoise"),
-               "private_pgm_source": source}
-    commits = {"private_pgm": commit}
-    contexts = {}
+def _prepare(implementation: str, pythons: dict, commits: dict) -> None:
+    """The reference's source and environment, made when a run of it is first pending (a rerun of RAP's rows alone
+    needs neither Private-PGM nor SmartNoise)."""
+    if implementation == "das" or implementation in pythons:
+        return
+    if implementation in ("private_pgm", "amazon_rap"):
+        source, commits[implementation] = private_pgm_source() if implementation == "private_pgm" else amazon_rap_source()
+        pythons[f"{implementation}_source"] = source
+        pythons[implementation] = environment(implementation, source)
+    else:
+        pythons[implementation] = environment(implementation)
+
+
+def run_all(log=print) -> tuple[list[dict], set[str]]:
+    """Every run of `tasks()` not yet in RESULTS (das's: not with the current mechanism code); returns all results
+    there, and the mechanisms this invocation ran."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    pythons: dict = {}
+    commits: dict = {}
+    contexts, ran = {}, set()
     for fixture, mechanism, implementation, rho, seed in tasks():
-        path = results_dir / f"{_key(mechanism, implementation, fixture, rho, seed)}.json"
+        path = RESULTS / f"{_key(mechanism, implementation, fixture, rho, seed)}.json"
         if _done(path, implementation):
             continue
-        if implementation == "amazon_rap" and implementation not in pythons:  # made only when a RAP run is pending
-            pythons["amazon_rap_source"], commits["amazon_rap"] = amazon_rap_source()
-            pythons["amazon_rap"] = environment("amazon_rap", pythons["amazon_rap_source"])
+        _prepare(implementation, pythons, commits)
         ctx = contexts.setdefault(fixture, truth(fixture))
         log(f"{mechanism} {implementation} {fixture} rho {rho} seed {seed}")
         path.write_text(json.dumps(_one(ctx, mechanism, implementation, fixture, rho=rho, seed=seed, pythons=pythons,
-                                        commit=commits.get(implementation))))
-    return [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+                                        commit=commits.get(implementation)), indent=1) + "\n")
+        ran.add(mechanism)
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))], ran
 
 
 def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, seed: int, pythons: dict,
@@ -457,18 +471,22 @@ def _mean_se(values: list[float], digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + (f" ± {se:.{digits}f}" if se == se else "")
 
 
-def table(results: list[dict]) -> list[str]:
-    """The comparison as Markdown rows: per mechanism, fixture and rho, each implementation's mean ± se over seeds."""
-    names = " | ".join(REFERENCES.values())
+def table(results: list[dict], mechanisms: tuple[str, ...] = tuple(IMPLEMENTATIONS)) -> list[str]:
+    """The comparison of `mechanisms` as Markdown rows: per mechanism, fixture and rho, each implementation's mean ± se
+    over seeds; a column per reference of any of them."""
+    used = {i for m in mechanisms for i in IMPLEMENTATIONS[m]}
+    references = [r for r in REFERENCES if r in used]
+    names = " | ".join(REFERENCES[r] for r in references)
     lines = [f"| mechanism | fixture | rho | block MAE: das | {names} | tract detailed MAE: das | {names} | "
              f"seconds a release: das | {names} |",
-             "|---|---|---|" + "---|" * 3 * (1 + len(REFERENCES))]
-    for mechanism, implementations in IMPLEMENTATIONS.items():
+             "|---|---|---|" + "---|" * 3 * (1 + len(references))]
+    for mechanism in mechanisms:
+        implementations = IMPLEMENTATIONS[mechanism]
         for fixture in FIXTURES:
             for rho in RHOS:
                 cells = {"block_mae": [], "tract_detailed_mae": [], "seconds": []}
                 for metric in cells:
-                    for implementation in ("das", *REFERENCES):
+                    for implementation in ("das", *references):
                         mine = [r for r in results if (r["mechanism"], r["implementation"], r["fixture"], r["rho"])
                                 == (mechanism, implementation, fixture, rho)]
                         ok = [r[metric] for r in mine if r["status"] == "ok"]
@@ -503,48 +521,63 @@ def worst_ratio(results: list[dict], metric: str = "block_mae") -> float:
     return max(ratios) if ratios else float("nan")
 
 
-def record(results: list[dict], seconds: float) -> None:
-    """benchmarks/recorded/references.md: the table, the versions and the conversions."""
+def record(results: list[dict], seconds: float, ran: set[str]) -> None:
+    """benchmarks/recorded/references.md (MST, AIM, MWEM) and references_rap.md (RAP): each family's table, versions
+    and conversions, rewritten when this invocation ran some of its mechanisms (or its file is missing)."""
     stamps = {name: WORK / "envs" / name / "das-installed.json" for name in ENVIRONMENTS}
     versions = {name: json.loads(stamp.read_text())["versions"] for name, stamp in stamps.items() if stamp.exists()}
-    commits = sorted({r["private_pgm_commit"] for r in results if r.get("private_pgm_commit")})
-    rap_commits = sorted({r["amazon_rap_commit"] for r in results if r.get("amazon_rap_commit")})
-    lines = [
-        "## Reference implementations at the same guarantee (issue 25)", "",
-        "- command: `scripts/bench references` (benchmarks/references.py; not in the default suite: hours)",
+
+    def listed(name: str) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(versions.get(name, {}).items())) or "-"
+
+    def commits(key: str) -> str:
+        return ", ".join(sorted({r[key] for r in results if r.get(key)})) or "-"
+
+    common = [
+        "- command: `scripts/bench references` (benchmarks/references.py; not in the default suite: hours); "
+        "`DAS_REFERENCES_MECHANISMS=...` runs some mechanisms only; each run's result is kept in "
+        f"`{RESULTS.relative_to(ROOT)}/`, and a rerun makes only the missing ones",
         f"- when: {dt.datetime.now():%Y-%m-%d %H:%M}; {seconds / 3600:.1f} h wall for the runs made by this "
         "invocation, on 2 cores shared with other jobs",
-        f"- Private-PGM at commit {', '.join(commits) or '-'} (`mechanisms/mst.py`, `mechanisms/aim.py`; mbi from that "
-        f"source), its environment: {', '.join(f'{k} {v}' for k, v in sorted(versions.get('private_pgm', {}).items()))}",
-        f"- SmartNoise Synth: {', '.join(f'{k} {v}' for k, v in sorted(versions.get('smartnoise', {}).items()))}",
-        "- the same guarantee: das's rho-zCDP under change-one neighbours. MST references get add/remove rho 3/8 rho, "
-        f"AIM references {float(reference_rho('aim', Fraction(1))):.4f} rho (their Gaussian steps cost twice under "
-        "change-one, their selections four times), SmartNoise's MWEM pure eps = sqrt(32 T rho / 17) with "
-        f"T = {MWEM_ITERATIONS} iterations (benchmarks/references.py says why)",
-        "- SmartNoise's MWEM on the public domain (as published it reads each column's range from the data, outside "
-        "its accounting; run that way on Grand Isle, one seed, its detailed MAE was 0.07 and 0.11), its "
-        "multiplicative-weights step on the measured slice only (the same update, minutes instead of hours a tract)",
         f"- the tables: each tract of the fixture, block x hhgq x votingage x hispanic x cenrace; seeds 0..{SEEDS - 1} "
         + "".join(f"(0..{n - 1} for {m} on {FIXTURES.get(f, f)} at rho {r}) " for (m, f, r), n in ROW_SEEDS.items())
-        + "; AIM's workload every clique of up to three attributes within 100,000 cells (SmartNoise's AIM: its degree-3 "
-        "workload within the same limit); MAE over all blocks (block total population) and over every tract x "
-        "detailed cell, by das.research's scorer; mean ± standard error over seeds (the number of seeds in brackets)",
-        "- the references' releases are records sampled from their models (SmartNoise's MST, AIM and MWEM sample as "
-        "many as the true count, which they read from the data); das's are the model's expected counts rounded to "
-        "its noisy tract total",
-        f"- RAP reference (Amazon Science's relaxed-adaptive-projection, `--algorithm RAP`: `RAPpp`, one marginal "
-        f"module, its RAP optimizer settings) at commit {', '.join(rap_commits) or '-'}, its environment: "
-        f"{', '.join(f'{k} {v}' for k, v in sorted(versions.get('amazon_rap', {}).items())) or '-'}; das's rap and it: "
-        f"{rap_schedule_text()} (das's rap's). Its queries are whole "
-        "vectors (a marginal's slice): in every block each of das's tables P1 total, P1-P5, and the tract's detailed "
-        "cells as 16 queries of 126 (das's: the same tables' cells, one query each). Its n (public to it) is n^, the "
-        "tract count with das's total's noise (rho/20 under change-one), by its own Gaussian mechanism; it gets rho "
-        f"{float(reference_rho('rap', Fraction(1))):.4f} rho through its eps at its delta 1/n^2 (its selections cost "
-        f"twice its charge under change-one, its Gaussians at most {len(rap_tables())}/K of it: a person is in one cell of "
-        f"{len(rap_tables())} tables; benchmarks/references.py says why); its records: its own sampling of the "
-        "relaxed rows (40 a row), n^ of them drawn",
-        "", *table(results), ""]
-    (RECORDED / "references.md").write_text("\n".join(lines))
+        + "; MAE over all blocks (block total population) and over every tract x detailed cell, by das.research's "
+        "scorer; mean ± standard error over seeds (the number of seeds in brackets)"]
+    families = {
+        "references.md": ["## Reference implementations at the same guarantee (issue 25)", "", *common,
+            f"- Private-PGM at commit {commits('private_pgm_commit')} (`mechanisms/mst.py`, `mechanisms/aim.py`; mbi "
+            f"from that source), its environment: {listed('private_pgm')}",
+            f"- SmartNoise Synth: {listed('smartnoise')}",
+            "- the same guarantee: das's rho-zCDP under change-one neighbours. MST references get add/remove rho 3/8 "
+            f"rho, AIM references {float(reference_rho('aim', Fraction(1))):.4f} rho (their Gaussian steps cost twice "
+            "under change-one, their selections four times), SmartNoise's MWEM pure eps = sqrt(32 T rho / 17) with "
+            f"T = {MWEM_ITERATIONS} iterations (benchmarks/references.py says why)",
+            "- SmartNoise's MWEM on the public domain (as published it reads each column's range from the data, "
+            "outside its accounting; run that way on Grand Isle, one seed, its detailed MAE was 0.07 and 0.11), its "
+            "multiplicative-weights step on the measured slice only (the same update, minutes instead of hours a tract)",
+            "- AIM's workload every clique of up to three attributes within 100,000 cells (SmartNoise's AIM: its "
+            "degree-3 workload within the same limit)",
+            "- the references' releases are records sampled from their models (SmartNoise's MST, AIM and MWEM sample "
+            "as many as the true count, which they read from the data); das's are the model's expected counts rounded "
+            "to its noisy tract total"],
+        "references_rap.md": ["## The RAP reference at the same guarantee (issue 37)", "", *common,
+            "- RAP reference: Amazon Science's relaxed-adaptive-projection, `--algorithm RAP` (`RAPpp`, one marginal "
+            f"module, its RAP optimizer settings) at commit {commits('amazon_rap_commit')}, its environment: "
+            f"{listed('amazon_rap')}; das's rap and it: {rap_schedule_text()} (das's rap's)",
+            "- its queries are whole vectors (a marginal's slice): in every block each of das's tables P1 total, "
+            "P1-P5, and the tract's detailed cells as 16 queries of 126 (das's: the same tables' cells, one query "
+            "each). Its n (public to it) is n^, the tract count with das's total's noise (rho/20 under change-one), "
+            f"by its own Gaussian mechanism; it gets rho {float(reference_rho('rap', Fraction(1))):.4f} rho through "
+            "its eps at its delta 1/n^2 (its selections cost twice its charge under change-one, its Gaussians at most "
+            f"{len(rap_tables())}/K of it: a person is in one cell of {len(rap_tables())} tables; "
+            "benchmarks/references.py says why); its records: its own sampling of the relaxed rows (40 a row), n^ of "
+            "them drawn; das's: the relaxed rows' mixture times its noisy tract total, rounded block by block"],
+    }
+    for name, mechanisms in FAMILIES.items():
+        path = RECORDED / name
+        mine = [r for r in results if r["mechanism"] in mechanisms]
+        if mine and (ran & set(mechanisms) or not path.exists()):
+            path.write_text("\n".join([*families[name], "", *table(mine, mechanisms), ""]))
 
 
 def _log(line: str) -> None:
@@ -556,8 +589,8 @@ def _log(line: str) -> None:
 
 def compare_references() -> dict:
     t0 = time.perf_counter()
-    results = run_all(log=_log)
-    record(results, time.perf_counter() - t0)
+    results, ran = run_all(log=_log)
+    record(results, time.perf_counter() - t0, ran)
     return {"seconds": time.perf_counter() - t0, "worst_das_over_best_reference": worst_ratio(results),
             "worst_das_over_best_reference_detailed": worst_ratio(results, "tract_detailed_mae"),
             "runs": float(len(results))}
