@@ -123,6 +123,8 @@ AIM_MAX_CELLS = 100_000  # das's AIM workload: cliques of up to three attributes
 IMPLEMENTATIONS = {"mst": ("das", "private_pgm", "smartnoise"), "aim": ("das", "private_pgm", "smartnoise"),
                    "mwem": ("das", "smartnoise"), "rap": ("das", "amazon_rap")}
 REFERENCES = {"private_pgm": "Private-PGM", "smartnoise": "SmartNoise", "amazon_rap": "RAP reference"}  # table columns
+METRICS = {"block_mae": "block MAE", "tract_detailed_mae": "tract detailed MAE",
+           "workload_mean": "workload mean error", "workload_max": "workload max error", "seconds": "seconds a release"}
 FAMILIES = {"references.md": ("mst", "aim", "mwem"), "references_rap.md": ("rap",)}  # a recorded file each
 MECHANISMS = tuple(m for m in os.environ.get("DAS_REFERENCES_MECHANISMS", "").split(",") if m) or tuple(IMPLEMENTATIONS)
 ENVIRONMENTS = {
@@ -357,6 +359,24 @@ def scores(ctx, histograms) -> dict:
             "persons": int(histograms.sum())}
 
 
+def workload_errors(ctx, histograms) -> dict:
+    """RAP's workload (das.mechanisms.rap.workload: the block tables in every block, the tract's detailed cells)
+    answered by the release and by the confidential counts, tract by tract: the largest and the mean absolute
+    error over its queries, in persons."""
+    from das.mechanisms.domain import geounits, unit_counts
+    from das.mechanisms.rap import records, workload
+
+    histograms = histograms.tocsr()
+    worst, total, n = 0.0, 0.0, 0
+    for _, block_index in geounits(ctx.geography, "tract"):
+        queries = workload(ctx.schema, len(block_index))
+        truth, mine = (queries.answers(records(unit_counts(h, block_index), ctx.schema, len(block_index)))
+                       for h in (ctx.blocks, histograms))
+        errors = np.abs(mine - truth)
+        worst, total, n = max(worst, float(errors.max(initial=0.0))), total + float(errors.sum()), n + errors.size
+    return {"workload_max": worst, "workload_mean": total / max(n, 1)}
+
+
 # ---------------------------------------------------------------------------------------------
 # The study
 
@@ -387,6 +407,8 @@ def _done(path: Path, implementation: str) -> bool:
     result = json.loads(path.read_text())
     if not (result["status"] == "ok" or result["status"].startswith("timeout")):
         return False
+    if result["status"] == "ok" and result["mechanism"] == "rap" and "workload_mean" not in result:
+        return False  # made before the workload's errors were scored
     if implementation == "amazon_rap":  # run at das's rap's schedule: again when das's changes
         return result.get("rap_schedule") == rap_schedule_text()
     return implementation != "das" or result.get("das_code") == DAS_CODE
@@ -458,7 +480,8 @@ def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, se
                   f"{float(budget * rap_schedule()[3] / 2):.4f}" if implementation == "amazon_rap"
              else f"add/remove rho {float(reference_rho(mechanism, budget)):.4f}" if implementation != "das" else f"rho {rho}")
     extra = {"amazon_rap_commit": commit, "rap_schedule": rap_schedule_text()} if implementation == "amazon_rap" else {}
-    return row | scores(ctx, histograms) | {"status": "ok", "seconds": seconds, "given": given,
+    return row | scores(ctx, histograms) | (workload_errors(ctx, histograms) if mechanism == "rap" else {}) | {
+        "status": "ok", "seconds": seconds, "given": given,
                                             "private_pgm_commit": commit if implementation == "private_pgm" else None,
                                             "das_code": DAS_CODE if implementation == "das" else None} | extra
 
@@ -477,14 +500,15 @@ def table(results: list[dict], mechanisms: tuple[str, ...] = tuple(IMPLEMENTATIO
     used = {i for m in mechanisms for i in IMPLEMENTATIONS[m]}
     references = [r for r in REFERENCES if r in used]
     names = " | ".join(REFERENCES[r] for r in references)
-    lines = [f"| mechanism | fixture | rho | block MAE: das | {names} | tract detailed MAE: das | {names} | "
-             f"seconds a release: das | {names} |",
-             "|---|---|---|" + "---|" * 3 * (1 + len(references))]
+    metrics = [m for m in METRICS if m in ("block_mae", "tract_detailed_mae", "seconds")
+               or any(m in r for r in results if r["mechanism"] in mechanisms)]
+    lines = ["| mechanism | fixture | rho | " + " | ".join(f"{METRICS[m]}: das | {names}" for m in metrics) + " |",
+             "|---|---|---|" + "---|" * len(metrics) * (1 + len(references))]
     for mechanism in mechanisms:
         implementations = IMPLEMENTATIONS[mechanism]
         for fixture in FIXTURES:
             for rho in RHOS:
-                cells = {"block_mae": [], "tract_detailed_mae": [], "seconds": []}
+                cells: dict[str, list[str]] = {m: [] for m in metrics}
                 for metric in cells:
                     for implementation in ("das", *references):
                         mine = [r for r in results if (r["mechanism"], r["implementation"], r["fixture"], r["rho"])
@@ -492,13 +516,14 @@ def table(results: list[dict], mechanisms: tuple[str, ...] = tuple(IMPLEMENTATIO
                         ok = [r[metric] for r in mine if r["status"] == "ok"]
                         failed = [r["status"] for r in mine if r["status"] != "ok"]
                         text = "n/a" if implementation not in implementations else (
-                            (_mean_se(ok, 3 if metric == "tract_detailed_mae" else 2) if metric != "seconds"
+                            (_mean_se(ok, 3 if metric in ("tract_detailed_mae", "workload_mean") else 2)
+                             if metric != "seconds"
                              else (f"{np.median(ok):.0f}" if ok else "-"))
                             + (f" ({len(ok)})" if ok and metric == "block_mae" else "")
                             + (f" [{len(failed)} {failed[0].split(':')[0]}]" if failed else ""))
                         cells[metric].append(text)
                 lines.append(f"| {mechanism} | {FIXTURES[fixture]} | {rho} | " + " | ".join(
-                    " | ".join(cells[m]) for m in ("block_mae", "tract_detailed_mae", "seconds")) + " |")
+                    " | ".join(cells[m]) for m in metrics) + " |")
     return lines
 
 

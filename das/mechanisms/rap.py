@@ -54,7 +54,7 @@ def workload(schema: Schema, n_blocks: int) -> Workload:
     return build_workload(schema, (*tables, detailed), n_blocks)
 
 
-def _records(counts: np.ndarray, schema: Schema, n_blocks: int) -> np.ndarray:
+def records(counts: np.ndarray, schema: Schema, n_blocks: int) -> np.ndarray:
     """The tract's persons as (block, attribute levels) rows from its domain counts (block-major)."""
     cells = np.repeat(np.arange(counts.size), counts.astype(np.int64))
     blocks, inner = np.divmod(cells, schema.size)
@@ -88,7 +88,7 @@ def synthesize_unit(counts: np.ndarray, schema: Schema, n_blocks: int, *, schedu
     """RAP on one tract's domain counts: integer counts over the domain."""
     queries = workload(schema, n_blocks)
     operators = mask_operators(queries, config.dtype)
-    truth = np.rint(queries.answers(_records(counts, schema, n_blocks))).astype(np.int64)
+    truth = np.rint(queries.answers(records(counts, schema, n_blocks))).astype(np.int64)
     total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
     generator = np.random.default_rng(rng.uint64(4).tolist())  # post-processing randomness, from the same source
     logits = initial_logits(queries, config, generator)
