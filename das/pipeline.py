@@ -12,6 +12,7 @@ run these stages; the release frame (das.frame) keeps the run directory around t
 
 from __future__ import annotations
 
+import functools
 import logging
 import subprocess
 import time
@@ -46,14 +47,20 @@ from das.topdown.engine import EngineOptions, LevelReport, postprocess
 logger = logging.getLogger(__name__)
 
 
+@functools.cache
 def code_version() -> str:
-    """das version, plus the git commit when running from a checkout (and '+dirty' if modified)."""
+    """das version, plus the git commit when running from a checkout (and '+dirty' if modified).
+
+    Asked of git once per process, so every file a run writes carries the same version (a `git status` timed out
+    under load once gave one NMF file the bare version), and without git's optional index lock (a status killed by
+    the timeout left `.git/index.lock` behind, and concurrent runs contended for it)."""
     root = Path(__file__).resolve().parents[1]
+    git = ["git", "--no-optional-locks", "-C", str(root)]
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
         return f"{das.__version__} (git {commit}{'+dirty' if dirty else ''})"
     except (OSError, subprocess.SubprocessError):
         return das.__version__

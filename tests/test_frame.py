@@ -119,3 +119,30 @@ def test_completing_lists_every_file_written_validates_and_removes_the_checkpoin
     assert stat.S_IMODE(os.stat(run_dir.signing_key_file).st_mode) == 0o600
     last = max(p.stat().st_mtime_ns for p in run_dir.path.rglob("*") if p.is_file() and p != run_dir.signature_file)
     assert run_dir.signature_file.stat().st_mtime_ns >= last
+
+
+def test_every_file_of_a_run_carries_one_code_version_though_git_fails_after_the_first_call(pipe, monkeypatch):
+    """A `git status` that timed out under load gave one NMF file the bare version (its digest differed between
+    two equal seeded runs): git is asked once per process, without its optional index lock."""
+    import subprocess
+
+    import das.pipeline
+
+    calls = []
+    real = subprocess.run
+
+    def flaky(args, *a, **k):
+        calls.append(list(args))
+        if len(calls) > 2:
+            raise subprocess.TimeoutExpired(args, 30)
+        return real(args, *a, **k)
+
+    das.pipeline.code_version.cache_clear()
+    monkeypatch.setattr(das.pipeline.subprocess, "run", flaky)
+    try:
+        first = pipe.metadata()
+        assert all(pipe.metadata() == first for _ in range(3))
+        assert first[b"das.version"].decode() == code_version() and "(git " in code_version()
+        assert 1 <= len(calls) <= 2 and all("--no-optional-locks" in c for c in calls)
+    finally:
+        das.pipeline.code_version.cache_clear()
