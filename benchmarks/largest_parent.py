@@ -69,16 +69,16 @@ def county_problem(input_dir: Path, children: int, seed: int = 2020):
 
 def _certificates(problem) -> dict:
     """The direct path's one pass, timed, and its certificate three ways (the module's docstring)."""
-    from das.topdown import l2, solve
+    from das.topdown import l2, matrices, optimality
 
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
-    parent = (solve._parent_sum(problem, columns), problem.parent_counts.astype(float))
-    bounds = solve._bound_rows(problem, columns)
+    columns = matrices.variables(problem)
+    terms = matrices.weighted_terms(problem, columns, problem.queries)
+    parent = (matrices.parent_sum(problem, columns), problem.parent_counts.astype(float))
+    bounds = matrices.bound_rows(problem, columns)
     stated = l2.Pass(terms, [], parent, bounds)
     base = _status_mb("VmRSS")
     t0, c0 = time.perf_counter(), time.process_time()
-    point = l2.solve_point(stated, len(columns), solve._scale_of([y for _, y, _ in terms], parent))
+    point = l2.solve_point(stated, len(columns), matrices.scale_of([y for _, y, _ in terms], parent))
     figures = {"l2_seconds": time.perf_counter() - t0, "l2_cpu_seconds": time.process_time() - c0,
                "l2_peak_over_base_mb": _status_mb("VmHWM") - base, "variables": len(columns)}
     unclipped = point.answers[next(i for i, (a, _, _) in enumerate(terms) if a.shape[0] == len(columns)
@@ -86,16 +86,16 @@ def _certificates(problem) -> dict:
     cases = {"frank_wolfe_clipped": (point.x, None), "frank_wolfe_unclipped": (unclipped, None),
              "dual_at_answers": (point.x, point.answers)}
     for name, (x, answers) in cases.items():
-        value, gap = solve.certify(problem, columns, terms, x, parent_sums=parent[1], bounds=bounds, fixed=[],
+        value, gap = optimality.certify(problem, columns, terms, x, parent_sums=parent[1], bounds=bounds, fixed=[],
                                    answers=answers)
         if answers is not None:  # the dual bound alone (certify keeps the better of it and Frank-Wolfe's)
-            regions = solve.regions_of(problem, columns, x, parent_sums=parent[1], bounds=bounds, fixed=[])
-            value, gap = value, solve._dual_gap(problem, columns, terms, [v - y for v, (_, y, _) in zip(answers, terms)],
+            regions = optimality.regions_of(problem, columns, x, parent_sums=parent[1], bounds=bounds, fixed=[])
+            value, gap = value, optimality.dual_gap(problem, columns, terms, [v - y for v, (_, y, _) in zip(answers, terms)],
                                                 value=value, regions=regions, x_total=float(x.sum()))
-        figures[f"{name}_gap"], figures[f"{name}_ratio"] = gap, gap / (solve.GAP_TOL * max(value, 1.0))
+        figures[f"{name}_gap"], figures[f"{name}_ratio"] = gap, gap / (optimality.GAP_TOL * max(value, 1.0))
     if point.lower is not None:  # the Lagrangian bound at the solver's own dual variables (tried first by certify)
         gap = max(0.0, value - point.lower)
-        figures["lagrangian_gap"], figures["lagrangian_ratio"] = gap, gap / (solve.GAP_TOL * max(value, 1.0))
+        figures["lagrangian_gap"], figures["lagrangian_ratio"] = gap, gap / (optimality.GAP_TOL * max(value, 1.0))
     figures["objective"] = value
     figures["negative_answers"] = int((unclipped < 0).sum())
     return figures

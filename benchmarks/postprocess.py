@@ -38,7 +38,7 @@ def _inputs(spec: str):
 def _postprocess(spec: str, solver: str) -> dict:
     """CPU and wall seconds of the persons post-processing in one process (no pool), and its certificate."""
     from das.topdown.engine import EngineOptions, postprocess
-    from das.topdown.solve import merge_certificates
+    from das.topdown.optimality import merge_certificates
 
     schema, geography, invariants, nmf_dir, passes = _inputs(spec)
     options = EngineOptions(workers=1, solver=solver, progress=False, passes=passes)
@@ -56,14 +56,14 @@ def _postprocess(spec: str, solver: str) -> dict:
 
 def _tight_reference(problem) -> dict:
     """The cvxpy path with every pass retried at Clarabel's gap 1e-12 (GAP_TOL 0 forces the retry): the reference optimum."""
-    from das.topdown import solve
+    from das.topdown import optimality, solve
 
-    certificate, saved = solve.new_certificate(), solve.GAP_TOL
-    solve.GAP_TOL = 0.0
+    certificate, saved = optimality.new_certificate(), optimality.GAP_TOL
+    optimality.GAP_TOL = 0.0
     try:
         solve.solve_l2(problem, REFERENCE, certificate)
     finally:
-        solve.GAP_TOL = saved
+        optimality.GAP_TOL = saved
     return certificate
 
 
@@ -103,7 +103,7 @@ def _agreement(spec: str) -> dict:
     The run follows the direct path; each parent it solves is also handed to the cvxpy path at tight
     tolerances (`_tight_reference`). The L2 CPU of the direct path is summed beside it.
     """
-    from das.topdown import engine, solve
+    from das.topdown import engine, optimality, solve
 
     schema, geography, invariants, nmf_dir, passes = _inputs(spec)
     found = {"max_rel_diff": 0.0, "parents_compared": 0, "direct_l2_cpu": 0.0, "direct_max_rel_gap": 0.0,
@@ -111,7 +111,7 @@ def _agreement(spec: str) -> dict:
 
     def compared(problem, **kwargs):
         c0 = time.process_time()
-        mine = solve.new_certificate()
+        mine = optimality.new_certificate()
         solve.solve_l2(problem, "CLARABEL", mine)
         found["direct_l2_cpu"] += time.process_time() - c0
         reference = _tight_reference(problem)

@@ -42,27 +42,27 @@ def problem(n_children: int, n_cells: int, seed: int = 0):
 
 def tight_objective(p) -> float:
     """The least-squares optimum by an independent formulation (per-child atoms, counts, Clarabel at gap 1e-12)."""
-    from das.topdown import solve
+    from das.topdown import matrices, solve
 
     xs = [cp.Variable(p.n_cells, nonneg=True) for _ in range(p.n_children)]
     obj = sum(cp.sum_squares(q.matrix @ xs[c] - q.noisy.answers[c]) / float(q.noisy.variance)
               for c in range(p.n_children) for q in p.queries)
     cp.Problem(cp.Minimize(obj), [sum(xs) == p.parent_counts]).solve(solver="CLARABEL", **solve.TIGHT_CLARABEL)
-    columns = solve._variables(p)
+    columns = matrices.variables(p)
     x = np.clip(np.concatenate([v.value for v in xs]), 0, None)[columns]
-    return solve.objective(solve._terms(p, columns, p.queries), x)[0]
+    return matrices.objective(matrices.weighted_terms(p, columns, p.queries), x)[0]
 
 
 def _ours(n_children, n_cells) -> dict:
-    from das.topdown import solve
+    from das.topdown import matrices, solve
 
     p = problem(n_children, n_cells)
     solve.solve_parent(problem(5, 20))  # import and solver warm-up
     t0 = time.perf_counter()
     solution = solve.solve_parent(p)
     seconds = time.perf_counter() - t0
-    columns = solve._variables(p)
-    ours = solve.objective(solve._terms(p, columns, p.queries), solution.l2.ravel()[columns])[0]
+    columns = matrices.variables(p)
+    ours = matrices.objective(matrices.weighted_terms(p, columns, p.queries), solution.l2.ravel()[columns])[0]
     tight = tight_objective(p)
     return {"seconds": seconds, "l2_s": solution.timings["l2"], "rounding_s": solution.timings["rounding"],
             "l2_objective": ours, "l2_rel_excess_over_tight": (ours - tight) / tight,

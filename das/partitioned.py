@@ -61,8 +61,9 @@ from das.topdown.engine import (
     postprocess,
     timed_solve_batch,
 )
+from das.topdown.optimality import merge_certificates
 from das.topdown.problem import FailsafeEvent
-from das.topdown.solve import merge_certificates, solve_root
+from das.topdown.solve import solve_root
 
 TOP = ("nation", "state")  # the levels the driver measures and solves
 # What a state task holds over its worker's baseline, per person of its state, and that baseline:

@@ -195,7 +195,7 @@ class EngineRecord:
 @dataclass(frozen=True)
 class UncertifiedRecord:
     """A least-squares pass whose duality gap stayed above the tolerance after every retry: its parent (geocode;
-    "" for the root), the pass, its objective and gap in original units (das.topdown.solve)."""
+    "" for the root), the pass, its objective and gap in original units (das.topdown.optimality)."""
 
     parent: str
     pass_index: int
@@ -232,7 +232,7 @@ class LevelRecord:
 
     @classmethod
     def of(cls, level: str, parents: int, failsafe_events: int, certificate: Mapping) -> LevelRecord:
-        """From an engine's level certificate (das.topdown.solve.new_certificate): its figures, and its list of
+        """From an engine's level certificate (das.topdown.optimality.new_certificate): its figures, and its list of
         uncertified passes as records."""
         figures = {k: v for k, v in certificate.items() if k != "uncertified_at"}
         found = tuple(UncertifiedRecord(r["parent"], r["pass"], r["objective"], r["gap"])

@@ -21,7 +21,8 @@ from das.privacy.certificate import delta_text, fraction_text
 from das.schema import SpecError, resolve_spec
 from das.specfile import Exact, Section
 from das.spine import SPINES  # [geography] spine: the levels as geocode prefixes, or optimized for declared areas
-from das.topdown.solve import DEFAULT_ROUNDING, DEFAULT_SOLVER, check_rounding, check_solver
+from das.topdown.rounding import DEFAULT_ROUNDING, check_rounding
+from das.topdown.solvers import DEFAULT_SOLVER, check_solver
 
 DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (das validate recomputes certificates with it)
 

@@ -17,7 +17,7 @@ from das.privacy.strategy import load_strategy
 from das.rules import Bounds, Invariants, block_bounds
 from das.run import run
 from das.schema import load_schema
-from das.topdown import engine, solve
+from das.topdown import engine, matrices, optimality, solve
 from das.topdown.problem import ChildAnswers, measured, parent_problem, root_problem
 from das.validate import validate_run
 
@@ -50,22 +50,22 @@ def root_solved(state_root):
     """das's root solution, and the same problem as a ParentProblem: (solution, problem, columns, terms)."""
     schema, truth, noisy, bounds = state_root
     problem = root_problem(schema, measured(noisy), bounds)
-    columns = solve._variables(problem)
-    return solve.solve_root(schema, noisy, bounds), problem, columns, solve._terms(problem, columns, problem.queries)
+    columns = matrices.variables(problem)
+    return solve.solve_root(schema, noisy, bounds), problem, columns, matrices.weighted_terms(problem, columns, problem.queries)
 
 
 @pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
 def test_root_least_squares_reaches_a_tight_independent_optimum(state_root, root_solved):
     schema, truth, noisy, bounds = state_root
     solution, problem, columns, terms = root_solved
-    ours, _ = solve.objective(terms, solution.l2.ravel()[columns])
+    ours, _ = matrices.objective(terms, solution.l2.ravel()[columns])
     # independent: SCS (operator splitting, not interior point) on the unscaled problem in counts
     x = cp.Variable(len(columns), nonneg=True)
     cost = sum(w * cp.sum_squares(a @ x - y) for a, y, w in terms)
     cp.Problem(cp.Minimize(cost), [cp.sum(x) == truth.sum()]).solve(solver="SCS", eps=1e-9, max_iters=100_000)
-    reference, _ = solve.objective(terms, np.clip(x.value, 0, None))
+    reference, _ = matrices.objective(terms, np.clip(x.value, 0, None))
     assert abs(ours - reference) <= 1e-6 * reference, (ours, reference)
-    assert solution.certificate["max_rel_gap"] <= solve.GAP_TOL and solution.certificate["uncertified"] == 0
+    assert solution.certificate["max_rel_gap"] <= optimality.GAP_TOL and solution.certificate["uncertified"] == 0
     # the optimum leaves empty cells (almost) empty: no mass spread over the 1,856 cells with nobody
     assert (solution.l2.ravel()[truth == 0] < 0.05).mean() > 0.8
 
@@ -73,22 +73,22 @@ def test_root_least_squares_reaches_a_tight_independent_optimum(state_root, root
 def test_the_certificate_bounds_the_suboptimality_and_flags_spread_mass(state_root, root_solved):
     schema, truth, noisy, bounds = state_root
     solution, problem, columns, terms = root_solved
-    b = solve._bound_rows(problem, columns)
+    b = matrices.bound_rows(problem, columns)
     best = solution.l2.ravel()[columns]
-    f_best, gap_best = solve.certify(problem, columns, terms, best, parent_sums=None, bounds=b, fixed=[])
-    assert gap_best <= solve.GAP_TOL * f_best
+    f_best, gap_best = optimality.certify(problem, columns, terms, best, parent_sums=None, bounds=b, fixed=[])
+    assert gap_best <= optimality.GAP_TOL * f_best
     rng = np.random.default_rng(1)
     for _ in range(5):  # any feasible point: objective - gap is a lower bound on the optimum
         point = rng.dirichlet(np.ones(len(columns))) * truth.sum() * 0.5 + best * 0.5
-        f, gap = solve.certify(problem, columns, terms, point, parent_sums=None, bounds=b, fixed=[])
+        f, gap = optimality.certify(problem, columns, terms, point, parent_sums=None, bounds=b, fixed=[])
         assert f - gap <= f_best + 1e-6 * f_best
     # the defect of the shipped solver: a little mass on every empty cell, the total kept
     spread = best.copy()
     empty = spread < 0.05
     spread[empty] += 0.3
     spread[np.argmax(spread)] -= 0.3 * empty.sum()
-    f, gap = solve.certify(problem, columns, terms, spread, parent_sums=None, bounds=b, fixed=[])
-    assert f > f_best and gap > solve.GAP_TOL * f and f - gap <= f_best
+    f, gap = optimality.certify(problem, columns, terms, spread, parent_sums=None, bounds=b, fixed=[])
+    assert f > f_best and gap > optimality.GAP_TOL * f and f - gap <= f_best
 
 
 def _one_child_strategy(tmp_path: Path) -> Path:
@@ -210,8 +210,8 @@ def test_parent_problem_keeps_the_descendant_rows():
     assert [q.rows for q in problem.queries][0] is None
     extra = problem.queries[1]
     assert extra.rows.tolist() == [1] and extra.noisy.variance == Fraction(1, 3) and extra.noisy.geocodes.tolist() == ["b1"]
-    columns = solve._variables(problem)
-    rows = solve._query_rows(problem, extra, columns)
+    columns = matrices.variables(problem)
+    rows = matrices.query_rows(problem, extra, columns)
     assert sp.csr_matrix.toarray(rows).tolist() == [[0, 0, 1, 0], [0, 0, 0, 1]]
 
 

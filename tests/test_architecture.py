@@ -19,6 +19,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.io.parts", "das.io.outputs", "das.io.table_names", "das.pinned", "das.rundir", "das.outdir", "das.partitions",
      "das.signing"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
+     "das.topdown.matrices", "das.topdown.solvers", "das.topdown.optimality", "das.topdown.rounding",
      "das.checkpoint", "das.executors", "das.distributed",
      "das.mechanisms.base", "das.mechanisms.domain", "das.mechanisms.flat", "das.mechanisms.stability",
      "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn", "das.mechanisms.pgm",

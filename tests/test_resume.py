@@ -172,7 +172,7 @@ def test_a_run_stopped_by_an_error_in_post_processing_resumes_without_drawing(co
 
 def test_batching_and_workers_leave_the_manifest_unchanged(county, tmp_path):
     """The CLI's batches of 64 parents on two workers (how an interrupted run's checkpointed levels were solved) and
-    the reference's one worker give the same manifest: a level's certificate sums are exact (solve.on_grid), where
+    the reference's one worker give the same manifest: a level's certificate sums are exact (optimality.on_grid), where
     they once differed in the last bit and so told a resumed run from an uninterrupted one."""
     spec, reference = county
     out = tmp_path / "run"

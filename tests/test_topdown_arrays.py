@@ -11,7 +11,7 @@ from test_topdown_solver import make_problem
 from das.io.nmf import NoisyAnswers
 from das.rules import Bounds
 from das.schema import load_schema
-from das.topdown import l2, solve
+from das.topdown import l2, matrices
 from das.topdown.problem import ChildAnswers, ParentProblem, QueryAnswers, measured, parent_problem, restricted
 
 
@@ -110,23 +110,23 @@ def kron_rows(matrix, children, n_children, columns):
 @pytest.mark.parametrize("seed", range(8))
 def test_matrices_over_the_variables_equal_scipy_kron_and_coo(seed):
     problem = random_problem(seed)
-    columns = solve._variables(problem)
+    columns = matrices.variables(problem)
     n, k = problem.n_cells, problem.n_children
     parent_sum = sp.csr_matrix((np.ones(len(columns)), (columns % n, np.arange(len(columns)))), shape=(n, len(columns)))
-    assert same(solve._parent_sum(problem, columns), parent_sum)
-    assert same(solve._total_matrix(problem, columns), kron_rows(np.ones((1, n)), np.arange(k), k, columns))
-    assert same(solve._bound_rows(problem, columns).matrix,
+    assert same(matrices.parent_sum(problem, columns), parent_sum)
+    assert same(matrices.total_matrix(problem, columns), kron_rows(np.ones((1, n)), np.arange(k), k, columns))
+    assert same(matrices.bound_rows(problem, columns).matrix,
                 kron_rows(problem.constraints.matrix, np.arange(k), k, columns))
     x = np.random.default_rng(seed).random(len(columns))
-    terms = solve._terms(problem, columns, problem.queries)
+    terms = matrices.weighted_terms(problem, columns, problem.queries)
     assert len(terms) == len(problem.queries)
     for q, (a, y, w) in zip(problem.queries, terms):
         children = np.arange(k) if q.rows is None else q.rows
         full = kron_rows(q.matrix, children, k, columns)
         keep = full.getnnz(axis=1) > 0
-        assert same(a, full[keep]) and same(solve._query_rows(problem, q, columns), full)
+        assert same(a, full[keep]) and same(matrices.query_rows(problem, q, columns), full)
         assert np.array_equal(y, q.noisy.answers.ravel()[keep]) and w == 1.0 / float(q.noisy.variance)
-    value, grad = solve.objective(terms, x)
+    value, grad = matrices.objective(terms, x)
     reference = sum((2.0 * w) * (a.T @ (a @ x - y)) for a, y, w in terms)
     assert np.array_equal(grad, np.zeros(len(x)) + reference)  # bit for bit: the same order of sums
     assert value == sum(w * float((a @ x - y) @ (a @ x - y)) for a, y, w in terms)

@@ -1,4 +1,4 @@
-"""The duality-gap certificate of the least-squares passes (das.topdown.solve.certify): always finite, a lower bound
+"""The duality-gap certificate of the least-squares passes (das.topdown.optimality.certify): always finite, a lower bound
 on the optimum whichever way it was computed, and an optimum it cannot certify named wherever a run reports.
 
 The shared case (tests/data/root-certificate-vt-demo: the persons NMF of the top two levels of a `das run vt_demo`
@@ -27,7 +27,7 @@ from das.measure import noisy_answers, true_answers
 from das.pipeline import Pipeline
 from das.privacy.randomness import make_random_source
 from das.rules import level_bounds
-from das.topdown import engine, l2, solve
+from das.topdown import engine, l2, matrices, optimality, solve
 from das.topdown.problem import ChildAnswers, ParentProblem
 
 CASE = Path(__file__).parent / "data" / "root-certificate-vt-demo"
@@ -53,7 +53,7 @@ def test_the_shared_case_root_is_certified(tmp_path):
     cert = report.certificate
     assert cert["problems"] == 1 and cert["uncertified"] == 0 and not cert["uncertified_at"]
     assert cert["retried"] == 0  # the held answers meet the bounds: the direct path solves the second pass at once
-    assert math.isfinite(cert["gap"]) and 0 <= cert["max_rel_gap"] <= solve.GAP_TOL
+    assert math.isfinite(cert["gap"]) and 0 <= cert["max_rel_gap"] <= optimality.GAP_TOL
     assert solved.sum() == confidential.invariants.total_population["nation"][0]
 
 
@@ -96,11 +96,11 @@ def _optimum_containing(terms, bounds, fixed, x, *, parent=None):
 
 def test_held_answers_below_a_bound_leave_the_stated_set_empty_and_the_gap_finite():
     problem, columns, terms, bounds, fixed, x = _held_below_a_bound()
-    stated, widened = solve.regions_of(problem, columns, x, parent_sums=None, bounds=bounds, fixed=fixed)
-    grad = solve.objective(terms, x)[1]
-    assert solve._min_linear(problem, columns, grad, stated) is None  # no point of the stated set: the old crash
-    assert solve._min_linear(problem, columns, grad, widened) is not None
-    value, gap = solve.certify(problem, columns, terms, x, parent_sums=None, bounds=bounds, fixed=fixed)
+    stated, widened = optimality.regions_of(problem, columns, x, parent_sums=None, bounds=bounds, fixed=fixed)
+    grad = matrices.objective(terms, x)[1]
+    assert optimality.min_linear(problem, columns, grad, stated) is None  # no point of the stated set: the old crash
+    assert optimality.min_linear(problem, columns, grad, widened) is not None
+    value, gap = optimality.certify(problem, columns, terms, x, parent_sums=None, bounds=bounds, fixed=fixed)
     assert math.isfinite(gap) and 0 <= gap <= value
     assert value - gap <= _optimum_containing(terms, bounds, fixed, x) * (1 + 1e-9) + 1e-12  # a lower bound
     assert gap <= 1e-3 * value  # x is (nearly) that set's optimum: the bound is not vacuous
@@ -108,12 +108,12 @@ def test_held_answers_below_a_bound_leave_the_stated_set_empty_and_the_gap_finit
 
 def test_the_answers_held_for_the_next_pass_are_moved_within_the_rules_by_the_least_l1():
     problem, columns, terms, bounds, fixed, x = _held_below_a_bound()
-    held = solve._within_rules(x, parent=None, bounds=bounds)
+    held = solve.within_rules(x, parent=None, bounds=bounds)
     values = bounds.matrix @ held
     assert (values >= bounds.lower - 1e-9).all() and (values <= bounds.upper + 1e-9).all() and (held >= 0).all()
     assert np.abs(held - x).sum() == pytest.approx(2e-4, rel=1e-6)  # 1e-4 into the GQ type, 1e-4 out of the rest
     inside = np.array([0.6, 0.5, 8.9])
-    assert solve._within_rules(inside, parent=None, bounds=bounds) is inside  # nothing to move: x itself
+    assert solve.within_rules(inside, parent=None, bounds=bounds) is inside  # nothing to move: x itself
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,25 +125,25 @@ def _child_problem(seed=0, n_children=6, n_cells=12):
     from test_topdown_solver import make_problem
 
     problem, _ = make_problem(n_children=n_children, n_cells=n_cells, seed=seed, noise=2.0)
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
-    parent = (solve._parent_sum(problem, columns), problem.parent_counts.astype(float))
-    bounds = solve._bound_rows(problem, columns)
-    point = l2.solve_point(l2.Pass(terms, [], parent, bounds), len(columns), solve._scale_of([y for _, y, _ in terms], parent))
+    columns = matrices.variables(problem)
+    terms = matrices.weighted_terms(problem, columns, problem.queries)
+    parent = (matrices.parent_sum(problem, columns), problem.parent_counts.astype(float))
+    bounds = matrices.bound_rows(problem, columns)
+    point = l2.solve_point(l2.Pass(terms, [], parent, bounds), len(columns), matrices.scale_of([y for _, y, _ in terms], parent))
     return problem, columns, terms, parent, bounds, point
 
 
 def _no_lp(monkeypatch):
     """HiGHS gives no optimum for any LP (as for a solver error or an LP infeasible within its tolerances)."""
-    monkeypatch.setattr(solve, "_highs_lp", lambda *args, **kwargs: None)
+    monkeypatch.setattr(optimality, "highs_lp", lambda *args, **kwargs: None)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_without_any_lp_a_parent_is_bounded_by_its_parent_sums_alone(seed, monkeypatch):
     problem, columns, terms, parent, bounds, point = _child_problem(seed)
-    value, with_lp = solve.certify(problem, columns, terms, point.x, parent_sums=parent[1], bounds=bounds, fixed=[])
+    value, with_lp = optimality.certify(problem, columns, terms, point.x, parent_sums=parent[1], bounds=bounds, fixed=[])
     _no_lp(monkeypatch)
-    value_again, gap = solve.certify(problem, columns, terms, point.x, parent_sums=parent[1], bounds=bounds, fixed=[])
+    value_again, gap = optimality.certify(problem, columns, terms, point.x, parent_sums=parent[1], bounds=bounds, fixed=[])
     assert value_again == value and math.isfinite(gap)
     assert with_lp <= gap + 1e-9 * value <= value + 1e-9 * value  # a superset: a looser bound, never a tighter one
     assert value - gap <= _optimum_containing(terms, bounds, [], point.x, parent=parent) * (1 + 1e-9)
@@ -169,11 +169,11 @@ def _root_without_total(seed=0, partition=True):
 def test_a_root_without_a_total_and_without_any_lp_is_bounded_within_its_provable_total(monkeypatch):
     problem, columns, terms, bounds = _root_without_total()
     stated = l2.Pass(terms, [], None, bounds)
-    point = l2.solve_point(stated, len(columns), solve._scale_of([y for _, y, _ in terms], None))
-    value, with_lp = solve.certify(problem, columns, terms, point.x, parent_sums=None, bounds=bounds, fixed=[])
-    assert with_lp <= solve.GAP_TOL * max(value, 1.0)
+    point = l2.solve_point(stated, len(columns), matrices.scale_of([y for _, y, _ in terms], None))
+    value, with_lp = optimality.certify(problem, columns, terms, point.x, parent_sums=None, bounds=bounds, fixed=[])
+    assert with_lp <= optimality.GAP_TOL * max(value, 1.0)
     _no_lp(monkeypatch)
-    _, gap = solve.certify(problem, columns, terms, point.x, parent_sums=None, bounds=bounds, fixed=[])
+    _, gap = optimality.certify(problem, columns, terms, point.x, parent_sums=None, bounds=bounds, fixed=[])
     assert math.isfinite(gap) and with_lp - 1e-9 <= gap <= value
     assert value - gap <= _optimum_containing(terms, bounds, [], point.x) * (1 + 1e-9) + 1e-9
 
@@ -183,18 +183,18 @@ def test_with_no_bound_at_all_the_gap_is_the_objective_and_the_pass_is_named_unc
     listed with its parent and pass, and the level's sums stay finite (on_grid)."""
     problem, columns, terms, bounds = _root_without_total(partition=False)
     _no_lp(monkeypatch)
-    monkeypatch.setattr(solve, "_least_squares", lambda columns, stated, solver, tight=False: l2.Point(
+    monkeypatch.setattr(solve, "least_squares", lambda columns, stated, solver, tight=False: l2.Point(
         np.full(len(columns), 5.0), None))
-    certificate = solve.new_certificate()
-    x = solve._certified_pass(problem, columns, l2.Pass(terms, [], None, bounds), "CLARABEL", certificate=certificate,
+    certificate = optimality.new_certificate()
+    x = solve.certified_pass(problem, columns, l2.Pass(terms, [], None, bounds), "CLARABEL", certificate=certificate,
                               index=1)
     assert x is not None
-    value = solve.objective(terms, x)[0]
+    value = matrices.objective(terms, x)[0]
     assert certificate["uncertified"] == 1 and certificate["retried"] == 1
     assert certificate["uncertified_at"] == [{"parent": "", "pass": 1, "objective": value, "gap": value}]
-    assert certificate["gap"] == solve.on_grid(value, solve.GAP_GRID) and certificate["max_rel_gap"] == pytest.approx(
+    assert certificate["gap"] == optimality.on_grid(value, optimality.GAP_GRID) and certificate["max_rel_gap"] == pytest.approx(
         value / max(value, 1.0))
-    merged = solve.merge_certificates([certificate, solve.new_certificate(), certificate])
+    merged = optimality.merge_certificates([certificate, optimality.new_certificate(), certificate])
     assert merged["uncertified"] == 2 and len(merged["uncertified_at"]) == 2
 
 
@@ -205,7 +205,7 @@ def test_the_certificate_is_a_lower_bound_at_points_far_off_the_stated_set(seed)
     problem, columns, terms, parent, bounds, point = _child_problem(seed)
     rng = np.random.default_rng(seed)
     x = np.clip(point.x + rng.normal(0, 3, len(columns)), 0, None)
-    value, gap = solve.certify(problem, columns, terms, x, parent_sums=parent[1], bounds=bounds, fixed=[])
+    value, gap = optimality.certify(problem, columns, terms, x, parent_sums=parent[1], bounds=bounds, fixed=[])
     assert math.isfinite(gap) and 0 <= gap <= value
     assert value - gap <= _optimum_containing(terms, bounds, [], x, parent=parent) * (1 + 1e-9) + 1e-9
 
@@ -273,7 +273,7 @@ def specs(tmp_path_factory):
 def test_random_roots_of_real_states_certify(specs, which, divisor, seed):
     solution, total = solve_random_root(specs[which], divisor=divisor, seed=seed)
     cert = solution.certificate
-    assert cert["uncertified"] == 0 and cert["max_rel_gap"] <= solve.GAP_TOL, (which, divisor, seed, cert)
+    assert cert["uncertified"] == 0 and cert["max_rel_gap"] <= optimality.GAP_TOL, (which, divisor, seed, cert)
     assert math.isfinite(cert["gap"]) and int(solution.counts.sum()) == total
 
 
@@ -289,7 +289,7 @@ def test_das_run_vt_demo_seed_10_completes_and_validates(tmp_path):
     manifest = RunDir(tmp_path / "run").read()
     records = [r for levels in manifest.levels_report.values() for r in levels]
     assert all(r.l2_certificate["uncertified"] == 0 and not r.uncertified for r in records)
-    assert max(r.l2_certificate["max_rel_gap"] for r in records) <= solve.GAP_TOL
+    assert max(r.l2_certificate["max_rel_gap"] for r in records) <= optimality.GAP_TOL
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def test_an_uncertified_optimum_is_named_by_the_manifest_the_summary_and_the_val
     from das.rundir import RunDir
     from das.validate import validate_run
 
-    monkeypatch.setattr(solve, "GAP_TOL", -1.0)
+    monkeypatch.setattr(optimality, "GAP_TOL", -1.0)
     result = run(RUNS / "tiny.toml", tmp_path / "run", seed=3, workers=1, progress=False)
     manifest = RunDir(tmp_path / "run").read()
     records = {(name, r.level): r for name, levels in manifest.levels_report.items() for r in levels}

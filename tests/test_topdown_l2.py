@@ -10,7 +10,7 @@ from test_topdown_solver import make_problem
 from das.io.nmf import NoisyAnswers
 from das.runspec import load_run_spec
 from das.schema import SpecError
-from das.topdown import l2, solve
+from das.topdown import l2, matrices, optimality, solve, solvers
 from das.topdown.problem import ChildConstraints, ParentProblem, QueryAnswers
 
 REL = 1e-6
@@ -18,19 +18,19 @@ REL = 1e-6
 
 def tight_reference(problem: ParentProblem, events_expected: bool = False) -> float:
     """The summed pass objectives of the cvxpy path retried at gap 1e-12 (independent of the direct QP)."""
-    certificate = solve.new_certificate()
-    saved = solve.GAP_TOL
-    solve.GAP_TOL = 0.0  # every pass is retried at Clarabel's tight tolerances through cvxpy
+    certificate = optimality.new_certificate()
+    saved = optimality.GAP_TOL
+    optimality.GAP_TOL = 0.0  # every pass is retried at Clarabel's tight tolerances through cvxpy
     try:
         _, events, _, _ = solve.solve_l2(problem, "cvxpy:CLARABEL", certificate)
     finally:
-        solve.GAP_TOL = saved
+        optimality.GAP_TOL = saved
     assert bool(events) == events_expected
     return certificate["objective"]
 
 
 def direct(problem: ParentProblem):
-    certificate = solve.new_certificate()
+    certificate = optimality.new_certificate()
     x, events, bounds, columns = solve.solve_l2(problem, "CLARABEL", certificate)
     return x, events, certificate
 
@@ -40,7 +40,7 @@ def assert_same_optimum(problem, events_expected=False):
     reference = tight_reference(problem, events_expected)
     assert bool(events) == events_expected
     assert abs(certificate["objective"] - reference) <= REL * max(reference, 1.0)
-    assert certificate["max_rel_gap"] <= solve.GAP_TOL and certificate["uncertified"] == 0
+    assert certificate["max_rel_gap"] <= optimality.GAP_TOL and certificate["uncertified"] == 0
     assert (x >= 0).all()
     return x
 
@@ -50,8 +50,8 @@ def assert_same_optimum(problem, events_expected=False):
 def test_random_parents_reach_the_reference_optimum(seed, bounds):
     problem, _ = make_problem(n_children=3 + 9 * seed, n_cells=25 + 40 * seed, seed=seed, noise=3.0, bounds=bounds)
     x = assert_same_optimum(problem)
-    columns = solve._variables(problem)
-    sums = solve._parent_sum(problem, columns) @ x
+    columns = matrices.variables(problem)
+    sums = matrices.parent_sum(problem, columns) @ x
     assert np.abs(sums - problem.parent_counts).max() <= 1e-6 * max(problem.parent_counts.max(), 1)
 
 
@@ -73,8 +73,8 @@ def test_failsafe_relaxes_the_parent_equality_as_the_reference_does():
                                problem.allowed, problem.queries, ChildConstraints(c.matrix, lower, c.upper),
                                passes=((),))
     x = assert_same_optimum(infeasible, events_expected=True)
-    columns = solve._variables(infeasible)
-    assert (solve._bound_rows(infeasible, columns)[0] @ x)[0] >= lower[0, 0] - 1e-6
+    columns = matrices.variables(infeasible)
+    assert (matrices.bound_rows(infeasible, columns)[0] @ x)[0] >= lower[0, 0] - 1e-6
 
 
 def test_a_root_held_only_by_its_bounds():
@@ -112,8 +112,8 @@ def test_only_child_measurements_enter_as_extra_terms():
 def test_nesting_defines_coarse_answers_from_finer_ones():
     """`total` from the 4 `group` answers, `group` from the cells: about 2 nonzeros per cell, not one per query."""
     problem, _ = make_problem(n_children=8, n_cells=50, seed=2, noise=1.0)
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
+    columns = matrices.variables(problem)
+    terms = matrices.weighted_terms(problem, columns, problem.queries)
     lifted = l2.lift(terms, len(columns))
     definitions = sp.vstack([l2._pad(d, lifted.n_total) for d in lifted.definitions])
     assert lifted.n_total == len(columns) + 8 * 4 + 8
@@ -127,7 +127,7 @@ def test_nesting_defines_coarse_answers_from_finer_ones():
         values[start:d.shape[1]] = -(d[:, :start] @ values[:start])
     assert np.abs(definitions @ values).max() < 1e-9
     diagonal = float(lifted.weight @ values**2 + lifted.linear @ values + lifted.constant)
-    assert diagonal == pytest.approx(solve.objective(terms, x)[0], rel=1e-12)
+    assert diagonal == pytest.approx(matrices.objective(terms, x)[0], rel=1e-12)
 
 
 def test_unknown_solvers_are_refused(tmp_path):
@@ -136,7 +136,7 @@ def test_unknown_solvers_are_refused(tmp_path):
         solve.solve_l2(problem, "OSQP")
     with pytest.raises(ValueError, match="no installed solver"):
         solve.solve_l2(problem, "cvxpy:NOT_A_SOLVER")
-    assert solve.check_solver("clarabel") == "CLARABEL" and solve.check_solver("cvxpy:osqp") == "cvxpy:OSQP"
+    assert solvers.check_solver("clarabel") == "CLARABEL" and solvers.check_solver("cvxpy:osqp") == "cvxpy:OSQP"
     spec = tmp_path / "bad.toml"
     spec.write_text('name = "bad"\n[input]\npersons = "p.parquet"\n[persons]\nschema = "pl94_persons"\n'
                     'strategy = "pl94_six_level"\n[postprocess]\nsolver = "gurobi"\n')
@@ -172,10 +172,10 @@ def test_a_stalled_direct_solve_falls_back_to_the_cvxpy_path(monkeypatch):
 def test_overlapping_bound_rows_are_written_over_answer_variables():
     """A child's total and its group bounds together (overlapping rows) over the group answers, equal at every x."""
     problem, _ = make_problem(n_children=5, n_cells=30, seed=6, noise=1.0)
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
+    columns = matrices.variables(problem)
+    terms = matrices.weighted_terms(problem, columns, problem.queries)
     lifted = l2.lift(terms, len(columns))
-    rows = sp.vstack([solve._total_matrix(problem, columns), solve._bound_rows(problem, columns)[0]]).tocsr()
+    rows = sp.vstack([matrices.total_matrix(problem, columns), matrices.bound_rows(problem, columns)[0]]).tocsr()
     expressed = l2.express(lifted, rows)
     assert expressed.nnz < rows.nnz / 2  # one nonzero per total, one per group: not one per cell
     x = np.random.default_rng(2).random(len(columns))
@@ -188,10 +188,10 @@ def test_overlapping_bound_rows_are_written_over_answer_variables():
 
 def _stated(problem: ParentProblem, queries=None) -> tuple[l2.Pass, np.ndarray, list]:
     """One pass of `problem` over `queries` (default: all) as the direct path states it: (pass, columns, terms)."""
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries if queries is None else queries)
-    parent = (solve._parent_sum(problem, columns), problem.parent_counts.astype(float))
-    return l2.Pass(terms, [], parent, solve._bound_rows(problem, columns)), columns, terms
+    columns = matrices.variables(problem)
+    terms = matrices.weighted_terms(problem, columns, problem.queries if queries is None else queries)
+    parent = (matrices.parent_sum(problem, columns), problem.parent_counts.astype(float))
+    return l2.Pass(terms, [], parent, matrices.bound_rows(problem, columns)), columns, terms
 
 
 @pytest.mark.parametrize("seed, detailed", [(0, True), (1, True), (2, False), (3, False)])
@@ -202,12 +202,12 @@ def test_the_lagrangian_bound_is_below_the_optimum_at_any_dual_and_tight_at_the_
     problem, _ = make_problem(n_children=12, n_cells=40, seed=seed, noise=2.0)
     queries = [q for q in problem.queries if detailed or q.name != "detailed"]
     stated, columns, terms = _stated(problem, queries)
-    scale = solve._scale_of([y for _, y, _ in terms], stated.parent)
-    optimum = solve.objective(terms, l2.solve_point(stated, len(columns), scale, tight=True).x)[0]
+    scale = matrices.scale_of([y for _, y, _ in terms], stated.parent)
+    optimum = matrices.objective(terms, l2.solve_point(stated, len(columns), scale, tight=True).x)[0]
     point = l2.solve_point(stated, len(columns), scale)
-    value = solve.objective(terms, point.x)[0]
+    value = matrices.objective(terms, point.x)[0]
     assert point.lower is not None and point.lower <= optimum * (1 + 1e-9) + 1e-9
-    assert value - point.lower <= solve.GAP_TOL * max(value, 1.0)
+    assert value - point.lower <= optimality.GAP_TOL * max(value, 1.0)
     qp = l2.system_of(stated, len(columns), scale)
     primal = point.x / scale - qp.shift[:len(columns)]  # not the solver's: a point of x alone, answers at 0
     primal = np.r_[primal, -qp.shift[len(columns):]]
@@ -227,11 +227,11 @@ def test_the_lagrangian_bound_at_a_huge_cell_is_not_multiplied_by_its_count():
 
     problem = _huge_cell_problem()
     stated, columns, terms = _stated(problem)
-    point = l2.solve_point(stated, len(columns), solve._scale_of([y for _, y, _ in terms], stated.parent))
-    value = solve.objective(terms, point.x)[0]
+    point = l2.solve_point(stated, len(columns), matrices.scale_of([y for _, y, _ in terms], stated.parent))
+    value = matrices.objective(terms, point.x)[0]
     sums = problem.parent_counts.astype(float)
-    frank_wolfe = solve.certify(problem, columns, terms, point.x, parent_sums=sums, bounds=stated.bounds, fixed=[])[1]
-    assert value - point.lower <= solve.GAP_TOL * value
+    frank_wolfe = optimality.certify(problem, columns, terms, point.x, parent_sums=sums, bounds=stated.bounds, fixed=[])[1]
+    assert value - point.lower <= optimality.GAP_TOL * value
     assert value - point.lower < frank_wolfe
 
 

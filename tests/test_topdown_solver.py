@@ -134,8 +134,8 @@ def test_highs_prints_no_banner_into_the_run_output():
     import subprocess
     import sys
 
-    code = ("import numpy as np, scipy.sparse as sp\nfrom das.topdown import solve\n"
-            "x = solve._highs_lp(np.ones(2), sp.csr_matrix(np.ones((1, 2))), np.array([1.0]), np.array([1.0]), "
+    code = ("import numpy as np, scipy.sparse as sp\nfrom das.topdown import solvers\n"
+            "x = solvers.highs_lp(np.ones(2), sp.csr_matrix(np.ones((1, 2))), np.array([1.0]), np.array([1.0]), "
             "col_upper=np.ones(2), integer=False)\nprint(float(x.sum()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "1.0\n"
@@ -143,13 +143,13 @@ def test_highs_prints_no_banner_into_the_run_output():
 
 def _one_pass(problem, *, tight=False):
     """The direct path's one pass of `problem`: (columns, terms, parent sums, bound rows, the solver's Point)."""
-    from das.topdown import l2, solve
+    from das.topdown import l2, matrices
 
-    columns = solve._variables(problem)
-    terms = solve._terms(problem, columns, problem.queries)
-    parent = (solve._parent_sum(problem, columns), problem.parent_counts.astype(float))
-    bounds = solve._bound_rows(problem, columns)
-    scale = solve._scale_of([y for _, y, _ in terms], parent)
+    columns = matrices.variables(problem)
+    terms = matrices.weighted_terms(problem, columns, problem.queries)
+    parent = (matrices.parent_sum(problem, columns), problem.parent_counts.astype(float))
+    bounds = matrices.bound_rows(problem, columns)
+    scale = matrices.scale_of([y for _, y, _ in terms], parent)
     return columns, terms, parent[1], bounds, l2.solve_point(l2.Pass(terms, [], parent, bounds), len(columns), scale, tight)
 
 
@@ -164,36 +164,36 @@ def _huge_cell_problem(seed=0):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_dual_certificate_is_a_lower_bound_at_any_answers(seed):
-    from das.topdown import solve
+    from das.topdown import optimality
 
     problem = _huge_cell_problem(seed) if seed == 0 else make_problem(seed=seed)[0]
     columns, terms, sums, bounds, tight = _one_pass(problem, tight=True)
-    best, _ = solve.certify(problem, columns, terms, tight.x, parent_sums=sums, bounds=bounds, fixed=[])
+    best, _ = optimality.certify(problem, columns, terms, tight.x, parent_sums=sums, bounds=bounds, fixed=[])
     rng = np.random.default_rng(seed)
     for spread in (1e-6, 1e-2, 1.0, 100.0):  # answers near the solver's, and far from them
         answers = [v + rng.normal(0, spread, v.shape) for v in tight.answers]
         for x in (tight.x, tight.x + rng.random(len(columns)) * spread):
-            value, gap = solve.certify(problem, columns, terms, x, parent_sums=sums, bounds=bounds, fixed=[],
+            value, gap = optimality.certify(problem, columns, terms, x, parent_sums=sums, bounds=bounds, fixed=[],
                                        answers=answers)
             assert value - gap <= best * (1 + 1e-9) + 1e-9  # objective - gap never above the optimum
-            frank_wolfe = solve.certify(problem, columns, terms, x, parent_sums=sums, bounds=bounds, fixed=[])[1]
-            assert gap <= max(frank_wolfe, solve.GAP_TOL * max(value, 1.0))  # within tolerance, or the better bound
+            frank_wolfe = optimality.certify(problem, columns, terms, x, parent_sums=sums, bounds=bounds, fixed=[])[1]
+            assert gap <= max(frank_wolfe, optimality.GAP_TOL * max(value, 1.0))  # within tolerance, or the better bound
 
 
 def test_the_certificate_at_the_solvers_answers_is_not_moved_by_a_shift_of_x():
     """x shifted by a little (as the clip at zero shifts it) moves every child's gradient, which the
     huge cell's parent count multiplies in Frank-Wolfe's gap; the dual at the solver's own answers is
     the same point's bound and stays within tolerance, and is still a lower bound."""
-    from das.topdown import solve
+    from das.topdown import optimality
 
     problem = _huge_cell_problem()
     columns, terms, sums, bounds, point = _one_pass(problem)
     shifted = point.x + 2e-4 * np.random.default_rng(3).random(len(columns))
-    value, frank_wolfe = solve.certify(problem, columns, terms, shifted, parent_sums=sums, bounds=bounds, fixed=[])
-    _, dual = solve.certify(problem, columns, terms, shifted, parent_sums=sums, bounds=bounds, fixed=[],
+    value, frank_wolfe = optimality.certify(problem, columns, terms, shifted, parent_sums=sums, bounds=bounds, fixed=[])
+    _, dual = optimality.certify(problem, columns, terms, shifted, parent_sums=sums, bounds=bounds, fixed=[],
                             answers=point.answers)
-    assert frank_wolfe > solve.GAP_TOL * value  # fails as before
-    assert dual <= solve.GAP_TOL * value < frank_wolfe
-    best = solve.certify(problem, columns, terms, _one_pass(problem, tight=True)[4].x, parent_sums=sums,
+    assert frank_wolfe > optimality.GAP_TOL * value  # fails as before
+    assert dual <= optimality.GAP_TOL * value < frank_wolfe
+    best = optimality.certify(problem, columns, terms, _one_pass(problem, tight=True)[4].x, parent_sums=sums,
                          bounds=bounds, fixed=[])[0]
     assert value - dual <= best * (1 + 1e-9)

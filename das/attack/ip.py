@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.attack.workload import Workload
-from das.topdown.solve import quiet_highs
+from das.topdown.solvers import quiet_highs
 
 
 @dataclass(frozen=True)

@@ -31,15 +31,11 @@ from das.progress import bar
 from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
 from das.rundir import nmf_level_path
 from das.schema import Schema
+from das.topdown.optimality import merge_certificates
 from das.topdown.problem import DEFAULT_PASSES, ChildAnswers, FailsafeEvent, measured, parent_problem
-from das.topdown.solve import (
-    DEFAULT_ROUNDING,
-    DEFAULT_SOLVER,
-    SolveSettings,
-    merge_certificates,
-    solve_parent,
-    solve_root,
-)
+from das.topdown.rounding import DEFAULT_ROUNDING
+from das.topdown.solve import SolveSettings, solve_parent, solve_root
+from das.topdown.solvers import DEFAULT_SOLVER
 
 BATCH_CHILDREN = int(os.environ.get("DAS_BATCH_CHILDREN", "2048"))  # children per batch (read, checkpoint)
 

@@ -218,7 +218,7 @@ class Pass:
 class Point(NamedTuple):
     """A solution in counts: x clipped at zero, the solver's own answer variables of every term (unclipped, in the
     terms' order), and the Lagrangian lower bound on the optimum that the solver's dual variables give (`dual_bound`;
-    None where there is none): what the certificate is built from (das.topdown.solve.certify)."""
+    None where there is none): what the certificate is built from (das.topdown.optimality.certify)."""
 
     x: np.ndarray
     answers: list[np.ndarray]
@@ -297,7 +297,7 @@ class System(NamedTuple):
 @dataclass(frozen=True)
 class StatedQP:
     """A pass as the QP Clarabel solves (`system`), and how its variables e map back: counts = (e + shift) * scale,
-    and the objective in counts is 1/2 e'Pe + `constant` wherever the answers are x's (das.topdown.solve.objective)."""
+    and the objective in counts is 1/2 e'Pe + `constant` wherever the answers are x's (das.topdown.matrices.objective)."""
 
     system: System
     lifted: Lifted

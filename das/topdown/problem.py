@@ -111,7 +111,7 @@ class ParentSolution:
     events: list[FailsafeEvent] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     rounding_method: str = ""
-    certificate: dict = field(default_factory=dict)  # L2 duality gaps (das.topdown.solve.new_certificate)
+    certificate: dict = field(default_factory=dict)  # L2 duality gaps (das.topdown.optimality.new_certificate)
 
 
 # ---------------------------------------------------------------------------------------------

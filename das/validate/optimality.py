@@ -1,7 +1,7 @@
 """The least-squares optima of a TopDown release, as its manifest reports them.
 
 Every least-squares pass of the post-processing is certified by its duality gap in original units
-(das.topdown.solve.certify); one whose gap stayed above the tolerance after every retry is counted in its
+(das.topdown.optimality.certify); one whose gap stayed above the tolerance after every retry is counted in its
 level's `l2_certificate` and listed with its parent, pass, objective and gap (`levels_report.*[].uncertified`).
 This check holds the report to itself (the count is the list's length, every gap finite and non-negative,
 the largest relative gap at least each listed one's) and names every uncertified optimum in the report's
