@@ -94,8 +94,8 @@ def _patched(owner, name: str, value):
 
 def _truth_in_manifest():
     """`das run` publishing the persons of its first block (read from the inputs) in the manifest's counts."""
+    from das.manifest import Counts
     from das.pipeline import Pipeline
-    from das.rundir import Counts
 
     captured = {}
     read = Pipeline.read_inputs

@@ -27,8 +27,9 @@ from pathlib import Path
 from das import bundle, outdir, pinned, signing
 from das.checkpoint import crash_point, file_sha256
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
+from das.manifest import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, SpineRecord, ValidationRecord
 from das.privacy.guarantee import combined
-from das.rundir import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir, SpineRecord, ValidationRecord
+from das.rundir import RunDir
 from das.runspec import RunSpec
 from das.validate import NMF_HOLDS, validate_run
 

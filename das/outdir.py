@@ -44,7 +44,8 @@ import das
 from das import atomic
 from das.errors import OutDirError, option  # das's (das.errors), raised here and re-exported
 from das.io.outputs import release_patterns
-from das.rundir import RunDir, RunDirError
+from das.manifest import RunDirError
+from das.rundir import RunDir
 from das.specfile import real_path
 
 RECORD = "das-output.json"

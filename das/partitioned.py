@@ -43,12 +43,13 @@ from das.io.areas import Scope, read_areas
 from das.io.microdata import read_inputs
 from das.io.outputs import NationRelease, OutputPlan, Part, assemble_spine, write_spine
 from das.io.tables import table_widths
+from das.manifest import PublishedInvariants, SpineRecord
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
 from das.pipeline import Confidential, Pipeline, RunError
 from das.privacy.accounting import PrivacyAccountant
 from das.rules import Bounds, Invariants, household_persons, level_bounds
-from das.rundir import PublishedInvariants, RunDir, SpineRecord, nmf_level_path
+from das.rundir import RunDir, nmf_level_path
 from das.schema import Schema
 from das.spine import spine_geography
 from das.topdown.engine import (

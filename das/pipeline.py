@@ -32,13 +32,13 @@ from das.io.areas import read_areas
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables, table_widths
+from das.manifest import PublishedInvariants, SpineRecord
 from das.measure import Measured, Measurement, Target, measure_release, plan_for
 from das.privacy.accounting import Allocation, PrivacyAccountant, certificate, rho_for_eps
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.rules import Invariants, household_persons
-from das.rundir import PublishedInvariants, SpineRecord
 from das.runspec import Budget, Release, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
 from das.spine import block_order, recut_level, spine_geography

@@ -34,6 +34,7 @@ from das.frame import (
 )
 from das.io.microdata import InputError
 from das.io.outputs import write_spine
+from das.manifest import Counts, EngineRecord, FailsafeRecord, Interruption, LevelRecord, Manifest, ReleaseInfo, RunDirError
 from das.measure import Target, parts_dir
 from das.outdir import OutDirError
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
@@ -42,17 +43,7 @@ from das.pipeline import Confidential, InputsRead, Pipeline, RunError, RunStoppe
 from das.privacy.accounting import protects
 from das.privacy.certificate import delta_text, fraction_text
 from das.privacy.strategy import BudgetError
-from das.rundir import (
-    Counts,
-    EngineRecord,
-    FailsafeRecord,
-    Interruption,
-    LevelRecord,
-    Manifest,
-    ReleaseInfo,
-    RunDir,
-    RunDirError,
-)
+from das.rundir import RunDir
 from das.runspec import Budget, RunSpec, load_run_spec
 from das.schema import SpecError
 from das.topdown.engine import level_detail, task_summary

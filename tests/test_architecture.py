@@ -16,7 +16,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.privacy.randomness",
      "das.privacy.exponential", "das.privacy.guarantee"},
     {"das.io.microdata", "das.io.areas", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171", "das.io.validation",
-     "das.io.parts", "das.io.outputs", "das.io.table_names", "das.pinned", "das.rundir", "das.outdir", "das.partitions",
+     "das.io.parts", "das.io.outputs", "das.io.table_names", "das.pinned", "das.rundir", "das.manifest", "das.outdir", "das.partitions",
      "das.signing"},
     {"das.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.topdown.matrices", "das.topdown.solvers", "das.topdown.optimality", "das.topdown.rounding",

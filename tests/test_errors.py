@@ -239,6 +239,7 @@ def test_every_error_of_das_is_a_das_error_keeping_its_builtin_base():
     from das.bundle import BundleError
     from das.distributed import DaskUnavailable
     from das.io.microdata import InputError
+    from das.manifest import RunDirError
     from das.mechanisms.base import MechanismError
     from das.outdir import OutDirError
     from das.partitions import PartitionError
@@ -248,7 +249,6 @@ def test_every_error_of_das_is_a_das_error_keeping_its_builtin_base():
     from das.publish import PublishError
     from das.research.replicate import StudyError
     from das.run import RunError, RunStopped
-    from das.rundir import RunDirError
     from das.signing import SigningError
     from das.specfile import SpecError
     from das.topdown.solve import SolveError

@@ -15,12 +15,13 @@ from das.frame import Opening, complete, holds, open_frame, output_plan
 from das.geography import Geography
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
+from das.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.mechanisms.base import Ledger, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
 from das.outdir import OutDirError
 from das.pipeline import Pipeline, code_version, release_rho
 from das.privacy.strategy import load_strategy
-from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
+from das.rundir import RunDir
 
 
 def _opening(pipe: Pipeline, plan) -> Opening:

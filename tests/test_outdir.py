@@ -15,7 +15,8 @@ from conftest import ROOT, TINY
 
 from das import outdir
 from das.cli import main as das_main
-from das.rundir import Manifest, RunDir
+from das.manifest import Manifest
+from das.rundir import RunDir
 from das.validate import validate_run
 
 OWNER = outdir.Owner("das example", "example", ("result.json", "parts/*.json"))

@@ -12,9 +12,10 @@ import pytest
 from conftest import ROOT, TINY
 
 from das import published
+from das.manifest import Manifest
 from das.mechanisms import MECHANISMS, synthesize
 from das.run import run
-from das.rundir import Manifest, RunDir
+from das.rundir import RunDir
 from das.validate import validate_run
 
 SEED = 7

@@ -13,9 +13,9 @@ from conftest import cli_refused
 import das.measure
 from das.attack import release_audit as ra
 from das.attack.detection import detection_limit
+from das.manifest import Counts
 from das.mechanisms import MECHANISMS
 from das.pipeline import Pipeline
-from das.rundir import Counts
 
 SPEC = "tiny"
 

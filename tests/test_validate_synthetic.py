@@ -17,11 +17,11 @@ from conftest import mechanism_params
 
 from das.bundle import parquet_metadata
 from das.checkpoint import file_sha256
+from das.manifest import Manifest
 from das.mechanisms import MECHANISMS, synthesize
 from das.mechanisms.base import ZCDP
 from das.privacy.accounting import eps_for_delta, eps_loose, stability_threshold
 from das.privacy.certificate import Certificate, fraction_text
-from das.rundir import Manifest
 from das.validate import validate_run
 
 PLANNED = ("certificate: the mechanism's charges, rho, (eps, delta) and guarantee, planned again from the published "

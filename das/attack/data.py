@@ -14,7 +14,8 @@ import numpy as np
 from das.errors import DasError, option
 from das.geography import LEVEL_DIGITS
 from das.io.microdata import read_person_levels
-from das.rundir import RunDir, RunDirError
+from das.manifest import RunDirError
+from das.rundir import RunDir
 from das.schema import Schema
 
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks

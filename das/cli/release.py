@@ -63,8 +63,8 @@ def _cmd_validate(args) -> int:
 
 def _cmd_publish(args) -> int:
     import das
+    from das.manifest import RunDirError
     from das.publish import PublishError
-    from das.rundir import RunDirError
     from das.specfile import cut_long_words
 
     try:

@@ -26,7 +26,8 @@ import scipy.sparse as sp
 from das.geography import Geography
 from das.histogram import block_histograms
 from das.io.microdata import InputError, read_records, read_units
-from das.rundir import RunDir, RunDirError
+from das.manifest import RunDirError
+from das.rundir import RunDir
 from das.schema import Schema, SpecError, load_toml, resolve_spec
 
 SEGMENT_KEYS = ("FILEID", "STUSAB", "CHARITER", "CIFSN", "LOGRECNO")

@@ -31,6 +31,7 @@ from das.geography import Geography
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
+from das.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
 from das.pipeline import RunStopped, code_version, release_rho
@@ -39,7 +40,7 @@ from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
 from das.run import EXPECTED
-from das.rundir import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, RunDir
+from das.rundir import RunDir
 from das.runspec import Budget, load_run_spec
 from das.schema import load_schema
 

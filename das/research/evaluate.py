@@ -25,6 +25,7 @@ from das.bundle import DATAFRAMES, BundleError, input_paths, read_process
 from das.errors import option
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
+from das.manifest import RunDirError
 from das.pipeline import Confidential
 from das.privacy.certificate import fraction_text
 from das.research import offspine
@@ -47,7 +48,7 @@ from das.research.replicate import (
     write_parts,
 )
 from das.rules import Invariants
-from das.rundir import RunDir, RunDirError
+from das.rundir import RunDir
 from das.schema import Schema, load_schema
 from das.spine import block_order, from_table
 

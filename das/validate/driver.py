@@ -17,8 +17,9 @@ from functools import partial
 from pathlib import Path
 
 from das.executors import largest_first
+from das.manifest import Manifest, RunDirError
 from das.progress import bar
-from das.rundir import Manifest, RunDir, RunDirError
+from das.rundir import RunDir
 from das.signing import SigningError, read_public_key
 from das.validate.inputs import by_state, operator_inputs
 from das.validate.manifest import FIELDS_CHECK, read_problems

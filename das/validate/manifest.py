@@ -3,7 +3,7 @@
 Fields: every key path of manifest.json is one das/published.py declares (`MANIFEST`), and each declared
 field's value is of its declared type (`TYPES`); a field that is not, or an extra one at any depth, is named
 by its key path (`levels_report.persons[3].extra`). The manifest is read as JSON here, not through
-das.rundir.Manifest, which keeps only the fields it knows. A mechanism's own details are taken as its
+das.manifest.Manifest, which keeps only the fields it knows. A mechanism's own details are taken as its
 manifest lists them: their declarations are the mechanism's (das.mechanisms), which the validator does not
 import. Counts: what the manifest states about the published files is recounted from them and compared
 exactly: `counts.persons` is the persons MDF's rows; `counts.blocks` the release universe's blocks (the

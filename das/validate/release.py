@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das.rundir import Manifest, RunDir
+from das.manifest import Manifest
+from das.rundir import RunDir
 from das.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.report import ValidationError

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from das.rundir import Manifest, RunDirError
+from das.manifest import Manifest, RunDirError
 from das.signing import SigningError, fingerprint, verifies
 from das.validate.registry import Check
 from das.validate.release import Release
