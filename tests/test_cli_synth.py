@@ -8,13 +8,14 @@ import pytest
 from conftest import cli_commands, cli_refused, cli_refused_by_parser
 
 from das.cli import build_parser, synth
+from das.mechanisms.registry import ENTRIES
 
 
 def test_synth_is_the_one_command_of_its_family():
     assert cli_commands(synth) == {"synth"}
 
 
-@pytest.mark.parametrize("mechanism", synth.MECHANISM_NAMES)
+@pytest.mark.parametrize("mechanism", tuple(ENTRIES))
 def test_synth_parses_every_mechanism_with_its_documented_defaults(mechanism):
     args = build_parser().parse_args(["synth", "tiny", "--mechanism", mechanism, "--out", "o"])
     assert args.func is synth._cmd_synth

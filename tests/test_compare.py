@@ -181,7 +181,7 @@ def test_a_comparison_whose_every_release_failed_summarizes_to_nothing(tmp_path)
 
 
 def test_every_series_keeps_one_colour_of_its_own():
-    from das.cli.synth import MECHANISM_NAMES
+    from das.mechanisms.registry import ENTRIES as MECHANISM_NAMES
     from das.research import series
 
     names = ["topdown", "noisy", "wls", "exact", *MECHANISM_NAMES, "rap_rank",

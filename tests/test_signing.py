@@ -19,9 +19,9 @@ from conftest import cli_refused
 from das import signing
 from das.checkpoint import file_sha256
 from das.cli import main as das_main
-from das.cli.synth import MECHANISM_NAMES
 from das.io.tables import load_tables, table_matrix
 from das.mechanisms import synthesize
+from das.mechanisms.registry import ENTRIES as MECHANISM_NAMES
 from das.run import resume_run, run
 from das.rundir import RunDir
 from das.schema import load_schema

@@ -6,7 +6,7 @@ import os
 import sys
 
 from das.cli.args import SEED_HELP, area_file, delta, fraction, names, nonnegative_int, path, positive_int, spec_help
-from das.cli.synth import MECHANISM_NAMES
+from das.mechanisms import registry
 
 # das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
 # imports nothing heavy (tests/test_cli_research.py checks they agree)
@@ -107,7 +107,7 @@ def add_parsers(sub) -> None:
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
                         "anything else is refused")
-    m.add_argument("--estimators", type=names((*ESTIMATORS, *MECHANISM_NAMES)), default=None,
+    m.add_argument("--estimators", type=names((*ESTIMATORS, *registry.ENTRIES)), default=None,
                    help=f"comma list of estimators (default: the release's own: {','.join(ESTIMATORS)} for a TopDown "
                         "release; a synthetic release's MDF alone, named after its mechanism, e.g. aim)")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
@@ -182,7 +182,7 @@ def _add_compare(sub) -> None:
                                        "error, bias, cost and attack match rates side by side")
     c.add_argument("spec", type=path, help=spec_help() + " (its persons release is compared)")
     c.add_argument("--mechanisms", default="topdown",
-                   help=f"comma list of topdown, {', '.join(MECHANISM_NAMES)} (mst and aim need pip install 'das[mbi]')")
+                   help=f"comma list of topdown, {', '.join(registry.ENTRIES)} (mst and aim need pip install 'das[mbi]')")
     c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
     c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
     c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")

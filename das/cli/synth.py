@@ -6,10 +6,7 @@ import argparse
 import sys
 
 from das.cli.args import SEED_HELP, add_budget, nonnegative_int, path, spec_help
-
-# the names of das.mechanisms.MECHANISMS, spelled out so that `das --help` imports nothing heavy
-# (tests/test_mechanisms.py checks they agree)
-MECHANISM_NAMES = ("flat", "stability", "mwem", "privbayes", "privsyn", "mst", "aim", "rap")
+from das.mechanisms import registry
 
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:
@@ -19,7 +16,7 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
                     "and write its release (MDF, tables, manifest with the certificate) like `das run` does. "
                     "See docs/mechanisms.md.")
     s.add_argument("spec", type=path, help=spec_help())
-    s.add_argument("--mechanism", required=True, choices=MECHANISM_NAMES,
+    s.add_argument("--mechanism", required=True, choices=tuple(registry.ENTRIES),
                    help="which mechanism (docs/mechanisms.md); mst and aim need pip install 'das[mbi]'")
     s.add_argument("--out", type=path, required=True, help="output directory")
     s.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
