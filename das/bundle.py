@@ -27,9 +27,8 @@ from pathlib import Path
 import tomli_w
 
 from das import atomic, pinned
-from das.errors import ReleaseError
+from das.errors import ReleaseError, SpecError
 from das.rundir import RunDir
-from das.schema import SpecError
 
 REDACTED = "<operator only>"
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.runspec)

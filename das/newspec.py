@@ -15,14 +15,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from das.errors import option
+from das.errors import InputError, SpecError, option
 from das.geography import DEFAULT_LEVELS, LEVEL_DIGITS
-from das.io.microdata import InputError, Problem, read_inputs
+from das.io.microdata import Problem, read_inputs
 from das.privacy.accounting import eps_for_delta
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import load_strategy
 from das.runspec import DEFAULT_DELTA, load_run_spec
-from das.schema import SpecError, load_schema
+from das.schema import load_schema
 from das.specfile import real_path
 
 

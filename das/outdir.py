@@ -42,7 +42,7 @@ from pathlib import Path
 
 import das
 from das import atomic
-from das.errors import OutDirError, option  # das's (das.errors), raised here and re-exported
+from das.errors import OutDirError, option
 from das.io.outputs import release_patterns
 from das.manifest import RunDirError
 from das.rundir import RunDir

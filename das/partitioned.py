@@ -33,7 +33,7 @@ import scipy.sparse as sp
 
 from das import atomic, preflight
 from das.checkpoint import load_solved, save_arrays, save_solved
-from das.errors import option
+from das.errors import RunError, option
 from das.executors import largest_first, local_executor
 from das.frame import output_plan
 from das.geography import Geography
@@ -46,7 +46,7 @@ from das.io.tables import table_widths
 from das.manifest import PublishedInvariants, SpineRecord
 from das.measure import Measured, Target, charge, measure_level, measure_release
 from das.partitions import PartitionError, StateInputs, state_inputs
-from das.pipeline import Confidential, Pipeline, RunError
+from das.pipeline import Confidential, Pipeline
 from das.privacy.accounting import PrivacyAccountant
 from das.rules import Bounds, Invariants, household_persons, level_bounds
 from das.rundir import RunDir, nmf_level_path

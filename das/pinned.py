@@ -24,9 +24,11 @@ import tomllib
 
 import tomli_w
 
+from das.errors import SpecError
 from das.io.tables import DEFAULT_TABLES, TableSpec, load_tables, tables_from_dict
 from das.privacy.strategy import Strategy, load_strategy, strategy_from_dict
-from das.schema import Schema, SpecError, load_schema, load_toml, resolve_spec, schema_from_dict
+from das.schema import Schema, load_schema, resolve_spec, schema_from_dict
+from das.specfile import load_toml
 
 SECTION = "specs"  # [specs.<kind>.<name>] of a published run spec
 # where a run spec names another spec: (section, key, kind of spec, the value when the key is left out)

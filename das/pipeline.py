@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 import das
 from das import bundle, preflight
-from das.errors import RunError, RunStopped  # noqa: F401  das's (das.errors), raised here and re-exported
+from das.errors import RunError
 from das.geography import Geography
 from das.io.areas import read_areas
 from das.io.microdata import read_inputs

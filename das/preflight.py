@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from das import arguments
-from das.errors import option
+from das.errors import SpecError, option
 from das.rules import INVARIANT_LEVELS, Invariants, block_bounds
-from das.schema import SpecError
 
 MAX_RHO = Fraction(10)  # above this a run needs --allow-large-rho (2020 production persons: 2.56)
 MAX_SIGMA2 = 10**18  # a query noise variance above this (sd 1e9) is refused: useless, and past int64 safety

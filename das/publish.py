@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from das import atomic, outdir
-from das.errors import ReleaseError
+from das.errors import ReleaseError, ValidationError
 from das.rundir import RunDir
 from das.validate import validate_run
-from das.validate.report import ValidationError
 
 FILE_MODE, DIRECTORY_MODE = 0o644, 0o755
 EPOCH_VARIABLE = "SOURCE_DATE_EPOCH"  # reproducible-builds.org: the one time every file of a bundle bears

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from das import atomic, bundle, preflight, signing
 from das.checkpoint import Checkpoints, is_disk_full
+from das.errors import BudgetError, InputError, OutDirError, RunError, RunStopped, SpecError
 from das.executors import lasting, make_executor
 from das.frame import (
     NOT_PRIVATE,
@@ -32,25 +33,21 @@ from das.frame import (
     protected_paths,
     release_valid,
 )
-from das.io.microdata import InputError
 from das.io.outputs import write_spine
 from das.manifest import Counts, EngineRecord, FailsafeRecord, Interruption, LevelRecord, Manifest, ReleaseInfo, RunDirError
 from das.measure import Target, parts_dir
-from das.outdir import OutDirError
 from das.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
 from das.partitions import PartitionError, is_partitioned
-from das.pipeline import Confidential, InputsRead, Pipeline, RunError, RunStopped, code_version
+from das.pipeline import Confidential, InputsRead, Pipeline, code_version
 from das.privacy.accounting import protects
 from das.privacy.certificate import delta_text, fraction_text
-from das.privacy.strategy import BudgetError
 from das.rundir import RunDir
 from das.runspec import Budget, RunSpec, load_run_spec
-from das.schema import SpecError
 from das.topdown.engine import level_detail, task_summary
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NOT_PRIVATE", "RunError", "RunOptions", "RunResult", "RunStopped", "code_version", "measure_only", "resume_run",
+__all__ = ["NOT_PRIVATE", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run",
            "run"]
 
 

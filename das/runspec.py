@@ -14,11 +14,11 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from das import specfile
-from das.errors import option
+from das.errors import SpecError, option
 from das.geography import DEFAULT_LEVELS, level_digits
 from das.io.areas import TYPE_NAME as AREA_TYPE
 from das.privacy.certificate import delta_text, fraction_text
-from das.schema import SpecError, resolve_spec
+from das.schema import resolve_spec
 from das.specfile import Exact, Section
 from das.spine import SPINES  # [geography] spine: the levels as geocode prefixes, or optimized for declared areas
 from das.topdown.rounding import DEFAULT_ROUNDING, check_rounding

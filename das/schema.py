@@ -26,9 +26,10 @@ import scipy.sparse as sp
 from pydantic import Field, PlainValidator
 
 from das import rules, specfile
-from das.specfile import Section, SpecError, load_toml
+from das.errors import SpecError
+from das.specfile import Section, load_toml
 
-__all__ = ["Attribute", "Constraint", "Query", "Recode", "Schema", "SpecError", "load_schema", "load_toml",
+__all__ = ["Attribute", "Constraint", "Query", "Recode", "Schema", "load_schema",
            "parse_query_name", "resolve_spec", "schema_from_dict", "specs_root"]
 
 QUERY_SEPARATOR = " x "

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
 
-from das.errors import SpecError  # the spec's error is das's (das.errors), raised here and re-exported
+from das.errors import SpecError
 
 SHOWN_CHARACTERS = 60  # a value echoed in a message is cut to this many characters
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from das import outdir
+from das.errors import SpecError
 from das.io.pl94171 import PLLayout, load_layout, read_pl94171, run_records, write_pl94171
 from das.io.table_names import check_naming, readable_names, renamed
 from das.io.tables import load_tables
 from das.rundir import RunDir
-from das.schema import SpecError, load_schema
+from das.schema import load_schema
 from das.specfile import real_path
 
 

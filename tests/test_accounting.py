@@ -7,9 +7,9 @@ from fractions import Fraction
 import mpmath
 import pytest
 
+from das.errors import BudgetError, SpecError
 from das.privacy.accounting import (
     CONVENTION,
-    BudgetError,
     PrivacyAccountant,
     allocate,
     certificate,
@@ -20,7 +20,6 @@ from das.privacy.accounting import (
 )
 from das.privacy.certificate import Certificate, CertificateError
 from das.privacy.strategy import LevelShare, Strategy, load_strategy
-from das.schema import SpecError
 
 PROD_RHO = Fraction(293764, 114921)
 DELTA = Fraction(1, 10**10)

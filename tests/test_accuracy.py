@@ -216,8 +216,8 @@ def test_parent_problem_keeps_the_descendant_rows():
 
 
 def test_passes_by_level_are_read_checked_and_used_for_their_level(tmp_path):
+    from das.errors import SpecError
     from das.runspec import load_run_spec
-    from das.schema import SpecError
 
     spec = load_run_spec("vt_demo")
     assert spec.passes == ((),) and spec.passes_by_level == {"nation": (("hhgq", "hhinstlevels"), ())}

@@ -16,8 +16,9 @@ from conftest import ROOT, TINY
 
 import das
 import das.api
-from das.io.microdata import InputError, collect_problems
-from das.schema import SpecError, load_schema
+from das.errors import InputError, SpecError
+from das.io.microdata import collect_problems
+from das.schema import load_schema
 from das.specfile import load_toml, toml_text
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

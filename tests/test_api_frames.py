@@ -10,8 +10,7 @@ from conftest import TINY, cli_refused
 
 import das
 from das.attack.data import AttackError
-from das.io.microdata import InputError
-from das.research.replicate import StudyError
+from das.errors import InputError, StudyError
 
 FILES = (TINY / "persons.csv", TINY / "units.csv")
 

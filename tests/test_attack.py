@@ -16,7 +16,8 @@ from das.attack.data import PersonRecords
 from das.attack.rank import expected_hits, match_rate_at, match_rate_curve, matches, rank_by, rank_samples, rap_runs
 from das.attack.workload import build_workload, load_attack_tables
 from das.cli import main
-from das.schema import SpecError, load_schema
+from das.errors import SpecError
+from das.schema import load_schema
 
 GRAND_ISLE = ROOT / "geography_fixtures" / "vt_grand_isle" / "persons.parquet"
 

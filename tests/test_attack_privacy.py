@@ -133,7 +133,8 @@ def test_cli_audit_writes_its_report_to_a_directory_of_its_own(tmp_path, capsys)
 
 
 def test_audit_charges_the_plan_through_the_accountant(setting):
-    from das.privacy.accounting import BudgetError, PrivacyAccountant
+    from das.errors import BudgetError
+    from das.privacy.accounting import PrivacyAccountant
 
     geography, data, schema, plan = setting
     _, allocation = plan_for(strategy_from_dict({"schema": schema.name, "levels": {

@@ -10,10 +10,10 @@ import pytest
 from conftest import ROOT, TINY, cli_refused
 
 from das import bundle
+from das.errors import SpecError
 from das.mechanisms import synthesize
 from das.pinned import SECTION as SPECS
 from das.rundir import RunDir
-from das.schema import SpecError
 
 SECRET = "/secret/cef/persons.parquet"
 REST = '[persons]\nschema = "pl94_persons"\nstrategy = "pl94_six_level"  # a comment outside [input]\n'

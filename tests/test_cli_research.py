@@ -105,8 +105,8 @@ def test_metrics_refuses_a_missing_truth_file_and_an_unknown_query(tiny_release,
 
 
 def test_metrics_refuses_an_unknown_estimator_from_the_library_too(tiny_release, tmp_path):
+    from das.errors import StudyError
     from das.research.evaluate import evaluate_run
-    from das.research.replicate import StudyError
 
     with pytest.raises(StudyError, match=r"unknown estimator\(s\) \['magic'\]; choose from topdown, noisy, wls"):
         evaluate_run(tiny_release, out=tmp_path / "m", estimators=("magic",))

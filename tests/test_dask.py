@@ -51,7 +51,7 @@ def test_base_install_does_not_import_dask():
 
 
 def test_scheduler_without_dask_engine_is_refused(tmp_path):
-    from das.run import RunError
+    from das.errors import RunError
 
     with pytest.raises(RunError, match="scheduler= needs engine=dask"):
         run("tiny", tmp_path / "x", seed=1, progress=False, scheduler="tcp://127.0.0.1:1")

@@ -238,21 +238,15 @@ def test_every_error_of_das_is_a_das_error_keeping_its_builtin_base():
     from das.attack.data import AttackError
     from das.bundle import BundleError
     from das.distributed import DaskUnavailable
-    from das.io.microdata import InputError
+    from das.errors import BudgetError, InputError, OutDirError, RunError, RunStopped, SpecError, StudyError, ValidationError
     from das.manifest import RunDirError
     from das.mechanisms.base import MechanismError
-    from das.outdir import OutDirError
     from das.partitions import PartitionError
     from das.preflight import PreflightError
     from das.privacy.certificate import CertificateError
-    from das.privacy.strategy import BudgetError
     from das.publish import PublishError
-    from das.research.replicate import StudyError
-    from das.run import RunError, RunStopped
     from das.signing import SigningError
-    from das.specfile import SpecError
     from das.topdown.solve import SolveError
-    from das.validate.report import ValidationError
 
     bases = {SpecError: ValueError, PreflightError: ValueError, BudgetError: ValueError, MechanismError: ValueError,
              CertificateError: ValueError, AttackError: ValueError, PartitionError: ValueError, SigningError: ValueError,

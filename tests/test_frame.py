@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from das import bundle, signing
 from das.checkpoint import file_sha256
+from das.errors import OutDirError
 from das.frame import Completion as FrameCompletion
 from das.frame import Opening, complete, holds, open_frame, output_plan
 from das.geography import Geography
@@ -18,7 +19,6 @@ from das.io.tables import load_tables
 from das.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.mechanisms.base import Ledger, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.outdir import OutDirError
 from das.pipeline import Pipeline, code_version, release_rho
 from das.privacy.strategy import load_strategy
 from das.rundir import RunDir

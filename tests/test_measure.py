@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 import das.measure
+from das.errors import BudgetError
 from das.io import nmf
 from das.measure import Measured, Target, measure_release, plan_for
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.randomness import SeededRandomSource
-from das.privacy.strategy import BudgetError, load_strategy
+from das.privacy.strategy import load_strategy
 
 
 def _plan(geography, rho=None):

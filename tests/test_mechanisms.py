@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from das.errors import BudgetError, OutDirError
 from das.geography import Geography
 from das.mechanisms import MECHANISMS, MechanismError, SynthesisInput, synthesize
 from das.mechanisms.base import Ledger
 from das.mechanisms.flat import project_simplex
-from das.outdir import OutDirError
-from das.privacy.accounting import BudgetError
 from das.privacy.randomness import SeededRandomSource
 from das.schema import load_schema
 from das.validate import validate_run

@@ -244,7 +244,7 @@ def test_an_input_that_is_a_symlink_loop_is_refused_by_name_before_anything(comm
 
 def test_the_api_refuses_an_input_that_is_a_symlink_loop_by_name(tmp_path, monkeypatch):
     import das
-    from das.io.microdata import InputError
+    from das.errors import InputError
     from das.specfile import load_toml
 
     loop, spec = _loop_spec(tmp_path)

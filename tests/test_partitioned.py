@@ -16,8 +16,8 @@ from conftest import ROOT, resume_recording_draws
 
 from das import signing
 from das.checkpoint import file_sha256
-from das.io.microdata import InputError
-from das.run import RunError, measure_only, run
+from das.errors import InputError, RunError
+from das.run import measure_only, run
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -319,7 +319,7 @@ def test_the_validator_reads_no_mdf_geography_in_the_driver(reference, tmp_path,
 
 @pytest.mark.parametrize("where", ["persons", "units", "persons/deeper"])
 def test_an_output_directory_inside_a_partitioned_input_directory_is_refused(tmp_path, where):
-    from das.outdir import OutDirError
+    from das.errors import OutDirError
 
     spec = two_states(tmp_path / "inputs")
     before = sorted(p.name for p in (spec.parent / "persons").rglob("*"))

@@ -10,8 +10,8 @@ from conftest import ROOT, TINY
 
 import das.schema
 from das import bundle, pinned
+from das.errors import SpecError
 from das.rundir import RunDir
-from das.schema import SpecError
 from das.validate import validate_run
 
 

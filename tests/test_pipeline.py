@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from das import rules
+from das.errors import BudgetError
 from das.measure import Target
 from das.pipeline import Pipeline
-from das.privacy.strategy import BudgetError
 from das.run import run
 
 

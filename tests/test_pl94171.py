@@ -11,11 +11,10 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main
-from das.io.microdata import InputError
+from das.errors import InputError, SpecError
 from das.io.pl94171 import load_layout, read_pl94171, run_records, write_pl94171
 from das.run import run
 from das.runspec import load_run_spec
-from das.schema import SpecError
 
 SAMPLE = ROOT.parent / "shared" / "data" / "pl94171_2018e2e_ri"
 FIXTURES = ROOT / "geography_fixtures"

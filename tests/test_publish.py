@@ -15,7 +15,7 @@ from conftest import cli_refused
 
 import das
 from das.cli import main
-from das.outdir import OutDirError
+from das.errors import OutDirError
 from das.publish import PublishError, publish
 from das.rundir import RunDir
 from das.validate import validate_run

@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
-from das.run import RunError, run
+from das.errors import RunError
+from das.run import run
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"

@@ -17,8 +17,8 @@ from conftest import FIXTURES, ROOT, TINY, cli_refused
 
 import das.measure
 from das.cli import main as das_main
+from das.errors import SpecError
 from das.run import run
-from das.schema import SpecError
 from das.validate import validate_run
 from das.validate.records import UNITS_CODES, check_unit_records
 from das.validate.report import Findings

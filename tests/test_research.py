@@ -10,9 +10,10 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
+from das.errors import OutDirError
 from das.geography import Geography
 from das.io.nmf import NoisyAnswers
-from das.outdir import RECORD, OutDirError
+from das.outdir import RECORD
 from das.research.estimators import _LevelSystem, answers, distribute, query_matrix, wls_level
 from das.research.evaluate import evaluate_run, metrics_dir
 from das.research.metrics import SIZE_BINS, combine, error_stats, metrics, size_bin

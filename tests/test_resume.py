@@ -22,8 +22,8 @@ from conftest import ROOT, disk_full_at, resume_recording_draws
 import das.io.nmf
 import das.measure
 from das.bundle import read_process
-from das.outdir import OutDirError
-from das.run import RunError, resume_run, run
+from das.errors import OutDirError, RunError
+from das.run import resume_run, run
 
 FIXTURES = ROOT / "geography_fixtures"
 SEED = 7
@@ -144,9 +144,9 @@ def test_a_run_stopped_by_an_error_in_post_processing_resumes_without_drawing(co
     """An error of das's own after the noise was drawn (the infinite duality gap that stopped vt_demo's root with an
     OverflowError, issue 41) is a clean stop: RunStopped (rc 1 from the CLI) saying how to continue, nothing
     released; the fixed code then resumes from the NMF, drawing nothing, to the uninterrupted run's release."""
-    import das.topdown.solve
+    import das.topdown.optimality
     from das.cli import main
-    from das.run import RunStopped
+    from das.errors import RunStopped
 
     spec, reference = county
     out = tmp_path / "run"
@@ -155,7 +155,7 @@ def test_a_run_stopped_by_an_error_in_post_processing_resumes_without_drawing(co
         raise OverflowError("cannot convert float infinity to integer")
 
     with monkeypatch.context() as broken:
-        broken.setattr(das.topdown.solve, "on_grid", overflow)
+        broken.setattr(das.topdown.optimality, "on_grid", overflow)
         with pytest.raises(RunStopped, match="das run --resume") as stopped:
             run(spec, out, seed=SEED, workers=1, progress=False)
         assert isinstance(stopped.value.__cause__, OverflowError)
@@ -309,7 +309,8 @@ def test_das_measure_stopped_by_an_error_of_its_own_stops_cleanly_and_resumes(ti
     """The rule of `das run` holds for `das measure`: an error of das's own while drawing is a RunStopped naming how
     to continue, the directory marked interrupted; `das run --resume` then finishes it, never redrawing a committed
     measurement."""
-    from das.run import RunStopped, measure_only
+    from das.errors import RunStopped
+    from das.run import measure_only
 
     out = tmp_path / "measured"
     original, calls = das.measure.discrete_gaussian, []

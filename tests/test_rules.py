@@ -12,11 +12,12 @@ import pytest
 from conftest import TINY
 
 from das import rules
+from das.errors import SpecError
 from das.io.microdata import collect_problems
 from das.io.validation import notes
 from das.rules import block_bounds, level_bounds
 from das.run import run
-from das.schema import SpecError, load_schema, resolve_spec
+from das.schema import load_schema, resolve_spec
 from das.validate import validate_run
 
 PER_UNIT = {"limit": 3}  # the new rule's parameter, changed by the tests below

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
-from das.outdir import OutDirError
+from das.errors import OutDirError
 from das.run import run
 from das.rundir import RunDir
 from das.validate import validate_run

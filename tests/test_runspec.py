@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from das.errors import SpecError
 from das.pipeline import Pipeline
 from das.runspec import load_run_spec
-from das.schema import SpecError, resolve_spec, specs_root
+from das.schema import resolve_spec, specs_root
 
 SHIPPED = sorted(p.stem for p in (specs_root() / "runs").glob("*.toml"))
 

@@ -16,9 +16,10 @@ import das.measure
 import das.pipeline
 from das.attack.workload import WorkloadFile, load_attack_tables
 from das.cli import main as das_main
+from das.errors import SpecError
 from das.privacy.strategy import StrategyFile, load_strategy
 from das.runspec import RunSpecFile, load_run_spec
-from das.schema import SchemaFile, SpecError, load_schema, resolve_spec
+from das.schema import SchemaFile, load_schema, resolve_spec
 from das.specfile import fields, model_at, shown, where
 
 TINY = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/", f"{ROOT}/geography_fixtures/")

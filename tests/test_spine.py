@@ -13,9 +13,10 @@ from conftest import ROOT, disk_full_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from das.errors import RunError
 from das.geography import Geography, block_geocodes
 from das.io.areas import areas_from_frames
-from das.run import RunError, resume_run, run
+from das.run import resume_run, run
 from das.spine import optimized, optimized_units, spine_geography, spine_table
 
 SEED = 11
@@ -229,7 +230,7 @@ def test_the_published_spine_reads_back_as_the_engine_geography(spine_run):
 def test_a_partitioned_run_reads_each_state_s_rows_of_the_area_files(tmp_path):
     from test_partitioned import FIXTURES, two_states
 
-    from das.io.microdata import InputError
+    from das.errors import InputError
 
     spec = two_states(tmp_path / "inputs")
     blocks = np.concatenate([_blocks(FIXTURES / "al_perry"), _blocks()])  # two states in one area file

@@ -6,9 +6,8 @@ import pytest
 from conftest import TINY, mechanism_params
 
 import das
+from das.errors import SpecError, StudyError
 from das.mechanisms import MechanismError
-from das.research.replicate import StudyError
-from das.schema import SpecError
 
 
 def _frames():

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TINY
 
+from das.errors import ValidationError
 from das.run import run
-from das.validate import GEO, NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, ValidationError, validate_run
+from das.validate import GEO, NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, validate_run
 from das.validate.registry import select
 
 

@@ -12,7 +12,8 @@ import pytest
 from conftest import TINY
 
 from das.cli import main as das_main
-from das.io.microdata import InputError, Problem, read_inputs, read_records, read_units
+from das.errors import InputError
+from das.io.microdata import Problem, read_inputs, read_records, read_units
 from das.io.validation import validate_input, validate_input_main
 from das.schema import load_schema
 

@@ -16,8 +16,9 @@ import pytest
 from conftest import ROOT, TINY
 
 from das.checkpoint import file_sha256
+from das.errors import ValidationError
 from das.run import run
-from das.validate import ValidationError, validate_run
+from das.validate import validate_run
 
 STATES = ("44", "45")
 

@@ -21,12 +21,11 @@ from pathlib import Path
 from das import arguments
 from das.api.inputs import Input, input_files, is_frame, prepared, said_of_frames
 from das.arguments import checked
-from das.errors import UnknownNameError
+from das.errors import SpecError, UnknownNameError
 from das.manifest import Manifest
 from das.privacy.certificate import Certificate
 from das.privacy.guarantee import Guarantee, combined
 from das.rundir import RunDir
-from das.schema import SpecError
 from das.specfile import parse_fraction
 
 logger = logging.getLogger(__name__)

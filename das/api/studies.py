@@ -129,8 +129,8 @@ class Study:
 def _study_record(path: Path) -> str:
     """The file that says what study directory `path` holds (study.json or compare.json); StudyError when `path`
     is not a finished study."""
+    from das.errors import StudyError
     from das.outdir import read_record
-    from das.research.replicate import StudyError
     from das.rundir import RunDir
 
     expected = "expected a directory written by das.replicate, das.metrics or das.compare"
@@ -314,8 +314,8 @@ def _compare_rho(spec, rho, eps, delta) -> str | None:
     comparison is certified at the spec's."""
     from das.api.budget import rho_for_eps
     from das.api.release import budget_given
+    from das.errors import SpecError
     from das.runspec import load_run_spec
-    from das.schema import SpecError
 
     given = budget_given(rho, eps, delta)
     if given is None:

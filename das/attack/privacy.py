@@ -39,6 +39,7 @@ import scipy.sparse as sp
 
 from das import atomic, outdir
 from das.attack.detection import Detection, detection, event_bound
+from das.errors import SpecError
 from das.geography import Geography
 from das.io.nmf import NoisyAnswers
 from das.measure import Measurement, measure_in_memory, plan_for, true_answers
@@ -47,7 +48,7 @@ from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
 from das.progress import bar
 from das.runspec import load_run_spec
-from das.schema import Schema, SpecError, load_schema
+from das.schema import Schema, load_schema
 
 AUDIT_DELTA = Fraction(1, 100)
 AUDIT_RHO = Fraction(1)

@@ -19,7 +19,8 @@ import numpy as np
 from pydantic import Field
 
 from das import specfile
-from das.schema import Schema, SpecError, parse_query_name, resolve_spec
+from das.errors import SpecError
+from das.schema import Schema, parse_query_name, resolve_spec
 from das.specfile import Section
 
 TABLE_LEVELS = ("block", "tract")

@@ -58,8 +58,7 @@ def _cmd_attack(args) -> int:
     import das
     from das.attack.command import AttackConfig
     from das.attack.data import AttackError
-    from das.io.microdata import InputError
-    from das.schema import SpecError
+    from das.errors import InputError, SpecError
     from das.specfile import cut_long_words
 
     flags = {name: getattr(args, name) for name in AttackConfig.__dataclass_fields__}

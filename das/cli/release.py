@@ -123,8 +123,8 @@ def _cmd_privacy(args) -> int:
 def _budget_conversion(args) -> int:
     """`das privacy --eps E --delta D` (the largest rho within it) or `--rho R --delta D` (its eps): no spec."""
     import das
+    from das.errors import RunError
     from das.privacy.certificate import delta_text, fraction_text
-    from das.run import RunError
 
     if args.delta is None or (args.rho is None) == (args.eps is None):
         raise RunError("das privacy needs a SPEC (its certificate), or --eps E --delta D (the largest rho within "
@@ -168,7 +168,7 @@ def _cmd_tables(args) -> int:
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
     from das.attack.release_audit import audit_releases_main
-    from das.schema import SpecError
+    from das.errors import SpecError
 
     settings = {"rho": _text(args.rho), "delta": _text(args.delta), "seed": args.seed, "json_out": args.json,
                 "out": args.out, "overwrite": args.overwrite}

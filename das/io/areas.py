@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from das.io.microdata import MAX_ROWS_LISTED, InputError, Problem, _Collector, _load
+from das.errors import InputError
+from das.io.microdata import MAX_ROWS_LISTED, Problem, _Collector, _load
 from das.specfile import shown
 
 GEOID = "GEOID"  # the block's 15-digit geocode

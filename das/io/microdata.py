@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import rules
-from das.errors import InputError  # das's (das.errors), raised here and re-exported
+from das.errors import InputError
 from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
 from das.histogram import block_histograms
 from das.schema import Schema

@@ -23,12 +23,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
+from das.errors import InputError, SpecError
 from das.geography import Geography
 from das.histogram import block_histograms
-from das.io.microdata import InputError, read_records, read_units
+from das.io.microdata import read_records, read_units
 from das.manifest import RunDirError
 from das.rundir import RunDir
-from das.schema import Schema, SpecError, load_toml, resolve_spec
+from das.schema import Schema, resolve_spec
+from das.specfile import load_toml
 
 SEGMENT_KEYS = ("FILEID", "STUSAB", "CHARITER", "CIFSN", "LOGRECNO")
 MAX_LINES_LISTED = 5  # lines listed per problem, then a count of the rest

@@ -22,9 +22,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from das.errors import SpecError
 from das.io.pl94171 import PLLayout, load_layout
 from das.io.tables import TableSpec, column_names, table_matrix
-from das.schema import Schema, SpecError
+from das.schema import Schema
 
 NAMINGS = ("readable", "pl")  # the default first
 

@@ -16,9 +16,11 @@ import pandas as pd
 import pyarrow as pa
 import scipy.sparse as sp
 
+from das.errors import SpecError
 from das.geography import Geography
 from das.io.mdf import write_slices
-from das.schema import Schema, SpecError, load_toml, resolve_spec
+from das.schema import Schema, resolve_spec
+from das.specfile import load_toml
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from das import rules
+from das.errors import SpecError
 from das.io.microdata import Inputs, Problem, collect_problems
-from das.schema import Schema, SpecError, load_schema
+from das.schema import Schema, load_schema
 
 
 def validate_input(persons_path, units_path, schema: Schema) -> list[Problem]:

@@ -26,14 +26,13 @@ from fractions import Fraction
 
 import scipy.sparse as sp
 
-from das.errors import SpecError
+from das.errors import BudgetError, SpecError
 from das.geography import Geography
 from das.privacy.accounting import (
     CONVERSION,
     EPS_ROUNDING,
     LOOSE_BOUND,
     NOT_PRIVATE_WARNING,
-    BudgetError,
     PrivacyAccountant,
     eps_for_delta,
     eps_loose,

@@ -15,7 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from das import bundle, preflight, signing
-from das.errors import option
+from das.errors import BudgetError, RunStopped, option
 from das.frame import (
     Completion,
     Opening,
@@ -34,8 +34,7 @@ from das.io.tables import load_tables
 from das.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import RunStopped, code_version, release_rho
-from das.privacy.accounting import BudgetError
+from das.pipeline import code_version, release_rho
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy

@@ -31,9 +31,9 @@ from fractions import Fraction
 
 import mpmath
 
+from das.errors import BudgetError, SpecError
 from das.privacy.certificate import Certificate, LevelCharges, QueryCharge, delta_text, fraction_text
-from das.privacy.strategy import BudgetError, Strategy, check_shares
-from das.schema import SpecError
+from das.privacy.strategy import Strategy, check_shares
 
 CONVENTION = (
     "rho-zCDP with bounded neighbours that keep the invariants: datasets that differ by changing one record and have "

@@ -26,11 +26,14 @@ from pathlib import Path
 from pydantic import Field
 
 from das import specfile
-from das.errors import BudgetError  # das's (das.errors), raised here and re-exported
-from das.schema import QUERY_SEPARATOR, Schema, SpecError, parse_query_name, resolve_spec
+from das.errors import (
+    BudgetError,
+    SpecError,
+)
+from das.schema import QUERY_SEPARATOR, Schema, parse_query_name, resolve_spec
 from das.specfile import Exact, Section, parse_fraction
 
-__all__ = ["BudgetError", "LevelShare", "Strategy", "StrategyFile", "check_shares", "load_strategy", "parse_fraction",
+__all__ = ["LevelShare", "Strategy", "StrategyFile", "check_shares", "load_strategy", "parse_fraction",
            "strategy_from_dict", "validate_strategy"]
 
 

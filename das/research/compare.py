@@ -36,17 +36,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from das import arguments, atomic, outdir, preflight
-from das.errors import option
+from das.errors import SpecError, StudyError, option
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.progress import bar, step
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import bias_table, combine, metrics
-from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, StudyError, score, scored_queries
+from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, score, scored_queries
 from das.research.resources import run_measured
 from das.rundir import RunDir
-from das.schema import SpecError
 
 logger = logging.getLogger(__name__)
 TOPDOWN = "topdown"

@@ -22,7 +22,7 @@ import pandas as pd
 
 from das import outdir
 from das.bundle import DATAFRAMES, BundleError, input_paths, read_process
-from das.errors import option
+from das.errors import StudyError, option
 from das.geography import Geography
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.manifest import RunDirError
@@ -38,7 +38,6 @@ from das.research.replicate import (
     WITH_REPORT,
     Context,
     Scores,
-    StudyError,
     _write_parquet,
     check_areas,
     score,

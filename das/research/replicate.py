@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das import arguments, atomic, outdir, preflight
-from das.errors import StudyError, option  # das's (das.errors), raised here and re-exported
+from das.errors import SpecError, StudyError, option
 from das.executors import limit_threads
 from das.geography import Geography
 from das.io import nmf
@@ -57,7 +57,7 @@ from das.rules import Invariants
 from das.run import protected_paths
 from das.rundir import nmf_level_path
 from das.runspec import Budget, load_run_spec
-from das.schema import Schema, SpecError, parse_query_name
+from das.schema import Schema, parse_query_name
 from das.topdown.engine import postprocess
 
 logger = logging.getLogger(__name__)

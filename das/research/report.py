@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 
 from das import outdir
-from das.errors import option
+from das.errors import StudyError, option
 from das.research import offspine, series
 from das.research.areas import AREA
 from das.research.composition import SHARE_BINS
 from das.research.metrics import SIZE_BINS, markdown_table
-from das.research.replicate import BIAS_COLUMNS, StudyError
+from das.research.replicate import BIAS_COLUMNS
 
 STUDY_READ = ("study.json", "stats.parquet", "metrics.parquet", "bias.parquet", "errors.parquet", "areas.parquet",
               "composition.parquet", "blocks.parquet")

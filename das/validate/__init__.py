@@ -47,7 +47,7 @@ from das.validate import inputs as confidential
 from das.validate.driver import main, release_claims, validate_run, validate_state
 from das.validate.reading import GEO
 from das.validate.registry import HOLDS, NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, register, unregister
-from das.validate.report import MAX_LISTED, Findings, Report, Stop, ValidationError
+from das.validate.report import MAX_LISTED, Findings, Report, Stop
 
 for _check in (signature.SIGNATURE, files.CHECKSUMS, manifest.MANIFEST, files.METADATA, certificate.CHARGES,
                certificate.CERTIFICATE, optimality.LEAST_SQUARES, records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
@@ -56,5 +56,5 @@ for _check in (signature.SIGNATURE, files.CHECKSUMS, manifest.MANIFEST, files.ME
     register(_check)
 
 __all__ = ["GEO", "HOLDS", "MAX_LISTED", "NMF_HOLDS", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",
-           "ValidationError", "main", "register", "release_claims", "unregister", "validate_run", "validate_state"]
+           "main", "register", "release_claims", "unregister", "validate_run", "validate_state"]
 

@@ -22,17 +22,17 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from das import pinned
+from das.errors import BudgetError, SpecError, ValidationError
 from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
 from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
 from das.privacy.guarantee import combined
-from das.privacy.strategy import BudgetError, parse_fraction
+from das.privacy.strategy import parse_fraction
 from das.runspec import DEFAULT_DELTA
-from das.schema import SpecError
 from das.validate.registry import Check
 from das.validate.release import Release
-from das.validate.report import Report, ValidationError, first
+from das.validate.report import Report, first
 
 CONVERSION_PART = "zCDP conversion"  # the delta left for converting rho-zCDP to (eps, delta) (mechanism_certificate)
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from das.errors import ValidationError
 from das.executors import largest_first
 from das.manifest import Manifest, RunDirError
 from das.progress import bar
@@ -25,7 +26,7 @@ from das.validate.inputs import by_state, operator_inputs
 from das.validate.manifest import FIELDS_CHECK, read_problems
 from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
 from das.validate.release import Release, StateRows, is_nmf_release, is_topdown, open_release
-from das.validate.report import Report, Stop, ValidationError, first
+from das.validate.report import Report, Stop, first
 from das.validate.shards import SHARD_PERSONS, Shard, plan
 
 NMF_RELEASE = ("an NMF release (das measure): the noisy measurements and their certificate, published on their own; "

@@ -14,12 +14,13 @@ import pyarrow.parquet as pq
 
 from das.bundle import parquet_metadata
 from das.checkpoint import file_sha256
+from das.errors import ValidationError
 from das.outdir import run_files
 from das.validate.nmf import NMF
 from das.validate.reading import unreadable
 from das.validate.registry import Check
 from das.validate.release import Release
-from das.validate.report import Report, ValidationError, first
+from das.validate.report import Report, first
 
 RUN_DIRECTORY = ("a run directory: it holds the operator's files (operator/: keys, input paths, timings), which "
                  "are not checked here and must never be published; publish its bundle (das publish RUN --to DIR)")

@@ -16,11 +16,12 @@ import pandas as pd
 
 from das import partitions
 from das.bundle import BundleError, input_paths
+from das.errors import ValidationError
 from das.rundir import RunDir
 from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
 from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, Release, StateRows
-from das.validate.report import Findings, Report, ValidationError, merged
+from das.validate.report import Findings, Report, merged
 
 POPULATION = "total population invariant against the inputs (nation, state)"
 HOUSING_CHECK = "housing units per block invariant"

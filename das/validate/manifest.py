@@ -22,12 +22,13 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from das import published
+from das.errors import ValidationError
 from das.geography import LEVEL_DIGITS
 from das.rundir import RunDir
 from das.validate.reading import present, unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
-from das.validate.report import Report, ValidationError, first
+from das.validate.report import Report, first
 from das.validate.spine import state_spine
 
 FIELDS_CHECK = "manifest: every field declared in das/published.py, of its declared type"

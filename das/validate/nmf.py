@@ -17,13 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from das.errors import SpecError, ValidationError
 from das.geography import LEVEL_DIGITS
 from das.privacy.certificate import fraction_text
-from das.schema import Schema, SpecError
+from das.schema import Schema
 from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
-from das.validate.report import Report, ValidationError, first
+from das.validate.report import Report, first
 from das.validate.spine import release_spine, state_spine
 
 NMF_CHECK = "NMF: exactly the certified measurements"

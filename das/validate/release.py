@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.errors import ValidationError
 from das.manifest import Manifest
 from das.rundir import RunDir
 from das.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
-from das.validate.report import ValidationError
 from das.validate.shards import Shard
 
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # units MDF RTYPE

@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from das.errors import ValidationError
 from das.geography import LEVEL_DIGITS, Geography
 from das.spine import from_table
 from das.validate.reading import unreadable
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
-from das.validate.report import Report, ValidationError, first
+from das.validate.report import Report, first
 
 SPINE_CHECK = "spine: every block of the release on one nesting hierarchy"
 

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from das.errors import SpecError, ValidationError
 from das.geography import LEVEL_DIGITS
 from das.io.tables import column_names
-from das.schema import Schema, SpecError
+from das.schema import Schema
 from das.validate.reading import columns, read_geocodes
 from das.validate.registry import Check
 from das.validate.release import Release, StateRows
-from das.validate.report import Report, ValidationError, first
+from das.validate.report import Report, first
 
 
 @dataclass(frozen=True)
