@@ -179,12 +179,14 @@ def _cells(path: Path, name: str, out: dict) -> None:
 
 
 def release_features(out_dir: Path) -> tuple[dict, dict]:
-    """(features, NMF answers) of one release: every public value by name, and the NMF's noisy answers by
-    (release, level, query) as (geocodes, answers, certified variance)."""
+    """(features, NMF answers) of one release: every public value by name (the manifest's every field as written,
+    so a field the typed reader would drop is still audited), and the NMF's noisy answers by (release, level,
+    query) as (geocodes, answers, certified variance). Which file is which is RunDir's to say."""
     run_dir, features, nmf = RunDir(out_dir), {}, {}
     _flat(json.loads(run_dir.manifest_path.read_text()), "", features)
-    public = sorted(p for p in run_dir.path.rglob("*") if p.is_file() and run_dir.relative(p).split("/")[0] != "operator")
+    public = sorted(p for p in run_dir.path.rglob("*") if p.is_file() and not p.is_relative_to(run_dir.operator_dir))
     features["files"] = " ".join(run_dir.relative(p) for p in public)
+    mdfs = {run_dir.mdf(kind): kind for kind in ("persons", "units")}
     for path in public:
         relative = run_dir.relative(path)
         if path.suffix != ".parquet":
@@ -194,12 +196,12 @@ def release_features(out_dir: Path) -> tuple[dict, dict]:
         features[f"parquet:{relative}:row_groups"] = " ".join(str(meta.row_group(i).num_rows)
                                                                for i in range(meta.num_row_groups))
         features[f"parquet:{relative}:metadata"] = repr(sorted(meta.metadata.items()))
-        if relative.startswith("mdf_"):
+        if path in mdfs:
             _counts(path, f"mdf:{path.stem}", features)
-        elif relative.startswith("tables/"):
+        elif path.parent == run_dir.tables_dir:
             _cells(path, path.stem, features)
-        elif relative.startswith("nmf/"):
-            release = relative.split("/")[1]
+        elif path.is_relative_to(run_dir.nmf_dir):
+            release = path.relative_to(run_dir.nmf_dir).parts[0]
             for query, answers in read_level(path).items():
                 nmf[release, answers.level, query] = answers
                 for unit, row in zip(answers.geocodes, answers.answers):
@@ -279,8 +281,8 @@ def run_side(dataset: Dataset, run: Command, seeds: list[int], work: Path) -> Si
         for key, noisy in nmf.items():
             if key not in truth:
                 truth[key], variances[key] = _truth(table, key, noisy.geocodes), noisy.variance
-        manifest = json.loads(RunDir(out).manifest_path.read_text())
-        certificate = Certificate.from_dict(manifest["privacy"]["persons"], "manifest.json: privacy.persons")
+        manifest = json.loads(RunDir(out).manifest_path.read_text())  # as written: `fixed` reads its declared sources
+        certificate = RunDir(out).read().certificate("persons")
         shutil.rmtree(out)
     return Side(features, answers, truth, variances, certificate, manifest)
 
