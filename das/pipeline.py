@@ -39,7 +39,7 @@ from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.rules import Invariants, household_persons
-from das.runspec import Budget, Release, RunSpec, load_run_spec
+from das.runspec import Budget, ReleaseSpec, RunSpec, load_run_spec
 from das.schema import Schema, load_schema
 from das.spine import block_order, recut_level, spine_geography
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
@@ -71,7 +71,7 @@ class ReleasePlan:
     """One release (persons or units) as planned: schema, strategy, its budget's allocation and certificate."""
 
     name: str
-    spec: Release
+    spec: ReleaseSpec
     schema: Schema
     strategy: Strategy
     plan: dict[str, list[Measurement]]
@@ -145,7 +145,7 @@ class Confidential:
                              housing_units=self.invariants.housing_units[back])
 
 
-def release_rho(release: Release, strategy: Strategy, delta: Fraction) -> Fraction | None:
+def release_rho(release: ReleaseSpec, strategy: Strategy, delta: Fraction) -> Fraction | None:
     """A release's budget: its rho, or the largest rho certified within its eps at delta, or the strategy's."""
     if release.rho is not None:
         return release.rho

@@ -28,7 +28,7 @@ DEFAULT_DELTA = Fraction(1, 10**10)  # [privacy] delta when a spec states none (
 
 
 @dataclass(frozen=True)
-class Release:
+class ReleaseSpec:
     """One histogram released under one strategy: persons (PL94/DHC) or housing units (H1)."""
 
     schema: str
@@ -45,8 +45,8 @@ class RunSpec:
     persons_path: Path
     units_path: Path
     levels: tuple[str, ...]
-    persons: Release
-    units: Release | None
+    persons: ReleaseSpec
+    units: ReleaseSpec | None
     delta: Fraction
     seed: int | None  # set => replication mode, outputs are labelled not private
     tables: str
@@ -224,8 +224,8 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Bud
         p = Path(raw)
         return p if p.is_absolute() else specfile.real_path(path.parent / p)
 
-    def release(section: ReleaseSection | None) -> Release | None:
-        return None if section is None else Release(section.schema_name, section.strategy, section.rho, section.eps)
+    def release(section: ReleaseSection | None) -> ReleaseSpec | None:
+        return None if section is None else ReleaseSpec(section.schema_name, section.strategy, section.rho, section.eps)
 
     post, output = data.postprocess, data.output
     spec = RunSpec(

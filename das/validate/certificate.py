@@ -31,13 +31,13 @@ from das.privacy.guarantee import combined
 from das.privacy.strategy import parse_fraction
 from das.runspec import DEFAULT_DELTA
 from das.validate.registry import Check
-from das.validate.release import Release
+from das.validate.release import OpenRelease
 from das.validate.report import Report, first
 
 CONVERSION_PART = "zCDP conversion"  # the delta left for converting rho-zCDP to (eps, delta) (mechanism_certificate)
 
 
-def check_charges(release: Release, parts, report: Report, alongside=None) -> None:
+def check_charges(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """The certificate of every release of the manifest, added up exactly."""
     problems = []
     for name, cert in release.manifest.privacy.items():
@@ -139,7 +139,7 @@ def topdown_arithmetic(name: str, cert, levels) -> list[str]:
     return problems + _eps_problems(name, cert, cert.delta)
 
 
-def _spec(release: Release) -> dict:
+def _spec(release: OpenRelease) -> dict:
     """The release's run spec as the manifest publishes it (its spec_text), parsed; CertificateError if not."""
     if not release.manifest.spec_text:
         raise CertificateError("the manifest holds no spec_text: the certificate cannot be recomputed")
@@ -168,7 +168,7 @@ def _section_rho(section: dict, name: str, delta: Fraction) -> Fraction | None:
     return rho
 
 
-def recomputed(release: Release, name: str):
+def recomputed(release: OpenRelease, name: str):
     """The certificate release `name` of a TopDown release gets from its spec (spec_text: its strategy and
     budget, the delta) and the manifest's levels and randomness: what das.privacy.accounting certifies.
     CertificateError: the spec does not say; ValidationError: the strategy is not found."""
@@ -194,7 +194,7 @@ def recomputed(release: Release, name: str):
         raise CertificateError(f"spec_text: {e}") from None
 
 
-def check_topdown(release: Release, report: Report) -> None:
+def check_topdown(release: OpenRelease, report: Report) -> None:
     """Every certificate of a TopDown release adds up, and is what its spec's strategy and budget give."""
     manifest, arithmetic, spec = release.manifest, [], []
     if manifest.seed is not None and manifest.private:
@@ -236,7 +236,7 @@ def _rounds(details: Mapping, declared: Mapping[str, str]) -> int | None:
     return rounds
 
 
-def _persons_budget(release: Release, spec: dict) -> tuple[Fraction, Fraction]:
+def _persons_budget(release: OpenRelease, spec: dict) -> tuple[Fraction, Fraction]:
     """(rho, delta) of the persons release as the published spec states them, as `das synth` reads its spec:
     [persons] rho, or the largest rho certified within its eps at delta, or its strategy's own budget."""
     section = spec.get("persons")
@@ -255,7 +255,7 @@ def _persons_budget(release: Release, spec: dict) -> tuple[Fraction, Fraction]:
     return rho, delta
 
 
-def synthetic_plan(release: Release):
+def synthetic_plan(release: OpenRelease):
     """What the release's mechanism plans (das.mechanisms.base.Mechanism.plan, the code `das synth` ran) from the
     published spec (spec_text: the persons budget and delta) and its public parameters (mechanism.details: the
     level, MWEM's rounds): (the mechanism, its certificate, its plan). CertificateError: they do not say."""
@@ -276,7 +276,7 @@ def synthetic_plan(release: Release):
     return mechanism, cert, plan
 
 
-def synthetic_problems(release: Release, name: str, cert) -> list[str]:
+def synthetic_problems(release: OpenRelease, name: str, cert) -> list[str]:
     """A synthetic certificate and the mechanism's record, against what its mechanism plans again from the
     published spec and its public parameters (`synthetic_plan`): every charge, rho, (eps, delta), the convention
     (the mechanism's own guarantee), the budget, summary and geography, and each planned detail, exactly."""
@@ -302,7 +302,7 @@ def synthetic_problems(release: Release, name: str, cert) -> list[str]:
     return problems
 
 
-def check_synthetic(release: Release, report: Report) -> None:
+def check_synthetic(release: OpenRelease, report: Report) -> None:
     problems = []
     for name in release.manifest.releases():
         if name not in release.manifest.privacy:
@@ -325,7 +325,7 @@ def guarantee_problems(manifest) -> list[str]:
     return _differences(manifest.guarantee.to_dict(), want.to_dict(), "guarantee")
 
 
-def check_certificate(release: Release, parts, report: Report, alongside=None) -> None:
+def check_certificate(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """The privacy claim, from the files: a TopDown release's certificates recomputed, a synthetic one's charges;
     then the run's total guarantee, its releases' certificates composed."""
     if release.topdown:

@@ -25,7 +25,7 @@ from das.signing import SigningError, read_public_key
 from das.validate.inputs import by_state, operator_inputs
 from das.validate.manifest import FIELDS_CHECK, read_problems
 from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
-from das.validate.release import Release, StateRows, is_nmf_release, is_topdown, open_release
+from das.validate.release import OpenRelease, StateRows, is_nmf_release, is_topdown, open_release
 from das.validate.report import Report, Stop, first
 from das.validate.shards import SHARD_PERSONS, Shard, plan
 
@@ -60,7 +60,7 @@ def release_claims(manifest: Manifest, report: Report, *, topdown: bool, nmf: bo
     return tuple(h for h in held if h in provable or not nmf)
 
 
-def validate_shard(release: Release, shard: Shard, checks: tuple[Check, ...]) -> dict[str, object]:
+def validate_shard(release: OpenRelease, shard: Shard, checks: tuple[Check, ...]) -> dict[str, object]:
     """One shard's part of each check (its `state` function, in order) by name, reading only the shard's
     rows of the release; a check that stops the shard's checks ends the parts with its own."""
     rows = StateRows(release, shard)
@@ -76,7 +76,7 @@ def validate_shard(release: Release, shard: Shard, checks: tuple[Check, ...]) ->
     return parts
 
 
-def fold(release: Release, checks: tuple[Check, ...], shards: list[dict[str, object]]) -> dict[str, object]:
+def fold(release: OpenRelease, checks: tuple[Check, ...], shards: list[dict[str, object]]) -> dict[str, object]:
     """A state's part of each check from its shards' (in geocode order): `Check.merge` of those that ran it
     (a check without one ran on the whole state: its one part)."""
     parts = {}
@@ -87,12 +87,12 @@ def fold(release: Release, checks: tuple[Check, ...], shards: list[dict[str, obj
     return parts
 
 
-def validate_state(release: Release, state: str, checks: tuple[Check, ...]) -> dict[str, object]:
+def validate_state(release: OpenRelease, state: str, checks: tuple[Check, ...]) -> dict[str, object]:
     """One state's part of each check by name, in one pass over the whole state's rows."""
     return fold(release, checks, [validate_shard(release, Shard(state), checks)])
 
 
-def _tasks(release: Release, checks: tuple[Check, ...], *, shard_persons):
+def _tasks(release: OpenRelease, checks: tuple[Check, ...], *, shard_persons):
     """The states' tasks (state, shard, its checks, size): a state of one shard is one task of every check; a
     state of several, a task per shard of the checks that fold their shards (`merge`), and one of the whole
     state for the others, if any (sizes: persons records, for largest first)."""
@@ -111,7 +111,7 @@ def _tasks(release: Release, checks: tuple[Check, ...], *, shard_persons):
     return tasks
 
 
-def _run_states(release: Release, checks: tuple[Check, ...], *, inputs, executor, persons_limit, shard_persons):
+def _run_states(release: OpenRelease, checks: tuple[Check, ...], *, inputs, executor, persons_limit, shard_persons):
     """What the per-state checks need read first, each check's `alongside` reading started, and every
     state's parts (from its shards'): (the release as the states saw it, parts by check and state,
     alongside results by check)."""
@@ -138,7 +138,7 @@ def _run_states(release: Release, checks: tuple[Check, ...], *, inputs, executor
     return release, parts, alongside
 
 
-def _shard_task(release: Release, task: tuple) -> dict[str, object]:
+def _shard_task(release: OpenRelease, task: tuple) -> dict[str, object]:
     _, shard, checks, _ = task
     return validate_shard(release, shard, checks)
 
@@ -184,7 +184,7 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
         report.note(NMF_RELEASE)
     claimed = release_claims(manifest, report, topdown=is_topdown(run, manifest), nmf=nmf)
     checks = select(claimed, nmf_release=nmf)
-    release = Release(run, manifest, frozenset(claimed), needs(checks), public_key=key)
+    release = OpenRelease(run, manifest, frozenset(claimed), needs(checks), public_key=key)
     if not inputs:
         inputs = operator_inputs(run) if use_operator and "inputs" in release.needs else None
     parts: dict | None = None

@@ -19,7 +19,7 @@ from das.outdir import run_files
 from das.validate.nmf import NMF
 from das.validate.reading import unreadable
 from das.validate.registry import Check
-from das.validate.release import Release
+from das.validate.release import OpenRelease
 from das.validate.report import Report, first
 
 RUN_DIRECTORY = ("a run directory: it holds the operator's files (operator/: keys, input paths, timings), which "
@@ -27,7 +27,7 @@ RUN_DIRECTORY = ("a run directory: it holds the operator's files (operator/: key
 BUNDLE = "a bundle: nothing but public files (no operator file, no checkpoint, no key)"
 
 
-def _unlisted(release: Release, listed: dict[str, str], internal: list[str]) -> list[str]:
+def _unlisted(release: OpenRelease, listed: dict[str, str], internal: list[str]) -> list[str]:
     """The files that the manifest does not list (its own, its signature's and, in a run directory, the
     operator's aside)."""
     run = release.run
@@ -41,7 +41,7 @@ def _unlisted(release: Release, listed: dict[str, str], internal: list[str]) -> 
     return problems
 
 
-def check_files(release: Release, parts, report: Report, alongside=None) -> None:
+def check_files(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """Checksums of every listed output and NMF file; no unlisted release file; the spec digest."""
     manifest, run = release.manifest, release.run
     with_nmf = NMF.claim in release.claims  # a release that claims its NMF lists its files
@@ -77,7 +77,7 @@ def _certificates(meta: dict) -> object:
         return None
 
 
-def check_metadata(release: Release, parts, report: Report, alongside=None) -> None:
+def check_metadata(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """Every Parquet file says, in its own metadata, whether it is private, the certificate it was made
     under (the manifest's certificates as das.bundle stamps them) and which spec made it."""
     manifest = release.manifest

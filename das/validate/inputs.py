@@ -20,7 +20,7 @@ from das.errors import ValidationError
 from das.rundir import RunDir
 from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
-from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, Release, StateRows
+from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, OpenRelease, StateRows
 from das.validate.report import Findings, Report, merged
 
 POPULATION = "total population invariant against the inputs (nation, state)"
@@ -158,7 +158,7 @@ def inputs_state(rows: StateRows) -> Compared | None:
     return out
 
 
-def inputs_merge(release: Release, parts: list[Compared | None]) -> Compared | None:
+def inputs_merge(release: OpenRelease, parts: list[Compared | None]) -> Compared | None:
     """A state's part from its shards': persons added up, findings in geocode order."""
     parts = [p for p in parts if p is not None]
     if not parts:
@@ -170,7 +170,7 @@ def inputs_merge(release: Release, parts: list[Compared | None]) -> Compared | N
     return Compared(sum(p.persons for p in parts), persons, Findings.fold(p.findings for p in parts))
 
 
-def inputs_combine(release: Release, parts: dict[str, Compared], report: Report, alongside=None) -> None:
+def inputs_combine(release: OpenRelease, parts: dict[str, Compared], report: Report, alongside=None) -> None:
     """The nation's and the states' population against the inputs', then the states' per-block findings."""
     if release.inputs is None:
         return

@@ -10,7 +10,7 @@ import pandas as pd
 
 from das.geography import LEVEL_DIGITS
 from das.validate.registry import Check
-from das.validate.release import Release, StateRows
+from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report
 
 POPULATION = "total population invariant (published)"
@@ -42,12 +42,12 @@ def population_state(rows: StateRows) -> Population:
     return out
 
 
-def population_merge(release: Release, parts: list[Population]) -> Population:
+def population_merge(release: OpenRelease, parts: list[Population]) -> Population:
     """A state's part from its shards': persons added up, each geounit's count from the shard holding it."""
     return Population(sum(p.persons for p in parts), {key: n for p in parts for key, n in p.below.items()})
 
 
-def population_combine(release: Release, parts: dict[str, Population], report: Report, alongside=None) -> None:
+def population_combine(release: OpenRelease, parts: dict[str, Population], report: Report, alongside=None) -> None:
     """Every published total against the MDF's count of the geounit."""
     problems = []
     for geo_level, totals in release.published.items():

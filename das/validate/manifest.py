@@ -27,7 +27,7 @@ from das.geography import LEVEL_DIGITS
 from das.rundir import RunDir
 from das.validate.reading import present, unreadable
 from das.validate.registry import Check
-from das.validate.release import Release, StateRows
+from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report, first
 from das.validate.spine import state_spine
 
@@ -80,7 +80,7 @@ def counts_state(rows: StateRows) -> StateCounts:
     return StateCounts(len(universe), {lv: len(np.unique(universe.astype(f"U{LEVEL_DIGITS[lv]}"))) for lv in below})
 
 
-def counts_merge(release: Release, parts: list[StateCounts]) -> StateCounts:
+def counts_merge(release: OpenRelease, parts: list[StateCounts]) -> StateCounts:
     """A state's counts from its shards' (of disjoint counties, so of disjoint blocks and geounits below the state)."""
     if all(p.geounits is None for p in parts):
         return StateCounts(sum(p.blocks for p in parts))
@@ -91,7 +91,7 @@ def counts_merge(release: Release, parts: list[StateCounts]) -> StateCounts:
     return StateCounts(sum(p.blocks for p in parts), geounits)
 
 
-def _mdf_rows(release: Release) -> int | None:
+def _mdf_rows(release: OpenRelease) -> int | None:
     """The persons MDF's rows (None: the release lists no persons MDF)."""
     run = release.run
     path = run.mdf("persons")
@@ -105,7 +105,7 @@ def _mdf_rows(release: Release) -> int | None:
         raise unreadable(path, e) from None
 
 
-def _parents_problems(release: Release, parts: dict[str, StateCounts]) -> list[str]:
+def _parents_problems(release: OpenRelease, parts: dict[str, StateCounts]) -> list[str]:
     """Each level's `parents` in levels_report: the geounits of the level above (the first level's: 1)."""
     levels, reports = release.manifest.levels, release.manifest.levels_report or {}
     geounits = {"nation": 1, "state": sum(1 for p in parts.values() if p.blocks)}
@@ -126,7 +126,7 @@ def _parents_problems(release: Release, parts: dict[str, StateCounts]) -> list[s
     return problems
 
 
-def _record_problems(release: Release) -> list[str]:
+def _record_problems(release: OpenRelease) -> list[str]:
     """The manifest's counts of its own lists: failsafe events per level, and whether its validation was valid."""
     manifest, problems = release.manifest, []
     if manifest.failsafe_events is not None:
@@ -143,7 +143,7 @@ def _record_problems(release: Release) -> list[str]:
     return problems
 
 
-def counts_problems(release: Release, parts: dict[str, StateCounts]) -> list[str]:
+def counts_problems(release: OpenRelease, parts: dict[str, StateCounts]) -> list[str]:
     """What the manifest counts of the published files, recounted from them."""
     counts, problems = release.manifest.counts, []
     universe = release.with_units and not release.nmf_only  # the units MDF's blocks were counted
@@ -163,7 +163,7 @@ def counts_problems(release: Release, parts: dict[str, StateCounts]) -> list[str
     return problems + _record_problems(release)
 
 
-def manifest_combine(release: Release, parts: dict[str, StateCounts], report: Report, alongside=None) -> None:
+def manifest_combine(release: OpenRelease, parts: dict[str, StateCounts], report: Report, alongside=None) -> None:
     """The manifest's fields against das/published.py, then its counts against the files."""
     report.check(FIELDS_CHECK, first(read_problems(release.run)))
     report.check(COUNTS_CHECK, first(counts_problems(release, parts)))

@@ -23,7 +23,7 @@ from das.privacy.certificate import fraction_text
 from das.schema import Schema
 from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
-from das.validate.release import Release, StateRows
+from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report, first
 from das.validate.spine import release_spine, state_spine
 
@@ -133,7 +133,7 @@ def file_problems(path: Path, name: str, level, schema: Schema, *, geounits: np.
     return sorted(set(problems), key=problems.index)
 
 
-def nmf_plan(release: Release) -> list[tuple[str, object, Path | None, list[str]]]:
+def nmf_plan(release: OpenRelease) -> list[tuple[str, object, Path | None, list[str]]]:
     """Each certified (release, level): its file when the level is one file (None: one file per state),
     and the problems of its layout (a state's file for a state not in the release). A level with neither
     layout is a ValidationError."""
@@ -151,7 +151,7 @@ def nmf_plan(release: Release) -> list[tuple[str, object, Path | None, list[str]
     return plan
 
 
-def measured_units(release: Release, state: str | None = None) -> np.ndarray:
+def measured_units(release: OpenRelease, state: str | None = None) -> np.ndarray:
     """The geounits an NMF release measured at its finest level (of the state), sorted: it publishes no units
     MDF, so the geounits of its finest level stand for its blocks, and every other level's are their prefixes
     (or its spine's units); a level that measured other geounits, or a finest level missing a query's rows at
@@ -170,7 +170,7 @@ def measured_units(release: Release, state: str | None = None) -> np.ndarray:
     return units if state is None else units[np.char.startswith(units, state)]
 
 
-def _geounits(release: Release, digits: list[int]) -> dict[int, np.ndarray]:
+def _geounits(release: OpenRelease, digits: list[int]) -> dict[int, np.ndarray]:
     """The geounits of the levels of `digits` geocode digits: the states' prefixes when no level is below
     the state (the units MDF is not read), else those of the units MDF (batch by batch, its geography), or of
     an NMF release's finest level (`measured_units`)."""
@@ -192,7 +192,7 @@ def _geounits(release: Release, digits: list[int]) -> dict[int, np.ndarray]:
     return {k: np.unique(np.concatenate(parts)) if parts else np.zeros(0, str) for k, parts in found.items()}
 
 
-def whole_levels(release: Release, plan) -> tuple[list, dict[tuple[str, str], list[str]]]:
+def whole_levels(release: OpenRelease, plan) -> tuple[list, dict[tuple[str, str], list[str]]]:
     """The plan, and the problems of each NMF level stored as one file (a partitioned run stores only the
     nation and the states so: their geounits are the release's states, and the units MDF is not read)."""
     whole = [(name, level, path) for name, level, path, _ in plan if path is not None]
@@ -208,7 +208,7 @@ def whole_levels(release: Release, plan) -> tuple[list, dict[tuple[str, str], li
                   for name, level, path in whole}
 
 
-def nmf_alongside(release: Release):
+def nmf_alongside(release: OpenRelease):
     """The plan, read now (a level with no file is a ValidationError), and the whole levels' pass to run."""
     return partial(whole_levels, release, nmf_plan(release))
 
@@ -236,7 +236,7 @@ def nmf_state(rows: StateRows) -> dict[tuple[str, str], list[str]]:
     return problems
 
 
-def nmf_combine(release: Release, parts: dict[str, dict], report: Report, alongside) -> None:
+def nmf_combine(release: OpenRelease, parts: dict[str, dict], report: Report, alongside) -> None:
     """Each certified level in the certificate's order: the driver's problems of a whole-level file, or the
     layout's and every state's of a level stored one file per state."""
     plan, whole = alongside

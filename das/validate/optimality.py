@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 
 from das.validate.registry import Check
-from das.validate.release import Release
+from das.validate.release import OpenRelease
 from das.validate.report import Report, first
 
 
-def check_least_squares(release: Release, parts, report: Report, alongside=None) -> None:
+def check_least_squares(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """The levels' L2 certificates agree with their lists of uncertified passes; each of those is named in a note."""
     if not release.topdown or release.nmf_only:  # nothing post-processed: no optimum to certify
         return

@@ -18,7 +18,7 @@ from das.schema import Schema
 from das.validate.epnum import Epnums, epnum_problems, reread_epnums
 from das.validate.reading import states_in
 from das.validate.registry import Check
-from das.validate.release import GQ_FACILITY, GQ_TYPES, HOUSING_UNIT, Release, StateRows
+from das.validate.release import GQ_FACILITY, GQ_TYPES, HOUSING_UNIT, OpenRelease, StateRows
 from das.validate.report import Findings, Report, Stop, firsts, merged, ran
 
 UNITS_CODES = "MDF units: valid codes, housing units vs facilities"
@@ -121,7 +121,7 @@ def units_state(rows: StateRows) -> list[list[str]] | str:
     return unit_record_problems(rows.units, rows.units_schema, rows.unit_rows)
 
 
-def units_merge(release: Release, parts: list) -> Findings:
+def units_merge(release: OpenRelease, parts: list) -> Findings:
     """A state's findings from its shards' `unit_record_problems` (a column missing: said once)."""
     found = Findings()
     missing = next((p for p in parts if isinstance(p, str)), None)
@@ -129,7 +129,7 @@ def units_merge(release: Release, parts: list) -> Findings:
     return found
 
 
-def units_combine(release: Release, parts: dict[str, Findings], report: Report, alongside=None) -> None:
+def units_combine(release: OpenRelease, parts: dict[str, Findings], report: Report, alongside=None) -> None:
     """The states' findings, after the states of the units MDF that the manifest does not publish."""
     unlisted = [f"state {s!r}: units in the MDF, but the manifest publishes no total population for it"
                 for s in sorted(set(states_in(release.run.mdf("units"))) - set(release.states))]
@@ -142,11 +142,11 @@ def universe_state(rows: StateRows) -> tuple[int, str]:
     return len(outside), str(outside[0]) if len(outside) else ""
 
 
-def universe_merge(release: Release, parts: list[tuple[int, str]]) -> tuple[int, str]:
+def universe_merge(release: OpenRelease, parts: list[tuple[int, str]]) -> tuple[int, str]:
     return sum(n for n, _ in parts), next((first for n, first in parts if n), "")
 
 
-def universe_combine(release: Release, parts: dict[str, tuple[int, str]], report: Report, alongside=None) -> None:
+def universe_combine(release: OpenRelease, parts: dict[str, tuple[int, str]], report: Report, alongside=None) -> None:
     outside = sum(n for n, _ in parts.values())
     example = next((first for n, first in parts.values() if n), "")
     report.check(UNIVERSE, ([f"{outside} MDF blocks have no housing unit or facility in the units MDF, e.g. {example}"]
@@ -199,7 +199,7 @@ def codes_state(rows: StateRows) -> ShardCodes:
     return out
 
 
-def codes_merge(release: Release, parts: list[ShardCodes]) -> Codes:
+def codes_merge(release: OpenRelease, parts: list[ShardCodes]) -> Codes:
     """A state's findings from its shards': the first code that is not one ends them, as in one pass."""
     found = Findings()
     unreadable = next((p.unreadable for p in parts if p.unreadable is not None), None)
@@ -214,7 +214,7 @@ def codes_merge(release: Release, parts: list[ShardCodes]) -> Codes:
     return out
 
 
-def codes_combine(release: Release, parts: dict[str, Codes], report: Report, alongside=None) -> None:
+def codes_combine(release: OpenRelease, parts: dict[str, Codes], report: Report, alongside=None) -> None:
     """The states' findings, EPNUM over the whole file; codes that are not codes end the report."""
     found = [p.findings for p in parts.values()]
     if ran(found, PERSONS_CODES_UNREADABLE):

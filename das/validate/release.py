@@ -29,7 +29,7 @@ Inputs = tuple[Path, Path] | dict[str, tuple[Path, Path]]
 
 
 @dataclass(frozen=True)
-class Release:
+class OpenRelease:
     """A release being validated: its directory, manifest and claims, what its checks read besides the
     persons MDF (`needs`: "units", "inputs"), the operator's public key it is checked against (PEM; None:
     no proof of origin), and what the driver found before the states run: its states, its MDFs' columns,
@@ -72,7 +72,7 @@ class Release:
         """Whether it is a TopDown release (`is_topdown`)."""
         return is_topdown(self.run, self.manifest)
 
-    def but(self, **changes) -> Release:
+    def but(self, **changes) -> OpenRelease:
         return replace(self, **changes)
 
 
@@ -91,14 +91,14 @@ def is_nmf_release(manifest: Manifest) -> bool:
     return manifest.status == "measured"
 
 
-def nmf_states(release: Release) -> list[str]:
+def nmf_states(release: OpenRelease) -> list[str]:
     """The states of an NMF release: the published ones, else those of its levels stored one file per state."""
     found = {state for name, cert in release.manifest.privacy.items() for level in cert.by_level
              for _, state in release.run.nmf_level_files(name, level.level) if state is not None}
     return sorted(release.published.get("state", {})) or sorted(found)
 
 
-def open_release(release: Release) -> Release:
+def open_release(release: OpenRelease) -> OpenRelease:
     """The release with what the driver reads before the states run: its schemas loaded (or ValidationError),
     its MDFs' columns (each with the geography columns), and its states (the published ones, else the
     persons MDF's; an NMF release's: `nmf_states`)."""
@@ -121,7 +121,7 @@ class StateRows:
     run of counties): its MDF records (with their rows in the files), read when first asked for, and what
     every check derives from them alike (levels, the blocks of the release universe)."""
 
-    def __init__(self, release: Release, shard: Shard | str):
+    def __init__(self, release: OpenRelease, shard: Shard | str):
         self.shard = Shard(shard) if isinstance(shard, str) else shard
         self.release, self.state = release, self.shard.state
         self.persons_schema, self.units_schema = release.schemas()

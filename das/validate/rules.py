@@ -11,7 +11,7 @@ from das import rules
 from das.schema import Schema
 from das.validate.reading import blocks_in
 from das.validate.registry import Check
-from das.validate.release import GQ_FACILITY, GQ_TYPES, HOUSING_UNIT, Release, StateRows
+from das.validate.release import GQ_FACILITY, GQ_TYPES, HOUSING_UNIT, OpenRelease, StateRows
 from das.validate.report import Findings, Report, firsts, merged
 
 
@@ -82,7 +82,7 @@ def rules_state(rows: StateRows) -> list[tuple[str, list[list[str]] | str]]:
     return found
 
 
-def rules_merge(release: Release, parts: list[list[tuple[str, list[list[str]] | str]]]) -> Findings:
+def rules_merge(release: OpenRelease, parts: list[list[tuple[str, list[list[str]] | str]]]) -> Findings:
     """A state's findings from its shards': per schema, the first shard's reason the bounds cannot be given,
     else per rule family and side the first 5 blocks of them all (in geocode order)."""
     found = Findings()
@@ -96,7 +96,7 @@ def rules_merge(release: Release, parts: list[list[tuple[str, list[list[str]] | 
     return found
 
 
-def rules_combine(release: Release, parts: dict[str, Findings], report: Report, alongside=None) -> None:
+def rules_combine(release: OpenRelease, parts: dict[str, Findings], report: Report, alongside=None) -> None:
     """Each rule family's line, as the states first name them, their problems merged in state order."""
     for name in dict.fromkeys(n for part in parts.values() for n in part.problems):
         report.check(name, merged(parts.values(), name))

@@ -16,7 +16,7 @@ import json
 from das.manifest import Manifest, RunDirError
 from das.signing import SigningError, fingerprint, verifies
 from das.validate.registry import Check
-from das.validate.release import Release
+from das.validate.release import OpenRelease
 from das.validate.report import Report
 
 CONSISTENCY_ONLY = ("no --public-key given: this proves the release's internal consistency only, not its origin "
@@ -24,12 +24,12 @@ CONSISTENCY_ONLY = ("no --public-key given: this proves the release's internal c
                     "published public key to prove the release is theirs and unchanged")
 
 
-def _signature(release: Release) -> bytes | None:
+def _signature(release: OpenRelease) -> bytes | None:
     path = release.run.signature_file
     return path.read_bytes() if path.is_file() else None
 
 
-def _signed_manifest(release: Release, data: bytes) -> list[str]:
+def _signed_manifest(release: OpenRelease, data: bytes) -> list[str]:
     """The signed bytes are the manifest the other checks read (not a file swapped in between)."""
     try:
         signed = Manifest.from_dict(json.loads(data), str(release.run.manifest_path))
@@ -38,7 +38,7 @@ def _signed_manifest(release: Release, data: bytes) -> list[str]:
     return [] if signed == release.manifest else ["manifest.json changed while it was being validated"]
 
 
-def check_given_key(release: Release, report: Report) -> None:
+def check_given_key(release: OpenRelease, report: Report) -> None:
     """With the operator's public key: manifest.sig is its signature of manifest.json's exact bytes."""
     run = release.run
     data, signature = run.manifest_path.read_bytes(), _signature(release)
@@ -53,7 +53,7 @@ def check_given_key(release: Release, report: Report) -> None:
     report.check(name, problems)
 
 
-def check_beside(release: Release, report: Report) -> None:
+def check_beside(release: OpenRelease, report: Report) -> None:
     """Without a key: the report says what is not proved; a signature beside the release must still verify
     with the public key beside it (which proves nothing about who wrote either)."""
     report.note(CONSISTENCY_ONLY)
@@ -75,7 +75,7 @@ def check_beside(release: Release, report: Report) -> None:
     report.check(name, [] if ok else ["the signature does not verify: manifest.json was changed after it was signed"])
 
 
-def check_signature(release: Release, parts, report: Report, alongside=None) -> None:
+def check_signature(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """Authenticity with the given public key, else what can be said without one."""
     if release.public_key is not None:
         check_given_key(release, report)

@@ -16,7 +16,7 @@ from das.geography import LEVEL_DIGITS, Geography
 from das.spine import from_table
 from das.validate.reading import unreadable
 from das.validate.registry import Check
-from das.validate.release import Release, StateRows
+from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report, first
 
 SPINE_CHECK = "spine: every block of the release on one nesting hierarchy"
@@ -40,7 +40,7 @@ def _read(path: Path, levels: tuple[str, ...], modified: float) -> Geography:
         raise ValidationError(f"{path}: {e}") from None
 
 
-def release_spine(release: Release) -> Geography | None:
+def release_spine(release: OpenRelease) -> Geography | None:
     """The spine a release was measured on, read from its spine file (None: the standard spine)."""
     if release.manifest.spine is None:
         return None
@@ -48,7 +48,7 @@ def release_spine(release: Release) -> Geography | None:
     return _read(path, tuple(release.manifest.levels), path.stat().st_mtime if path.exists() else 0.0)
 
 
-def state_spine(release: Release, state: str) -> Geography | None:
+def state_spine(release: OpenRelease, state: str) -> Geography | None:
     """One state's part of the spine (its blocks, in the spine's order)."""
     spine = release_spine(release)
     if spine is None:
@@ -70,7 +70,7 @@ def spine_state(rows: StateRows) -> tuple[list[str], list[str]] | None:
     return [str(b) for b in np.setdiff1d(universe, found)[:3]], [str(b) for b in np.setdiff1d(found, universe)[:3]]
 
 
-def spine_merge(release: Release, parts: list) -> tuple[list[str], list[str]] | None:
+def spine_merge(release: OpenRelease, parts: list) -> tuple[list[str], list[str]] | None:
     """The state's blocks that differ from its shards' (the first 3 of each kind of them all)."""
     parts = [p for p in parts if p is not None]
     if not parts:
@@ -78,7 +78,7 @@ def spine_merge(release: Release, parts: list) -> tuple[list[str], list[str]] | 
     return [b for p in parts for b in p[0]][:3], [b for p in parts for b in p[1]][:3]
 
 
-def spine_combine(release: Release, parts: dict[str, tuple | None], report: Report, alongside) -> None:
+def spine_combine(release: OpenRelease, parts: dict[str, tuple | None], report: Report, alongside) -> None:
     problems = [f"state {state}: the spine's blocks differ from the release's" + (f" (missing {missing})" if missing
                 else "") + (f" (not of the release {extra})" if extra else "")
                 for state, part in parts.items() if part is not None for missing, extra in [part] if missing or extra]

@@ -19,7 +19,7 @@ from das.io.tables import column_names
 from das.schema import Schema
 from das.validate.reading import columns, read_geocodes
 from das.validate.registry import Check
-from das.validate.release import Release, StateRows
+from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report, first
 
 
@@ -193,7 +193,7 @@ def hierarchy_messages(parts: list[dict[tuple[str, str], list[str]]], geo_levels
             for g in [g for part in parts for g in part.get((parent, child), [])][:3]]
 
 
-def recounted_tables(release: Release, persons_schema: Schema, units_schema: Schema | None):
+def recounted_tables(release: OpenRelease, persons_schema: Schema, units_schema: Schema | None):
     """(spec, "persons" or "units", path) of every table of the release recounted from an MDF."""
     try:
         specs = release.manifest.table_set()
@@ -257,7 +257,7 @@ def _sum(rows: list) -> list | None:
     return np.sum(np.array(rows), axis=0).tolist() if rows else None
 
 
-def tables_merge(release: Release, parts: list[Tables]) -> Tables:
+def tables_merge(release: OpenRelease, parts: list[Tables]) -> Tables:
     """A state's part from its shards': recounts and child sums added up, differences the first 3 of each
     column (in level, geocode order) and each pair of levels (in geocode order)."""
     out = Tables()
@@ -303,7 +303,7 @@ def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, 
     return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != total).any() else []}
 
 
-def tables_combine(release: Release, parts: dict[str, Tables], report: Report, alongside=None) -> None:
+def tables_combine(release: OpenRelease, parts: dict[str, Tables], report: Report, alongside=None) -> None:
     """Each table: written, with its columns, equal to the recount and summing up, at every level."""
     levels = release.manifest.levels
     top = [lv for lv in levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]]
