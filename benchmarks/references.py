@@ -66,10 +66,12 @@ of its charge: rho = (1 + m/(2K)) rho_ref. Across two tracts each tract's scores
 sqrt(m)/n, (1/2 + m/(2K)) rho_ref in all, plus n^'s rho/20, which is less (checked). So the reference gets rho_ref =
 rho / (1 + m/(2K)): 10/17 rho at K = 5 (40/47 rho at K = 20).
 
-Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench references`; the runs are
+Long (hours on 2 shared cores): not in the default suite. Run `scripts/bench references` (`references.rap`: RAP's
+rows alone, its own figures in BENCHMARKS.md); the runs are
 kept per (mechanism, implementation, fixture, rho, seed) in benchmarks/recorded/references/ (with the
-repository, so a rerun anywhere does only the missing ones); DAS_REFERENCES_MECHANISMS (e.g. `rap`) runs
-some mechanisms only, and each family's table (benchmarks/recorded/references.md: MST, AIM, MWEM;
+repository, so a rerun anywhere does only the missing ones); DAS_REFERENCES_MECHANISMS (e.g. `mst`) runs
+some mechanisms only, DAS_REFERENCES_FIXTURES (e.g. `vt_grand_isle`) and DAS_REFERENCES_RHOS (e.g. `1/4`) some
+fixtures and budgets only, and each family's table (benchmarks/recorded/references.md: MST, AIM, MWEM;
 references_rap.md: RAP) is rewritten when its runs were made. DAS_REFERENCES_SEEDS (default 3),
 DAS_REFERENCES_ROW_SEEDS (more seeds for some rows, e.g. `aim:al_perry:1/4=6`), DAS_REFERENCES_TIMEOUT
 (seconds a reference may take on one tract, default 7200).
@@ -99,7 +101,9 @@ RECORDED = ROOT / "benchmarks" / "recorded"
 WORK = ROOT / "runs" / "bench_references"
 DRIVER = Path(__file__).resolve().parent / "_reference_driver.py"
 FIXTURES = {"vt_grand_isle": "Grand Isle VT", "al_perry": "Perry County AL"}
+RUN_FIXTURES = tuple(f for f in os.environ.get("DAS_REFERENCES_FIXTURES", "").split(",") if f) or tuple(FIXTURES)
 RHOS = ("293764/114921", "1/4")
+RUN_RHOS = tuple(r for r in os.environ.get("DAS_REFERENCES_RHOS", "").split(",") if r) or RHOS
 SEEDS = int(os.environ.get("DAS_REFERENCES_SEEDS", "3"))
 
 
@@ -414,11 +418,11 @@ def _done(path: Path, implementation: str) -> bool:
     return implementation != "das" or result.get("das_code") == DAS_CODE
 
 
-def tasks() -> list[tuple[str, str, str, str, int]]:
-    """(fixture, mechanism, implementation, rho, seed) of every run."""
+def tasks(mechanisms: tuple[str, ...] = MECHANISMS) -> list[tuple[str, str, str, str, int]]:
+    """(fixture, mechanism, implementation, rho, seed) of every run of `mechanisms`."""
     return [(fixture, mechanism, implementation, rho, seed)
-            for fixture in FIXTURES for mechanism, implementations in IMPLEMENTATIONS.items() if mechanism in MECHANISMS
-            for implementation in implementations for rho in RHOS
+            for fixture in RUN_FIXTURES for mechanism, implementations in IMPLEMENTATIONS.items() if mechanism in mechanisms
+            for implementation in implementations for rho in RUN_RHOS
             for seed in range(ROW_SEEDS.get((mechanism, fixture, rho), SEEDS))]
 
 
@@ -435,14 +439,14 @@ def _prepare(implementation: str, pythons: dict, commits: dict) -> None:
         pythons[implementation] = environment(implementation)
 
 
-def run_all(log=print) -> tuple[list[dict], set[str]]:
-    """Every run of `tasks()` not yet in RESULTS (das's: not with the current mechanism code); returns all results
-    there, and the mechanisms this invocation ran."""
+def run_all(log=print, mechanisms: tuple[str, ...] = MECHANISMS) -> tuple[list[dict], set[str]]:
+    """Every run of `tasks(mechanisms)` not yet in RESULTS (das's: not with the current mechanism code); returns the
+    results there of `mechanisms`, and the mechanisms this invocation ran."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     pythons: dict = {}
     commits: dict = {}
     contexts, ran = {}, set()
-    for fixture, mechanism, implementation, rho, seed in tasks():
+    for fixture, mechanism, implementation, rho, seed in tasks(mechanisms):
         path = RESULTS / f"{_key(mechanism, implementation, fixture, rho, seed)}.json"
         if _done(path, implementation):
             continue
@@ -452,7 +456,8 @@ def run_all(log=print) -> tuple[list[dict], set[str]]:
         path.write_text(json.dumps(_one(ctx, mechanism, implementation, fixture, rho=rho, seed=seed, pythons=pythons,
                                         commit=commits.get(implementation)), indent=1) + "\n")
         ran.add(mechanism)
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))], ran
+    results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
+    return [r for r in results if r["mechanism"] in mechanisms], ran
 
 
 def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, seed: int, pythons: dict,
@@ -559,11 +564,12 @@ def record(results: list[dict], seconds: float, ran: set[str]) -> None:
         return ", ".join(sorted({r[key] for r in results if r.get(key)})) or "-"
 
     common = [
-        "- command: `scripts/bench references` (benchmarks/references.py; not in the default suite: hours); "
-        "`DAS_REFERENCES_MECHANISMS=...` runs some mechanisms only; each run's result is kept in "
-        f"`{RESULTS.relative_to(ROOT)}/`, and a rerun makes only the missing ones",
+        "- command: `scripts/bench references` (`references.rap`: RAP's rows; benchmarks/references.py; not in the "
+        "default suite: hours); `DAS_REFERENCES_MECHANISMS`, `DAS_REFERENCES_FIXTURES` and `DAS_REFERENCES_RHOS` "
+        f"run some rows only; each run's result is kept in `{RESULTS.relative_to(ROOT)}/` (its seconds, code and "
+        "versions with it), and a rerun makes only the missing ones: a row whose cell is `-` has not been run",
         f"- when: {dt.datetime.now():%Y-%m-%d %H:%M}; {seconds / 3600:.1f} h wall for the runs made by this "
-        "invocation, on 2 cores shared with other jobs",
+        "invocation, on 2 cores shared with other jobs (a release's seconds are as loaded as the machine was then)",
         f"- the tables: each tract of the fixture, block x hhgq x votingage x hispanic x cenrace; seeds 0..{SEEDS - 1} "
         + "".join(f"(0..{n - 1} for {m} on {FIXTURES.get(f, f)} at rho {r}) " for (m, f, r), n in ROW_SEEDS.items())
         + "; MAE over all blocks (block total population) and over every tract x detailed cell, by das.research's "
@@ -613,19 +619,36 @@ def _log(line: str) -> None:
 
 
 def compare_references() -> dict:
+    """MST, AIM and MWEM (those of DAS_REFERENCES_MECHANISMS) beside their references."""
     t0 = time.perf_counter()
-    results, ran = run_all(log=_log)
+    results, ran = run_all(log=_log, mechanisms=tuple(m for m in MECHANISMS if m != "rap"))
     record(results, time.perf_counter() - t0, ran)
     return {"seconds": time.perf_counter() - t0, "worst_das_over_best_reference": worst_ratio(results),
             "worst_das_over_best_reference_detailed": worst_ratio(results, "tract_detailed_mae"),
             "runs": float(len(results))}
 
 
+def compare_rap() -> dict:
+    """das's RAP beside the authors' (issue 37): das's mean over the reference's, per metric, at the worst (fixture,
+    rho) row both have; its seconds a release, the medians."""
+    t0 = time.perf_counter()
+    results, ran = run_all(log=_log, mechanisms=("rap",))
+    record(results, time.perf_counter() - t0, ran)
+    ok = [r for r in results if r["status"] == "ok"]
+    return {"seconds": time.perf_counter() - t0, "runs": float(len(results)),
+            **{f"das_over_reference_{metric}": worst_ratio(results, metric)
+               for metric in ("block_mae", "tract_detailed_mae", "workload_mean", "workload_max")},
+            "das_release_seconds": float(np.median([r["seconds"] for r in ok if r["implementation"] == "das"])),
+            "reference_release_seconds": float(np.median([r["seconds"] for r in ok if r["implementation"] != "das"]))}
+
+
 BENCHES = [
-    Bench("references", "das's MST, AIM and MWEM beside Private-PGM's and SmartNoise Synth's, and das's RAP beside the "
-          "authors' RAP, at the same guarantee, on "
-          "every tract of Grand Isle VT and Perry County AL, rho 293764/114921 and 1/4, 3 seeds; "
-          "table in "
-          "benchmarks/recorded/references.md (hours: not in the default suite)",
+    Bench("references", "das's MST, AIM and MWEM beside Private-PGM's and SmartNoise Synth's at the same guarantee, "
+          "on every tract of Grand Isle VT and Perry County AL, rho 293764/114921 and 1/4, 3 seeds; "
+          "table in benchmarks/recorded/references.md (hours: not in the default suite)",
           compare_references, key="worst_das_over_best_reference", repeats=1, default=False),
+    Bench("references.rap", "das's RAP beside the authors' RAP (amazon-science/relaxed-adaptive-projection) at the same "
+          "guarantee, on every tract of Grand Isle VT (and Perry County AL), rho 293764/114921 and 1/4, 3 seeds; "
+          "table in benchmarks/recorded/references_rap.md (hours: not in the default suite)",
+          compare_rap, key="das_over_reference_block_mae", repeats=1, default=False),
 ]
