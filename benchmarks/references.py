@@ -418,8 +418,9 @@ def _done(path: Path, implementation: str) -> bool:
     return implementation != "das" or result.get("das_code") == DAS_CODE
 
 
-def tasks(mechanisms: tuple[str, ...] = MECHANISMS) -> list[tuple[str, str, str, str, int]]:
-    """(fixture, mechanism, implementation, rho, seed) of every run of `mechanisms`."""
+def tasks(mechanisms: tuple[str, ...] | None = None) -> list[tuple[str, str, str, str, int]]:
+    """(fixture, mechanism, implementation, rho, seed) of every run of `mechanisms` (default: MECHANISMS)."""
+    mechanisms = MECHANISMS if mechanisms is None else mechanisms
     return [(fixture, mechanism, implementation, rho, seed)
             for fixture in RUN_FIXTURES for mechanism, implementations in IMPLEMENTATIONS.items() if mechanism in mechanisms
             for implementation in implementations for rho in RUN_RHOS
@@ -439,9 +440,10 @@ def _prepare(implementation: str, pythons: dict, commits: dict) -> None:
         pythons[implementation] = environment(implementation)
 
 
-def run_all(log=print, mechanisms: tuple[str, ...] = MECHANISMS) -> tuple[list[dict], set[str]]:
+def run_all(log=print, mechanisms: tuple[str, ...] | None = None) -> tuple[list[dict], set[str]]:
     """Every run of `tasks(mechanisms)` not yet in RESULTS (das's: not with the current mechanism code); returns the
-    results there of `mechanisms`, and the mechanisms this invocation ran."""
+    results there of `mechanisms` (default: MECHANISMS), and the mechanisms this invocation ran."""
+    mechanisms = MECHANISMS if mechanisms is None else mechanisms
     RESULTS.mkdir(parents=True, exist_ok=True)
     pythons: dict = {}
     commits: dict = {}

@@ -37,6 +37,20 @@ def test_das_compare_offers_topdown_then_every_registered_mechanism_that_can_run
     assert mechanism_names() == (TOPDOWN, *(name for name, m in MECHANISMS.items() if m.available()))
 
 
+def test_a_stand_in_undone_leaves_the_entry_its_own_mechanism(monkeypatch):
+    """A test's `monkeypatch.setitem(MECHANISMS, ...)` restores the built mechanism on undo: that is no override, so
+    a later stand-in (or a patched module) is not shadowed by it."""
+    from das.mechanisms import registry
+
+    own = MECHANISMS["flat"]
+    with monkeypatch.context() as m:
+        m.setitem(registry.MECHANISMS, "flat", replace(own, summary="a stand-in"))
+        assert MECHANISMS["flat"].summary == "a stand-in"
+    assert MECHANISMS["flat"] is own
+    monkeypatch.setattr(registry, "mechanism", lambda name: replace(own, summary="built again"))
+    assert MECHANISMS["flat"].summary == "built again"  # the registry's own, not a leftover override
+
+
 def test_a_new_mechanism_is_one_entry_the_command_line_the_comparison_and_a_release_take(monkeypatch, tmp_path):
     """docs/architecture.md's "a new mechanism": a toy entry (flat's module under another name) is offered by `das
     synth` and `das compare` and releases, and validates, under its own name."""
@@ -107,8 +121,7 @@ def test_an_undeclared_detail_is_refused_before_anything_is_written(tmp_path, mo
         out = flat.run(data)
         return Synthesis(out.histograms, {**out.details, "nonzero_cells": int(data.histograms.nnz)})
 
-    built = registry.mechanism
-    monkeypatch.setattr(registry, "mechanism", lambda name: replace(flat, run=leaky) if name == "flat" else built(name))
+    monkeypatch.setitem(registry.MECHANISMS, "flat", replace(flat, run=leaky))
     with pytest.raises(MechanismError, match=r"\['nonzero_cells'\] are not declared"):
         synthesize("tiny", "flat", tmp_path / "out", seed=1)
     assert not (tmp_path / "out").exists()

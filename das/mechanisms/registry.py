@@ -80,7 +80,10 @@ class _Mechanisms(MutableMapping):
         return mechanism(name)
 
     def __setitem__(self, name: str, value) -> None:
-        self._given[name] = value
+        if name in ENTRIES and value is mechanism(name):  # the entry's own again (a stand-in undone): no override
+            self._given.pop(name, None)
+        else:
+            self._given[name] = value
 
     def __delitem__(self, name: str) -> None:
         del self._given[name]
