@@ -84,7 +84,7 @@ def _scores(truth: np.ndarray, relaxed: np.ndarray, total: int) -> np.ndarray:
 
 
 def synthesize_unit(counts: np.ndarray, schema: Schema, n_blocks: int, *, schedule: Schedule, rng,
-                    config: RapConfig = PROJECTION) -> np.ndarray:
+                    config: RapConfig) -> np.ndarray:
     """RAP on one tract's domain counts: integer counts over the domain."""
     queries = workload(schema, n_blocks)
     operators = mask_operators(queries, config.dtype)
@@ -126,7 +126,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
         for k in range(1, PER_ROUND + 1):
             ledger.exponential(level, f"round {r} select {k}", eps, SENSITIVITY, add_remove=ADD_REMOVE)
             sigma2 = ledger.gaussian(level, f"round {r} measure {k}", 2 * part - exponential_rho(eps))
-    return Plan(Schedule(sigma2_total, eps, sigma2, rounds), {
+    return Plan(Schedule(sigma2_total, eps, sigma2, rounds, PER_ROUND), {
         "level": level, "rounds": rounds, "queries_per_round": PER_ROUND, "eps_select": str(eps),
         "sigma2_measure": str(sigma2), "workload": f"block tables of specs/attack/{public.schema.name}.toml in every "
         "block, and the tract's detailed cells",
@@ -141,7 +141,7 @@ def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) ->
     for geocode, block_index in geounits(data.geography, level):
         counts = unit_counts(data.histograms, block_index)
         out = synthesize_unit(counts, data.schema, len(block_index), schedule=planned.schedule,
-                              rng=data.rng.spawn(geocode))
+                              rng=data.rng.spawn(geocode), config=PROJECTION)
         parts.append((block_index, out))
     return Synthesis(assemble(data.geography.n_blocks, data.schema.size, parts), dict(planned.details))
 
