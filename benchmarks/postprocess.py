@@ -23,8 +23,8 @@ def _nmf_dir(spec: str) -> Path:
 
 def _inputs(spec: str):
     """(persons schema, geography, invariants, NMF directory, passes) of a seeded run; the NMF is measured once and kept."""
-    from das.pipeline import Pipeline
-    from das.run import measure_only
+    from das.driver.pipeline import Pipeline
+    from das.driver.run import measure_only
 
     out = _nmf_dir(spec).parent
     manifest = out / "manifest.json"
@@ -81,7 +81,7 @@ sys.path.insert(0, {tmp!r})
 import das
 assert das.__file__.startswith({tmp!r})
 from pathlib import Path
-from das.run import prepare, read_confidential
+from das.driver.run import prepare, read_confidential
 from das.topdown.engine import EngineOptions, postprocess
 prep = prepare(Path({str(tree / f"specs/runs/{spec}.toml")!r}), {SEED})
 geography, invariants, _ = read_confidential(prep, {{}}, lambda *a, **k: None)

@@ -122,7 +122,7 @@ def test_the_shipped_largest_sizes_are_those_of_the_census_files():
 
 
 def test_recording_times_every_task_of_a_tiny_run(tmp_path):
-    from das.run import run
+    from das.driver.run import run
 
     records: list = []
     reports: dict = {}

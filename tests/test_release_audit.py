@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from conftest import cli_refused
 
-import das.measure
+import das.topdown.measure
 from das.attack import release_audit as ra
 from das.attack.detection import detection_limit
-from das.manifest import Counts
+from das.driver.pipeline import Pipeline
+from das.frame.manifest import Counts
 from das.mechanisms import MECHANISMS
-from das.pipeline import Pipeline
 
 SPEC = "tiny"
 
@@ -167,7 +167,7 @@ def measured_twice(noisy):
 
 @pytest.mark.parametrize("plant", [halved_variance, measured_twice, rho_times_one_and_a_half])
 def test_less_noise_than_certified_is_caught(monkeypatch, plant):
-    monkeypatch.setattr(das.measure, "noisy_answers", plant(das.measure.noisy_answers))
+    monkeypatch.setattr(das.topdown.measure, "noisy_answers", plant(das.topdown.measure.noisy_answers))
     report = audit("run", 2, ())
     bad = [c for c in report["noise"] if not c["ok"]]
     assert not report["ok"] and any((c["level"], c["query"]) == ("block", "detailed") for c in bad), ra.render(report)

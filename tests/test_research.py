@@ -10,18 +10,18 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
-from das.errors import OutDirError
-from das.geography import Geography
+from das.core.errors import OutDirError
+from das.driver.run import run
+from das.frame.outdir import RECORD
 from das.io.nmf import NoisyAnswers
-from das.outdir import RECORD
+from das.model.geography import Geography
+from das.model.rules import Invariants
+from das.model.schema import schema_from_dict
 from das.research.estimators import _LevelSystem, answers, distribute, query_matrix, wls_level
 from das.research.evaluate import evaluate_run, metrics_dir
 from das.research.metrics import SIZE_BINS, combine, error_stats, metrics, size_bin
 from das.research.replicate import Study, bias_table, replicate_study
 from das.research.report import build_report, moving_average
-from das.rules import Invariants
-from das.run import run
-from das.schema import schema_from_dict
 from das.validate import validate_run
 
 # --------------------------------------------------------------------------------------------
@@ -410,8 +410,8 @@ def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, cap
 
 
 def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(tmp_path):
-    from das.errors import ArgumentError
-    from das.preflight import PreflightError
+    from das.core.errors import ArgumentError
+    from das.driver.preflight import PreflightError
 
     for workers in (0, -2):
         with pytest.raises(ArgumentError, match="workers= must be an integer of at least 1"):

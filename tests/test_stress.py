@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from benchmarks import stress
-from das.geography import Geography
-from das.measure import Measured, Target, measure_release
+from das.driver.runspec import load_run_spec
+from das.model.geography import Geography
 from das.privacy.randomness import make_random_source
-from das.runspec import load_run_spec
 from das.topdown import engine
+from das.topdown.measure import Measured, Target, measure_release
 from das.topdown.problem import ParentSolution
 
 

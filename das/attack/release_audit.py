@@ -50,18 +50,18 @@ import pyarrow.parquet as pq
 import tomli_w
 from scipy.stats import chi2
 
-from das import published
 from das.attack.detection import Detection, detection, event_bound
-from das.geography import Geography
+from das.core.progress import bar, silenced, step
+from das.driver.runspec import load_run_spec
+from das.frame import published
+from das.frame.rundir import RunDir
 from das.io.microdata import read_inputs
 from das.io.nmf import read_level
-from das.measure import true_answers
+from das.model.geography import Geography
+from das.model.schema import load_schema
 from das.privacy.accounting import eps_for_delta
 from das.privacy.certificate import Certificate
-from das.progress import bar, silenced, step
-from das.rundir import RunDir
-from das.runspec import load_run_spec
-from das.schema import load_schema
+from das.topdown.measure import true_answers
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ Command = Callable[[Path, Path, int], Path]  # (spec, out_dir, seed) -> the rele
 def command(name: str, rho: Fraction) -> Command:
     """`das run` ("run") or `das synth --mechanism NAME` as a function of (spec, out, seed)."""
     if name == "run":
-        from das.run import run
+        from das.driver.run import run
 
         def release(spec, out, seed):
             with silenced():  # a trial's own messages (its seeded-mode warning) would bury the audit's count
@@ -337,7 +337,7 @@ def deterministic(side_d: list[dict], side_p: list[dict]) -> tuple[list[str], li
     return [n for n in found if n.startswith(STRUCTURAL)], [n for n in found if not n.startswith(STRUCTURAL)]
 
 
-FIXED_SOURCES = ("parameter", "public fact", "invariant")  # das.published: the same for covered neighbours
+FIXED_SOURCES = ("parameter", "public fact", "invariant")  # das.frame.published: the same for covered neighbours
 
 
 def fixed(name: str, manifest: dict) -> bool:
@@ -637,8 +637,8 @@ def audit_releases_main(spec_path, releases: list[str], *, trials: int = 20, rho
                         seed: int | None = None, json_out: bool = False, out=None, overwrite: bool = False) -> int:
     """`das audit-privacy SPEC --release COMMAND ...`: the whole-release audit of each command (`run`, or a
     mechanism of `das synth`); exit 1 on a violation, else 0 (the verdict says whether the trials could show one)."""
-    from das import outdir
     from das.attack.privacy import AUDIT, write_audit
+    from das.frame import outdir
     from das.privacy.strategy import parse_fraction
 
     rho = Fraction(1) if rho is None else parse_fraction(rho, "--rho")

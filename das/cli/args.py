@@ -10,11 +10,11 @@ import difflib
 import re
 from fractions import Fraction
 
-from das.arguments import integer_problem, path_problem
-from das.options import ExactParser
-from das.specfile import SHOWN_CHARACTERS, positive_fraction, shown
+from das.core.arguments import integer_problem, path_problem
+from das.core.options import ExactParser
+from das.model.specfile import SHOWN_CHARACTERS, positive_fraction, shown
 
-MAX_RHO_TEXT = "10"  # das.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
+MAX_RHO_TEXT = "10"  # das.driver.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
 
 
 class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -31,7 +31,7 @@ NEGATIVE_NUMBER = re.compile(r"^-\.?\d")  # no das option starts with a digit
 
 
 class Parser(ExactParser):
-    """The `das` parser: exact (das.options: no abbreviations, each option once), --help showing every default,
+    """The `das` parser: exact (das.core.options: no abbreviations, each option once), --help showing every default,
     errors never echoing a value whole."""
 
     def __init__(self, *args, **kwargs):
@@ -70,7 +70,7 @@ SEED_HELP = ("replication mode: seeded noise, outputs labelled NOT private (defa
              "system's CSPRNG)")
 
 def path(text: str) -> str:
-    """A file or directory name the operating system can take (das.arguments.path_problem: the API's rule too)."""
+    """A file or directory name the operating system can take (das.core.arguments.path_problem: the API's rule too)."""
     problem = path_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"expected {problem}")
@@ -97,7 +97,7 @@ def area_file(text: str) -> tuple[str, str]:
 
 
 def integer(minimum: int):
-    """An argument type: an integer of at least `minimum` (das.arguments.integer_problem: the API's rule too, so
+    """An argument type: an integer of at least `minimum` (das.core.arguments.integer_problem: the API's rule too, so
     `--seed -1` and `seed=-1` are refused alike)."""
 
     def parse(text: str) -> int:
@@ -188,8 +188,8 @@ def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: s
 
 
 def budget(args):
-    """The das.runspec.Budget the budget arguments give (or None when none was given)."""
-    from das.runspec import Budget
+    """The das.driver.runspec.Budget the budget arguments give (or None when none was given)."""
+    from das.driver.runspec import Budget
 
     given = Budget(rho=getattr(args, "rho", None), eps=getattr(args, "eps", None), delta=getattr(args, "delta", None))
     return given if given else None

@@ -58,8 +58,8 @@ def _cmd_attack(args) -> int:
     import das
     from das.attack.command import AttackConfig
     from das.attack.data import AttackError
-    from das.errors import InputError, SpecError
-    from das.specfile import cut_long_words
+    from das.core.errors import InputError, SpecError
+    from das.model.specfile import cut_long_words
 
     flags = {name: getattr(args, name) for name in AttackConfig.__dataclass_fields__}
     flags["baselines"] = tuple(b.strip() for b in args.baselines.split(",") if b.strip())

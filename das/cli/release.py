@@ -23,10 +23,10 @@ from das.cli.args import (
 
 def _cmd_run(args) -> int:
     import das
-    from das.errors import RunError
+    from das.core.errors import RunError
 
     if args.resume:
-        from das.run import resume_run  # heavy: imported when it runs, so a refused command stays quick
+        from das.driver.run import resume_run  # heavy: imported when it runs, so a refused command stays quick
 
         if args.overwrite:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
@@ -63,9 +63,9 @@ def _cmd_validate(args) -> int:
 
 def _cmd_publish(args) -> int:
     import das
-    from das.manifest import RunDirError
-    from das.publish import PublishError
-    from das.specfile import cut_long_words
+    from das.frame.manifest import RunDirError
+    from das.frame.publish import PublishError
+    from das.model.specfile import cut_long_words
 
     try:
         bundle = das.publish(args.run_dir, to=args.to, overwrite=args.overwrite)
@@ -82,7 +82,7 @@ def _cmd_publish(args) -> int:
 
 
 def _cmd_keygen(args) -> int:
-    from das.signing import keygen
+    from das.frame.signing import keygen
 
     private, public, fingerprint = keygen(args.key)
     print(f"wrote {private} (the private key: keep it with the operator, readable by you only) and {public} "
@@ -123,7 +123,7 @@ def _cmd_privacy(args) -> int:
 def _budget_conversion(args) -> int:
     """`das privacy --eps E --delta D` (the largest rho within it) or `--rho R --delta D` (its eps): no spec."""
     import das
-    from das.errors import RunError
+    from das.core.errors import RunError
     from das.privacy.certificate import delta_text, fraction_text
 
     if args.delta is None or (args.rho is None) == (args.eps is None):
@@ -142,7 +142,7 @@ def _budget_conversion(args) -> int:
 
 
 def _cmd_measure(args) -> int:
-    from das.run import measure_only
+    from das.driver.run import measure_only
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
                             allow_large_rho=args.allow_large_rho, budget=budget(args), signing_key=args.signing_key)
@@ -150,7 +150,7 @@ def _cmd_measure(args) -> int:
     v = manifest.validation
     print(f"validation: {'PASSED' if v.valid else 'FAILED'} ({len(v.checks)} checks)")
     if not manifest.private:  # said on stdout too: -q keeps errors only
-        from das.run import NOT_PRIVATE
+        from das.driver.run import NOT_PRIVATE
 
         print("NOTE: " + NOT_PRIVATE)
     print(f"wrote {len(manifest.nmf)} NMF files{also}, manifest.json and its signature to {args.out}")
@@ -158,7 +158,7 @@ def _cmd_measure(args) -> int:
 
 
 def _cmd_tables(args) -> int:
-    from das.summary_files import convert
+    from das.io.summary_files import convert
 
     written = convert(args.source, args.out, args.format, names=args.names)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
@@ -168,7 +168,7 @@ def _cmd_tables(args) -> int:
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
     from das.attack.release_audit import audit_releases_main
-    from das.errors import SpecError
+    from das.core.errors import SpecError
 
     settings = {"rho": _text(args.rho), "delta": _text(args.delta), "seed": args.seed, "json_out": args.json,
                 "out": args.out, "overwrite": args.overwrite}

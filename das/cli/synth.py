@@ -33,11 +33,11 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 
 def _cmd_synth(args) -> int:
     import das
-    from das.bundle import read_process
+    from das.driver.run import NOT_PRIVATE
+    from das.frame.bundle import read_process
     from das.mechanisms import MechanismError
+    from das.model.specfile import cut_long_words
     from das.privacy.certificate import delta_text, fraction_text
-    from das.run import NOT_PRIVATE
-    from das.specfile import cut_long_words
 
     try:
         release = das.synth(args.spec, mechanism=args.mechanism, out=args.out, seed=args.seed, overwrite=args.overwrite,

@@ -32,9 +32,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from das.errors import InputError
+from das.core.errors import InputError
 from das.io.microdata import MAX_ROWS_LISTED, Problem, _Collector, _load
-from das.specfile import shown
+from das.model.specfile import shown
 
 GEOID = "GEOID"  # the block's 15-digit geocode
 AREA = "area"  # the id of the area the block is in

@@ -8,7 +8,7 @@ persons with the units file comes from the schema's constraints (facilities, str
 Columns are read as Arrow dictionary arrays: every check and every conversion runs on the
 distinct values of a column, then is broadcast to the rows by index (no per-row Python).
 
->>> from das.schema import load_schema
+>>> from das.model.schema import load_schema
 >>> inputs = read_inputs("geography_fixtures/tiny/persons.csv", "geography_fixtures/tiny/units.csv",
 ...                      load_schema("pl94_persons"))
 >>> inputs.person_histograms.shape, int(inputs.person_histograms.sum())
@@ -32,12 +32,12 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import rules
-from das.errors import InputError
-from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
-from das.histogram import block_histograms
-from das.schema import Schema
-from das.specfile import shown
+from das.core.errors import InputError
+from das.model import rules
+from das.model.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
+from das.model.histogram import block_histograms
+from das.model.schema import Schema
+from das.model.specfile import shown
 
 GEOGRAPHY = GEOCODE_COLUMNS
 BLOCK_GROUP = BLOCK_GROUP_COLUMN  # optional; the first digit of TABBLK
@@ -673,7 +673,7 @@ def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
 
 
 def _rule_checks(read: _Read, inventory: UnitInventory, schema: Schema, col: _Collector) -> None:
-    """The schema's rules hold in the input (das.rules): every record beyond its block's upper bound
+    """The schema's rules hold in the input (das.model.rules): every record beyond its block's upper bound
     for its answer cell is named, e.g. a person where the units file has no facility of their type
     (or no housing unit for a household person), or anyone in a structural-zero cell."""
     records = read.records

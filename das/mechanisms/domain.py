@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from das.geography import Geography
-from das.progress import bar
-from das.schema import Schema
+from das.core.progress import bar
+from das.model.geography import Geography
+from das.model.schema import Schema
 
 BLOCK = "block"
 MAX_DOMAIN_CELLS = 4_000_000  # per geounit: its domain as float64 is 32 MB
@@ -89,7 +89,7 @@ def fitting_level(geography: Geography, schema: Schema, preferred: str = "tract"
 
 def geounits(geography: Geography, level: str):
     """(geocode, its block indices) of every geounit at `level`, blocks in geocode order: a mechanism's loop over
-    its geounits, counted by a progress bar on a terminal (das.progress)."""
+    its geounits, counted by a progress bar on a terminal (das.core.progress)."""
     unit_of_block = geography.block_to_unit(level)
     order = np.argsort(unit_of_block, kind="stable")
     bounds = np.searchsorted(unit_of_block[order], np.arange(geography.n_units(level) + 1))

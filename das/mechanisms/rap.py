@@ -27,9 +27,9 @@ from das.attack.workload import AttackTable, Workload, build_workload, load_atta
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
+from das.model.schema import Schema
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
-from das.schema import Schema
 
 LEVEL = "tract"
 ROUNDS = 10  # T

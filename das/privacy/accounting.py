@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import mpmath
 
-from das.errors import BudgetError, SpecError
+from das.core.errors import BudgetError, SpecError
 from das.privacy.certificate import Certificate, LevelCharges, QueryCharge, delta_text, fraction_text
 from das.privacy.strategy import Strategy, check_shares
 
@@ -137,7 +137,7 @@ class PrivacyAccountant:
     >>> acct.charge("county", "total", Fraction(1, 2))
     Traceback (most recent call last):
     ...
-    das.errors.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
+    das.core.errors.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
     """
 
     budget: Fraction

@@ -30,7 +30,7 @@ from das.research.report import (
 
 LEVELS = ("block", "tract", "county")
 METHODS = ("rap_rank", "baseline_tract", "baseline_county")
-# the report's files in a compare directory (das.outdir: what `das compare --overwrite` may delete)
+# the report's files in a compare directory (das.frame.outdir: what `das compare --overwrite` may delete)
 REPORT_FILES = ("report/index.html", "report/report.md", "report/accuracy.png", "report/mae_by_query.png",
                 "report/attack.png", "report/cost.png")
 

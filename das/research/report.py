@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das import outdir
-from das.errors import StudyError, option
+from das.core.errors import StudyError, option
+from das.frame import outdir
 from das.research import offspine, series
 from das.research.areas import AREA
 from das.research.composition import SHARE_BINS
@@ -565,7 +565,7 @@ def size_table(bias: pd.DataFrame, meta: dict, rho: str) -> pd.DataFrame:
 
 def build_report(study_dir, out=None, *, areas=None) -> Path:
     """Write report/index.html (self-contained) and report/report.md (+ PNGs); returns the HTML path.
-    `out` (default study_dir/report, part of the study) holds only a report: das.outdir's rules. `areas` (type ->
+    `out` (default study_dir/report, part of the study) holds only a report: das.frame.outdir's rules. `areas` (type ->
     area file): scored from the study's block errors in place of the areas the study was scored on."""
     study_dir = Path(study_dir)
     meta_path = study_dir / "study.json"

@@ -4,8 +4,8 @@ For each parent the engine gathers, from the NMF of the child level, the childre
 answers restricted to the cells that are nonzero in the solved parent; from the invariants, the
 children's structural zeros and bounds; and hands the problem to `solve_parent`. Children's
 solutions become the parents of the next level. A level is cut into batches of whole parents;
-a batch is the unit of parallel work (`solve_batch`, on a local pool or Dask: das.executors) and
-of checkpointing (das.checkpoint), so neither the driver nor a worker holds a whole level's
+a batch is the unit of parallel work (`solve_batch`, on a local pool or Dask: das.core.executors) and
+of checkpointing (das.frame.checkpoint), so neither the driver nor a worker holds a whole level's
 noisy answers. A batch starts as soon as the batches that solve its parents are done (no level
 barrier), the batch with the most blocks below it first: the critical path starts early.
 """
@@ -22,15 +22,15 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from das.checkpoint import Checkpoints, crash_point, load_solved, save_solved
-from das.executors import IN_FLIGHT_PER_SLOT, first_done, local_executor
-from das.geography import Geography
+from das.core.executors import IN_FLIGHT_PER_SLOT, first_done, local_executor
+from das.core.progress import bar
+from das.frame.checkpoint import Checkpoints, crash_point, load_solved, save_solved
+from das.frame.rundir import nmf_level_path
 from das.io import nmf
 from das.io.nmf import NoisyAnswers
-from das.progress import bar
-from das.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
-from das.rundir import nmf_level_path
-from das.schema import Schema
+from das.model.geography import Geography
+from das.model.rules import Bounds, Invariants, block_range, level_bounds, population_total, unit_bounds
+from das.model.schema import Schema
 from das.topdown.optimality import merge_certificates
 from das.topdown.problem import DEFAULT_PASSES, ChildAnswers, FailsafeEvent, measured, parent_problem
 from das.topdown.rounding import DEFAULT_ROUNDING
@@ -48,10 +48,10 @@ class EngineOptions:
     progress: bool = True
     passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES  # query names per L2 pass; () = all remaining
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes (e.g. the root's)
-    executor: object | None = None  # das.executors (local pool, Dask); None: a local pool of `workers`
+    executor: object | None = None  # das.core.executors (local pool, Dask); None: a local pool of `workers`
     checkpoint_dir: Path | None = None  # solved levels and batches, for resume; None: no checkpoints
     batch_children: int = BATCH_CHILDREN  # children read and checkpointed together
-    state: str | None = None  # a state of a partitioned run: read its own NMF files (das.rundir.nmf_level_path)
+    state: str | None = None  # a state of a partitioned run: read its own NMF files (das.frame.rundir.nmf_level_path)
 
     def passes_for(self, level: str) -> tuple[tuple[str, ...], ...]:
         """The L2 passes of the problems that solve the geounits of `level`."""
