@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from das.core import atomic
+from das.core.registry import add_named
 from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io import pl94171
@@ -136,10 +137,7 @@ OUTPUTS: dict[str, Output] = {}
 
 def register(output: Output) -> Output:
     """Add an output kind: every release that wants it writes, assembles, lists and validates it from now on."""
-    if not output.name or output.name in OUTPUTS:
-        raise ValueError(f"an output needs a new name; {output.name!r} is {'taken' if output.name else 'empty'}")
-    OUTPUTS[output.name] = output
-    return output
+    return add_named(OUTPUTS, output, "an output")
 
 
 def unregister(name: str) -> None:
