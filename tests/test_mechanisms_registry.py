@@ -13,7 +13,8 @@ from das.cli import build_parser
 from das.mechanisms import MECHANISMS, Mechanism, SynthesisInput
 from das.mechanisms.base import DETAIL_SOURCES
 from das.mechanisms.registry import ENTRIES as MECHANISM_NAMES
-from das.research.compare import TOPDOWN, mechanism_names
+from das.research.compare import mechanism_names
+from das.research.release_child import TOPDOWN
 
 DOCS = (ROOT / "docs" / "mechanisms.md").read_text()
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

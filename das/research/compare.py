@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -43,14 +42,15 @@ from das.frame import outdir
 from das.frame.rundir import RunDir
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
+from das.research import release_child
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import bias_table, combine, metrics
+from das.research.release_child import TOPDOWN
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, score, scored_queries
 from das.research.resources import run_measured
 
 logger = logging.getLogger(__name__)
-TOPDOWN = "topdown"
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
 LEVELS = ("block", "tract", "county")
 BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
@@ -161,26 +161,6 @@ def rho_spec_text(spec_path, rho: str) -> str:
     return text
 
 
-# The body of each measured child process: it imports only what the release needs, so the
-# memory measured is the release's (not this module's pandas, scipy and matplotlib).
-_TOPDOWN_CHILD = ("import json, sys; from das.driver.run import run; a = json.loads(sys.argv[1]); "
-                  "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
-                  "progress=False, allow_large_rho=a['allow_large_rho']); "
-                  "sys.exit(0 if r.valid else 'the release failed validation')")
-_MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
-                    "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
-                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True, "
-                    "allow_large_rho=a['allow_large_rho'])")
-
-
-def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int,
-                    allow_large_rho: bool = False) -> list[str]:
-    """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
-    args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
-                       "workers": workers, "allow_large_rho": allow_large_rho})
-    return [sys.executable, "-c", _TOPDOWN_CHILD if mechanism == TOPDOWN else _MECHANISM_CHILD, args]
-
-
 # ---------------------------------------------------------------------------------------------
 # Scoring and attacking one release
 
@@ -271,7 +251,7 @@ class _Work:
 
 def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False) -> dict:
     """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
-    from das.driver.run import code_version
+    from das.driver.pipeline import code_version
 
     work, claim, earlier, spec = _prepare(comparison, Path(out_dir), workers=workers, overwrite=overwrite)
     ctx = work.ctx
@@ -314,8 +294,8 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
     from das.driver.pipeline import Pipeline
-    from das.driver.run import protected_paths
     from das.driver.runspec import load_run_spec
+    from das.frame.lifecycle import protected_paths
     from das.research.evaluate import truth_context
 
     comparison.check()
@@ -359,7 +339,7 @@ def _release_and_attack(work: _Work, mechanism: str, seed: int, failures: list) 
     done.parent.mkdir(parents=True, exist_ok=True)
     if not done.exists():
         spec_for = work.topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
-        measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
+        measured = run_measured(release_child.command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
                                                 workers=work.workers, allow_large_rho=comparison.allow_large_rho))
         if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
             failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode, "stderr": measured.stderr})
