@@ -31,7 +31,7 @@ from das.frame.lifecycle import (
     output_plan,
     protected_paths,
 )
-from das.frame.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
+from das.frame.records import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.frame.rundir import RunDir
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
