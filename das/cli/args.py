@@ -171,7 +171,8 @@ def names(choices):
     return parse
 
 
-def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: str | None = None) -> None:
+def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: str | None = None,
+               delta_help: str | None = None) -> None:
     """The budget arguments of a command that spends one: --rho (or --eps at --delta) and the one
     acknowledgement of a budget above the cap, --allow-large-rho."""
     parser.add_argument("--rho", type=fraction, default=None,
@@ -181,8 +182,8 @@ def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: s
                             help="persons budget as eps at --delta: the largest exact rho whose certificate is within "
                                  "(eps, delta) (default: the spec's budget)")
         parser.add_argument("--delta", type=delta, default=None,
-                            help="delta of the certificate, an exact fraction in (0, 1) (default: the spec's [privacy] "
-                                 "delta)")
+                            help=delta_help or "delta of the certificate, an exact fraction in (0, 1) (default: the "
+                                                    "spec's [privacy] delta)")
     parser.add_argument("--allow-large-rho", action="store_true",
                         help=f"acknowledge a budget above the cap (rho > {MAX_RHO_TEXT}): barely protected")
 
@@ -193,3 +194,12 @@ def budget(args):
 
     given = Budget(rho=getattr(args, "rho", None), eps=getattr(args, "eps", None), delta=getattr(args, "delta", None))
     return given if given else None
+
+
+def add_overwrite(parser: argparse.ArgumentParser, what: str, *, where: str = "the output directory",
+                  then: str = "") -> None:
+    """--overwrite, said the same way by every command that writes a directory (das.frame.outdir decides what it
+    may delete): `what` is replaced in `where`, and nothing but its own files is ever deleted."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace {what} in {where}, deleting only its own files; a directory holding any other "
+                             f"file is refused{then}")

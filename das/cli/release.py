@@ -9,6 +9,7 @@ import sys
 from das.cli.args import (
     SEED_HELP,
     add_budget,
+    add_overwrite,
     budget,
     delta,
     fraction,
@@ -63,8 +64,8 @@ def _cmd_validate(args) -> int:
 
 def _cmd_publish(args) -> int:
     import das
-    from das.frame.manifest import RunDirError
     from das.frame.publish import PublishError
+    from das.frame.records import RunDirError
     from das.model.specfile import cut_long_words
 
     try:
@@ -150,7 +151,7 @@ def _cmd_measure(args) -> int:
     v = manifest.validation
     print(f"validation: {'PASSED' if v.valid else 'FAILED'} ({len(v.checks)} checks)")
     if not manifest.private:  # said on stdout too: -q keeps errors only
-        from das.driver.run import NOT_PRIVATE
+        from das.frame.lifecycle import NOT_PRIVATE
 
         print("NOTE: " + NOT_PRIVATE)
     print(f"wrote {len(manifest.nmf)} NMF files{also}, manifest.json and its signature to {args.out}")
@@ -197,9 +198,7 @@ def _add_publish(sub) -> None:
     pb.add_argument("run_dir", type=path, help="a das run directory (written by das run, das synth)")
     pb.add_argument("--to", type=path, required=True, metavar="DIR_OR_TAR",
                     help="the bundle: a directory (new or empty), or an archive FILE.tar")
-    pb.add_argument("--overwrite", action="store_true",
-                    help="replace an earlier bundle there (only its own files are deleted); a directory holding "
-                         "any other file is refused")
+    add_overwrite(pb, "an earlier bundle", where="--to")
     pb.set_defaults(func=_cmd_publish)
 
 
@@ -256,9 +255,7 @@ def add_parsers(sub) -> None:
     m.add_argument("spec", type=path, help=spec_help())
     m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
     m.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
-    m.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
+    add_overwrite(m, "the das run")
     add_budget(m)
     _add_signing_key(m)
     m.set_defaults(func=_cmd_measure)
@@ -300,8 +297,7 @@ def _add_audit_privacy(sub) -> None:
     a.add_argument("--out", type=path, default=None,
                    help="also write the report to this directory (audit.json, and audit.md: a short summary); "
                         "default: none, the report is printed only")
-    a.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
+    add_overwrite(a, "an earlier audit", where="--out")
     a.set_defaults(func=_cmd_audit_privacy)
 
 
@@ -331,9 +327,7 @@ def _add_run(sub) -> None:
                         "file name without .toml)")
     r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
-    r.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
+    add_overwrite(r, "the das run")
     add_budget(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,
