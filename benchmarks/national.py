@@ -177,13 +177,13 @@ def _reset_hwm() -> None:
 
 def _timed(job: tuple[Callable, object]):
     """Run one task (fn, arg) on a worker: (result, record of its wall and CPU seconds, and per parent for a batch)."""
-    import das.topdown.engine as engine
+    import das.topdown.batch as batch
 
     fn, arg = job
     record: dict = {"seconds": 0.0, "cpu_seconds": 0.0}
     parents: list[dict] = []
-    originals = engine.parent_problem, engine.solve_parent
-    if fn is engine.solve_batch:
+    originals = batch.parent_problem, batch.solve_parent
+    if fn is batch.solve_batch:
         family = arg.family
         record.update(parents=len(family.parents), children=len(family.children), kind="batch",
                       level_digits=len(family.children[0]) if len(family.children) else 0, schema=family.schema.name)
@@ -204,14 +204,14 @@ def _timed(job: tuple[Callable, object]):
             p["peak_over_base_mb"] = (_status_kb("VmHWM") - p.pop("base_kb")) / 1024
             return solution
 
-        engine.parent_problem, engine.solve_parent = build, solve
+        batch.parent_problem, batch.solve_parent = build, solve
     else:
         record["kind"] = "chunk"
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         result = fn(arg)
     finally:
-        engine.parent_problem, engine.solve_parent = originals
+        batch.parent_problem, batch.solve_parent = originals
     record["seconds"], record["cpu_seconds"] = time.perf_counter() - t0, time.process_time() - c0
     record["worker_rss_mb"] = _status_kb("VmRSS") / 1024
     if parents:
@@ -221,9 +221,9 @@ def _timed(job: tuple[Callable, object]):
 
 def _timed_batch(task):
     """The engine's timed_solve_batch on a worker, its figures extended by `_timed`'s (per parent, memory)."""
-    import das.topdown.engine as engine
+    import das.topdown.batch as batch
 
-    (solved, events, l2), record = _timed((engine.solve_batch, task))
+    (solved, events, l2), record = _timed((batch.solve_batch, task))
     return solved, events, l2, record
 
 

@@ -251,7 +251,7 @@ def project(f: dict, nation: Nation) -> dict:
     Each state task (A: read; B: measure and solve persons; C: solve units and write; V: validate) is
     sized by its state's 2020 persons, with this run's CPU seconds and memory over a worker's baseline
     per person (memory: the largest per person of this run's tasks). B and C run on the state's
-    width of slots (das.driver.partitioned.widths: its share of the persons times the cores): their
+    width of slots (das.driver.admission.widths: its share of the persons times the cores): their
     divisible CPU (B: measuring and solving, all but its reading; C: solving) is divided by the
     width and the engine's parallel efficiency (`engine_efficiency`, measured on a one-state run of
     width 2, else 0.8), the rest (reading, writing the parts) is not; each extra process costs a
@@ -269,7 +269,7 @@ def project(f: dict, nation: Nation) -> dict:
     >>> round(p["national_h"] * 3600, 1), p["national_fits"], round(p["national_stage_B_s"], 6)
     (47.0, 1.0, 6.0)
     """
-    from das.driver.partitioned import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
+    from das.driver.admission import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
 
     persons = [p * 1e6 for p in nation.persons_m.values()]
     total = sum(persons)

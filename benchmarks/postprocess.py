@@ -81,7 +81,7 @@ sys.path.insert(0, {tmp!r})
 import das
 assert das.__file__.startswith({tmp!r})
 from pathlib import Path
-from das.driver.run import prepare, read_confidential
+from das.run import prepare, read_confidential
 from das.topdown.engine import EngineOptions, postprocess
 prep = prepare(Path({str(tree / f"specs/runs/{spec}.toml")!r}), {SEED})
 geography, invariants, _ = read_confidential(prep, {{}}, lambda *a, **k: None)

@@ -95,7 +95,7 @@ def _patched(owner, name: str, value):
 def _truth_in_manifest():
     """`das run` publishing the persons of its first block (read from the inputs) in the manifest's counts."""
     from das.driver.pipeline import Pipeline
-    from das.frame.manifest import Counts
+    from das.frame.records import Counts
 
     captured = {}
     read = Pipeline.read_inputs

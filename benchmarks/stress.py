@@ -10,7 +10,7 @@
 Groups (a Bench `stress.<group>` each) and their cases, each case a name `group/...`:
 
 - `roots`: the top of each state, as das.topdown.engine's `_solve_root` builds it: the nation's own noisy
-  answers, its only state measured again (das.topdown.engine.single_child_chains), `level_bounds` from the
+  answers, its only state measured again (das.topdown.batch.single_child_chains), `level_bounds` from the
   inputs' invariants, the spec's passes at the nation (`specs/runs/vt_demo.toml`: hhgq and hhinstlevels
   first), solved by `solve_root`. States `vt`, `de` (shipped) and `hi` (written by `scripts/make_fixtures
   --only hi`), spines `six` (`pl94_six_level`) and `five` (`pl94_five_level`), budgets `1`, `10`, `100` (the
@@ -249,10 +249,10 @@ def read_setup(name: str, persons: Path, units: Path, *, spec, strategy: str, le
 
 
 def chain_units(geography, level: str, lo: int, hi: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """das.topdown.engine.single_child_chains without its NMF: for the geounits lo..hi-1 of `level`, at each finer
+    """das.topdown.batch.single_child_chains without its NMF: for the geounits lo..hi-1 of `level`, at each finer
     level, (that level, the geounits whose chain of only children reaches it, the row 0..hi-lo-1 each descends
     from): the engine's own walk (`only_children`)."""
-    from das.topdown.engine import only_children
+    from das.topdown.batch import only_children
 
     return only_children(geography, level, lo=lo, hi=hi)
 

@@ -239,8 +239,8 @@ def test_every_error_of_das_is_a_das_error_keeping_its_builtin_base():
     from das.core.errors import BudgetError, InputError, OutDirError, RunError, RunStopped, SpecError, StudyError, ValidationError
     from das.driver.preflight import PreflightError
     from das.frame.bundle import BundleError
-    from das.frame.manifest import RunDirError
     from das.frame.publish import PublishError
+    from das.frame.records import RunDirError
     from das.frame.signing import SigningError
     from das.io.partitions import PartitionError
     from das.mechanisms.base import MechanismError

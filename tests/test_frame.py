@@ -14,7 +14,7 @@ from das.frame import bundle, signing
 from das.frame.checkpoint import file_sha256
 from das.frame.lifecycle import Completion as FrameCompletion
 from das.frame.lifecycle import Opening, complete, holds, open_frame, output_plan
-from das.frame.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
+from das.frame.records import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.frame.rundir import RunDir
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables

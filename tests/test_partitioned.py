@@ -110,7 +110,7 @@ def test_the_validator_shards_run_in_lasting_processes_of_a_fresh_pool():
 
 def test_a_states_width_is_its_share_of_the_slots():
     from das.core.executors import InlineExecutor, PoolExecutor
-    from das.driver.partitioned import widths
+    from das.driver.admission import widths
 
     class Pool:  # a PoolExecutor's attributes, without its processes
         slots, nests = 8, PoolExecutor.nests

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from das.core import atomic
-from das.frame.manifest import Manifest, RunDirError, ValidationRecord
+from das.frame.manifest import Manifest
+from das.frame.records import RunDirError, ValidationRecord
 from das.frame.rundir import RunDir
 from das.privacy.accounting import certificate
 from das.privacy.strategy import load_strategy

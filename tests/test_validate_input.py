@@ -13,7 +13,8 @@ from conftest import TINY
 
 from das.cli import main as das_main
 from das.core.errors import InputError
-from das.io.microdata import Problem, read_inputs, read_records, read_units
+from das.io.microdata import read_inputs, read_records, read_units
+from das.io.problems import Problem
 from das.io.validation import validate_input, validate_input_main
 from das.model.schema import load_schema
 

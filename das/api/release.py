@@ -167,8 +167,8 @@ class Release:
     @property
     def summary(self) -> str:
         """The few lines `das run` prints: counts, budget, timings (the operator's record), failsafe events, validation."""
-        from das.driver.run import render_summary
         from das.frame.lifecycle import ReleaseFrame
+        from das.frame.summary import render_summary
 
         return render_summary(ReleaseFrame(RunDir(self.path), self.manifest, None))
 

@@ -265,7 +265,7 @@ def _plot(results: list[GeounitResult], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     from das.research import series
-    from das.research.report import fit_text, wilson, wilson_note
+    from das.research.figures import fit_text, wilson, wilson_note
 
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2), layout="constrained")
     k_max = max([max(2 * r.published_total, 2 * r.distinct_true) for r in results] + [10])

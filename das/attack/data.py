@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from das.core.errors import DasError, option
-from das.frame.manifest import RunDirError
+from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.microdata import read_person_levels
 from das.model.geography import LEVEL_DIGITS

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from das.core.errors import InputError, SpecError, option
 from das.driver.runspec import DEFAULT_DELTA, load_run_spec
-from das.io.microdata import Problem, read_inputs
+from das.io.microdata import read_inputs
+from das.io.problems import Problem
 from das.model.geography import DEFAULT_LEVELS, LEVEL_DIGITS
 from das.model.schema import load_schema
 from das.model.specfile import real_path

@@ -29,7 +29,7 @@ from das.core.errors import RunError
 from das.driver import preflight
 from das.driver.runspec import Budget, ReleaseSpec, RunSpec, load_run_spec
 from das.frame import bundle
-from das.frame.manifest import PublishedInvariants, SpineRecord
+from das.frame.records import PublishedInvariants, SpineRecord
 from das.io.areas import read_areas
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease

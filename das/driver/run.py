@@ -11,20 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
-from fractions import Fraction
 from pathlib import Path
 
 from das.core import atomic
 from das.core.errors import BudgetError, InputError, OutDirError, RunError, RunStopped, SpecError
 from das.core.executors import lasting, make_executor
 from das.driver import preflight
-from das.driver.partitioned import TASK_MB_PER_PERSON, Tops, measure_states, read_states, run_states, task_budget_mb
+from das.driver.admission import TASK_MB_PER_PERSON, task_budget_mb
+from das.driver.partitioned import Tops, measure_states, read_states, run_states
 from das.driver.pipeline import Confidential, InputsRead, Pipeline, code_version
 from das.driver.runspec import Budget, RunSpec, load_run_spec
 from das.frame import bundle, signing
 from das.frame.checkpoint import Checkpoints, is_disk_full
 from das.frame.lifecycle import (
-    NOT_PRIVATE,
     Completion,
     Opening,
     ReleaseFrame,
@@ -38,19 +37,18 @@ from das.frame.lifecycle import (
     protected_paths,
     release_valid,
 )
-from das.frame.manifest import Counts, EngineRecord, FailsafeRecord, Interruption, LevelRecord, Manifest, ReleaseInfo, RunDirError
+from das.frame.manifest import Manifest
+from das.frame.records import Counts, EngineRecord, FailsafeRecord, Interruption, LevelRecord, ReleaseInfo, RunDirError
 from das.frame.rundir import RunDir
+from das.frame.summary import render_summary
 from das.io.outputs import write_spine
 from das.io.partitions import PartitionError, is_partitioned
-from das.privacy.accounting import protects
-from das.privacy.certificate import delta_text, fraction_text
 from das.topdown.engine import level_detail, task_summary
 from das.topdown.measure import Target, parts_dir
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NOT_PRIVATE", "RunOptions", "RunResult", "code_version", "measure_only", "resume_run",
-           "run"]
+__all__ = ["EXPECTED", "RunOptions", "RunResult", "measure_only", "resume_run", "run"]
 
 
 @dataclass(frozen=True)
@@ -458,81 +456,3 @@ def stopped(error: BaseException, path: Path) -> BaseException:
                           f"levels it solved) is kept in {path}: `das run --resume {path}` continues from it without "
                           "drawing noise again. Please report the error (-v shows where it was raised)")
     return error
-
-
-def render_summary(frame: ReleaseFrame) -> str:
-    """The terminal summary of a completed run: its manifest, and the run times of the operator's record."""
-    manifest = frame.manifest
-    process = bundle.read_process(frame.run_dir.path)
-    cert = manifest.certificate("persons")
-    mechanism = manifest.mechanism  # a synthetic release (das synth) is named as itself, not as a TopDown run
-    rho = (f"rho = {fraction_text(cert.rho)} ({float(Fraction(cert.rho)):.4f})" if cert.rho is not None else
-           f"(eps, delta)-DP directly, no rho spent (budget rho = {fraction_text(cert.budget)})")
-    lines = [
-        (f"das synth --mechanism {mechanism.name} {manifest.spec_name}" if mechanism else f"das run {manifest.spec_name}")
-        + f": {manifest.counts.persons:,} persons in {manifest.counts.blocks:,} blocks, levels {' > '.join(manifest.levels)}",
-        f"privacy (persons): {rho}, eps = {cert.eps} at delta = {delta_text(cert.delta)}; randomness: {manifest.randomness}",
-    ]
-    if "units" in manifest.privacy:
-        u = manifest.privacy["units"]
-        lines.append(f"privacy (units): rho = {fraction_text(u.rho)}, eps = {u.eps} at delta = {delta_text(u.delta)}")
-    lines += total_lines(manifest.guarantee)
-    lines.append("protects: " + "; ".join(f"{protects(name)} ({name})" for name in manifest.privacy)
-                 + ", changed, the invariants kept")
-    lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in (process.get("timings_seconds") or {}).items()))
-    events = manifest.failsafe_events or ()
-    if mechanism is None:  # TopDown's failsafe; a mechanism has none
-        lines.append(f"failsafe: {len(events)} event(s)" + (
-            " at " + ", ".join(sorted({f"{e.release}/{e.level}/{e.parent}" for e in events})[:10]) if events else ""))
-    lines += least_squares_lines(manifest.levels_report or {})
-    v = manifest.validation
-    lines.append(f"validation: {'PASSED' if v and v.valid else 'FAILED'} ({len(v.checks) if v else 0} checks)")
-    lines += _against_lines(process.get("validation_against_inputs"), mechanism)
-    lines.append("outputs: " + ", ".join(sorted(manifest.outputs or {})) + (", nmf/" if manifest.nmf else "")
-                 + ", manifest.json")
-    if not manifest.private:
-        lines.append("NOTE: " + NOT_PRIVATE)
-    return "\n".join(lines)
-
-
-def total_lines(guarantee) -> list[str]:
-    """The summary's line on the run's total guarantee (das.privacy.guarantee), when it has several releases."""
-    if guarantee is None or len(guarantee.releases) < 2:
-        return []
-    rho = "" if guarantee.rho is None else f"rho = {fraction_text(guarantee.rho)} ({float(guarantee.rho):.4f}), "
-    return [f"privacy (total): {rho}eps = {guarantee.eps} at delta = {delta_text(guarantee.delta)}: "
-            f"{' and '.join(guarantee.releases)} together, by {guarantee.composition.split(':')[0]}"]
-
-
-def _against_lines(against: dict | None, mechanism) -> list[str]:
-    """The summary's line on the operator's checks against the confidential inputs: PASSED or FAILED with the
-    number of checks, and when none ran, that nothing was checked and why (never "PASSED (0 checks)")."""
-    if not against:
-        return []
-    checks = against.get("checks", [])
-    if not checks:
-        why = (f"{mechanism.name} publishes no invariant of the inputs to check them against" if mechanism else
-               "the release holds nothing to check against them")
-        return [f"against the inputs (operator only): nothing checked ({why})"]
-    return [f"against the inputs (operator only): {'PASSED' if against.get('valid') else 'FAILED'} ({len(checks)} checks)",
-            *(f"  {x}" for x in against.get("violations", [])[:5])]
-
-
-def least_squares_lines(levels_report: dict, *, listed: int = 5) -> list[str]:
-    """The summary's lines on the least-squares certificates: the totals, then the uncertified optima by release,
-    level and parent (the first `listed`), so an optimum above the tolerance is never passed over."""
-    certs = [r.l2_certificate for reports in levels_report.values() for r in reports]
-    if not certs:
-        return []
-    worst = max(c.get("max_rel_gap", 0.0) for c in certs)
-    found = [f"{name}/{r.level} parent {u.parent or '(root)'} pass {u.pass_index}: relative gap {u.relative_gap:.1e}"
-             for name, reports in levels_report.items() for r in reports for u in r.uncertified]
-    lines = [f"least squares: {sum(c.get('problems', 0) for c in certs):,} problems, largest relative "
-             f"duality gap {worst:.1e}, {sum(c.get('retried', 0) for c in certs)} retried, "
-             f"{sum(c.get('uncertified', 0) for c in certs)} above tolerance"]
-    lines += [f"  NOT CERTIFIED OPTIMAL: {line}" for line in found[:listed]]
-    if len(found) > listed:
-        lines.append(f"  ... and {len(found) - listed} more (manifest.json: levels_report)")
-    return lines
-
-

@@ -27,7 +27,8 @@ from pathlib import Path
 from das.driver.runspec import RunSpec
 from das.frame import bundle, outdir, pinned, signing
 from das.frame.checkpoint import crash_point, file_sha256
-from das.frame.manifest import Counts, Manifest, MechanismRecord, PublishedInvariants, ReleaseInfo, SpineRecord, ValidationRecord
+from das.frame.manifest import Manifest
+from das.frame.records import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, SpineRecord, ValidationRecord
 from das.frame.rundir import RunDir
 from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
 from das.privacy.guarantee import combined

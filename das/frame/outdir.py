@@ -43,7 +43,7 @@ from pathlib import Path
 import das
 from das.core import atomic
 from das.core.errors import OutDirError, option
-from das.frame.manifest import RunDirError
+from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.outputs import release_patterns
 from das.model.specfile import real_path

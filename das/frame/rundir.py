@@ -23,7 +23,8 @@ from pathlib import Path
 
 from das.core import atomic
 from das.core.errors import command, option
-from das.frame.manifest import MANIFEST, RUN_KIND, Manifest, RunDirError
+from das.frame.manifest import MANIFEST, RUN_KIND, Manifest
+from das.frame.records import RunDirError
 
 OPERATOR_DIR = "operator"
 OPERATOR_FILE = "operator.json"

@@ -24,7 +24,7 @@ import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
 from das.core.errors import InputError, SpecError
-from das.frame.manifest import RunDirError
+from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.microdata import read_records, read_units
 from das.model.geography import Geography

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from das.core.errors import SpecError
-from das.io.microdata import Inputs, Problem, collect_problems
+from das.io.microdata import Inputs, collect_problems
+from das.io.problems import Problem
 from das.model import rules
 from das.model.schema import Schema, load_schema
 

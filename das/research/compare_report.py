@@ -11,22 +11,10 @@ import numpy as np
 import pandas as pd
 
 from das.research import series
+from das.research.figures import PAGE_PX, ZERO, _finish, _panels, bars, no_bands, page_style, wilson, wilson_note
 from das.research.metrics import markdown_table
 from das.research.replicate import CONFIDENTIAL
-from das.research.report import (
-    PAGE_PX,
-    ZERO,
-    _finish,
-    _html_table,
-    _img_html,
-    _panels,
-    bars,
-    mae_panels,
-    no_bands,
-    page_style,
-    wilson,
-    wilson_note,
-)
+from das.research.report import _html_table, _img_html, mae_panels
 
 LEVELS = ("block", "tract", "county")
 METHODS = ("rap_rank", "baseline_tract", "baseline_county")

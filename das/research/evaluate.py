@@ -24,7 +24,7 @@ from das.core.errors import StudyError, option
 from das.driver.pipeline import Confidential
 from das.frame import outdir
 from das.frame.bundle import DATAFRAMES, BundleError, input_paths, read_process
-from das.frame.manifest import RunDirError
+from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.microdata import block_histograms, read_inputs, read_records
 from das.model.geography import Geography

@@ -44,9 +44,9 @@ from das.core.executors import limit_threads
 from das.core.progress import bar, step
 from das.driver import preflight
 from das.driver.pipeline import Pipeline, ReleasePlan, code_version
-from das.driver.run import protected_paths
 from das.driver.runspec import Budget, load_run_spec
 from das.frame import outdir
+from das.frame.lifecycle import protected_paths
 from das.frame.rundir import nmf_level_path
 from das.io import nmf
 from das.model.geography import Geography

@@ -19,7 +19,8 @@ from pathlib import Path
 from das.core.errors import ValidationError
 from das.core.executors import largest_first
 from das.core.progress import bar
-from das.frame.manifest import Manifest, RunDirError
+from das.frame.manifest import Manifest
+from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.frame.signing import SigningError, read_public_key
 from das.validate.inputs import by_state, operator_inputs

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 
-from das.frame.manifest import Manifest, RunDirError
+from das.frame.manifest import Manifest
+from das.frame.records import RunDirError
 from das.frame.signing import SigningError, fingerprint, verifies
 from das.validate.registry import Check
 from das.validate.release import OpenRelease
