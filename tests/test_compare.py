@@ -243,3 +243,18 @@ def test_a_bad_setting_found_with_the_truth_is_refused_before_the_directory_is_c
     assert not out.exists()
     meta = run_comparison(Comparison(TINY, mechanisms=("flat",), seeds=1, attack_blocks=0), out)  # corrected
     assert meta["status"] == "complete" and meta["settings"]["attack_tables"] is None
+
+
+def test_a_release_runs_in_a_process_of_its_own_from_the_release_child_module(tmp_path):
+    from das.frame.rundir import RunDir
+    from das.research import release_child
+
+    argv = release_child.command("tiny", "flat", tmp_path / "flat", seed=3, rho=None, workers=1)
+    assert argv[:3] == [sys.executable, "-m", "das.research.release_child"]
+    measured = run_measured(argv)
+    assert measured.returncode == 0, measured.stderr
+    manifest = RunDir(tmp_path / "flat").read()
+    assert manifest.mechanism.name == "flat" and manifest.validation.valid
+    failed = run_measured(release_child.command("tiny", "no-such-mechanism", tmp_path / "x", seed=3, rho=None,
+                                                workers=1))
+    assert failed.returncode != 0 and "no-such-mechanism" in failed.stderr
