@@ -47,4 +47,4 @@ def test_the_checkpoint_store_imports_no_stage_above_it():
     tree = ast.parse(open(das.frame.checkpoint.__file__).read())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in imported if m.startswith("das")} == {"das"}  # das.core.atomic only
+    assert {m for m in imported if m.startswith("das")} == {"das.core"}  # das.core.atomic only

@@ -55,7 +55,7 @@ def code_version() -> str:
     Asked of git once per process, so every file a run writes carries the same version (a `git status` timed out
     under load once gave one NMF file the bare version), and without git's optional index lock (a status killed by
     the timeout left `.git/index.lock` behind, and concurrent runs contended for it)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     git = ["git", "--no-optional-locks", "-C", str(root)]
     try:
         commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True,

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from das.core import atomic
 from das.model.geography import GEOCODE_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "geography_fixtures"
 SOURCES = ("vt", "de")
 STATE_CODES = ("01", "02", "04", "05", "06", "08", "09", "11", "12", "13", "15", "16", "17", "18", "19", "20",
