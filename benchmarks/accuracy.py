@@ -88,7 +88,7 @@ def score(run_dir: Path, truth_persons: Path) -> dict:
 
 def _timings(run_dir: Path, manifest: dict) -> dict:
     """A run's stage times: the operator's record (RunDir.process_file), or an older das's manifest."""
-    from das.rundir import RunDir
+    from das.frame.rundir import RunDir
 
     process = RunDir(run_dir).process_file
     return json.loads(process.read_text())["timings_seconds"] if process.is_file() else manifest["timings_seconds"]

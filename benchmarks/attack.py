@@ -23,7 +23,7 @@ def _attack(persons: Path, level: str, geocode: str) -> dict:
     from das.attack.rank import match_rate_at
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
-    from das.schema import load_schema
+    from das.model.schema import load_schema
 
     schema = load_schema("dhc_persons")
     truth = read_persons(persons, schema)

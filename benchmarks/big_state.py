@@ -9,7 +9,7 @@ harness, and the national projection recomputed from it (benchmarks/projection.p
 the same script and run by the same harness in the same session, so the per-person figures compare. Recorded:
 wall, CPU of the driver and of the workers, the driver's and every worker's peak, the tree's peak; per state task
 (A read, B measure and solve persons, C units and parts, V validate) its CPU and its peak over the worker's
-baseline, per person, against the task's admission estimate (das.partitioned.TASK_MB_PER_PERSON); per level the
+baseline, per person, against the task's admission estimate (das.driver.admission.TASK_MB_PER_PERSON); per level the
 largest batch (its parents, children, seconds) and the L2 certificate; the bytes the run read and wrote (every
 process's rchar and wchar, the pollers' own reads left out); whether validation passed; then, in a process of its
 own, the largest county's tract problem alone (benchmarks/largest_parent.py: its peak and its certificate).
@@ -120,7 +120,7 @@ def counting_io(figures: dict):
 
 def _state_figures(records: list[dict], persons: float) -> dict:
     """Per state task stage: CPU, CPU per person, peak over the worker's baseline (per person), the estimate."""
-    from das.partitioned import TASK_MB_PER_PERSON, WORKER_BASE_MB
+    from das.driver.admission import TASK_MB_PER_PERSON, WORKER_BASE_MB
 
     figures = {}
     for stage in STAGES.values():
@@ -157,8 +157,8 @@ def _level_figures(process: dict, manifest) -> dict:
 
 def run_state(input_dir: Path, arguments: tuple[str, ...], *, workers: int = WORKERS, memory_gb: float = MEMORY_GB) -> dict:
     """One seeded partitioned `das run` of a make_big_state input: the figures the module lists."""
-    from das.bundle import read_process
-    from das.run import run
+    from das.driver.run import run
+    from das.frame.bundle import read_process
 
     summary = write_input(input_dir, arguments)
     persons = float(summary["persons"])

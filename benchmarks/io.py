@@ -16,7 +16,7 @@ VT = ROOT / "geography_fixtures" / "vt"
 
 def read_vt() -> dict:
     from das.io.microdata import read_inputs
-    from das.schema import load_schema
+    from das.model.schema import load_schema
 
     t0 = time.perf_counter()
     inputs = read_inputs(VT / "persons.parquet", VT / "units.parquet", load_schema("pl94_persons"),
@@ -40,7 +40,7 @@ def read_vt_naive() -> dict:
 def write_vt_mdf() -> dict:
     from das.io import mdf
     from das.io.microdata import read_inputs
-    from das.schema import load_schema
+    from das.model.schema import load_schema
 
     schema = load_schema("pl94_persons")
     inputs = read_inputs(VT / "persons.parquet", VT / "units.parquet", schema)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from das.options import ExactParser
+from das.core.options import ExactParser
 
 
 def _status_mb(name: str) -> float:
@@ -35,13 +35,13 @@ def _status_mb(name: str) -> float:
 
 def county_problem(input_dir: Path, children: int, seed: int = 2020):
     """The tract problem of the county with the most tracts, its first `children` tracts (see the module)."""
-    from das.geography import Geography
+    from das.driver.pipeline import Pipeline
     from das.io.microdata import read_inputs
     from das.io.nmf import NoisyAnswers
-    from das.measure import noisy_answers, true_answers
-    from das.pipeline import Pipeline
+    from das.model.geography import Geography
+    from das.model.rules import Invariants, level_bounds
     from das.privacy.randomness import make_random_source
-    from das.rules import Invariants, level_bounds
+    from das.topdown.measure import noisy_answers, true_answers
     from das.topdown.problem import measured, parent_problem
 
     pipe = Pipeline.prepare(input_dir / "spec.toml", seed)

@@ -1,7 +1,7 @@
 """Scale, national-shaped: `das run` on 9 synthetic states (165k blocks) and a national projection from it.
 
 `scale.national` runs `das run` (seeded, 2 workers) on 9 state copies of the VT/DE fixtures
-(das.scale_inputs: VT, DE, ..., VT: 165,024 blocks, 6.72 million persons) and times every task the
+(das.io.scale_inputs: VT, DE, ..., VT: 165,024 blocks, 6.72 million persons) and times every task the
 workers run: each measurement chunk, each batch of parents and, inside a batch, each parent
 (build + solve, CPU and the worker's peak memory over its own baseline). From those it reports
 the critical path of this run (per level, the longest single task) and projects a national run
@@ -10,7 +10,7 @@ the critical path of this run (per level, the longest single task) and projects 
 The engine reports each batch's figures itself (`LevelReport.tasks`: `parents`, `children`,
 `seconds`, `cpu_seconds`); the benchmark runs each batch through `_timed_batch` on its worker, which
 adds per parent the build + solve CPU and peak memory, and wraps measurement's executor map
-(das.measure.ordered_map) so that each chunk is timed too.
+(das.topdown.measure.ordered_map) so that each chunk is timed too.
 """
 
 from __future__ import annotations
@@ -177,13 +177,13 @@ def _reset_hwm() -> None:
 
 def _timed(job: tuple[Callable, object]):
     """Run one task (fn, arg) on a worker: (result, record of its wall and CPU seconds, and per parent for a batch)."""
-    import das.topdown.engine as engine
+    import das.topdown.batch as batch
 
     fn, arg = job
     record: dict = {"seconds": 0.0, "cpu_seconds": 0.0}
     parents: list[dict] = []
-    originals = engine.parent_problem, engine.solve_parent
-    if fn is engine.solve_batch:
+    originals = batch.parent_problem, batch.solve_parent
+    if fn is batch.solve_batch:
         family = arg.family
         record.update(parents=len(family.parents), children=len(family.children), kind="batch",
                       level_digits=len(family.children[0]) if len(family.children) else 0, schema=family.schema.name)
@@ -204,14 +204,14 @@ def _timed(job: tuple[Callable, object]):
             p["peak_over_base_mb"] = (_status_kb("VmHWM") - p.pop("base_kb")) / 1024
             return solution
 
-        engine.parent_problem, engine.solve_parent = build, solve
+        batch.parent_problem, batch.solve_parent = build, solve
     else:
         record["kind"] = "chunk"
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         result = fn(arg)
     finally:
-        engine.parent_problem, engine.solve_parent = originals
+        batch.parent_problem, batch.solve_parent = originals
     record["seconds"], record["cpu_seconds"] = time.perf_counter() - t0, time.process_time() - c0
     record["worker_rss_mb"] = _status_kb("VmRSS") / 1024
     if parents:
@@ -221,9 +221,9 @@ def _timed(job: tuple[Callable, object]):
 
 def _timed_batch(task):
     """The engine's timed_solve_batch on a worker, its figures extended by `_timed`'s (per parent, memory)."""
-    import das.topdown.engine as engine
+    import das.topdown.batch as batch
 
-    (solved, events, l2), record = _timed((engine.solve_batch, task))
+    (solved, events, l2), record = _timed((batch.solve_batch, task))
     return solved, events, l2, record
 
 
@@ -231,13 +231,13 @@ def _timed_batch(task):
 def recording_tasks(records: list[dict], reports: dict):
     """Run every measurement chunk and batch of parents through `_timed` (records appended to `records`, tagged
     with the release) and keep the engine's LevelReports per release in `reports`."""
-    import das.measure
-    import das.pipeline
+    import das.driver.pipeline
     import das.topdown.engine
+    import das.topdown.measure
 
     release = [""]
-    originals = {"timed_solve_batch": das.topdown.engine.timed_solve_batch, "measure_map": das.measure.ordered_map,
-                 "postprocess": das.pipeline.postprocess, "measure_release": das.pipeline.measure_release}
+    originals = {"timed_solve_batch": das.topdown.engine.timed_solve_batch, "measure_map": das.topdown.measure.ordered_map,
+                 "postprocess": das.driver.pipeline.postprocess, "measure_release": das.driver.pipeline.measure_release}
 
     def timed_map(original):
         def wrapper(executor, fn, items, in_flight=None):
@@ -259,14 +259,15 @@ def recording_tasks(records: list[dict], reports: dict):
         return originals["measure_release"](what, *args, **kwargs)
 
     das.topdown.engine.timed_solve_batch = _timed_batch  # pickled by name: the workers run _timed_batch
-    das.measure.ordered_map = timed_map(originals["measure_map"])
-    das.pipeline.postprocess, das.pipeline.measure_release = postprocess, measure_release
+    das.topdown.measure.ordered_map = timed_map(originals["measure_map"])
+    das.driver.pipeline.postprocess, das.driver.pipeline.measure_release = postprocess, measure_release
     try:
         yield
     finally:
         das.topdown.engine.timed_solve_batch = originals["timed_solve_batch"]
-        das.measure.ordered_map = originals["measure_map"]
-        das.pipeline.postprocess, das.pipeline.measure_release = originals["postprocess"], originals["measure_release"]
+        das.topdown.measure.ordered_map = originals["measure_map"]
+        das.driver.pipeline.postprocess = originals["postprocess"]
+        das.driver.pipeline.measure_release = originals["measure_release"]
 
 
 def critical_path(reports: dict[str, list], recorded: list[dict] = ()) -> dict[str, dict]:
@@ -277,7 +278,7 @@ def critical_path(reports: dict[str, list], recorded: list[dict] = ()) -> dict[s
     `recorded` batches of that release whose children are that level's geocodes. The root (one parent,
     solved in the driver) is its own single task.
     """
-    from das.geography import LEVEL_DIGITS
+    from das.model.geography import LEVEL_DIGITS
 
     out = {}
     for release, level_reports in reports.items():
@@ -305,7 +306,7 @@ def national_steps(path: dict[str, dict], recorded: list[dict], blocks: float, n
     chunk as it is: chunks have a fixed cap) and each (release, level): its tasks' CPU scaled by blocks and its
     largest task = one parent of the nation's largest size at that level (per-parent fit, `extrapolate`) plus
     the batch's per-child reading cost."""
-    from das.geography import LEVEL_DIGITS
+    from das.model.geography import LEVEL_DIGITS
 
     scale = nation.blocks / blocks
     chunks = [t for t in recorded if t.get("kind") == "chunk"]
@@ -335,7 +336,7 @@ def largest_task_memory(recorded: list[dict], nation: Nation) -> dict[str, float
     """Per (release, level): a worker's peak over its baseline for the nation's largest parent, scaled linearly in
     children from the measured parents' peaks (MB per child over the larger half of the parents, at least the
     largest measured peak)."""
-    from das.geography import LEVEL_DIGITS
+    from das.model.geography import LEVEL_DIGITS
 
     digits_level = {d: lv for lv, d in LEVEL_DIGITS.items()}
     by: dict[str, list] = {}
@@ -358,9 +359,9 @@ def largest_task_memory(recorded: list[dict], nation: Nation) -> dict[str, float
 # ----------------------------------------------------------------------------- the benchmark
 def run_national(states: int = STATES, workers: int = WORKERS, nation: Nation | None = None) -> dict:
     """One seeded `das run` of `states` state copies, with per-task timings; this run's figures and the projection."""
-    from das.bundle import read_process
-    from das.run import run
-    from das.scale_inputs import write_synthetic
+    from das.driver.run import run
+    from das.frame.bundle import read_process
+    from das.io.scale_inputs import write_synthetic
 
     nation = nation or Nation()
     with tempfile.TemporaryDirectory() as tmp:

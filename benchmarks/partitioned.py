@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import importlib
 import json
 import resource
 import subprocess
@@ -85,12 +84,11 @@ def _timed_task(stage: str, fn: Callable, arg):
 def recording(records: list[dict], driver: dict):
     """Every state task (A, B, C, and V: a state's validation) through `_timed_task` (records appended), the
     driver's stages timed into `driver`."""
-    import das.frame
+    import das.driver.partitioned
+    import das.frame.lifecycle
     import das.io.parts
-    import das.partitioned
+    from das.driver import run
     from das.validate import driver as validation
-
-    run = importlib.import_module("das.run")  # the module: das.run is the API's function
 
     def timed_tasks(original: Callable) -> Callable:
         def wrapper(executor, fn, tasks, *args, **kwargs):
@@ -122,15 +120,15 @@ def recording(records: list[dict], driver: dict):
         setattr(owner, attr, wrapper)
         return original
 
-    patched = [(owner, "largest_first", owner.largest_first) for owner in (das.partitioned, validation)]
+    patched = [(owner, "largest_first", owner.largest_first) for owner in (das.driver.partitioned, validation)]
     for owner, attr, original in patched:
         setattr(owner, attr, timed_tasks(original))
     patched += [(run, "read_states", timed(run, "read_states", "read")),
                 (run, "run_states", timed(run, "run_states", "states")),
-                (das.partitioned, "measure_top", timed(das.partitioned, "measure_top", "top_measure")),
-                (das.partitioned, "solve_top", timed(das.partitioned, "solve_top", "top_solve")),
+                (das.driver.partitioned, "measure_top", timed(das.driver.partitioned, "measure_top", "top_measure")),
+                (das.driver.partitioned, "solve_top", timed(das.driver.partitioned, "solve_top", "top_solve")),
                 (das.io.parts, "assemble", timed(das.io.parts, "assemble", "assemble")),
-                (das.frame, "validate_run", timed(das.frame, "validate_run", "validate"))]
+                (das.frame.lifecycle, "validate_run", timed(das.frame.lifecycle, "validate_run", "validate"))]
     try:
         yield
     finally:
@@ -140,8 +138,8 @@ def recording(records: list[dict], driver: dict):
 
 def run_partitioned(states: int, workers: int = WORKERS) -> dict:
     """One seeded partitioned `das run` of `states` copies: driver and worker peaks, CPU, the state tasks."""
-    from das.bundle import read_process
-    from das.run import run
+    from das.driver.run import run
+    from das.frame.bundle import read_process
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -201,9 +199,9 @@ def run_partitioned(states: int, workers: int = WORKERS) -> dict:
 
 
 def _written_elsewhere(out: Path, states: int) -> dict:
-    """das.scale_inputs's partitioned input, written by another process: this one (the driver) starts the run
+    """das.io.scale_inputs's partitioned input, written by another process: this one (the driver) starts the run
     with nothing of the input's writing left in its heap, so its peak is the run's."""
-    code = ("import json, sys; from das.scale_inputs import write_synthetic; "
+    code = ("import json, sys; from das.io.scale_inputs import write_synthetic; "
             "print(json.dumps(write_synthetic(sys.argv[1], int(sys.argv[2]), partitioned=True)))")
     done = subprocess.run([sys.executable, "-c", code, str(out), str(states)], capture_output=True, text=True,
                           check=True)
@@ -211,10 +209,10 @@ def _written_elsewhere(out: Path, states: int) -> dict:
 
 
 def _state_persons(states: int) -> dict[str, float]:
-    """Persons of each state copy of das.scale_inputs (its fixture's rows)."""
+    """Persons of each state copy of das.io.scale_inputs (its fixture's rows)."""
     import pyarrow.parquet as pq
 
-    from das.scale_inputs import FIXTURES, plan
+    from das.io.scale_inputs import FIXTURES, plan
 
     return {code: float(pq.read_metadata(FIXTURES / source / "persons.parquet").num_rows)
             for source, code in plan(states)}
@@ -222,7 +220,7 @@ def _state_persons(states: int) -> dict[str, float]:
 
 def makespan(seconds: list[float], memory_mb: list[float], slots: int, budget_mb: float,
              widths: list[int] | None = None) -> float:
-    """Wall seconds of tasks started as das.executors.largest_first starts them: the largest (longest)
+    """Wall seconds of tasks started as das.core.executors.largest_first starts them: the largest (longest)
     first, task i on widths[i] slots, while their slots fit `slots` and their memory `budget_mb` (a
     task alone always starts; the largest waiting one is never passed over).
 
@@ -253,7 +251,7 @@ def project(f: dict, nation: Nation) -> dict:
     Each state task (A: read; B: measure and solve persons; C: solve units and write; V: validate) is
     sized by its state's 2020 persons, with this run's CPU seconds and memory over a worker's baseline
     per person (memory: the largest per person of this run's tasks). B and C run on the state's
-    width of slots (das.partitioned.widths: its share of the persons times the cores): their
+    width of slots (das.driver.admission.widths: its share of the persons times the cores): their
     divisible CPU (B: measuring and solving, all but its reading; C: solving) is divided by the
     width and the engine's parallel efficiency (`engine_efficiency`, measured on a one-state run of
     width 2, else 0.8), the rest (reading, writing the parts) is not; each extra process costs a
@@ -271,7 +269,7 @@ def project(f: dict, nation: Nation) -> dict:
     >>> round(p["national_h"] * 3600, 1), p["national_fits"], round(p["national_stage_B_s"], 6)
     (47.0, 1.0, 6.0)
     """
-    from das.partitioned import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
+    from das.driver.admission import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
 
     persons = [p * 1e6 for p in nation.persons_m.values()]
     total = sum(persons)

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure_de() -> dict:
-    from das.bundle import read_process
-    from das.run import measure_only
+    from das.driver.run import measure_only
+    from das.frame.bundle import read_process
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -54,8 +54,8 @@ def accuracy(run_dir: Path, persons: Path) -> dict:
 
 
 def _run_state(spec: str, persons: str, workers: int = 2) -> dict:
-    from das.bundle import read_process
-    from das.run import run
+    from das.driver.run import run
+    from das.frame.bundle import read_process
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / spec
@@ -78,7 +78,7 @@ def _run_state(spec: str, persons: str, workers: int = 2) -> dict:
 
 def _run_subset(counties: tuple[str, ...]) -> dict:
     """Vermont restricted to some counties (the same spec, inputs filtered), end to end."""
-    from das.run import run
+    from das.driver.run import run
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

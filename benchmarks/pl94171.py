@@ -15,9 +15,9 @@ LEVELS = ("nation", "state", "county", "tract", "block_group", "block")
 
 def _vt_histograms():
     """Vermont's block histograms (the input's; a release's have the same shape) and geography."""
-    from das.geography import Geography
     from das.io.microdata import read_inputs
-    from das.schema import load_schema
+    from das.model.geography import Geography
+    from das.model.schema import load_schema
 
     schemas = {"persons": load_schema("pl94_persons"), "units": load_schema("h1_units")}
     inputs = read_inputs(VT / "persons.parquet", VT / "units.parquet", schemas["persons"], schemas["units"])

@@ -23,8 +23,8 @@ def _nmf_dir(spec: str) -> Path:
 
 def _inputs(spec: str):
     """(persons schema, geography, invariants, NMF directory, passes) of a seeded run; the NMF is measured once and kept."""
-    from das.pipeline import Pipeline
-    from das.run import measure_only
+    from das.driver.pipeline import Pipeline
+    from das.driver.run import measure_only
 
     out = _nmf_dir(spec).parent
     manifest = out / "manifest.json"

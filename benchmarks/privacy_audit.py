@@ -17,9 +17,9 @@ LEVELS = ("nation", "state", "county", "tract", "block")
 
 def _setting(query: str):
     from das.attack import privacy as A
-    from das.measure import plan_for
+    from das.model.schema import load_schema
     from das.privacy.strategy import strategy_from_dict
-    from das.schema import load_schema
+    from das.topdown.measure import plan_for
 
     schema = load_schema("pl94_persons")
     strategy = strategy_from_dict({"schema": schema.name, "levels": {

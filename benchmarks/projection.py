@@ -149,7 +149,7 @@ def _stage_seconds(r: dict, stage: str, persons: list[float], widths: list[int],
 
 def project(r: dict, target: Target) -> dict:
     """The national wall time on `target`, every term listed (seconds), and whether the largest task fits."""
-    from das.partitioned import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
+    from das.driver.admission import DRIVER_MB, TASK_MB_PER_PERSON, WORKER_BASE_MB
 
     codes = list(target.persons_m)
     persons = [target.persons_m[c] * 1e6 for c in codes]

@@ -250,8 +250,8 @@ def environment(name: str, source: Path | None = None) -> Path:
 
 
 def truth(fixture: str):
+    from das.driver.runspec import load_run_spec
     from das.research.evaluate import truth_context
-    from das.runspec import load_run_spec
 
     spec = load_run_spec(fixture)
     return truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
@@ -466,7 +466,7 @@ def _one(ctx, mechanism: str, implementation: str, fixture: str, *, rho: str, se
          commit: str | None) -> dict:
     """One release of `implementation` and its scores; `commit`: the reference source's (Private-PGM's, the RAP
     reference's), recorded with its result."""
-    from das.runspec import load_run_spec
+    from das.driver.runspec import load_run_spec
 
     row = {"mechanism": mechanism, "implementation": implementation, "fixture": fixture, "rho": rho, "seed": seed}
     budget = Fraction(rho)

@@ -94,8 +94,8 @@ def _patched(owner, name: str, value):
 
 def _truth_in_manifest():
     """`das run` publishing the persons of its first block (read from the inputs) in the manifest's counts."""
-    from das.manifest import Counts
-    from das.pipeline import Pipeline
+    from das.driver.pipeline import Pipeline
+    from das.frame.records import Counts
 
     captured = {}
     read = Pipeline.read_inputs
@@ -114,16 +114,16 @@ def _truth_in_manifest():
 def _noise(kind: str):
     import numpy as np
 
-    import das.measure
+    import das.topdown.measure
 
-    noisy = das.measure.noisy_answers
+    noisy = das.topdown.measure.noisy_answers
     plants = {
         "halved_variance": lambda truth, variance, rng: noisy(truth, variance / 2, rng),
         "measured_twice": lambda truth, variance, rng: np.rint(
             (noisy(truth, variance, rng) + noisy(truth, variance, rng)) / 2).astype(np.int64),
         "rho_x1.5": lambda truth, variance, rng: noisy(truth, variance * Fraction(2, 3), rng),
     }
-    return [(das.measure, "noisy_answers", plants[kind])]
+    return [(das.topdown.measure, "noisy_answers", plants[kind])]
 
 
 def _run_planted(patches, command: str, trials: int, kinds: tuple[str, ...]) -> dict:

@@ -52,7 +52,7 @@ def county_replicates() -> dict:
 
 def one_release() -> dict:
     """Reference: one whole `das run` of the same county (release files, validation), 2 workers."""
-    from das.run import run
+    from das.driver.run import run
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Scale: `das run` on synthetic multi-state inputs (das.scale_inputs: VT/DE replicated under new state codes).
+"""Scale: `das run` on synthetic multi-state inputs (das.io.scale_inputs: VT/DE replicated under new state codes).
 
 At 1, 2 and 4 state copies: wall and CPU seconds per 1000 blocks and per million persons, peak
 memory of the driver and of the largest solver worker. The national projection is scale.national's
@@ -7,7 +7,6 @@ memory of the driver and of the largest solver worker. The national projection i
 
 from __future__ import annotations
 
-import importlib
 import os
 import resource
 import tempfile
@@ -159,9 +158,8 @@ def watching_descendants(peaks: dict):
 @contextmanager
 def _driver_cpu_by_stage(figures: dict):
     """Driver CPU seconds (process_time) and, on Linux, peak RSS of each stage of das.run, into figures."""
-    from das.pipeline import Pipeline
-
-    run = importlib.import_module("das.run")  # the module: das.run is the API's function
+    from das.driver import run
+    from das.driver.pipeline import Pipeline
 
     # figure name -> (owner, attribute): the pipeline's stages and the run's validation
     stages = {"read_confidential": (Pipeline, "read_inputs"), "measure_all": (Pipeline, "measure"),
@@ -201,9 +199,9 @@ def _driver_cpu_by_stage(figures: dict):
 
 def run_states(states: int, workers: int = WORKERS, engine: str = "local") -> dict:
     """One seeded `das run` of `states` state copies; figures per block, per person and per process."""
-    from das.bundle import read_process
-    from das.run import run
-    from das.scale_inputs import write_synthetic
+    from das.driver.run import run
+    from das.frame.bundle import read_process
+    from das.io.scale_inputs import write_synthetic
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -10,7 +10,7 @@
 Groups (a Bench `stress.<group>` each) and their cases, each case a name `group/...`:
 
 - `roots`: the top of each state, as das.topdown.engine's `_solve_root` builds it: the nation's own noisy
-  answers, its only state measured again (das.topdown.engine.single_child_chains), `level_bounds` from the
+  answers, its only state measured again (das.topdown.batch.single_child_chains), `level_bounds` from the
   inputs' invariants, the spec's passes at the nation (`specs/runs/vt_demo.toml`: hhgq and hhinstlevels
   first), solved by `solve_root`. States `vt`, `de` (shipped) and `hi` (written by `scripts/make_fixtures
   --only hi`), spines `six` (`pl94_six_level`) and `five` (`pl94_five_level`), budgets `1`, `10`, `100` (the
@@ -37,7 +37,7 @@ failsafe's usual cause, is only exercised by the `runs` group.
 
 Every draw is reproducible: draw i of case c has its noise from `make_random_source(SEED).spawn(c).spawn(i)`,
 each measurement from a stream below that named as the pipeline names them (`persons/<level>/<query>`), das's
-exact discrete Gaussian (`das.measure.noisy_answers`) on the true answers. SEED is 41 (`DAS_STRESS_SEED`).
+exact discrete Gaussian (`das.topdown.measure.noisy_answers`) on the true answers. SEED is 41 (`DAS_STRESS_SEED`).
 A crash (any exception from building or solving) is caught, counted with its type, message and where it was
 raised, and the harness goes on; every crash, uncertified optimum, failsafe event and rounding fallback is listed
 by (case, draw) in benchmarks/recorded/stress.md. A whole run with the operating system's randomness cannot be
@@ -73,7 +73,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._harness import Bench
-from das.options import ExactParser
+from das.core.options import ExactParser
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("DAS_STRESS_SEED", "41"))
@@ -197,7 +197,7 @@ class Setup:
 
     def plan(self, budget: int) -> dict:
         """level -> its measurements at the release's rho divided by `budget` (every variance times it)."""
-        from das.measure import plan_for
+        from das.topdown.measure import plan_for
 
         return plan_for(self.strategy, self.rho / budget, self.geography.levels)[0]
 
@@ -205,7 +205,7 @@ class Setup:
 @functools.lru_cache(maxsize=1)
 def setup(source: str, spine: str) -> Setup:
     """The inputs of `source` (a state of STATES on a spine of SPINES, or a big state of BIG on its own spec)."""
-    from das.runspec import load_run_spec
+    from das.driver.runspec import load_run_spec
 
     if source in BIG:
         directory = big_state(source)
@@ -221,12 +221,12 @@ def setup(source: str, spine: str) -> Setup:
 def read_setup(name: str, persons: Path, units: Path, *, spec, strategy: str, levels: tuple[str, ...]) -> Setup:
     """Inputs read and checked as a run reads them, with `spec`'s schemas, budget and post-processing settings
     and the persons strategy `strategy` over `levels`."""
-    from das.geography import Geography
+    from das.driver.pipeline import release_rho
     from das.io.microdata import read_inputs
-    from das.pipeline import release_rho
+    from das.model.geography import Geography
+    from das.model.rules import Invariants
+    from das.model.schema import load_schema
     from das.privacy.strategy import load_strategy, validate_strategy
-    from das.rules import Invariants
-    from das.schema import load_schema
     from das.topdown.engine import EngineOptions
 
     for path in (persons, units):
@@ -249,10 +249,10 @@ def read_setup(name: str, persons: Path, units: Path, *, spec, strategy: str, le
 
 
 def chain_units(geography, level: str, lo: int, hi: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """das.topdown.engine.single_child_chains without its NMF: for the geounits lo..hi-1 of `level`, at each finer
+    """das.topdown.batch.single_child_chains without its NMF: for the geounits lo..hi-1 of `level`, at each finer
     level, (that level, the geounits whose chain of only children reaches it, the row 0..hi-lo-1 each descends
     from): the engine's own walk (`only_children`)."""
-    from das.topdown.engine import only_children
+    from das.topdown.batch import only_children
 
     return only_children(geography, level, lo=lo, hi=hi)
 
@@ -270,7 +270,7 @@ class Measured:
     def noisy(self, plan: dict, rng) -> list:
         """Their noisy answers (das.io.nmf.NoisyAnswers, in the plan's order, as the NMF holds them) of one draw."""
         from das.io.nmf import NoisyAnswers
-        from das.measure import noisy_answers
+        from das.topdown.measure import noisy_answers
 
         return [NoisyAnswers(m.query, self.level, self.geocodes,
                              noisy_answers(self.truth[m.query], m.variance, rng.spawn(f"persons/{self.level}/{m.query}")),
@@ -279,7 +279,7 @@ class Measured:
 
 
 def _measured(s: Setup, level: str, units: np.ndarray, rows: np.ndarray | None = None) -> Measured:
-    from das.measure import true_answers
+    from das.topdown.measure import true_answers
 
     histograms = s.geography.aggregate(s.histograms, level)[units]
     queries = {m.query for ms in s.plan(1).values() for m in ms}
@@ -324,7 +324,7 @@ def prepare(case: Case) -> Prepared:
 def prepared(s: Setup, level: str, parent: int | None, budget) -> Prepared:
     """The problem of geounit `parent` of `level` (None: the root, `level` its level) at the release's rho divided
     by `budget`, but its noise."""
-    from das.rules import level_bounds
+    from das.model.rules import level_bounds
     from das.topdown.problem import parent_problem, root_problem
 
     g = s.geography
@@ -609,9 +609,9 @@ def run_rho(budget: int) -> str | None:
     """`--rho` of a whole run at the persons budget divided by `budget` (None: the spec's own)."""
     if budget == 1:
         return None
-    from das.pipeline import release_rho
+    from das.driver.pipeline import release_rho
+    from das.driver.runspec import load_run_spec
     from das.privacy.strategy import load_strategy
-    from das.runspec import load_run_spec
 
     spec = load_run_spec(RUN_SPEC)
     return str(release_rho(spec.persons, load_strategy(spec.persons.strategy), spec.delta) / budget)

@@ -16,12 +16,12 @@ __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
        "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "synthesizer", "validate")
-# das.run, das.validate, das.attack and das.publish are also modules (the work behind the commands of those names):
-# the package keeps the API's functions under those names, and the modules are imported as ever (`from das.run
-# import ...`, `importlib.import_module("das.run")`), so `help(das.run)` is the function's own.
-_SHADOWED = frozenset({"run", "validate", "attack", "publish"})
+# das.validate and das.attack are also packages (the work behind the commands of those names): the package keeps the
+# API's functions under those names, and the packages are imported as ever (`from das.validate import ...`), so
+# `help(das.validate)` is the function's own.
+_SHADOWED = frozenset({"validate", "attack"})
 ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "UnknownNameError", "InputError", "OutDirError",
-          "ValidationError", "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.errors'
+          "ValidationError", "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.core.errors'
 
 
 class _Package(types.ModuleType):
@@ -29,7 +29,7 @@ class _Package(types.ModuleType):
 
     def __setattr__(self, name, value):
         if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return  # the import system binding das.run (the module): the module stays in sys.modules only
+            return  # the import system binding das.validate (the package): the module stays in sys.modules only
         super().__setattr__(name, value)
 
 
@@ -38,7 +38,7 @@ sys.modules[__name__].__class__ = _Package
 
 def __getattr__(name: str):
     if name in ERRORS:
-        from das import errors  # light: imports nothing of das's
+        from das.core import errors  # light: imports nothing of das's
 
         return getattr(errors, name)
     if name in API:

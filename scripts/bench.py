@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from das.options import ExactParser  # noqa: E402  (after the path above)
+from das.core.options import ExactParser  # noqa: E402  (after the path above)
 
 RESULTS = ROOT / "benchmarks" / "results.json"
 REPORT = ROOT / "BENCHMARKS.md"

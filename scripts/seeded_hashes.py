@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from das.options import ExactParser
+from das.core.options import ExactParser
 
 TIMINGS = ("timings_seconds", "seconds", "resumed_at", "tasks")  # tasks: the batches' timings
 
 
 def _fix_version() -> None:
-    for name in ("das.run", "das.pipeline"):  # code_version lived in das.run before das.pipeline existed
+    for name in ("das.driver.pipeline", "das.pipeline", "das.run"):  # where code_version lived in earlier layouts
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -113,7 +113,7 @@ def main() -> None:
 
         synthesize(args.spec, args.mechanism, out, seed=args.seed, overwrite=True)
     else:
-        from das.run import run
+        from das.driver.run import run
 
         run(args.spec, out, seed=args.seed, workers=1, overwrite=True, progress=False)
     for relative, digest in (content(out) if args.content else hashes(out)).items():

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from das.geography import Geography
 from das.io.microdata import read_inputs
-from das.rules import INVARIANT_LEVELS, Invariants
-from das.schema import load_schema
+from das.model.geography import Geography
+from das.model.rules import INVARIANT_LEVELS, Invariants
+from das.model.schema import load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "geography_fixtures"
@@ -25,7 +25,7 @@ TINY = FIXTURES / "tiny"
 @contextlib.contextmanager
 def recorded_logs(name: str = "das", level: int = logging.DEBUG):
     """The messages logger `name` (and its children) logs inside the block, as a list of strings; whatever
-    the das logger's configuration (das.progress.configure stops it from propagating to pytest's)."""
+    the das logger's configuration (das.core.progress.configure stops it from propagating to pytest's)."""
     records: list[str] = []
     handler = logging.Handler(level)
     handler.emit = lambda record: records.append(record.getMessage())
@@ -110,17 +110,17 @@ def resume_recording_draws(out: Path, monkeypatch):
 
     """`das run --resume` of `out` in this process, recording the key of every random stream it draws from:
     (the run's result, the keys). A resumed run must not draw a stream committed before it stopped."""
-    import das.measure
-    from das.run import resume_run
+    import das.topdown.measure
+    from das.driver.run import resume_run
 
     drawn = []
-    original = das.measure.discrete_gaussian
+    original = das.topdown.measure.discrete_gaussian
 
     def recording(variance, n, stream):
         drawn.append(stream.key)
         return original(variance, n, stream)
 
-    monkeypatch.setattr(das.measure, "discrete_gaussian", recording)
+    monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", recording)
     return resume_run(out, workers=1, progress=False), drawn
 
 

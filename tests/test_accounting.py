@@ -7,7 +7,7 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from das.errors import BudgetError, SpecError
+from das.core.errors import BudgetError, SpecError
 from das.privacy.accounting import (
     CONVENTION,
     PrivacyAccountant,

@@ -11,12 +11,12 @@ import pytest
 import scipy.sparse as sp
 from conftest import ROOT
 
+from das.driver.run import run
 from das.io.nmf import NoisyAnswers
+from das.model.rules import Bounds, Invariants, block_bounds
+from das.model.schema import load_schema
 from das.privacy.accounting import allocate
 from das.privacy.strategy import load_strategy
-from das.rules import Bounds, Invariants, block_bounds
-from das.run import run
-from das.schema import load_schema
 from das.topdown import engine, matrices, optimality, solve
 from das.topdown.problem import ChildAnswers, measured, parent_problem, root_problem
 from das.validate import validate_run
@@ -216,8 +216,8 @@ def test_parent_problem_keeps_the_descendant_rows():
 
 
 def test_passes_by_level_are_read_checked_and_used_for_their_level(tmp_path):
-    from das.errors import SpecError
-    from das.runspec import load_run_spec
+    from das.core.errors import SpecError
+    from das.driver.runspec import load_run_spec
 
     spec = load_run_spec("vt_demo")
     assert spec.passes == ((),) and spec.passes_by_level == {"nation": (("hhgq", "hhinstlevels"), ())}

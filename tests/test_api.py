@@ -16,10 +16,10 @@ from conftest import ROOT, TINY
 
 import das
 import das.api
-from das.errors import InputError, SpecError
+from das.core.errors import InputError, SpecError
 from das.io.microdata import collect_problems
-from das.schema import load_schema
-from das.specfile import load_toml, toml_text
+from das.model.schema import load_schema
+from das.model.specfile import load_toml, toml_text
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -125,7 +125,7 @@ def test_every_public_name_has_a_docstring():
 
 
 def test_import_das_is_light():
-    done = _python("import sys, das; heavy = {'pandas', 'numpy', 'scipy', 'das.api', 'das.pipeline'} & set(sys.modules);"
+    done = _python("import sys, das; heavy = {'pandas', 'numpy', 'scipy', 'das.api', 'das.driver.pipeline'} & set(sys.modules);"
                    " print(sorted(heavy))", ROOT)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 

@@ -10,7 +10,7 @@ from conftest import TINY, cli_refused
 
 import das
 from das.attack.data import AttackError
-from das.errors import InputError, StudyError
+from das.core.errors import InputError, StudyError
 
 FILES = (TINY / "persons.csv", TINY / "units.csv")
 

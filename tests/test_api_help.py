@@ -44,14 +44,22 @@ def test_each_exported_name_is_the_apis_own_object_with_its_own_help(name):
     assert pydoc.render_doc(exported).splitlines()[0].startswith(f"Python Library Documentation: {kind} {name}")
 
 
-def test_the_names_that_are_also_modules_stay_functions_after_the_modules_are_imported():
-    for name in ("run", "validate", "attack", "publish"):
+def test_the_names_that_are_also_packages_stay_functions_after_the_packages_are_imported():
+    for name in ("validate", "attack"):
         module = importlib.import_module(f"das.{name}")  # what the commands run: imported as ever
         assert inspect.ismodule(module) and inspect.isfunction(getattr(das, name)), name
+    for name in ("run", "validate", "attack", "publish"):
         assert f"function {name} in module das.api" in pydoc.render_doc(getattr(das, name)).splitlines()[0]
-    from das.run import render_summary  # the module's names as ever
+    from das.validate import validate_run  # the package's names as ever
 
-    assert callable(render_summary)
+    assert callable(validate_run)
+
+
+def test_no_module_of_das_is_named_as_an_api_function_but_the_two_packages():
+    """`das.run` and `das.publish` are functions only: the work behind them lives in das.driver.run and
+    das.frame.publish, so nothing needs the package's module-binding guard but for das.validate and das.attack."""
+    clash = sorted(name for name in das.API if (ROOT / "das" / f"{name}.py").exists() or (ROOT / "das" / name).is_dir())
+    assert clash == ["attack", "validate"]
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from das.errors import InputError
+from das.core.errors import InputError
 from das.io.areas import Areas, areas_from_frames, read_areas
 
 BLOCKS = np.array([f"0100102010010{i:02d}" for i in range(6)])  # sorted unique, leading zero kept

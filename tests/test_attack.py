@@ -16,8 +16,8 @@ from das.attack.data import PersonRecords
 from das.attack.rank import expected_hits, match_rate_at, match_rate_curve, matches, rank_by, rank_samples, rap_runs
 from das.attack.workload import build_workload, load_attack_tables
 from das.cli import main
-from das.errors import SpecError
-from das.schema import load_schema
+from das.core.errors import SpecError
+from das.model.schema import load_schema
 
 GRAND_ISLE = ROOT / "geography_fixtures" / "vt_grand_isle" / "persons.parquet"
 
@@ -431,7 +431,7 @@ def test_equal_reference_populations_give_equal_rates(dhc):
 
 def test_cli_tract_attack_on_a_release(tmp_path):
     """A PL94 release of the tiny fixture, attacked a tract at a time: block-located candidates."""
-    from das.run import run
+    from das.driver.run import run
 
     release = tmp_path / "release"
     run(ROOT / "specs/runs/tiny.toml", release, seed=1, workers=1, progress=False)
@@ -453,8 +453,8 @@ def test_cli_tract_attack_on_a_release(tmp_path):
 def test_cli_attack_output_is_confidential_its_own_and_outside_the_release(tmp_path, capsys):
     import pyarrow.parquet as pq
 
-    from das import outdir
-    from das.run import run
+    from das.driver.run import run
+    from das.frame import outdir
     from das.validate import validate_run
 
     release = run(ROOT / "specs/runs/tiny.toml", tmp_path / "release", seed=1, workers=1, progress=False).out_dir

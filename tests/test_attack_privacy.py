@@ -9,10 +9,10 @@ import pytest
 
 from das.attack import privacy as A
 from das.attack.detection import clopper_pearson, detection_limit
-from das.measure import measure_in_memory, plan_for
+from das.model.schema import load_schema
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import strategy_from_dict
-from das.schema import load_schema
+from das.topdown.measure import measure_in_memory, plan_for
 
 LEVELS = ("nation", "state", "county", "tract", "block")
 TRIALS = 200_000
@@ -112,7 +112,7 @@ def test_cli_audit_reports_beside_the_certificate(capsys):
 
 def test_cli_audit_writes_its_report_to_a_directory_of_its_own(tmp_path, capsys):
     from das.cli import main
-    from das.outdir import RECORD
+    from das.frame.outdir import RECORD
 
     out = tmp_path / "audit"
     argv = ["audit-privacy", "tiny", "--trials", "400", "--seed", "3", "--out", str(out)]
@@ -133,7 +133,7 @@ def test_cli_audit_writes_its_report_to_a_directory_of_its_own(tmp_path, capsys)
 
 
 def test_audit_charges_the_plan_through_the_accountant(setting):
-    from das.errors import BudgetError
+    from das.core.errors import BudgetError
     from das.privacy.accounting import PrivacyAccountant
 
     geography, data, schema, plan = setting

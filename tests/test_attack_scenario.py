@@ -29,7 +29,7 @@ def test_the_table_has_one_row_per_arm_and_a_dash_where_nothing_was_asked():
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    from das.run import run
+    from das.driver.run import run
 
     root = tmp_path_factory.mktemp("scenario")
     release = run("tiny", root / "release", seed=5, workers=1, progress=False).out_dir

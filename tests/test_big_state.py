@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from das.io.microdata import read_inputs
-from das.schema import load_schema
+from das.model.schema import load_schema
 
 _loader = SourceFileLoader("make_big_state", str(ROOT / "scripts" / "make_big_state"))
 make_big_state = importlib.util.module_from_spec(importlib.util.spec_from_loader("make_big_state", _loader))

@@ -13,7 +13,7 @@ import pytest
 
 import das
 from das.cli import main
-from das.errors import SpecError
+from das.core.errors import SpecError
 from das.privacy.accounting import eps_for_delta, rho_for_eps
 from das.privacy.certificate import fraction_text
 from das.validate import validate_run

@@ -1,5 +1,5 @@
 """The release bundle apart from the operator's files: nothing from the inputs is published (what
---overwrite may delete is das.outdir's: tests/test_outdir.py)."""
+--overwrite may delete is das.frame.outdir's: tests/test_outdir.py)."""
 
 import json
 import os
@@ -9,11 +9,11 @@ import tomllib
 import pytest
 from conftest import ROOT, TINY, cli_refused
 
-from das import bundle
-from das.errors import SpecError
+from das.core.errors import SpecError
+from das.frame import bundle
+from das.frame.pinned import SECTION as SPECS
+from das.frame.rundir import RunDir
 from das.mechanisms import synthesize
-from das.pinned import SECTION as SPECS
-from das.rundir import RunDir
 
 SECRET = "/secret/cef/persons.parquet"
 REST = '[persons]\nschema = "pl94_persons"\nstrategy = "pl94_six_level"  # a comment outside [input]\n'
@@ -74,8 +74,8 @@ def test_the_published_spec_keeps_the_area_types_and_spine_but_not_the_area_path
 
 
 def test_a_published_spec_with_areas_is_still_a_run_spec():
-    from das.runspec import RunSpecFile
-    from das.specfile import check
+    from das.driver.runspec import RunSpecFile
+    from das.model.specfile import check
 
     text = (ROOT / "specs/runs/tiny.toml").read_text() + "\n" + AREAS
     parsed = tomllib.loads(bundle.public_spec_text(text))

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from das import preflight
 from das.cli import args as cli_args
 from das.cli import build_parser, main
+from das.driver import preflight
 
 NOWHERE = "/nonexistent/das-probe"
 BASES = {  # a command that refuses after parsing: a spec, run directory or input that does not exist
@@ -121,7 +121,7 @@ def test_the_cap_named_in_help_is_the_preflight_cap():
     assert str(preflight.MAX_RHO) == cli_args.MAX_RHO_TEXT
 
 
-# The command line is exact (das/options.py, issue 35): no abbreviation of a long option, an option given once.
+# The command line is exact (das/core/options.py, issue 35): no abbreviation of a long option, an option given once.
 
 CANDIDATES = ["1", "1/2", "2", "flat", "place=a.csv", f"{NOWHERE}/x", "lp", "local", "topdown"]
 
@@ -194,7 +194,7 @@ def test_the_issue_s_two_commands_are_refused_naming_the_option():
 
 def test_every_parser_das_ships_is_exact():
     """The rule holds for every command: the das CLI, `python -m` entry points and the scripts build their
-    parsers from das.options.ExactParser; none builds a plain argparse parser."""
+    parsers from das.core.options.ExactParser; none builds a plain argparse parser."""
     from conftest import ROOT
 
     files = [*(ROOT / "das").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py"),

@@ -78,7 +78,7 @@ def test_a_bad_attack_setting_is_refused_before_any_output(args, expected, tmp_p
 
 
 def test_a_schema_other_than_the_releases_is_refused(tmp_path, capsys):
-    from das.run import run
+    from das.driver.run import run
 
     release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False).out_dir
     printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--schema", "dhc_persons",
@@ -88,7 +88,7 @@ def test_a_schema_other_than_the_releases_is_refused(tmp_path, capsys):
 
 
 def test_a_truth_that_does_not_cover_the_releases_geography_is_refused(tmp_path, capsys):
-    from das.run import run
+    from das.driver.run import run
 
     release = run("tiny", tmp_path / "release", seed=3, workers=1, progress=False).out_dir
     printed = cli_refused(["attack", "--truth", str(GRAND_ISLE), "--published", str(release), "--out",

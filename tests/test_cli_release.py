@@ -136,7 +136,7 @@ def test_privacy_converts_a_budget_both_ways(capsys):
 
 def test_measure_spends_the_budget_the_command_line_gives(tmp_path, capsys):
     from das.cli import main
-    from das.rundir import RunDir
+    from das.frame.rundir import RunDir
 
     out = tmp_path / "m"
     assert main(["measure", "tiny", "--out", str(out), "--seed", "1", "--rho", "1/2", "--delta", "1/1000000"]) == 0

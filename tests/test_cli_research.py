@@ -88,7 +88,7 @@ def test_a_bad_study_setting_is_refused_before_its_directory_is_made(argv, expec
 
 @pytest.fixture(scope="module")
 def tiny_release(tmp_path_factory):
-    from das.run import run
+    from das.driver.run import run
 
     return run("tiny", tmp_path_factory.mktemp("runs") / "tiny", seed=7, workers=1, progress=False).out_dir
 
@@ -105,7 +105,7 @@ def test_metrics_refuses_a_missing_truth_file_and_an_unknown_query(tiny_release,
 
 
 def test_metrics_refuses_an_unknown_estimator_from_the_library_too(tiny_release, tmp_path):
-    from das.errors import StudyError
+    from das.core.errors import StudyError
     from das.research.evaluate import evaluate_run
 
     with pytest.raises(StudyError, match=r"unknown estimator\(s\) \['magic'\]; choose from topdown, noisy, wls"):

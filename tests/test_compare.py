@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import recorded_logs
 
-from das import outdir
 from das.cli import main
-from das.errors import OutDirError, StudyError
+from das.core.errors import OutDirError, StudyError
+from das.driver.runspec import load_run_spec
+from das.frame import outdir
 from das.research.compare import COMPARE, Comparison, attack_rates, mechanism_names, rho_spec_text, run_comparison
 from das.research.resources import run_measured
-from das.runspec import load_run_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "specs/runs/tiny.toml")
@@ -157,7 +157,7 @@ def test_cli_compare_one_seed(tmp_path, capsys):
 
 
 def test_bad_settings_are_refused_as_settings_not_tracebacks(tmp_path):
-    from das.errors import ArgumentError, SpecError
+    from das.core.errors import ArgumentError, SpecError
 
     with pytest.raises(SpecError, match="rho: 'abc' is not an exact fraction"):
         Comparison(spec="tiny", rho="abc").check()
@@ -235,7 +235,7 @@ def test_the_comparison_page_tables_fit(tmp_path):
 def test_a_bad_setting_found_with_the_truth_is_refused_before_the_directory_is_claimed(tmp_path):
     """--tables (the attack workload) and --rho (a spec derived with it) are checked before das-output.json is
     written, so the corrected rerun is not refused as another comparison's directory (issue 41)."""
-    from das.errors import SpecError
+    from das.core.errors import SpecError
 
     out = tmp_path / "out"
     with pytest.raises(SpecError, match="no attack spec 'nonesuch'"):
@@ -243,3 +243,18 @@ def test_a_bad_setting_found_with_the_truth_is_refused_before_the_directory_is_c
     assert not out.exists()
     meta = run_comparison(Comparison(TINY, mechanisms=("flat",), seeds=1, attack_blocks=0), out)  # corrected
     assert meta["status"] == "complete" and meta["settings"]["attack_tables"] is None
+
+
+def test_a_release_runs_in_a_process_of_its_own_from_the_release_child_module(tmp_path):
+    from das.frame.rundir import RunDir
+    from das.research import release_child
+
+    argv = release_child.command("tiny", "flat", tmp_path / "flat", seed=3, rho=None, workers=1)
+    assert argv[:3] == [sys.executable, "-m", "das.research.release_child"]
+    measured = run_measured(argv)
+    assert measured.returncode == 0, measured.stderr
+    manifest = RunDir(tmp_path / "flat").read()
+    assert manifest.mechanism.name == "flat" and manifest.validation.valid
+    failed = run_measured(release_child.command("tiny", "no-such-mechanism", tmp_path / "x", seed=3, rho=None,
+                                                workers=1))
+    assert failed.returncode != 0 and "no-such-mechanism" in failed.stderr

@@ -3,9 +3,9 @@
 import numpy as np
 import scipy.sparse as sp
 
-from das.geography import Geography
-from das.rules import Invariants, block_bounds, holds, level_bounds
-from das.schema import load_schema
+from das.model.geography import Geography
+from das.model.rules import Invariants, block_bounds, holds, level_bounds
+from das.model.schema import load_schema
 
 PL94 = load_schema("pl94_persons")
 BLOCKS = ["440010001001000", "440010001001001", "440030002002000"]

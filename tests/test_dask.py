@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from das.executors import ordered_map
-from das.run import run
+from das.core.executors import ordered_map
+from das.driver.run import run
 
 pytest.importorskip("distributed")
 from conftest import ROOT
 
-from das.distributed import DaskExecutor  # noqa: E402
+from das.core.distributed import DaskExecutor  # noqa: E402
 
 
 def _square(x: int) -> int:
@@ -46,12 +46,13 @@ def test_dask_local_cluster_matches_the_local_pool(tmp_path):
 
 
 def test_base_install_does_not_import_dask():
-    code = "import sys, das.run, das.cli, das.executors; sys.exit('distributed' in sys.modules or 'dask' in sys.modules)"
+    code = ("import sys, das.driver.run, das.cli, das.core.executors; "
+            "sys.exit('distributed' in sys.modules or 'dask' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
 def test_scheduler_without_dask_engine_is_refused(tmp_path):
-    from das.errors import RunError
+    from das.core.errors import RunError
 
     with pytest.raises(RunError, match="scheduler= needs engine=dask"):
         run("tiny", tmp_path / "x", seed=1, progress=False, scheduler="tcp://127.0.0.1:1")
@@ -90,7 +91,7 @@ class _Places:
 
 
 def test_state_tasks_are_admitted_by_each_workers_own_memory():
-    from das.executors import largest_first
+    from das.core.executors import largest_first
 
     sizes = [3, 9, 1, 7, 5, 2, 8, 4, 6, 12]
     executor = _Places(4)

@@ -158,8 +158,8 @@ def test_a_scheduler_without_workers_is_refused_not_waited_on_forever(monkeypatc
     (the state tasks would wait in the scheduler's queue for a worker that never comes)."""
     from dask.distributed import LocalCluster
 
-    from das import distributed
-    from das.errors import RunError
+    from das.core import distributed
+    from das.core.errors import RunError
 
     monkeypatch.setattr(distributed, "WORKERS_WAIT_S", 1, raising=False)  # raising: before the fix, no such wait
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty:

@@ -2,11 +2,12 @@
 
 import numpy as np
 
-from das.measure import Measured, Measurement, Target, measure_release
 from das.privacy.accounting import allocate
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import load_strategy
-from das.topdown.engine import EngineOptions, parent_batches, postprocess
+from das.topdown.batch import parent_batches
+from das.topdown.engine import EngineOptions, postprocess
+from das.topdown.measure import Measured, Measurement, Target, measure_release
 
 
 def test_parent_batches_hold_whole_parents():

@@ -1,10 +1,9 @@
-"""das.errors: one hierarchy under das.DasError. A table of user mistakes (spec, input, budget, output directory,
+"""das.core.errors: one hierarchy under das.DasError. A table of user mistakes (spec, input, budget, output directory,
 argument), each refused through the Python API as a das.DasError whose message names the keyword in Python's
 terms (never a flag, never the temporary "das-inputs-" directory), and, where the mistake has a command-line
 form, through `das.cli.main` with rc 2, the message in flags and no traceback. Refusals come before any noise
 is drawn, so the table is fast."""
 
-import importlib
 import re
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from conftest import ROOT, TINY
 
 import das
 from das.cli import build_parser, main
-from das.specfile import load_toml
+from das.model.specfile import load_toml
 
 FLAG = re.compile(r"(?<![\w-])--[a-z]")  # a command-line flag in a message
 
@@ -236,16 +235,16 @@ def test_a_mistake_on_the_command_line_is_rc_2_in_flags(name, tmp_path, release,
 
 def test_every_error_of_das_is_a_das_error_keeping_its_builtin_base():
     from das.attack.data import AttackError
-    from das.bundle import BundleError
-    from das.distributed import DaskUnavailable
-    from das.errors import BudgetError, InputError, OutDirError, RunError, RunStopped, SpecError, StudyError, ValidationError
-    from das.manifest import RunDirError
+    from das.core.distributed import DaskUnavailable
+    from das.core.errors import BudgetError, InputError, OutDirError, RunError, RunStopped, SpecError, StudyError, ValidationError
+    from das.driver.preflight import PreflightError
+    from das.frame.bundle import BundleError
+    from das.frame.publish import PublishError
+    from das.frame.records import RunDirError
+    from das.frame.signing import SigningError
+    from das.io.partitions import PartitionError
     from das.mechanisms.base import MechanismError
-    from das.partitions import PartitionError
-    from das.preflight import PreflightError
     from das.privacy.certificate import CertificateError
-    from das.publish import PublishError
-    from das.signing import SigningError
     from das.topdown.solve import SolveError
 
     bases = {SpecError: ValueError, PreflightError: ValueError, BudgetError: ValueError, MechanismError: ValueError,
@@ -257,7 +256,7 @@ def test_every_error_of_das_is_a_das_error_keeping_its_builtin_base():
     assert das.SpecError is SpecError and das.InputError is InputError and das.OutDirError is OutDirError
     assert das.BudgetError is BudgetError and das.ValidationError is ValidationError and das.StudyError is StudyError
     assert issubclass(das.ArgumentError, TypeError) and issubclass(das.ArgumentError, ValueError)
-    assert set(das.ERRORS) == set(das.errors.ERRORS) and set(das.ERRORS) <= set(dir(das))
+    assert set(das.ERRORS) == set(das.core.errors.ERRORS) and set(das.ERRORS) <= set(dir(das))
 
 
 def test_das_errors_are_light():
@@ -328,7 +327,7 @@ def test_a_negative_budget_or_seed_is_refused_as_such(command, flag, value, tmp_
 
 
 def test_option_speaks_the_callers_terms():
-    from das.errors import command_line, option
+    from das.core.errors import command_line, option
 
     assert (option("overwrite", True), option("rho", 100), option("workers")) == ("overwrite=True", "rho=100", "workers=")
     with command_line():
@@ -345,7 +344,7 @@ def test_a_refusal_on_the_command_line_is_said_in_flags_and_leaves_python_in_key
 
 
 def test_a_bug_is_not_a_das_error(tmp_path, monkeypatch):
-    running = importlib.import_module("das.run")  # the module (das.run is the API's function)
+    from das.driver import run as running
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")

@@ -40,11 +40,11 @@ class Drawn:
 def built(tmp_path_factory):
     """The figures of four real reports, and the attacks' results (one geounit and three)."""
     from das.attack.command import AttackConfig, run_attack
+    from das.driver.run import run
     from das.research.compare import Comparison, run_comparison
     from das.research.evaluate import evaluate_run
     from das.research.replicate import Study, replicate_study
     from das.research.report import build_report
-    from das.run import run
 
     tmp = tmp_path_factory.mktemp("figures")
     with pytest.MonkeyPatch.context() as patch:

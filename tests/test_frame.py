@@ -1,4 +1,4 @@
-"""The release frame (das/frame.py): what every release command does around its mechanism."""
+"""The release frame (das/frame/lifecycle.py): what every release command does around its mechanism."""
 
 import json
 import os
@@ -8,20 +8,20 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das import bundle, signing
-from das.checkpoint import file_sha256
-from das.errors import OutDirError
-from das.frame import Completion as FrameCompletion
-from das.frame import Opening, complete, holds, open_frame, output_plan
-from das.geography import Geography
+from das.core.errors import OutDirError
+from das.driver.pipeline import Pipeline, code_version, release_rho
+from das.frame import bundle, signing
+from das.frame.checkpoint import file_sha256
+from das.frame.lifecycle import Completion as FrameCompletion
+from das.frame.lifecycle import Opening, complete, holds, open_frame, output_plan
+from das.frame.records import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
+from das.frame.rundir import RunDir
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
-from das.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.mechanisms.base import Ledger, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import Pipeline, code_version, release_rho
+from das.model.geography import Geography
 from das.privacy.strategy import load_strategy
-from das.rundir import RunDir
 
 
 def _opening(pipe: Pipeline, plan) -> Opening:
@@ -127,7 +127,7 @@ def test_every_file_of_a_run_carries_one_code_version_though_git_fails_after_the
     two equal seeded runs): git is asked once per process, without its optional index lock."""
     import subprocess
 
-    import das.pipeline
+    import das.driver.pipeline
 
     calls = []
     real = subprocess.run
@@ -138,12 +138,12 @@ def test_every_file_of_a_run_carries_one_code_version_though_git_fails_after_the
             raise subprocess.TimeoutExpired(args, 30)
         return real(args, *a, **k)
 
-    das.pipeline.code_version.cache_clear()
-    monkeypatch.setattr(das.pipeline.subprocess, "run", flaky)
+    das.driver.pipeline.code_version.cache_clear()
+    monkeypatch.setattr(das.driver.pipeline.subprocess, "run", flaky)
     try:
         first = pipe.metadata()
         assert all(pipe.metadata() == first for _ in range(3))
         assert first[b"das.version"].decode() == code_version() and "(git " in code_version()
         assert 1 <= len(calls) <= 2 and all("--no-optional-locks" in c for c in calls)
     finally:
-        das.pipeline.code_version.cache_clear()
+        das.driver.pipeline.code_version.cache_clear()

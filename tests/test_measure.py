@@ -6,13 +6,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import das.measure
-from das.errors import BudgetError
+import das.topdown.measure
+from das.core.errors import BudgetError
 from das.io import nmf
-from das.measure import Measured, Target, measure_release, plan_for
 from das.privacy.accounting import PrivacyAccountant
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import load_strategy
+from das.topdown.measure import Measured, Target, measure_release, plan_for
 
 
 def _plan(geography, rho=None):
@@ -30,7 +30,7 @@ def test_an_overspending_plan_stops_before_the_first_draw(perry, tmp_path, monke
     schema, geography, _, histograms = perry
     plan, allocation = _plan(geography)
     drawn = []
-    monkeypatch.setattr(das.measure, "discrete_gaussian", lambda *a: drawn.append(a) or np.zeros(a[1], np.int64))
+    monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", lambda *a: drawn.append(a) or np.zeros(a[1], np.int64))
     smaller = PrivacyAccountant(allocation.rho / 2)
     with pytest.raises(BudgetError, match="over the budget"):
         measure_release(Measured("persons", schema, plan), geography, histograms, rng=SeededRandomSource(1),
@@ -59,15 +59,15 @@ def test_in_memory_measurements_are_noisy_answers_of_every_trial(perry, monkeypa
     (trials x geounits x cells) at the certified variance; with the noise taken away, the true answers."""
     schema, geography, _, histograms = perry
     plan, _ = _plan(geography)
-    drawn = das.measure.measure_in_memory(geography, histograms, schema, plan, rng=SeededRandomSource(4), trials=3)
+    drawn = das.topdown.measure.measure_in_memory(geography, histograms, schema, plan, rng=SeededRandomSource(4), trials=3)
     assert [(a.level, a.query, a.variance) for a in drawn] == [
         (level, m.query, m.variance) for level in geography.levels for m in plan[level]]
     for a in drawn:
         assert a.answers.shape == (3, geography.n_units(a.level), schema.query(a.query).size)
         assert a.geocodes.tolist() == geography.units(a.level).tolist()
     assert all(not np.array_equal(a.answers[0], a.answers[1]) for a in drawn if a.answers[0].size > 100)  # own noise
-    monkeypatch.setattr(das.measure, "discrete_gaussian", lambda variance, n, rng: np.zeros(n, np.int64))
-    exact = das.measure.measure_in_memory(geography, histograms, schema, plan, rng=SeededRandomSource(4), trials=2)
+    monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", lambda variance, n, rng: np.zeros(n, np.int64))
+    exact = das.topdown.measure.measure_in_memory(geography, histograms, schema, plan, rng=SeededRandomSource(4), trials=2)
     for a in exact:
-        truth = das.measure.true_answers(geography.aggregate(histograms, a.level), schema, a.query)
+        truth = das.topdown.measure.true_answers(geography.aggregate(histograms, a.level), schema, a.query)
         assert np.array_equal(a.answers[1], truth) and np.array_equal(a.rows(0, 2).answers[0], truth[:2])

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das.errors import BudgetError, OutDirError
-from das.geography import Geography
+from das.core.errors import BudgetError, OutDirError
 from das.mechanisms import MECHANISMS, MechanismError, SynthesisInput, synthesize
 from das.mechanisms.base import Ledger
 from das.mechanisms.flat import project_simplex
+from das.model.geography import Geography
+from das.model.schema import load_schema
 from das.privacy.randomness import SeededRandomSource
-from das.schema import load_schema
 from das.validate import validate_run
 
 PL94 = load_schema("pl94_persons")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das.geography import Geography
 from das.mechanisms import MECHANISMS, MechanismError, SynthesisInput, pgm
 from das.mechanisms.base import Ledger
+from das.model.geography import Geography
+from das.model.schema import load_schema
 from das.privacy.exponential import exponential_probabilities
 from das.privacy.randomness import SeededRandomSource
-from das.schema import load_schema
 
 PL94 = load_schema("pl94_persons")
 needs_mbi = pytest.mark.skipif(not pgm.available(), reason="needs the optional extra das[mbi] (mbi and jax)")

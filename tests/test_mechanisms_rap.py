@@ -10,12 +10,12 @@ import pytest
 import scipy.sparse as sp
 
 from das.attack.rap import RapConfig, fit, initial_logits, mask_operators, project, relaxed_answers, softmax
-from das.geography import Geography
 from das.mechanisms import MECHANISMS, SynthesisInput, rap
 from das.mechanisms.base import Ledger, Public
 from das.mechanisms.domain import Domain
+from das.model.geography import Geography
+from das.model.schema import load_schema
 from das.privacy.randomness import SeededRandomSource
-from das.schema import load_schema
 
 PL94 = load_schema("pl94_persons")
 

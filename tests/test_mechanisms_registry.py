@@ -13,7 +13,8 @@ from das.cli import build_parser
 from das.mechanisms import MECHANISMS, Mechanism, SynthesisInput
 from das.mechanisms.base import DETAIL_SOURCES
 from das.mechanisms.registry import ENTRIES as MECHANISM_NAMES
-from das.research.compare import TOPDOWN, mechanism_names
+from das.research.compare import mechanism_names
+from das.research.release_child import TOPDOWN
 
 DOCS = (ROOT / "docs" / "mechanisms.md").read_text()
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -60,7 +61,7 @@ def test_a_new_mechanism_is_one_entry_the_command_line_the_comparison_and_a_rele
     synth = build_parser()._subparsers._group_actions[0].choices["synth"]
     assert "toy" in next(a.choices for a in synth._actions if a.dest == "mechanism")
     assert "toy" in mechanism_names() and MECHANISMS["toy"].name == "toy"
-    from das.rundir import RunDir
+    from das.frame.rundir import RunDir
     from das.validate import validate_run
 
     out = synthesize("tiny", "toy", tmp_path / "toy", seed=1)
@@ -134,7 +135,7 @@ def test_a_mechanisms_plan_gives_every_parameter_detail_from_public_things_only(
     from fractions import Fraction
 
     from das.mechanisms.base import Ledger, Public
-    from das.schema import load_schema
+    from das.model.schema import load_schema
 
     mechanism = MECHANISMS[name]
     public = Public(Fraction(293764, 114921), Fraction(1, 10**10), load_schema("pl94_persons"), "tract")

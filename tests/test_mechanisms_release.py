@@ -1,4 +1,4 @@
-"""das/mechanisms/release.py: a mechanism's release written through the release frame (das.frame), as
+"""das/mechanisms/release.py: a mechanism's release written through the release frame (das.frame.lifecycle), as
 `das run` writes its own; a mechanism's output is checked before anything is written."""
 
 from dataclasses import replace
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das import bundle
+from das.frame import bundle
+from das.frame.rundir import RunDir
 from das.mechanisms import MECHANISMS
 from das.mechanisms.base import MechanismError, Synthesis
 from das.mechanisms.release import synthesize
-from das.rundir import RunDir
 
 
 def _swapped(monkeypatch, name: str, run) -> None:

@@ -1,4 +1,4 @@
-"""A process keeps its freed memory for reuse (das.memory): a large array freed and allocated again takes no
+"""A process keeps its freed memory for reuse (das.core.memory): a large array freed and allocated again takes no
 new page faults, where glibc's default hands it back and faults every page again."""
 
 import subprocess
@@ -10,7 +10,7 @@ PROGRAM = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "keep":
-    from das.memory import keep_freed_memory
+    from das.core.memory import keep_freed_memory
     keep_freed_memory()
 np.ones(1 << 25)  # 256 MB, touched, freed
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -32,7 +32,7 @@ def test_freed_memory_is_reused_without_faulting_its_pages_again():
 
 
 def test_handing_memory_back_is_safe_to_call_any_time():
-    from das.memory import hand_back_memory, keep_freed_memory
+    from das.core.memory import hand_back_memory, keep_freed_memory
 
     keep_freed_memory()
     hand_back_memory()

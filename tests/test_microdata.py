@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TINY
 
-from das.errors import InputError
-from das.geography import Geography
-from das.histogram import block_histograms
+from das.core.errors import InputError
 from das.io.microdata import Records, read_inputs, read_records, read_units
-from das.schema import load_schema
+from das.model.geography import Geography
+from das.model.histogram import block_histograms
+from das.model.schema import load_schema
 
 PL94, DHC, H1 = load_schema("pl94_persons"), load_schema("dhc_persons"), load_schema("h1_units")
 LEVELS = (("state", 2), ("county", 5), ("tract", 11), ("block_group", 12), ("block", 15))

@@ -122,7 +122,7 @@ def test_the_shipped_largest_sizes_are_those_of_the_census_files():
 
 
 def test_recording_times_every_task_of_a_tiny_run(tmp_path):
-    from das.run import run
+    from das.driver.run import run
 
     records: list = []
     reports: dict = {}
@@ -131,7 +131,7 @@ def test_recording_times_every_task_of_a_tiny_run(tmp_path):
     assert result.valid
     import das.topdown.engine
 
-    assert das.topdown.engine.timed_solve_batch.__module__ == "das.topdown.engine"  # put back
+    assert das.topdown.engine.timed_solve_batch.__module__ == "das.topdown.batch"  # put back
     assert {r["kind"] for r in records} == {"chunk", "batch"}
     assert set(reports) == {"persons", "units"}
     batches = [r for r in records if r["kind"] == "batch"]

@@ -7,25 +7,25 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import das.measure
+import das.topdown.measure
+from das.frame.rundir import nmf_level_path
 from das.io import nmf
-from das.measure import Measured, Measurement, Target, measure_level
 from das.privacy.randomness import SeededRandomSource
-from das.rundir import nmf_level_path
+from das.topdown.measure import Measured, Measurement, Target, measure_level
 
 
 def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatch):
     """Small chunks and row groups, so ranges start and end inside row groups and span several."""
     schema, geography, _, histograms = perry
-    monkeypatch.setattr(das.measure, "CHUNK_CELLS", 5000)
-    monkeypatch.setattr(das.measure, "CHUNK_UNITS", 150)  # caps the narrow queries' chunks too
+    monkeypatch.setattr(das.topdown.measure, "CHUNK_CELLS", 5000)
+    monkeypatch.setattr(das.topdown.measure, "CHUNK_UNITS", 150)  # caps the narrow queries' chunks too
     measurements = [Measurement("block", q, v) for q, v in
                     (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
     what = Measured("persons", schema, {"block": measurements})
     path = measure_level(what, "block", histograms, geography.units("block"), rng=SeededRandomSource(1),
                          target=Target(tmp_path))
     assert pq.ParquetFile(path).num_row_groups > 20
-    assert not das.measure.parts_dir(path).exists()
+    assert not das.topdown.measure.parts_dir(path).exists()
     whole = nmf.read_level(path, geography.units("block"))
     reader = nmf.LevelReader(path, geography.units("block"))
     for lo, hi in ((0, 511), (0, 1), (2, 3), (1, 400), (250, 511), (510, 511)):

@@ -12,10 +12,10 @@ import scipy.sparse as sp
 from conftest import ROOT, cli_refused, cli_refused_by_parser
 
 from das.cli import main as das_main
+from das.model.schema import load_schema
 from das.research.areas import area_stats, area_table
 from das.research.composition import composition_stats, composition_table, group_counts, largest_share, share_bin
 from das.research.districts import DISTRICT_SIZES, district_ids, district_index, synthetic_districts
-from das.schema import load_schema
 
 # ------------------------------------------------------------------------------------------------
 # A fixture of 30 blocks: true and estimated totals (two estimators), two area types
@@ -251,7 +251,7 @@ def test_default_district_types_cover_every_block_once():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from das.run import run
+    from das.driver.run import run
 
     return run("tiny", tmp_path_factory.mktemp("offspine") / "tiny", seed=5, workers=1, progress=False).out_dir
 

@@ -1,4 +1,4 @@
-"""One output-directory policy for every command that writes (das/outdir.py): das never deletes a
+"""One output-directory policy for every command that writes (das/frame/outdir.py): das never deletes a
 file it did not write, a directory that is not the command's own is refused with rc 2, --overwrite
 removes only the command's own files, nothing writes inside a release, and a release stays valid
 after every command that reads it ran."""
@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, TINY
 
-from das import outdir
 from das.cli import main as das_main
-from das.manifest import Manifest
-from das.rundir import RunDir
+from das.frame import outdir
+from das.frame.manifest import Manifest
+from das.frame.rundir import RunDir
 from das.validate import validate_run
 
 OWNER = outdir.Owner("das example", "example", ("result.json", "parts/*.json"))
@@ -244,8 +244,8 @@ def test_an_input_that_is_a_symlink_loop_is_refused_by_name_before_anything(comm
 
 def test_the_api_refuses_an_input_that_is_a_symlink_loop_by_name(tmp_path, monkeypatch):
     import das
-    from das.errors import InputError
-    from das.specfile import load_toml
+    from das.core.errors import InputError
+    from das.model.specfile import load_toml
 
     loop, spec = _loop_spec(tmp_path)
     expected = re.escape(f"{loop}: a symbolic link loop (it never reaches a file): expected a .parquet or .csv file")
@@ -326,8 +326,8 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run_or_holds_its_spec(tmp_p
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     """A tiny seeded release, and its metrics beside it (for `das report`)."""
+    from das.driver.run import run
     from das.research.evaluate import evaluate_run, metrics_dir
-    from das.run import run
 
     result = run("tiny", tmp_path_factory.mktemp("outdir") / "run", seed=7, workers=1, progress=False)
     assert result.valid
@@ -363,11 +363,11 @@ def _owner(command: str):
     from das.attack.audit import ATTACK as ATTACK_OWNER
     from das.attack.privacy import AUDIT
     from das.io.pl94171 import load_layout
+    from das.io.summary_files import tables_owner
     from das.research.compare import COMPARE
     from das.research.evaluate import METRICS
     from das.research.replicate import STUDY
     from das.research.report import REPORT
-    from das.summary_files import tables_owner
 
     return {"metrics": METRICS, "replicate": STUDY, "compare": COMPARE, "attack": ATTACK_OWNER,
             "tables": tables_owner(load_layout()), "report": REPORT, "audit-privacy": AUDIT}[command]
@@ -416,7 +416,7 @@ def test_no_command_writes_inside_a_release(command, release, capsys):
 
 
 def test_a_release_stays_valid_after_metrics_attack_tables_and_report(tmp_path, capsys):
-    from das.run import run
+    from das.driver.run import run
 
     run_dir = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False).out_dir
     before = _tree(run_dir)

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from das.geography import Geography
+from das.frame.rundir import nmf_level_path
 from das.io import mdf as mdf_io
 from das.io import nmf
 from das.io.tables import column_names, compute_table, load_tables
-from das.rundir import nmf_level_path
-from das.schema import load_schema
+from das.model.geography import Geography
+from das.model.schema import load_schema
 
 BLOCKS = np.array(["440010001001000", "440010001001001", "440030002002000", "440030002003000"])
 PL94 = load_schema("pl94_persons")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_partitioned import two_states
 
+from das.driver.run import run
 from das.io import outputs
-from das.run import run
 from das.validate import Check, register, unregister, validate_run
 from das.validate.registry import CHECKS, claims
 
@@ -109,7 +109,7 @@ def test_a_registered_output_and_check_are_written_listed_and_validated(toy, tmp
 
 
 def test_a_registered_output_is_assembled_from_the_states_parts_and_checked_state_by_state(toy, tmp_path):
-    from das.executors import local_executor
+    from das.core.executors import local_executor
 
     result = run(two_states(tmp_path / "inputs"), tmp_path / "run", seed=7, workers=1, progress=False)
     persons = _written_listed_and_checked(result.out_dir, result.manifest)

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, resume_recording_draws
 
-from das import signing
-from das.checkpoint import file_sha256
-from das.errors import InputError, RunError
-from das.run import measure_only, run
+from das.core.errors import InputError, RunError
+from das.driver.run import measure_only, run
+from das.frame import signing
+from das.frame.checkpoint import file_sha256
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -75,10 +75,10 @@ def test_a_partitioned_release_is_whole_and_valid(reference):
 @pytest.mark.parametrize("wide", [False, True])
 def test_the_release_does_not_depend_on_the_workers(reference, tmp_path, monkeypatch, wide):
     """2 workers, each state on one slot, or (wide) each state solving on a pool of 2 of its own."""
-    import das.partitioned
+    import das.driver.partitioned
 
     if wide:
-        monkeypatch.setattr(das.partitioned, "widths", lambda persons, executor: [2] * len(persons))
+        monkeypatch.setattr(das.driver.partitioned, "widths", lambda persons, executor: [2] * len(persons))
     spec, result = reference
     again = run(spec, tmp_path / "run", seed=SEED, workers=2, progress=False)
     assert again.manifest.outputs == result.manifest.outputs
@@ -92,7 +92,7 @@ def _pid(_) -> int:
 def test_the_validator_shards_run_in_lasting_processes_of_a_fresh_pool():
     """A partitioned run's pool starts a process per state task; the validator's many shard tasks run on a pool of
     the same size whose processes serve them all (a new process per shard was a tenth of their CPU)."""
-    from das.executors import InlineExecutor, PoolExecutor, lasting
+    from das.core.executors import InlineExecutor, PoolExecutor, lasting
 
     fresh = PoolExecutor(2, fresh=True)
     try:
@@ -109,8 +109,8 @@ def test_the_validator_shards_run_in_lasting_processes_of_a_fresh_pool():
 
 
 def test_a_states_width_is_its_share_of_the_slots():
-    from das.executors import InlineExecutor, PoolExecutor
-    from das.partitioned import widths
+    from das.core.executors import InlineExecutor, PoolExecutor
+    from das.driver.admission import widths
 
     class Pool:  # a PoolExecutor's attributes, without its processes
         slots, nests = 8, PoolExecutor.nests
@@ -222,7 +222,7 @@ def test_das_measure_writes_the_partitioned_nmf(reference, tmp_path):
 
 
 def test_seeded_streams_are_named_by_state():
-    from das.measure import Target
+    from das.topdown.measure import Target
 
     assert Target(Path("x"), state="50").stream("persons", "block", "detailed", 3) == "persons/block/detailed/s50/3"
     assert Target(Path("x")).stream("persons", "block", "detailed", 3) == "persons/block/detailed/3"
@@ -264,7 +264,7 @@ def _slow_square(x):
 
 
 def test_state_tasks_start_largest_first_within_the_memory_budget():
-    from das.executors import largest_first
+    from das.core.executors import largest_first
 
     persons = [3, 9, 1, 7, 5, 2, 8, 4, 6, 10]
     executor = _Slots(3)
@@ -319,7 +319,7 @@ def test_the_validator_reads_no_mdf_geography_in_the_driver(reference, tmp_path,
 
 @pytest.mark.parametrize("where", ["persons", "units", "persons/deeper"])
 def test_an_output_directory_inside_a_partitioned_input_directory_is_refused(tmp_path, where):
-    from das.errors import OutDirError
+    from das.core.errors import OutDirError
 
     spec = two_states(tmp_path / "inputs")
     before = sorted(p.name for p in (spec.parent / "persons").rglob("*"))

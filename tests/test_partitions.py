@@ -1,4 +1,4 @@
-"""das/partitions.py: which inputs make a partitioned run, which state file names are accepted, and
+"""das/io/partitions.py: which inputs make a partitioned run, which state file names are accepted, and
 every way the two directories can fail to pair up, each refused with the file at fault. (Runs over
 partitions are in tests/test_partitioned.py.)"""
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from das.partitions import PartitionError, StateInputs, is_partitioned, state_inputs
+from das.io.partitions import PartitionError, StateInputs, is_partitioned, state_inputs
 
 
 def _directory(path: Path, names: list[str]) -> Path:

@@ -13,15 +13,15 @@ import pytest
 import scipy.sparse as sp
 from conftest import FIXTURES
 
-from das.geography import Geography
+from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io import outputs, pl94171
 from das.io import parts as parts_io
 from das.io.microdata import read_inputs
 from das.io.outputs import NationRelease, OutputPlan, SolvedRelease
 from das.io.tables import compute_table, load_tables, write_tables
-from das.rundir import RunDir
-from das.schema import load_schema
+from das.model.geography import Geography
+from das.model.schema import load_schema
 
 SCHEMAS = {"persons": load_schema("pl94_persons"), "units": load_schema("h1_units")}
 STATES = ("al_perry", "tiny", "vt_grand_isle")  # Alabama 01, Rhode Island 44, Vermont 50: real blocks, 3 states

@@ -1,4 +1,4 @@
-"""The published spec pins every spec it names (das.pinned): a release is validated from its own bytes,
+"""The published spec pins every spec it names (das.frame.pinned): a release is validated from its own bytes,
 whatever the files it was made from say later, on a machine that never had them."""
 
 import json
@@ -8,10 +8,10 @@ import tomllib
 import pytest
 from conftest import ROOT, TINY
 
-import das.schema
-from das import bundle, pinned
-from das.errors import SpecError
-from das.rundir import RunDir
+import das.model.schema
+from das.core.errors import SpecError
+from das.frame import bundle, pinned
+from das.frame.rundir import RunDir
 from das.validate import validate_run
 
 
@@ -75,12 +75,12 @@ def test_the_validator_reads_no_spec_file_at_all(release_by_path, monkeypatch):
     def nowhere(name_or_path, kind):
         raise SpecError(f"no {kind} spec {name_or_path!r} on this machine")
 
-    original = das.schema.resolve_spec
+    original = das.model.schema.resolve_spec
     for module in [m for name, m in list(sys.modules.items())
                    if name.startswith("das") and getattr(m, "resolve_spec", None) is original]:
         monkeypatch.setattr(module, "resolve_spec", nowhere)  # every module that finds spec files by name or path
     pinned.schema.cache_clear(), pinned.strategy.cache_clear(), pinned.tables.cache_clear()
-    das.schema._load_schema.cache_clear()
+    das.model.schema._load_schema.cache_clear()
     report = validate_run(release_by_path[0], use_operator=False)
     assert report.ok, report.violations
     assert any("recomputed from its spec" in line for line in report.checks)

@@ -6,11 +6,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from das import rules
-from das.errors import BudgetError
-from das.measure import Target
-from das.pipeline import Pipeline
-from das.run import run
+from das.core.errors import BudgetError
+from das.driver.pipeline import Pipeline
+from das.driver.run import run
+from das.model import rules
+from das.topdown.measure import Target
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main
-from das.errors import InputError, SpecError
+from das.core.errors import InputError, SpecError
+from das.driver.run import run
+from das.driver.runspec import load_run_spec
 from das.io.pl94171 import load_layout, read_pl94171, run_records, write_pl94171
-from das.run import run
-from das.runspec import load_run_spec
 
 SAMPLE = ROOT.parent / "shared" / "data" / "pl94171_2018e2e_ri"
 FIXTURES = ROOT / "geography_fixtures"
@@ -83,7 +83,7 @@ def test_layout_has_the_official_tables_and_segments(layout):
 
 @pytest.mark.parametrize("schema_name", ["pl94_persons", "dhc_persons"])
 def test_the_mapping_partitions_histogram_cells_for_any_schema_with_its_factors(layout, schema_name):
-    from das.schema import load_schema
+    from das.model.schema import load_schema
 
     schema = load_schema(schema_name)
     p1, p2, p3, p5 = (layout.tables[t].matrix(schema).toarray() for t in ("P1", "P2", "P3", "P5"))
@@ -217,7 +217,7 @@ def test_cli_tables_writes_pl_files_and_reads_them_into_parquet(tiny_release, la
 
 
 def test_cli_tables_replaces_its_own_tables_and_nothing_else(tiny_release, tmp_path, capsys):
-    from das.outdir import RECORD
+    from das.frame.outdir import RECORD
 
     out = tmp_path / "pl"
     assert main(["tables", str(tiny_release), "--out", str(out)]) == 0

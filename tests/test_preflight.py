@@ -2,7 +2,6 @@
 exit code 2 and one precise message, before any noise is drawn (the accountant is never charged,
 the sampler never called, the output directory never created)."""
 
-import importlib
 import json
 import shutil
 from pathlib import Path
@@ -11,10 +10,10 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-import das.measure
 import das.privacy.accounting
+import das.topdown.measure
 from das.cli import main as das_main
-from das.run import run
+from das.driver.run import run
 
 FIXTURES = ROOT / "geography_fixtures"
 
@@ -43,7 +42,7 @@ def no_noise(monkeypatch):
         raise AssertionError("noise drawn before the preflight passed")
 
     monkeypatch.setattr(das.privacy.accounting.PrivacyAccountant, "charge", charge)
-    monkeypatch.setattr(das.measure, "discrete_gaussian", draw)
+    monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", draw)
     return calls
 
 
@@ -92,12 +91,12 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise, monkeypatch, case):
-    import das.pipeline
+    import das.driver.pipeline
 
     def no_read(*args, **kwargs):
         raise AssertionError("an input file was read before the spec preflight passed")
 
-    monkeypatch.setattr(das.pipeline, "read_inputs", no_read)
+    monkeypatch.setattr(das.driver.pipeline, "read_inputs", no_read)
     c = CASES[case]
     spec = _spec(spec_dir, c.get("old", ""), c.get("new", ""), c.get("extra", ""))
     err = _refused(capsys, no_noise, ["run", str(spec), "--out", str(spec_dir / "out"), "--seed", "1"], *c["expected"])
@@ -115,7 +114,7 @@ def test_an_area_file_that_is_a_symlink_loop_is_refused_as_one(spec_dir, capsys,
 
 
 def test_large_rho_runs_when_acknowledged(spec_dir):
-    from das.pipeline import Pipeline
+    from das.driver.pipeline import Pipeline
 
     spec = _spec(spec_dir, STRATEGY_LINE, STRATEGY_LINE + '\nrho = "1000"')
     prep = Pipeline.prepare(spec, seed=1, allow_large_rho=True)
@@ -124,7 +123,7 @@ def test_large_rho_runs_when_acknowledged(spec_dir):
 
 @pytest.mark.parametrize("workers", ["0", "-3"])
 def test_workers_must_be_positive(spec_dir, capsys, no_noise, workers):
-    from das.errors import ArgumentError
+    from das.core.errors import ArgumentError
 
     with pytest.raises(ArgumentError, match=f"workers= must be an integer of at least 1, got {int(workers)}"):
         run(spec_dir / "spec.toml", spec_dir / "out", seed=1, workers=int(workers), progress=False)
@@ -185,7 +184,7 @@ def test_an_empty_persons_file_is_a_release_with_nobody(spec_dir):
     """Legal input: with vacant housing units only, a valid release of 0 persons."""
     import pandas as pd
 
-    from das.run import run
+    from das.driver.run import run
 
     _empty_persons(spec_dir)
     units = pd.read_csv(spec_dir / "units.csv", dtype=str)
@@ -197,9 +196,9 @@ def test_an_empty_persons_file_is_a_release_with_nobody(spec_dir):
 
 
 def test_not_enough_disk_space_is_refused(spec_dir, capsys, no_noise, monkeypatch):
-    import das.preflight
+    import das.driver.preflight
 
-    monkeypatch.setattr(das.preflight, "BYTES_PER_ANSWER", 10**15)
+    monkeypatch.setattr(das.driver.preflight, "BYTES_PER_ANSWER", 10**15)
     _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
              "not enough free space", "GB free")
 
@@ -214,12 +213,11 @@ def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys)
 
 
 def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
-    import das.pipeline
-
-    run_module = importlib.import_module("das.run")  # the module (das.run is the API's function)
+    import das.driver.pipeline
+    from das.driver import run as run_module
     order = []
-    original_read, original_pool = das.pipeline.read_inputs, run_module.make_executor
-    monkeypatch.setattr(das.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
+    original_read, original_pool = das.driver.pipeline.read_inputs, run_module.make_executor
+    monkeypatch.setattr(das.driver.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
     monkeypatch.setattr(run_module, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
     run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False)
     assert order == ["read", "pool"]
@@ -232,25 +230,25 @@ def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
 
 
 def test_a_disk_too_small_for_the_whole_release_is_refused_before_any_noise(spec_dir, capsys, no_noise, monkeypatch):
-    import das.preflight
+    import das.driver.preflight
 
     real = shutil.disk_usage
 
     def small(path):  # a 256 KiB file system: the issue's probe, where the NMF and MDF alone fitted
         return real(path)._replace(free=256 * 1024)
 
-    monkeypatch.setattr(das.preflight.shutil, "disk_usage", small)
+    monkeypatch.setattr(das.driver.preflight.shutil, "disk_usage", small)
     _refused(capsys, no_noise, ["run", str(spec_dir / "spec.toml"), "--out", str(spec_dir / "out"), "--seed", "1"],
              "not enough free space", "(NMF, MDF, tables, manifest, checkpoints)", "has 0.26 MB free")
     assert not (spec_dir / "out").exists()
 
 
 def test_the_disk_estimate_covers_every_file_a_run_writes_with_its_checkpoints(spec_dir, monkeypatch):
-    import das.checkpoint
-    import das.preflight
+    import das.driver.preflight
+    import das.frame.checkpoint
 
     estimates, peak = [], [0]
-    original_estimate, original_remove = das.preflight.estimate_space, shutil.rmtree
+    original_estimate, original_remove = das.driver.preflight.estimate_space, shutil.rmtree
 
     def recorded(*args, **kwargs):
         estimates.append(original_estimate(*args, **kwargs))
@@ -260,8 +258,8 @@ def test_the_disk_estimate_covers_every_file_a_run_writes_with_its_checkpoints(s
         peak[0] = max(peak[0], sum(f.stat().st_size for f in (spec_dir / "out").rglob("*") if f.is_file()))
         return original_remove(path, *args, **kwargs)
 
-    monkeypatch.setattr(das.preflight, "estimate_space", recorded)
-    monkeypatch.setattr(das.checkpoint.shutil, "rmtree", removing)
+    monkeypatch.setattr(das.driver.preflight, "estimate_space", recorded)
+    monkeypatch.setattr(das.frame.checkpoint.shutil, "rmtree", removing)
     spec = _spec(spec_dir, extra="\n[output]\npl94171 = true\n")
     assert run(spec, spec_dir / "out", seed=1, workers=1, progress=False).valid
     written = sum(f.stat().st_size for f in (spec_dir / "out").rglob("*") if f.is_file())

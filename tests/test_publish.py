@@ -15,9 +15,9 @@ from conftest import cli_refused
 
 import das
 from das.cli import main
-from das.errors import OutDirError
-from das.publish import PublishError, publish
-from das.rundir import RunDir
+from das.core.errors import OutDirError
+from das.frame.publish import PublishError, publish
+from das.frame.rundir import RunDir
 from das.validate import validate_run
 from das.validate.files import BUNDLE
 

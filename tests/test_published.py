@@ -1,4 +1,4 @@
-"""Every public byte accounted for (das.published): each key path of a real release's manifest and of its
+"""Every public byte accounted for (das.frame.published): each key path of a real release's manifest and of its
 Parquet files' metadata is declared with what it is derived from; and two releases of neighbouring
 datasets that keep the invariants, seeded alike, differ only where the noise enters (issue 23)."""
 
@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, TINY
 
-from das import published
-from das.manifest import Manifest
+from das.driver.run import run
+from das.frame import published
+from das.frame.manifest import Manifest
+from das.frame.rundir import RunDir
 from das.mechanisms import MECHANISMS, synthesize
-from das.run import run
-from das.rundir import RunDir
 from das.validate import validate_run
 
 SEED = 7

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from das.cli import main as das_main
 from das.io.validation import validate_input
-from das.schema import load_schema
+from das.model.schema import load_schema
 
 PERSONS, UNITS = (TINY / "persons.csv").read_bytes(), (TINY / "units.csv").read_bytes()
 PL94 = load_schema("pl94_persons")

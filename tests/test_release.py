@@ -14,8 +14,8 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
-from das.errors import RunError
-from das.run import run
+from das.core.errors import RunError
+from das.driver.run import run
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -159,11 +159,11 @@ def _rewrite(path: Path, frame: pd.DataFrame) -> None:
 
 
 def test_changed_mdf_with_tables_re_derived_is_caught_by_its_checksums(release, tmp_path):
-    from das.geography import Geography
-    from das.histogram import block_histograms
     from das.io.microdata import read_records
     from das.io.tables import compute_table, load_tables
-    from das.schema import load_schema
+    from das.model.geography import Geography
+    from das.model.histogram import block_histograms
+    from das.model.schema import load_schema
 
     copy = _copy(release, tmp_path)
     mdf = pd.read_parquet(copy / "mdf_persons.parquet")
@@ -312,7 +312,7 @@ def test_structural_zero_rule_is_read_from_the_schema(release, tmp_path):
 
 
 def test_resume_refuses_a_run_without_its_operator_files(release, tmp_path):
-    from das.run import resume_run
+    from das.driver.run import resume_run
 
     copy = _copy(release, tmp_path, operator=False)
     with pytest.raises(RunError, match="operator files are missing"):

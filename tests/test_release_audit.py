@@ -10,12 +10,14 @@ import pandas as pd
 import pytest
 from conftest import cli_refused
 
-import das.measure
+import das.topdown.measure
+from das.attack import distinguish as st
+from das.attack import neighbours as nb
 from das.attack import release_audit as ra
 from das.attack.detection import detection_limit
-from das.manifest import Counts
+from das.driver.pipeline import Pipeline
+from das.frame.records import Counts
 from das.mechanisms import MECHANISMS
-from das.pipeline import Pipeline
 
 SPEC = "tiny"
 
@@ -33,19 +35,19 @@ def pair(report: dict, kind: str) -> dict:
 
 
 def test_covered_neighbours_keep_every_invariant_and_the_others_change_a_state_population():
-    persons, units = ra.base_records()
-    assert persons["TABBLKST"].nunique() == 1 and set(ra._geocode(units)) == set(ra.BLOCKS.values())
-    for kind in ra.NEIGHBOURS:
-        other = ra.neighbour(persons, kind)
+    persons, units = nb.base_records()
+    assert persons["TABBLKST"].nunique() == 1 and set(nb._geocode(units)) == set(nb.BLOCKS.values())
+    for kind in nb.NEIGHBOURS:
+        other = nb.neighbour(persons, kind)
         changed = (other.reindex(persons.index) != persons).any(axis=1).sum() if len(other) == len(persons) else None
-        if kind in ra.COVERED:
+        if kind in nb.COVERED:
             assert len(other) == len(persons) and changed == 1, kind  # one record changed, the total kept
             assert (other["RTYPE"] == persons["RTYPE"]).all()  # a household person stays one: facilities kept
-            assert set(ra._geocode(other)) <= set(ra._geocode(units))  # into a block with housing units
+            assert set(nb._geocode(other)) <= set(nb._geocode(units))  # into a block with housing units
         else:
             assert abs(len(other) - len(persons)) == 1, kind  # the state population changes: not covered
-    moved = ra.neighbour(persons, "moved across")
-    assert (ra._geocode(moved) == ra.BLOCKS["across"]).sum() == (ra._geocode(persons) == ra.BLOCKS["across"]).sum() + 1
+    moved = nb.neighbour(persons, "moved across")
+    assert (nb._geocode(moved) == nb.BLOCKS["across"]).sum() == (nb._geocode(persons) == nb.BLOCKS["across"]).sum() + 1
 
 
 def test_a_feature_that_always_differs_is_deterministic_and_reaches_the_detection_limit():
@@ -53,25 +55,25 @@ def test_a_feature_that_always_differs_is_deterministic_and_reaches_the_detectio
     n = 40
     d = np.column_stack([rng.normal(0, 1, n), np.zeros(n)])
     p = np.column_stack([rng.normal(0, 1, n), np.ones(n)])
-    found = ra.bound(d, p, 0.01, 0.05)
+    found = st.bound(d, p, 0.01, 0.05)
     assert found["column"] == 1 and found["eps"] == detection_limit(n, 0.01, 0.05)  # the very same statistic
     assert detection_limit(n, 0.01, 0.05) < detection_limit(10 * n, 0.01, 0.05)  # more trials, more reachable
-    noise = ra.bound(d[:, :1], p[:, :1], 0.01, 0.05)
+    noise = st.bound(d[:, :1], p[:, :1], 0.01, 0.05)
     assert noise["eps"] < 1.0  # two samples of one distribution: no evidence
     rows_d = [{"manifest:x": 1, "manifest:seed": i, "nmf:a": 3} for i in range(3)]
     rows_p = [{"manifest:x": 2, "manifest:seed": 10 + i, "nmf:a": 4} for i in range(3)]
-    assert ra.deterministic(rows_d, rows_p) == (["manifest:x"], ["nmf:a"])
-    assert ra.deterministic(rows_d[:1], rows_p[:1]) == ([], [])  # one trial each shows nothing
+    assert st.deterministic(rows_d, rows_p) == (["manifest:x"], ["nmf:a"])
+    assert st.deterministic(rows_d[:1], rows_p[:1]) == ([], [])  # one trial each shows nothing
 
 
 def test_fields_fixed_for_covered_neighbours_are_judged_and_private_selections_by_their_bound():
     manifest = {"kind": "das run", "counts": {"persons": 3, "blocks": 2, "first_block": 1},
                 "mechanism": {"name": "mst", "details": {"trees": {"44003000300": [[1, 2]]}, "level": "tract"}}}
-    assert ra.fixed("manifest:kind", manifest) and ra.fixed("manifest:counts.first_block", manifest)  # undeclared
-    assert ra.fixed("manifest:mechanism.details.level", manifest)  # a parameter
-    assert not ra.fixed("manifest:mechanism.details.trees.44003000300[0][1]", manifest)  # the exponential mechanism's
-    assert not ra.fixed("manifest:outputs.mdf_persons.parquet", {"outputs": {"mdf_persons.parquet": "ab"}})  # noisy
-    assert ra.fixed("parquet:mdf_persons.parquet:row_groups", manifest) and ra.fixed("files", manifest)
+    assert st.fixed("manifest:kind", manifest) and st.fixed("manifest:counts.first_block", manifest)  # undeclared
+    assert st.fixed("manifest:mechanism.details.level", manifest)  # a parameter
+    assert not st.fixed("manifest:mechanism.details.trees.44003000300[0][1]", manifest)  # the exponential mechanism's
+    assert not st.fixed("manifest:outputs.mdf_persons.parquet", {"outputs": {"mdf_persons.parquet": "ab"}})  # noisy
+    assert st.fixed("parquet:mdf_persons.parquet:row_groups", manifest) and st.fixed("files", manifest)
 
 
 def test_trial_seeds_are_all_different_and_say_nothing_of_the_dataset():
@@ -79,7 +81,7 @@ def test_trial_seeds_are_all_different_and_say_nothing_of_the_dataset():
     every = d + [s for seeds in others for s in seeds]
     assert base == 5 and len(set(every)) == len(every) == 90
     assert 0.2 < np.mean(np.array(d)[:, None] < np.array(others[0])[None, :]) < 0.8  # interleaved, not in order
-    names, _ = ra.feature_matrix([{"manifest:seed": s, "manifest:randomness": f"seeded (seed {s})", "x": s % 3}
+    names, _ = st.feature_matrix([{"manifest:seed": s, "manifest:randomness": f"seeded (seed {s})", "x": s % 3}
                                   for s in d])
     assert names == ["x"]
 
@@ -97,7 +99,7 @@ def test_the_noise_check_flags_a_query_measured_with_less_noise_than_certified()
     assert all(c["ok"] for c in ra.noise_checks([side(9.0)], 0.05))
     (check,) = ra.noise_checks([side(6.0)], 0.05)  # rho x 1.5
     assert not check["ok"] and check["rho_lower_bound"] > check["certified_rho"]
-    assert ra.discrete_gaussian_variance(100.0) == pytest.approx(100.0) and ra.discrete_gaussian_variance(0.1) < 0.1
+    assert st.discrete_gaussian_variance(100.0) == pytest.approx(100.0) and st.discrete_gaussian_variance(0.1) < 0.1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +169,7 @@ def measured_twice(noisy):
 
 @pytest.mark.parametrize("plant", [halved_variance, measured_twice, rho_times_one_and_a_half])
 def test_less_noise_than_certified_is_caught(monkeypatch, plant):
-    monkeypatch.setattr(das.measure, "noisy_answers", plant(das.measure.noisy_answers))
+    monkeypatch.setattr(das.topdown.measure, "noisy_answers", plant(das.topdown.measure.noisy_answers))
     report = audit("run", 2, ())
     bad = [c for c in report["noise"] if not c["ok"]]
     assert not report["ok"] and any((c["level"], c["query"]) == ("block", "detailed") for c in bad), ra.render(report)
@@ -210,8 +212,8 @@ def test_the_command_line_audits_whole_releases(capsys, tmp_path):
 
 
 def test_neighbour_files_read_back_as_the_records_written(tmp_path):
-    persons, units = ra.base_records()
-    data = ra.write_dataset(tmp_path / "d", ra.FIXTURE.parents[1] / "specs/runs/tiny.toml", ra.neighbour(persons, "recoded"),
+    persons, units = nb.base_records()
+    data = nb.write_dataset(tmp_path / "d", nb.FIXTURE.parents[1] / "specs/runs/tiny.toml", nb.neighbour(persons, "recoded"),
                             units, rho=Fraction(1, 2), delta=Fraction(1, 100))
     back = pd.read_csv(tmp_path / "d" / "persons.csv", dtype=str)
     assert back.equals(data.persons.reset_index(drop=True))

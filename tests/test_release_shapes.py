@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES, ROOT, TINY, cli_refused
 
-import das.measure
+import das.topdown.measure
 from das.cli import main as das_main
-from das.errors import SpecError
-from das.run import run
+from das.core.errors import SpecError
+from das.driver.run import run
 from das.validate import validate_run
 from das.validate.records import UNITS_CODES, check_unit_records
 from das.validate.report import Findings
@@ -124,7 +124,7 @@ def test_a_persons_only_partitioned_release_is_valid(tmp_path):
 
 def test_the_api_makes_a_valid_persons_only_release_from_a_dict_spec(tmp_path):
     import das
-    from das.specfile import load_toml
+    from das.model.specfile import load_toml
 
     data = load_toml(ROOT / "specs" / "runs" / "tiny.toml")
     del data["units"]
@@ -174,7 +174,7 @@ def units_only(tmp_path, monkeypatch) -> Path:
     def draw(*args, **kwargs):
         raise AssertionError("noise drawn for a spec that must be refused")
 
-    monkeypatch.setattr(das.measure, "discrete_gaussian", draw)
+    monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", draw)
     text = (ROOT / "specs" / "runs" / "tiny.toml").read_text().replace("../../geography_fixtures", str(FIXTURES))
     text, found = re.subn(r'(?m)^\[persons\]\nschema = "pl94_persons"\nstrategy = "pl94_six_level".*\n', "", text)
     assert found == 1 and UNITS_SECTION in text
@@ -203,7 +203,7 @@ def test_the_units_mdf_of_a_release_without_units_keeps_the_row_order_of_one_wit
     """Block-major, a block's housing units then its facilities: a reader of either sees the same records."""
     from das.io import mdf as mdf_io
     from das.io.microdata import read_inputs
-    from das.schema import load_schema
+    from das.model.schema import load_schema
 
     h1 = load_schema("h1_units")
     inputs = read_inputs(TINY / "persons.csv", TINY / "units.csv", load_schema("pl94_persons"), h1)

@@ -10,18 +10,19 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
-from das.errors import OutDirError
-from das.geography import Geography
+from das.core.errors import OutDirError
+from das.driver.run import run
+from das.frame.outdir import RECORD
 from das.io.nmf import NoisyAnswers
-from das.outdir import RECORD
+from das.model.geography import Geography
+from das.model.rules import Invariants
+from das.model.schema import schema_from_dict
 from das.research.estimators import _LevelSystem, answers, distribute, query_matrix, wls_level
 from das.research.evaluate import evaluate_run, metrics_dir
+from das.research.figures import moving_average
 from das.research.metrics import SIZE_BINS, combine, error_stats, metrics, size_bin
 from das.research.replicate import Study, bias_table, replicate_study
-from das.research.report import build_report, moving_average
-from das.rules import Invariants
-from das.run import run
-from das.schema import schema_from_dict
+from das.research.report import build_report
 from das.validate import validate_run
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def test_budget_sweep_gets_more_accurate_with_more_budget(tmp_path):
 def test_a_budget_sweep_shows_every_budget_and_figures_fit_the_page(tmp_path):
     from PIL import Image
 
-    from das.research.report import PAGE_PX
+    from das.research.figures import PAGE_PX
 
     out = tmp_path / "sweep"
     replicate_study(Study("tiny", rhos=("1/10", "1"), runs=2, seed=5, estimators=("topdown", "wls")), out, workers=1)
@@ -297,7 +298,7 @@ def test_a_log_axis_floor_is_set_by_the_data_not_by_float_noise():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from das.research.report import log_values, mark_zeros
+    from das.research.figures import log_values, mark_zeros
 
     fig, ax = plt.subplots()
     zero = log_values(ax, [0, 1, 2], [1e-13, 0.5, 2.0])  # a WLS MAE of 0 up to float noise
@@ -410,8 +411,8 @@ def test_wls_on_a_schema_it_cannot_hold_is_refused_before_any_work(tmp_path, cap
 
 
 def test_replicate_refuses_no_workers_and_a_budget_over_the_cap_before_anything(tmp_path):
-    from das.errors import ArgumentError
-    from das.preflight import PreflightError
+    from das.core.errors import ArgumentError
+    from das.driver.preflight import PreflightError
 
     for workers in (0, -2):
         with pytest.raises(ArgumentError, match="workers= must be an integer of at least 1"):

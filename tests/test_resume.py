@@ -20,10 +20,10 @@ import pytest
 from conftest import ROOT, disk_full_at, resume_recording_draws
 
 import das.io.nmf
-import das.measure
-from das.bundle import read_process
-from das.errors import OutDirError, RunError
-from das.run import resume_run, run
+import das.topdown.measure
+from das.core.errors import OutDirError, RunError
+from das.driver.run import resume_run, run
+from das.frame.bundle import read_process
 
 FIXTURES = ROOT / "geography_fixtures"
 SEED = 7
@@ -146,7 +146,7 @@ def test_a_run_stopped_by_an_error_in_post_processing_resumes_without_drawing(co
     released; the fixed code then resumes from the NMF, drawing nothing, to the uninterrupted run's release."""
     import das.topdown.optimality
     from das.cli import main
-    from das.errors import RunStopped
+    from das.core.errors import RunStopped
 
     spec, reference = county
     out = tmp_path / "run"
@@ -293,7 +293,7 @@ def test_partial_outputs_never_look_complete(tiny, tmp_path):
 
 
 def test_a_resume_with_another_command_line_budget_is_refused(tmp_path):
-    from das.runspec import Budget
+    from das.driver.runspec import Budget
 
     out = tmp_path / "run"
     assert run("tiny", out, seed=SEED, workers=1, progress=False, budget=Budget(rho=Fraction(1, 2))).valid
@@ -309,11 +309,11 @@ def test_das_measure_stopped_by_an_error_of_its_own_stops_cleanly_and_resumes(ti
     """The rule of `das run` holds for `das measure`: an error of das's own while drawing is a RunStopped naming how
     to continue, the directory marked interrupted; `das run --resume` then finishes it, never redrawing a committed
     measurement."""
-    from das.errors import RunStopped
-    from das.run import measure_only
+    from das.core.errors import RunStopped
+    from das.driver.run import measure_only
 
     out = tmp_path / "measured"
-    original, calls = das.measure.discrete_gaussian, []
+    original, calls = das.topdown.measure.discrete_gaussian, []
 
     def failing(variance, n, stream):
         calls.append(stream.key)
@@ -322,7 +322,7 @@ def test_das_measure_stopped_by_an_error_of_its_own_stops_cleanly_and_resumes(ti
         return original(variance, n, stream)
 
     with monkeypatch.context() as broken:
-        broken.setattr(das.measure, "discrete_gaussian", failing)
+        broken.setattr(das.topdown.measure, "discrete_gaussian", failing)
         with pytest.raises(RunStopped, match=f"das run --resume {out}") as stopped:
             measure_only(tiny, out, seed=SEED)
     assert isinstance(stopped.value.__cause__, ZeroDivisionError)

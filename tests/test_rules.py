@@ -1,4 +1,4 @@
-"""das.rules: one interpreter of the schema's constraint kinds, honoured by every stage.
+"""das.model.rules: one interpreter of the schema's constraint kinds, honoured by every stage.
 
 A kind taught to das in one place (`rules.register`) and named by a schema is held by the
 post-processing, enforced on the inputs, and checked by the independent validator, with no
@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 from conftest import TINY
 
-from das import rules
-from das.errors import SpecError
+from das.core.errors import SpecError
+from das.driver.run import run
 from das.io.microdata import collect_problems
 from das.io.validation import notes
-from das.rules import block_bounds, level_bounds
-from das.run import run
-from das.schema import load_schema, resolve_spec
+from das.model import rules
+from das.model.rules import block_bounds, level_bounds
+from das.model.schema import load_schema, resolve_spec
 from das.validate import validate_run
 
 PER_UNIT = {"limit": 3}  # the new rule's parameter, changed by the tests below
@@ -108,7 +108,7 @@ def test_records_beyond_a_bound_are_those_past_it_in_file_order():
 def test_range_bounds_equal_whole_level_sums_on_any_range(perry, monkeypatch):
     """Bounds of a range of geounits, summed slice by slice, equal the block bounds aggregated whole."""
     schema, geography, invariants, _ = perry
-    monkeypatch.setattr("das.rules.BLOCK_SLICE", 37)  # ranges cross block slices
+    monkeypatch.setattr("das.model.rules.BLOCK_SLICE", 37)  # ranges cross block slices
     rng = np.random.default_rng(0)
     families = block_bounds(schema, invariants)
     for level in geography.levels:

@@ -11,9 +11,9 @@ import pytest
 from conftest import ROOT
 
 from das.cli import main as das_main
-from das.errors import OutDirError
-from das.run import run
-from das.rundir import RunDir
+from das.core.errors import OutDirError
+from das.driver.run import run
+from das.frame.rundir import RunDir
 from das.validate import validate_run
 
 FIXTURES = ROOT / "geography_fixtures"
@@ -208,9 +208,9 @@ def test_process_pool_gives_the_same_release_as_one_process(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_delaware_measured_at_every_level_with_the_production_strategy(tmp_path):
+    from das.driver.run import measure_only
+    from das.frame.rundir import nmf_level_path
     from das.io import nmf
-    from das.run import measure_only
-    from das.rundir import nmf_level_path
 
     manifest = measure_only("de_production", tmp_path / "de", seed=5)
     assert manifest.status == "measured"

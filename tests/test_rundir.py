@@ -4,11 +4,12 @@ import json
 
 import pytest
 
-from das import atomic
-from das.manifest import Manifest, RunDirError, ValidationRecord
+from das.core import atomic
+from das.frame.manifest import Manifest
+from das.frame.records import RunDirError, ValidationRecord
+from das.frame.rundir import RunDir
 from das.privacy.accounting import certificate
 from das.privacy.strategy import load_strategy
-from das.rundir import RunDir
 
 FIVE = ("nation", "state", "county", "tract", "block")
 CERTIFICATE = certificate(load_strategy("pl94_five_level"), None, None, FIVE, schema_name="pl94_persons",

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from das.errors import SpecError
-from das.pipeline import Pipeline
-from das.runspec import load_run_spec
-from das.schema import resolve_spec, specs_root
+from das.core.errors import SpecError
+from das.driver.pipeline import Pipeline
+from das.driver.runspec import load_run_spec
+from das.model.schema import resolve_spec, specs_root
 
 SHIPPED = sorted(p.stem for p in (specs_root() / "runs").glob("*.toml"))
 
@@ -147,7 +147,7 @@ def test_a_budget_as_eps_gives_the_largest_rho_within_it(tmp_path):
 
 
 def test_a_command_line_budget_is_part_of_what_a_resumed_run_must_match():
-    from das.runspec import Budget
+    from das.driver.runspec import Budget
 
     plain, given = load_run_spec("tiny"), load_run_spec("tiny", budget=Budget(rho=Fraction(1, 2)))
     assert given.persons.rho == Fraction(1, 2) and given.units == plain.units

@@ -1,10 +1,10 @@
-"""Synthetic multi-state inputs for the scale benchmarks (das.scale_inputs)."""
+"""Synthetic multi-state inputs for the scale benchmarks (das.io.scale_inputs)."""
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from das.scale_inputs import write_synthetic
+from das.io.scale_inputs import write_synthetic
 
 
 def test_synthetic_states_replicate_the_fixtures_under_new_codes(tmp_path):

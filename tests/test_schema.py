@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das.errors import SpecError
-from das.schema import cenrace_to_flags, flags_to_cenrace, load_schema, race_combinations, schema_from_dict
+from das.core.errors import SpecError
+from das.model.schema import cenrace_to_flags, flags_to_cenrace, load_schema, race_combinations, schema_from_dict
 
 PL94 = load_schema("pl94_persons")
 

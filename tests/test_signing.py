@@ -1,4 +1,4 @@
-"""A release's signature (das.signing, das.validate.signature): every release command signs its manifest
+"""A release's signature (das.frame.signing, das.validate.signature): every release command signs its manifest
 last, with the operator's key (das keygen, --signing-key) or one of the release's own; `das validate
 --public-key` proves origin and content, refuses a consistent forgery, and without a key says it proves
 internal consistency only."""
@@ -16,16 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import cli_refused
 
-from das import signing
-from das.checkpoint import file_sha256
 from das.cli import main as das_main
+from das.driver.run import resume_run, run
+from das.frame import signing
+from das.frame.checkpoint import file_sha256
+from das.frame.rundir import RunDir
+from das.frame.signing import SigningError
 from das.io.tables import load_tables, table_matrix
 from das.mechanisms import synthesize
 from das.mechanisms.registry import ENTRIES as MECHANISM_NAMES
-from das.run import resume_run, run
-from das.rundir import RunDir
-from das.schema import load_schema
-from das.signing import SigningError
+from das.model.schema import load_schema
 from das.validate import validate_run
 from das.validate.files import RUN_DIRECTORY
 from das.validate.signature import CONSISTENCY_ONLY

@@ -1,4 +1,4 @@
-"""das.specfile: every spec (run, strategy, schema, attack workload) is read against its declared model.
+"""das.model.specfile: every spec (run, strategy, schema, attack workload) is read against its declared model.
 Properties: a valid spec with one mutation (a key renamed, a value of another type, a value out of range)
 is always refused with a message naming the key, and `das run` refuses it with rc 2 before any input is
 read or any noise drawn."""
@@ -12,15 +12,15 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import das.measure
-import das.pipeline
+import das.driver.pipeline
+import das.topdown.measure
 from das.attack.workload import WorkloadFile, load_attack_tables
 from das.cli import main as das_main
-from das.errors import SpecError
+from das.core.errors import SpecError
+from das.driver.runspec import RunSpecFile, load_run_spec
+from das.model.schema import SchemaFile, load_schema, resolve_spec
+from das.model.specfile import fields, model_at, shown, where
 from das.privacy.strategy import StrategyFile, load_strategy
-from das.runspec import RunSpecFile, load_run_spec
-from das.schema import SchemaFile, load_schema, resolve_spec
-from das.specfile import fields, model_at, shown, where
 
 TINY = (ROOT / "specs/runs/tiny.toml").read_text().replace("../../geography_fixtures/", f"{ROOT}/geography_fixtures/")
 KINDS = {  # kind -> (model, a valid spec's text, its loader)
@@ -154,8 +154,8 @@ def nothing_read_or_drawn(monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("an input was read or noise drawn before the spec was refused")
 
-    monkeypatch.setattr(das.pipeline, "read_inputs", never)
-    monkeypatch.setattr(das.measure, "discrete_gaussian", never)
+    monkeypatch.setattr(das.driver.pipeline, "read_inputs", never)
+    monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", never)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

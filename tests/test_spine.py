@@ -13,11 +13,11 @@ from conftest import ROOT, disk_full_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from das.errors import RunError
-from das.geography import Geography, block_geocodes
+from das.core.errors import RunError
+from das.driver.run import resume_run, run
 from das.io.areas import areas_from_frames
-from das.run import resume_run, run
-from das.spine import optimized, optimized_units, spine_geography, spine_table
+from das.model.geography import Geography, block_geocodes
+from das.model.spine import optimized, optimized_units, spine_geography, spine_table
 
 SEED = 11
 FIXTURE = ROOT / "geography_fixtures" / "vt_grand_isle"
@@ -230,7 +230,7 @@ def test_the_published_spine_reads_back_as_the_engine_geography(spine_run):
 def test_a_partitioned_run_reads_each_state_s_rows_of_the_area_files(tmp_path):
     from test_partitioned import FIXTURES, two_states
 
-    from das.errors import InputError
+    from das.core.errors import InputError
 
     spec = two_states(tmp_path / "inputs")
     blocks = np.concatenate([_blocks(FIXTURES / "al_perry"), _blocks()])  # two states in one area file
@@ -277,7 +277,7 @@ def test_das_metrics_scores_a_release_made_on_the_optimized_spine(spine_run, tmp
 
 def test_the_api_takes_a_dict_spec_whose_area_files_are_relative_to_the_working_directory(tmp_path, monkeypatch):
     import das
-    from das.specfile import load_toml
+    from das.model.specfile import load_toml
 
     for name, frame in _area_frames(_blocks()).items():
         frame.to_csv(tmp_path / f"{name}.csv", index=False)
@@ -304,7 +304,7 @@ def test_das_measure_publishes_the_spine_beside_the_nmf(tmp_path, capsys):
 def test_das_measure_of_a_partitioned_input_assembles_the_states_spines(tmp_path):
     from test_partitioned import FIXTURES, two_states
 
-    from das.run import measure_only
+    from das.driver.run import measure_only
 
     spec = two_states(tmp_path / "inputs")
     blocks = np.sort(np.concatenate([_blocks(FIXTURES / "al_perry"), _blocks()]))

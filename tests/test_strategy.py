@@ -4,10 +4,10 @@ from fractions import Fraction
 
 import pytest
 
-from das.errors import BudgetError, SpecError
+from das.core.errors import BudgetError, SpecError
+from das.model.schema import load_schema
 from das.privacy.accounting import allocate
 from das.privacy.strategy import load_strategy, parse_fraction, validate_strategy
-from das.schema import load_schema
 
 FIVE = ("nation", "state", "county", "tract", "block")
 SIX = ("nation", "state", "county", "tract", "block_group", "block")

@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from benchmarks import stress
-from das.geography import Geography
-from das.measure import Measured, Target, measure_release
+from das.driver.runspec import load_run_spec
+from das.model.geography import Geography
 from das.privacy.randomness import make_random_source
-from das.runspec import load_run_spec
-from das.topdown import engine
+from das.topdown import batch, engine
+from das.topdown.measure import Measured, Target, measure_release
 from das.topdown.problem import ParentSolution
 
 
 def _engine_chains(geography, level, lo, hi, monkeypatch):
-    monkeypatch.setattr(engine.nmf, "level_index", lambda path, n_units: path)  # no NMF: the walk only
+    monkeypatch.setattr(batch.nmf, "level_index", lambda path, n_units: path)  # no NMF: the walk only
     return [(c.index, c.units.tolist(), c.rows.tolist())
-            for c in engine.single_child_chains(geography, lambda finer: finer, level, lo=lo, hi=hi)]
+            for c in batch.single_child_chains(geography, lambda finer: finer, level, lo=lo, hi=hi)]
 
 
 def test_chain_walk_is_the_engines(monkeypatch):
@@ -74,7 +74,7 @@ def test_problems_are_the_engines(tmp_path, monkeypatch):
     measure_release(Measured("persons", s.schema, s.plan(budget)), s.geography, s.histograms,
                     rng=make_random_source(1), target=Target(tmp_path))
     seen = {}
-    stress_root, stress_parent = engine.solve_root, engine.solve_parent
+    stress_root, stress_parent = engine.solve_root, batch.solve_parent
 
     def root(schema, answers, bounds, *, settings, descendants):
         seen["root"] = (answers, bounds, settings, descendants)
@@ -85,7 +85,7 @@ def test_problems_are_the_engines(tmp_path, monkeypatch):
         return stress_parent(problem, solver=solver, rounding=rounding)
 
     monkeypatch.setattr(engine, "solve_root", root)
-    monkeypatch.setattr(engine, "solve_parent", parent)
+    monkeypatch.setattr(batch, "solve_parent", parent)
     solved, _ = engine.postprocess("persons", s.schema, s.geography, s.invariants, nmf_dir=tmp_path, options=s.options)
     assert (solved != s.histograms).nnz == 0  # no noise: the truth, so the parents below are the true ones too
 

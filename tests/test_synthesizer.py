@@ -6,7 +6,7 @@ import pytest
 from conftest import TINY, mechanism_params
 
 import das
-from das.errors import SpecError, StudyError
+from das.core.errors import SpecError, StudyError
 from das.mechanisms import MechanismError
 
 

@@ -9,8 +9,8 @@ import scipy.sparse as sp
 from test_topdown_solver import make_problem
 
 from das.io.nmf import NoisyAnswers
-from das.rules import Bounds
-from das.schema import load_schema
+from das.model.rules import Bounds
+from das.model.schema import load_schema
 from das.topdown import l2, matrices
 from das.topdown.problem import ChildAnswers, ParentProblem, QueryAnswers, measured, parent_problem, restricted
 

@@ -22,12 +22,12 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from das.driver.pipeline import Pipeline
 from das.io.nmf import NoisyAnswers
-from das.measure import noisy_answers, true_answers
-from das.pipeline import Pipeline
+from das.model.rules import level_bounds
 from das.privacy.randomness import make_random_source
-from das.rules import level_bounds
 from das.topdown import engine, l2, matrices, optimality, solve
+from das.topdown.measure import noisy_answers, true_answers
 from das.topdown.problem import ChildAnswers, ParentProblem
 
 CASE = Path(__file__).parent / "data" / "root-certificate-vt-demo"
@@ -282,7 +282,7 @@ def test_das_run_vt_demo_seed_10_completes_and_validates(tmp_path):
     """The seed that reproduced the crash every time (`das run vt_demo --seed 10`, issue 41): a release, validated,
     its every least-squares optimum certified."""
     from das.api import run
-    from das.rundir import RunDir
+    from das.frame.rundir import RunDir
 
     release = run("vt_demo", out=tmp_path / "run", seed=10, workers=2)
     assert release.validate().ok
@@ -300,8 +300,8 @@ def test_an_uncertified_optimum_is_named_by_the_manifest_the_summary_and_the_val
     """With the tolerance below every gap (none can be met) each pass is retried, then recorded with its parent."""
     import json
 
-    from das.run import run
-    from das.rundir import RunDir
+    from das.driver.run import run
+    from das.frame.rundir import RunDir
     from das.validate import validate_run
 
     monkeypatch.setattr(optimality, "GAP_TOL", -1.0)

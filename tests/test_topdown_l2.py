@@ -7,9 +7,9 @@ import pytest
 import scipy.sparse as sp
 from test_topdown_solver import make_problem
 
-from das.errors import SpecError
+from das.core.errors import SpecError
+from das.driver.runspec import load_run_spec
 from das.io.nmf import NoisyAnswers
-from das.runspec import load_run_spec
 from das.topdown import l2, matrices, optimality, solve, solvers
 from das.topdown.problem import ChildConstraints, ParentProblem, QueryAnswers
 

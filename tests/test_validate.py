@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TINY
 
-from das.errors import ValidationError
-from das.run import run
+from das.core.errors import ValidationError
+from das.driver.run import run
 from das.validate import GEO, NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, validate_run
 from das.validate.registry import select
 

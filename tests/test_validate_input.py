@@ -12,10 +12,11 @@ import pytest
 from conftest import TINY
 
 from das.cli import main as das_main
-from das.errors import InputError
-from das.io.microdata import Problem, read_inputs, read_records, read_units
+from das.core.errors import InputError
+from das.io.microdata import read_inputs, read_records, read_units
+from das.io.problems import Problem
 from das.io.validation import validate_input, validate_input_main
-from das.schema import load_schema
+from das.model.schema import load_schema
 
 PL94, DHC = load_schema("pl94_persons"), load_schema("dhc_persons")
 

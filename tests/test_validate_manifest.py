@@ -1,4 +1,4 @@
-"""The manifest held to das/published.py (das.validate.manifest): a field it does not declare, at any depth, or of
+"""The manifest held to das/frame/published.py (das.validate.manifest): a field it does not declare, at any depth, or of
 another type than declared, and a count the published files contradict, each fail `das validate` without a key
 (rc 1), naming the field; the untouched releases of `das run` and `das synth` pass."""
 
@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from das.cli import main as das_main
+from das.driver.run import run
 from das.mechanisms import synthesize
-from das.run import run
 from das.validate import main, validate_run
 from das.validate.manifest import COUNTS_CHECK, FIELDS_CHECK
 
@@ -57,12 +57,12 @@ def test_the_untouched_releases_pass(topdown, flat, capsys, command):
 
 
 @pytest.mark.parametrize("change, named", [
-    (lambda m: m.update(operator="alice"), "operator: a field das/published.py does not declare"),
+    (lambda m: m.update(operator="alice"), "operator: a field das/frame/published.py does not declare"),
     (lambda m: m["levels_report"]["persons"][3].update(extra=1),
-     "levels_report.persons[3].extra: a field das/published.py does not declare"),
-    (lambda m: m["counts"].update(nonzero_bins=1322), "counts.nonzero_bins: a field das/published.py does not declare"),
+     "levels_report.persons[3].extra: a field das/frame/published.py does not declare"),
+    (lambda m: m["counts"].update(nonzero_bins=1322), "counts.nonzero_bins: a field das/frame/published.py does not declare"),
     (lambda m: m["privacy"]["persons"]["by_level"][1]["queries"][0].update(seconds=0.1),
-     "privacy.persons.by_level[1].queries[0].seconds: a field das/published.py does not declare"),
+     "privacy.persons.by_level[1].queries[0].seconds: a field das/frame/published.py does not declare"),
     (lambda m: m["levels_report"]["persons"][0]["l2_certificate"].update(objective="3832"),
      "levels_report.persons[0].l2_certificate.objective: expected a finite number, got \"3832\""),
     (lambda m: m["engine"].update(workers=-2), "engine.workers: expected an integer >= 0, got -2"),
@@ -75,7 +75,7 @@ def test_an_undeclared_field_or_one_of_the_wrong_type_fails_naming_it(topdown, t
 
 def test_an_extra_field_of_a_synthetic_release_fails_too(flat, tmp_path):
     out = edited(flat, tmp_path, lambda m: m["mechanism"].update(bins_noised=1322))
-    refused(out, FIELDS_CHECK, "mechanism.bins_noised: a field das/published.py does not declare")
+    refused(out, FIELDS_CHECK, "mechanism.bins_noised: a field das/frame/published.py does not declare")
 
 
 @pytest.mark.parametrize("change, named", [

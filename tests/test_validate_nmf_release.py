@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from das.checkpoint import file_sha256
 from das.cli import main as das_main
-from das.run import resume_run
-from das.rundir import RunDir
-from das.signing import keygen
+from das.driver.run import resume_run
+from das.frame.checkpoint import file_sha256
+from das.frame.rundir import RunDir
+from das.frame.signing import keygen
 from das.validate import NMF_HOLDS, validate_run
 from das.validate.signature import CONSISTENCY_ONLY
 

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from das.checkpoint import file_sha256
+from das.driver.run import run
+from das.driver.runspec import Budget
+from das.frame.checkpoint import file_sha256
 from das.mechanisms import synthesize
 from das.privacy.accounting import eps_for_delta, eps_loose
 from das.privacy.certificate import fraction_text
-from das.run import run
-from das.runspec import Budget
 from das.validate import SYNTHETIC_HOLDS, main, validate_run
 
 RECOMPUTED = "certificate: what the release's strategy, budget and delta give (recomputed from its spec)"
@@ -242,12 +242,12 @@ def test_each_edited_synthetic_certificate_field_is_refused(synthetic, tmp_path,
     (("counts", "persons"), 145.0, "counts.persons: expected an integer >= 0"),
 ])
 def test_a_manifest_field_of_the_wrong_type_is_a_violation_naming_it(tiny, tmp_path, capsys, path, value, named):
-    """A field of another type than das/published.py declares: a violation naming its key path (rc 1), not a
+    """A field of another type than das/frame/published.py declares: a violation naming its key path (rc 1), not a
     manifest das validate cannot read."""
     out = edited(tiny, tmp_path, lambda m: _set_field(m, path, value))
     printed = io.StringIO()
     assert main(str(out), out=printed) == 1
-    assert f"manifest: every field declared in das/published.py, of its declared type: {named}" in printed.getvalue()
+    assert f"manifest: every field declared in das/frame/published.py, of its declared type: {named}" in printed.getvalue()
     assert "Traceback" not in capsys.readouterr().err
 
 

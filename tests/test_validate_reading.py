@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from conftest import FIXTURES
 
-from das.schema import load_schema
+from das.model.schema import load_schema
 from das.validate.reading import GEO, blocks_in, decode, geocode, present
 
 

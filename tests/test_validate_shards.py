@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from das.run import run
+from das.driver.run import run
 from das.validate import validate_run
 from das.validate.reading import read_state
 from das.validate.shards import Shard, plan
@@ -124,7 +124,7 @@ def test_a_units_record_removed_gives_the_same_report_in_shards(tiny, tmp_path, 
 
 
 def test_the_shards_on_an_executor_give_the_same_report(tiny, tmp_path):
-    from das.executors import local_executor
+    from das.core.executors import local_executor
 
     broken = _copy(tiny, tmp_path / "broken")
     _rewrite(broken / "mdf_persons.parquet", lambda f: _flip(f, "003", 2))

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, TINY
 
-from das.checkpoint import file_sha256
-from das.errors import ValidationError
-from das.run import run
+from das.core.errors import ValidationError
+from das.driver.run import run
+from das.frame.checkpoint import file_sha256
 from das.validate import validate_run
 
 STATES = ("44", "45")
@@ -29,7 +29,7 @@ TINY_CHECKS = [
     "schema_constraints; those are checked",
     "signature: manifest.sig verifies with the release.pub beside it (not a proof of origin)",
     "checksums of every output and NMF file",
-    "manifest: every field declared in das/published.py, of its declared type",
+    "manifest: every field declared in das/frame/published.py, of its declared type",
     "manifest: its counts are the published files' (persons, blocks, parents per level)",
     "privacy mode, certificate and spec digest in every Parquet file",
     "certificate: rho per level and per query sums exactly to the total, each variance is exactly 1/its rho, eps is "
@@ -120,7 +120,7 @@ def test_a_one_state_run_reports_the_checks_of_the_whole_file_validator(one_stat
 
 
 def test_two_states_give_the_same_report_with_and_without_an_executor(two_states, tmp_path):
-    from das.executors import local_executor
+    from das.core.executors import local_executor
 
     assert validate_run(two_states).ok
     broken = _copy(two_states, tmp_path / "broken")

@@ -15,9 +15,9 @@ import pytest
 import tomli_w
 from conftest import mechanism_params
 
-from das.bundle import parquet_metadata
-from das.checkpoint import file_sha256
-from das.manifest import Manifest
+from das.frame.bundle import parquet_metadata
+from das.frame.checkpoint import file_sha256
+from das.frame.manifest import Manifest
 from das.mechanisms import MECHANISMS, synthesize
 from das.mechanisms.base import ZCDP
 from das.privacy.accounting import eps_for_delta, eps_loose, stability_threshold

@@ -6,7 +6,7 @@ import pytest
 from conftest import FIXTURES
 
 from das.io.tables import column_names, load_tables
-from das.schema import load_schema
+from das.model.schema import load_schema
 from das.validate.reading import decode, geocode
 from das.validate.tables import _aligned_differences, _merged_differences, recount_table, table_differences
 

@@ -1,5 +1,5 @@
 """What the command line says on stderr (issue 36, item 6): -v adds each level's and stage's details, -q keeps
-errors only, and a progress bar is a bar on a terminal of any width (das/progress.py)."""
+errors only, and a progress bar is a bar on a terminal of any width (das/core/progress.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import termios
 
 import pytest
 
-from das import progress
 from das.cli import main
+from das.core import progress
 
 
 def _run(capsys, argv: list[str]):
@@ -71,7 +71,7 @@ def test_quiet_says_errors_only(tmp_path, capsys, command):
 
 
 def _bar_on_a_terminal(columns: int, rows: int = 0) -> list[str]:
-    """What `das.progress.bar` draws on a terminal of `columns` x `rows` (0: one that reports no size): each redraw."""
+    """What `das.core.progress.bar` draws on a terminal of `columns` x `rows` (0: one that reports no size): each redraw."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     stream = os.fdopen(slave, "w", encoding="utf-8")

@@ -19,7 +19,7 @@ from das.api.studies import Study, compare, metrics, replicate
 from das.api.synthesizer import synthesizer
 from das.attack.command import AttackConfig, AttackResult
 from das.attack.command import run_attack as _run_attack
-from das.errors import ArgumentError
+from das.core.errors import ArgumentError
 
 
 def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
@@ -66,10 +66,10 @@ def _attack_files(config: AttackConfig) -> AttackResult:
 
 def _check_attack_flags(flags: dict) -> None:
     """`das.attack`'s keywords: AttackConfig's fields (a misspelled one refused naming the valid ones), each value by
-    das.arguments' rule of its name, the fields without a default given."""
+    das.core.arguments' rule of its name, the fields without a default given."""
     from dataclasses import MISSING, fields
 
-    from das import arguments
+    from das.core import arguments
 
     known = {f.name: f for f in fields(AttackConfig)}
     arguments.check("attack", flags, valid=tuple(known), optional=tuple(n for n, f in known.items() if f.default is None),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from das.api.release import exact
-from das.arguments import checked
+from das.core.arguments import checked
 
 
 @checked
@@ -82,7 +82,7 @@ def certificates(spec, *, rho=None, eps=None, delta=None) -> dict:
     """
     from das.api.inputs import prepared
     from das.api.release import budget_given
-    from das.pipeline import Pipeline
+    from das.driver.pipeline import Pipeline
 
     with prepared(spec, name="spec") as ready:  # printing a certificate spends nothing: no cap
         return Pipeline.prepare(ready.spec, seed=None, allow_large_rho=True, budget=budget_given(rho, eps, delta)).certificates

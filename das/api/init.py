@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from das import arguments
-from das.arguments import checked
+from das.core import arguments
+from das.core.arguments import checked
 
 
 @checked(persons=arguments.path, units=arguments.path)
@@ -32,6 +32,6 @@ def init_spec(persons: str | os.PathLike, units: str | os.PathLike, *, out: str 
         >>> 'name = "mine"' in text
         True
     """
-    from das.newspec import write_spec
+    from das.driver.newspec import write_spec
 
     return write_spec(persons, units, out, name=name, schema=schema)

@@ -19,10 +19,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from das.arguments import is_frame
-from das.errors import DasError, InputError, SpecError
-from das.schema import resolve_spec
-from das.specfile import load_toml, real_path, toml_text
+from das.core.arguments import is_frame
+from das.core.errors import DasError, InputError, SpecError
+from das.model.schema import resolve_spec
+from das.model.specfile import load_toml, real_path, toml_text
 
 Input = str | os.PathLike | object  # a path, or a pandas DataFrame
 

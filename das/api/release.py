@@ -18,15 +18,15 @@ from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
-from das import arguments
 from das.api.inputs import Input, input_files, is_frame, prepared, said_of_frames
-from das.arguments import checked
-from das.errors import SpecError, UnknownNameError
-from das.manifest import Manifest
+from das.core import arguments
+from das.core.arguments import checked
+from das.core.errors import SpecError, UnknownNameError
+from das.frame.manifest import Manifest
+from das.frame.rundir import RunDir
+from das.model.specfile import parse_fraction
 from das.privacy.certificate import Certificate
 from das.privacy.guarantee import Guarantee, combined
-from das.rundir import RunDir
-from das.specfile import parse_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ def exact(value, name: str) -> Fraction | None:
 
 
 def budget_given(rho, eps, delta):
-    """The command line's budget arguments as das.runspec.Budget (None when none is given)."""
-    from das.runspec import Budget
+    """The command line's budget arguments as das.driver.runspec.Budget (None when none is given)."""
+    from das.driver.runspec import Budget
 
     given = Budget(rho=exact(rho, "rho"), eps=exact(eps, "eps"), delta=exact(delta, "delta"))
     return given if given else None
@@ -160,15 +160,15 @@ class Release:
     def valid(self) -> bool:
         """Whether the release passed the validation run when it was written (what its files show, and, the
         operator's, against the inputs)."""
-        from das.frame import ReleaseFrame, release_valid
+        from das.frame.lifecycle import ReleaseFrame, release_valid
 
         return release_valid(ReleaseFrame(RunDir(self.path), self.manifest, None))
 
     @property
     def summary(self) -> str:
         """The few lines `das run` prints: counts, budget, timings (the operator's record), failsafe events, validation."""
-        from das.frame import ReleaseFrame
-        from das.run import render_summary
+        from das.frame.lifecycle import ReleaseFrame
+        from das.frame.summary import render_summary
 
         return render_summary(ReleaseFrame(RunDir(self.path), self.manifest, None))
 
@@ -189,7 +189,7 @@ class Release:
         import pandas as pd
 
         from das.io.table_names import check_naming, pl_fields, renamed
-        from das.schema import load_schema
+        from das.model.schema import load_schema
 
         check_naming(names)
         path = RunDir(self.path).table(name)
@@ -263,7 +263,7 @@ def _out(out, spec_file: Path) -> Path:
     """`das run`'s default output directory, runs/NAME (NAME: the spec's name)."""
     if out is not None:
         return Path(out)
-    from das.runspec import load_run_spec
+    from das.driver.runspec import load_run_spec
 
     return Path("runs") / load_run_spec(spec_file).name
 
@@ -308,7 +308,7 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
         (True, 17.1436, 145)
     """
     with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
-        from das.run import run as run_release  # heavy: after the spec is found, so an unknown one is refused quickly
+        from das.driver.run import run as run_release  # heavy: after the spec is found, so an unknown one is refused quickly
 
         result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers,
                              overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
@@ -359,9 +359,9 @@ def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | 
 
 
 def _record_frames(out_dir, **inputs) -> None:
-    """Which inputs of a release were DataFrames, in its operator record (das.bundle.DATAFRAMES): das keeps no copy
+    """Which inputs of a release were DataFrames, in its operator record (das.frame.bundle.DATAFRAMES): das keeps no copy
     of them, so `das.metrics` of the release asks for its truth instead of looking for a temporary file."""
-    from das import bundle
+    from das.frame import bundle
 
     frames = [name for name, value in inputs.items() if is_frame(value)]
     if frames:
@@ -409,7 +409,7 @@ def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
         overwrite: replace an earlier bundle at `to`.
 
     Returns:
-        das.publish.Bundle: `path`, `files` (name -> sha256) and `archive` (whether `to` is a .tar).
+        das.frame.publish.Bundle: `path`, `files` (name -> sha256) and `archive` (whether `to` is a .tar).
 
     Raises:
         PublishError: the run may not be published (not signed, not valid, not finished). OutDirError: `to` may
@@ -421,6 +421,6 @@ def publish(release, *, to: str | os.PathLike, overwrite: bool = False):
         >>> "manifest.json" in bundle.files, bundle.archive
         (True, False)
     """
-    from das.publish import publish as write_bundle
+    from das.frame.publish import publish as write_bundle
 
     return write_bundle(release.path if isinstance(release, Release) else release, to, overwrite=overwrite)

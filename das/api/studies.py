@@ -14,7 +14,7 @@ from pathlib import Path
 
 from das.api.inputs import input_files, prepared, said_of_frames
 from das.api.release import Release, exact
-from das.arguments import checked
+from das.core.arguments import checked
 
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")  # das.research.replicate's
 
@@ -129,9 +129,9 @@ class Study:
 def _study_record(path: Path) -> str:
     """The file that says what study directory `path` holds (study.json or compare.json); StudyError when `path`
     is not a finished study."""
-    from das.errors import StudyError
-    from das.outdir import read_record
-    from das.rundir import RunDir
+    from das.core.errors import StudyError
+    from das.frame.outdir import read_record
+    from das.frame.rundir import RunDir
 
     expected = "expected a directory written by das.replicate, das.metrics or das.compare"
     if not path.exists():
@@ -314,8 +314,8 @@ def _compare_rho(spec, rho, eps, delta) -> str | None:
     comparison is certified at the spec's."""
     from das.api.budget import rho_for_eps
     from das.api.release import budget_given
-    from das.errors import SpecError
-    from das.runspec import load_run_spec
+    from das.core.errors import SpecError
+    from das.driver.runspec import load_run_spec
 
     given = budget_given(rho, eps, delta)
     if given is None:

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from das.api.inputs import Input
 from das.api.release import Release, exact, synth
-from das.arguments import checked
+from das.core.arguments import checked
 
 
 class Synthesizer:

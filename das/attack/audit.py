@@ -5,7 +5,7 @@ RAP-Rank candidates, baseline rankings, Match-Rate@k curves against k and k/u (u
 true records of the geounit), and for blocks the integer-programming certainty of the top
 candidates. The truth is read only to score; logs carry aggregate figures only. The outputs hold
 scores against the truth: they say they are confidential (summary.json, das-output.json,
-candidates.parquet's `das.confidential`) and go to a directory of their own (das.outdir).
+candidates.parquet's `das.confidential`) and go to a directory of their own (das.frame.outdir).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from das import outdir
 from das.attack import ip
 from das.attack.baselines import frequency_ranking, reference_levels, spread_over_blocks
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, expected_hits, match_rate_at, matches, rank_samples, rap_runs
 from das.attack.rap import RapConfig
 from das.attack.workload import build_workload, load_attack_tables
-from das.progress import bar, step
+from das.core.progress import bar, step
+from das.frame import outdir
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def _plot(results: list[GeounitResult], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     from das.research import series
-    from das.research.report import fit_text, wilson, wilson_note
+    from das.research.figures import fit_text, wilson, wilson_note
 
     fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.2), layout="constrained")
     k_max = max([max(2 * r.published_total, 2 * r.distinct_true) for r in results] + [10])

@@ -11,7 +11,7 @@ import numpy as np
 
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, rank_by
-from das.errors import option
+from das.core.errors import option
 
 SCOPES = ("tract", "county", "state", "holdout")
 

@@ -7,7 +7,7 @@ Exact tables and a release are attacked on the same geounits and, by default, th
 `geounits="auto"` picks them across the size range of the TRUE populations (the truth is read anyway,
 to score), so `published="exact"` and a release of the same truth attack the same blocks; the schema
 is the release's, and for exact tables `pl94_persons`, the schema of the shipped releases. The outputs
-hold scores against the truth: confidential, in a directory of their own (das.outdir).
+hold scores against the truth: confidential, in a directory of their own (das.frame.outdir).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from das import outdir
 from das.attack.audit import (
     ATTACK,
     REPORT_FRACTIONS,
@@ -35,8 +34,9 @@ from das.attack.baselines import SCOPES
 from das.attack.data import AttackError, check_covers, read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
 from das.attack.workload import load_attack_tables
-from das.errors import option
-from das.schema import load_schema
+from das.core.errors import option
+from das.frame import outdir
+from das.model.schema import load_schema
 
 logger = logging.getLogger(__name__)
 EXACT = "exact"

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from das.errors import DasError, option
-from das.geography import LEVEL_DIGITS
+from das.core.errors import DasError, option
+from das.frame.records import RunDirError
+from das.frame.rundir import RunDir
 from das.io.microdata import read_person_levels
-from das.manifest import RunDirError
-from das.rundir import RunDir
-from das.schema import Schema
+from das.model.geography import LEVEL_DIGITS
+from das.model.schema import Schema
 
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks
 

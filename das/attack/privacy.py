@@ -1,7 +1,7 @@
 """Empirical privacy audit: run the measurement on neighbouring datasets and bound epsilon from below.
 
 For neighbours D and D' (a person added, removed, moved between blocks, recoded) the real
-measurement path (`das.measure.measure_in_memory`: the plan, the true answers, the exact
+measurement path (`das.topdown.measure.measure_in_memory`: the plan, the true answers, the exact
 discrete-Gaussian sampler) runs `trials` times on each. Each trial's noisy answers y are scored
 by the log-likelihood ratio of D' against D under the *claimed* variances,
 
@@ -37,18 +37,19 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from das import atomic, outdir
 from das.attack.detection import Detection, detection, event_bound
-from das.errors import SpecError
-from das.geography import Geography
+from das.core import atomic
+from das.core.errors import SpecError
+from das.core.progress import bar
+from das.driver.runspec import load_run_spec
+from das.frame import outdir
 from das.io.nmf import NoisyAnswers
-from das.measure import Measurement, measure_in_memory, plan_for, true_answers
+from das.model.geography import Geography
+from das.model.schema import Schema, load_schema
 from das.privacy.accounting import eps_for_delta
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
-from das.progress import bar
-from das.runspec import load_run_spec
-from das.schema import Schema, load_schema
+from das.topdown.measure import Measurement, measure_in_memory, plan_for, true_answers
 
 AUDIT_DELTA = Fraction(1, 100)
 AUDIT_RHO = Fraction(1)

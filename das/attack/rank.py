@@ -59,7 +59,7 @@ def rap_runs(workload: Workload, targets: np.ndarray, n_records: int, *, runs: i
     else:
         import multiprocessing
 
-        from das.executors import limit_threads
+        from das.core.executors import limit_threads
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=limit_threads) as pool:

@@ -34,180 +34,57 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import secrets
 import shutil
 import tempfile
-import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import pyarrow.parquet as pq
-import tomli_w
 from scipy.stats import chi2
 
-from das import published
-from das.attack.detection import Detection, detection, event_bound
-from das.geography import Geography
+from das.attack.detection import Detection, detection
+from das.attack.distinguish import (
+    _parameter_of_variance,
+    bound,
+    deterministic,
+    discrete_gaussian_variance,
+    feature_matrix,
+    fixed,
+    linear_score,
+)
+from das.attack.features import release_features
+from das.attack.neighbours import (
+    COVERED,
+    NEIGHBOURS,
+    Dataset,
+    base_records,
+    neighbour,
+    write_dataset,
+)
+from das.core.progress import bar, silenced, step
+from das.driver.runspec import load_run_spec
+from das.frame.rundir import RunDir
 from das.io.microdata import read_inputs
-from das.io.nmf import read_level
-from das.measure import true_answers
+from das.model.geography import Geography
+from das.model.schema import load_schema
 from das.privacy.accounting import eps_for_delta
 from das.privacy.certificate import Certificate
-from das.progress import bar, silenced, step
-from das.rundir import RunDir
-from das.runspec import load_run_spec
-from das.schema import load_schema
+from das.topdown.measure import true_answers
 
 logger = logging.getLogger(__name__)
 
-FIXTURE = Path(__file__).resolve().parents[2] / "geography_fixtures" / "tiny"
-GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLKGRPCE", "TABBLK")
-# a handful of blocks of the tiny fixture: two in one block group (a move within it), one in another county
-BLOCKS = {"home": "440010001001000", "within": "440010001001002", "across": "440030003002001"}
-NEIGHBOURS = ("added", "removed", "moved within", "moved across", "recoded")
-COVERED = ("moved within", "moved across", "recoded")  # bounded neighbours keeping every invariant
 DELTAS = (Fraction(1, 100), Fraction(1, 20), Fraction(1, 10))
-ID_COLUMNS = ("EPNUM",)  # record numbers: not a count of anything
 
 
 # ---------------------------------------------------------------------------------------------
 # The neighbouring datasets
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A persons and a units file (CSV) and the spec that releases them at the audit's budget."""
-
-    spec: Path
-    persons: pd.DataFrame
-
-
-def base_records() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The persons and units of BLOCKS in the tiny fixture (all its columns, as text)."""
-    persons = pd.read_csv(FIXTURE / "persons.csv", dtype=str)
-    units = pd.read_csv(FIXTURE / "units.csv", dtype=str)
-    keep = set(BLOCKS.values())
-    return (persons[_geocode(persons).isin(keep)].reset_index(drop=True),
-            units[_geocode(units).isin(keep)].reset_index(drop=True))
-
-
-def _geocode(frame: pd.DataFrame) -> pd.Series:
-    """Each record's 15-digit block geocode (the block group is the block's first digit)."""
-    return frame["TABBLKST"] + frame["TABBLKCOU"] + frame["TABTRACTCE"] + frame["TABBLK"]
-
-
-def neighbour(persons: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """D' of `kind` from D: its first household person of the home block added again, removed, moved to
-    another block of its block group or of another county, or recoded (race, ethnicity and age)."""
-    home = _geocode(persons) == BLOCKS["home"]
-    first = persons.index[home & (persons["RTYPE"] == "3")][0]
-    out = persons.copy()
-    if kind == "added":
-        extra = out.loc[[first]].assign(EPNUM=str(int(out["EPNUM"].astype(int).max()) + 1))
-        return pd.concat([out, extra], ignore_index=True)
-    if kind == "removed":
-        return out.drop(index=first).reset_index(drop=True)
-    if kind in ("moved within", "moved across"):
-        target = BLOCKS[kind.split()[1]]
-        for column, (start, stop) in zip(GEO, ((0, 2), (2, 5), (5, 11), (11, 12), (11, 15))):
-            out.loc[first, column] = target[start:stop]
-        return out
-    if kind == "recoded":
-        row = out.loc[first]
-        out.loc[first, "CENRACE"] = "06" if row["CENRACE"] != "06" else "01"
-        out.loc[first, "CENHISP"] = "2" if row["CENHISP"] == "1" else "1"
-        out.loc[first, "QAGE"] = "10" if int(row["QAGE"]) >= 18 else "40"
-        out.loc[first, "VOTING_AGE"] = "1" if int(row["QAGE"]) >= 18 else "2"
-        return out
-    raise ValueError(f"unknown neighbour {kind!r}; known: {', '.join(NEIGHBOURS)}")
-
-
-def write_dataset(folder: Path, spec_path: Path, persons: pd.DataFrame, units: pd.DataFrame, *, rho: Fraction,
-                  delta: Fraction) -> Dataset:
-    """The dataset's files and a copy of the spec releasing it at budget rho (every release) and `delta`."""
-    folder.mkdir(parents=True)
-    persons.to_csv(folder / "persons.csv", index=False)
-    units.to_csv(folder / "units.csv", index=False)
-    spec = tomllib.loads(Path(spec_path).read_text())
-    spec["input"] = {"persons": "persons.csv", "units": "units.csv"}
-    for release in ("persons", "units"):
-        if release in spec:
-            spec[release] = {**spec[release], "rho": str(rho)}
-    spec["privacy"] = {**spec.get("privacy", {}), "delta": str(delta)}
-    spec.get("privacy", {}).pop("seed", None)
-    (folder / "spec.toml").write_text(tomli_w.dumps(spec))
-    return Dataset(folder / "spec.toml", persons)
-
-
 # ---------------------------------------------------------------------------------------------
 # One release's public outputs as features
-
-
-def _flat(value, prefix: str, out: dict) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flat(v, f"{prefix}.{k}" if prefix else str(k), out)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _flat(v, f"{prefix}[{i}]", out)
-    else:
-        out[f"manifest:{prefix}"] = value
-
-
-def _counts(path: Path, prefix: str, out: dict) -> None:
-    """MDF rows per block, and per block and record (every column but the record number)."""
-    frame = pq.read_table(path).to_pandas().astype(str)
-    block = _geocode(frame)
-    record = frame[[c for c in frame.columns if c not in GEO and c not in ID_COLUMNS]].agg("|".join, axis=1)
-    for key, n in block.value_counts().items():
-        out[f"{prefix}:{key}"] = int(n)
-    for key, n in (block + ":" + record).value_counts().items():
-        out[f"{prefix}:{key}"] = int(n)
-
-
-def _cells(path: Path, name: str, out: dict) -> None:
-    frame = pq.read_table(path).to_pandas()
-    values = frame.drop(columns=["level", "geocode"])
-    for row, (level, geocode) in enumerate(zip(frame["level"], frame["geocode"])):
-        for column, value in zip(values.columns, values.iloc[row]):
-            out[f"table:{name}:{level}:{geocode}:{column}"] = float(value)
-
-
-def release_features(out_dir: Path) -> tuple[dict, dict]:
-    """(features, NMF answers) of one release: every public value by name (the manifest's every field as written,
-    so a field the typed reader would drop is still audited), and the NMF's noisy answers by (release, level,
-    query) as (geocodes, answers, certified variance). Which file is which is RunDir's to say."""
-    run_dir, features, nmf = RunDir(out_dir), {}, {}
-    _flat(json.loads(run_dir.manifest_path.read_text()), "", features)
-    public = sorted(p for p in run_dir.path.rglob("*") if p.is_file() and not p.is_relative_to(run_dir.operator_dir))
-    features["files"] = " ".join(run_dir.relative(p) for p in public)
-    mdfs = {run_dir.mdf(kind): kind for kind in ("persons", "units")}
-    for path in public:
-        relative = run_dir.relative(path)
-        if path.suffix != ".parquet":
-            continue
-        meta = pq.read_metadata(path)
-        features[f"parquet:{relative}:rows"] = meta.num_rows
-        features[f"parquet:{relative}:row_groups"] = " ".join(str(meta.row_group(i).num_rows)
-                                                               for i in range(meta.num_row_groups))
-        features[f"parquet:{relative}:metadata"] = repr(sorted(meta.metadata.items()))
-        if path in mdfs:
-            _counts(path, f"mdf:{path.stem}", features)
-        elif path.parent == run_dir.tables_dir:
-            _cells(path, path.stem, features)
-        elif path.is_relative_to(run_dir.nmf_dir):
-            release = path.relative_to(run_dir.nmf_dir).parts[0]
-            for query, answers in read_level(path).items():
-                nmf[release, answers.level, query] = answers
-                for unit, row in zip(answers.geocodes, answers.answers):
-                    for cell, value in enumerate(row):
-                        features[f"nmf:{release}:{answers.level}:{unit}:{query}:{cell}"] = int(value)
-    return features, nmf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +97,7 @@ Command = Callable[[Path, Path, int], Path]  # (spec, out_dir, seed) -> the rele
 def command(name: str, rho: Fraction) -> Command:
     """`das run` ("run") or `das synth --mechanism NAME` as a function of (spec, out, seed)."""
     if name == "run":
-        from das.run import run
+        from das.driver.run import run
 
         def release(spec, out, seed):
             with silenced():  # a trial's own messages (its seeded-mode warning) would bury the audit's count
@@ -291,81 +168,6 @@ def run_side(dataset: Dataset, run: Command, seeds: list[int], work: Path) -> Si
 # The statistics
 
 
-STRUCTURAL = ("manifest:", "files", "parquet:")  # never different between covered neighbours but through the noise
-TRIAL_FEATURES = ("manifest:seed", "manifest:randomness")  # the seed the audit gave the trial: not of the data
-
-
-def _numeric(values: list) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
-
-
-def feature_matrix(rows: list[dict]) -> tuple[list[str], np.ndarray]:
-    """Every trial's features as one matrix (trials x columns): numbers as they are (a missing count 0, any
-    other missing value below every value), anything else as one indicator column per value seen twice; the
-    trial's own seed left out."""
-    names = sorted({k for row in rows for k in row} - set(TRIAL_FEATURES))
-    columns, data = [], []
-    for name in names:
-        values = [row.get(name) for row in rows]
-        if _numeric(values):
-            missing = 0.0 if name.startswith(("mdf:", "table:")) else -1e300
-            column = np.array([missing if v is None else float(v) for v in values])
-            if np.ptp(column) > 0:
-                columns.append(name)
-                data.append(column)
-            continue
-        text = [json.dumps(v, sort_keys=True, default=str) for v in values]
-        for value in sorted(set(text)):
-            indicator = np.array([t == value for t in text], dtype=float)
-            if 2 <= indicator.sum() < len(text):
-                columns.append(f"{name} == {value[:80]}")
-                data.append(indicator)
-    return columns, (np.column_stack(data) if data else np.zeros((len(rows), 0)))
-
-
-def deterministic(side_d: list[dict], side_p: list[dict]) -> tuple[list[str], list[str]]:
-    """Features the same in every trial of each dataset and different between them: (structural ones, the
-    rest). With OS or independently seeded noise a feature that goes through the noise almost never does."""
-    if min(len(side_d), len(side_p)) < 2:
-        return [], []
-    found = []
-    for name in sorted({k for row in side_d + side_p for k in row}):
-        d = {json.dumps(row.get(name), sort_keys=True, default=str) for row in side_d}
-        p = {json.dumps(row.get(name), sort_keys=True, default=str) for row in side_p}
-        if len(d) == 1 and len(p) == 1 and d != p:
-            found.append(name)
-    return [n for n in found if n.startswith(STRUCTURAL)], [n for n in found if not n.startswith(STRUCTURAL)]
-
-
-FIXED_SOURCES = ("parameter", "public fact", "invariant")  # das.published: the same for covered neighbours
-
-
-def fixed(name: str, manifest: dict) -> bool:
-    """Whether a structural feature must be the same for neighbours that keep the invariants: a manifest
-    field declared a parameter, public fact or invariant (or a mechanism's detail declared a parameter or
-    computed from the release), an undeclared field, the files and their Parquet structure. A field derived
-    from the noise or from a private selection (the exponential mechanism's choices: few values, so it may
-    look fixed over a few trials) is judged by its bound instead."""
-    if not name.startswith("manifest:"):
-        return True
-    path = re.sub(r"\[\d+\]", "[]", name[len("manifest:"):])
-    mechanism = (manifest.get("mechanism") or {}).get("name")
-    details = _mechanism_details(mechanism) if mechanism else {}
-    source = published.sources(manifest, published.MANIFEST, {"details": details}).get(path, "undeclared")
-    if source is None or source == "undeclared":
-        return True
-    if source == "mechanism":
-        key = path.split(".")[2].split("[")[0]
-        return details.get(key, "parameter").split(":", 1)[0] in ("parameter", "release")
-    return source in FIXED_SOURCES
-
-
-def _mechanism_details(name: str) -> dict:
-    from das.mechanisms import MECHANISMS
-
-    return dict(MECHANISMS[name].details) if name in MECHANISMS else {}
-
-
 def llr(side: Side, truth_d: dict, truth_p: dict) -> np.ndarray:
     """Per trial, the log-likelihood ratio of D' against D of the NMF under the certified variances."""
     scores = np.zeros(len(side.answers))
@@ -376,71 +178,6 @@ def llr(side: Side, truth_d: dict, truth_p: dict) -> np.ndarray:
         diff, centre = (b - a).astype(np.float64), (a + b) / 2.0
         scores += np.array([float(((t[key] - centre) * diff).sum()) for t in side.answers]) / float(variance)
     return scores
-
-
-def _rates(a: np.ndarray, t: np.ndarray) -> np.ndarray:
-    return (a >= t).sum(axis=0)
-
-
-def best_event(low: np.ndarray, high: np.ndarray, delta: float) -> tuple[int, float, float]:
-    """On the first half: the column and threshold t of the event {x >= t} most likely under `high` against
-    `low` (the bound's point estimate, `low`'s rate smoothed by one); (column, t, estimate)."""
-    best = (-1, 0.0, -np.inf)
-    n_low, n_high = len(low), len(high)
-    for t in np.sort(high, axis=0):  # each of high's values as a threshold, every column at once
-        q = _rates(high, t) / n_high
-        p = (_rates(low, t) + 1) / (n_low + 1)
-        estimate = np.log(np.maximum(q - delta, 1e-300) / p)
-        j = int(np.argmax(estimate))
-        if estimate[j] > best[2]:
-            best = (j, float(t[j]), float(estimate[j]))
-    return best
-
-
-def bound(d: np.ndarray, p: np.ndarray, delta: float, alpha: float) -> dict:
-    """The eps lower bound between the trials on D and on D' (rows), over every column, both datasets in
-    either role and both tails: the event chosen on the first half, Clopper-Pearson on the second."""
-    d1, d2, p1, p2 = d[:len(d) // 2], d[len(d) // 2:], p[:len(p) // 2], p[len(p) // 2:]
-    best = {"eps": 0.0, "column": None, "threshold": None, "p": None, "q": None}
-    if d.shape[1] == 0 or min(len(d1), len(p1), len(d2), len(p2)) < 1:
-        return best
-    for low1, low2, high1, high2 in ((d1, d2, p1, p2), (p1, p2, d1, d2)):
-        for sign in (1.0, -1.0):
-            column, t, _ = best_event(sign * low1, sign * high1, delta)
-            if column < 0:
-                continue
-            k, j = int((sign * low2[:, column] >= t).sum()), int((sign * high2[:, column] >= t).sum())
-            eps = event_bound(k, len(low2), j, len(high2), delta=delta, alpha=alpha)
-            if eps > best["eps"]:
-                best = {"eps": eps, "column": column, "threshold": sign * t, "p": k / len(low2), "q": j / len(high2)}
-    return best
-
-
-def linear_score(d1: np.ndarray, p1: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """A score learned on the first halves alone: each column weighted by its difference of means over its
-    variance (the log-likelihood ratio of independent Gaussian columns), applied to `rows`."""
-    finite = (np.abs(np.vstack([d1, p1])) < 1e299).all(axis=0)
-    if not finite.any():
-        return np.zeros(len(rows))
-    a, b = d1[:, finite], p1[:, finite]
-    weights = (b.mean(axis=0) - a.mean(axis=0)) / (a.var(axis=0) + b.var(axis=0) + 1e-9)
-    return rows[:, finite] @ weights
-
-
-def discrete_gaussian_variance(sigma2: float) -> float:
-    """The variance of the discrete Gaussian with parameter sigma^2 (a little below sigma^2 when it is small)."""
-    k = np.arange(-int(12 * math.sqrt(sigma2)) - 10, int(12 * math.sqrt(sigma2)) + 11, dtype=np.float64)
-    weights = np.exp(-k * k / (2 * sigma2))
-    return float((k * k * weights).sum() / weights.sum())
-
-
-def _parameter_of_variance(variance: float) -> float:
-    """The discrete Gaussian's sigma^2 whose variance is `variance` (bisection: its variance is below sigma^2)."""
-    lo, hi = variance, max(2 * variance, variance + 1)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if discrete_gaussian_variance(mid) < variance else (lo, mid)
-    return hi
 
 
 def noise_checks(sides: list[Side], alpha: float) -> list[dict]:
@@ -637,8 +374,8 @@ def audit_releases_main(spec_path, releases: list[str], *, trials: int = 20, rho
                         seed: int | None = None, json_out: bool = False, out=None, overwrite: bool = False) -> int:
     """`das audit-privacy SPEC --release COMMAND ...`: the whole-release audit of each command (`run`, or a
     mechanism of `das synth`); exit 1 on a violation, else 0 (the verdict says whether the trials could show one)."""
-    from das import outdir
     from das.attack.privacy import AUDIT, write_audit
+    from das.frame import outdir
     from das.privacy.strategy import parse_fraction
 
     rho = Fraction(1) if rho is None else parse_fraction(rho, "--rho")

@@ -21,11 +21,11 @@ import numpy as np
 from das.attack.audit import REPORT_FRACTIONS, REPORT_K, AuditOptions, auto_geounits, run_audit, write_outputs
 from das.attack.data import read_persons, read_release, release_schema
 from das.attack.rap import RapConfig
-from das.options import ExactParser
+from das.core.options import ExactParser
+from das.core.progress import configure
+from das.frame.rundir import RunDir
+from das.model.schema import specs_root
 from das.privacy.certificate import delta_text, fraction_text
-from das.progress import configure
-from das.rundir import RunDir
-from das.schema import specs_root
 
 SPEC = "vt_grand_isle_dhc"
 
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     release_dir = Path(args.release) if args.release else out / "release"
     if not args.release:
-        from das.run import run
+        from das.driver.run import run
 
         logger.info(f"release: das run {SPEC} -> {release_dir}")
         run(specs_root() / "runs" / f"{SPEC}.toml", release_dir, workers=args.workers, overwrite=True,
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     release_note = (f"release: `das run {manifest.spec_name}`, persons rho = {fraction_text(cert.rho)} "
                     f"(eps = {cert.eps} at delta = {delta_text(cert.delta)}), "
                     f"{'OS CSPRNG' if manifest.private else 'seeded, NOT private'}")
-    from das.bundle import input_paths
+    from das.frame.bundle import input_paths
 
     persons = Path(input_paths(release_dir)["persons"])  # the operator's record: scripts/audit is the operator
     truth = read_persons(persons, schema)

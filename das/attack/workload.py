@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from das import specfile
-from das.errors import SpecError
-from das.schema import Schema, parse_query_name, resolve_spec
-from das.specfile import Section
+from das.core.errors import SpecError
+from das.model import specfile
+from das.model.schema import Schema, parse_query_name, resolve_spec
+from das.model.specfile import Section
 
 TABLE_LEVELS = ("block", "tract")
 

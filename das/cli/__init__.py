@@ -4,7 +4,7 @@ mechanism families). Each command calls the Python API (das.api) or the layer th
 imports what it runs only when it runs, so `das --help` and a refused command start quickly.
 
 Messages go through `logging` (each module's logger, under "das") to stderr: `-q` keeps errors only,
-`-v` adds each level's and stage's details; results go to stdout. Progress bars (das.progress) show on a terminal only.
+`-v` adds each level's and stage's details; results go to stdout. Progress bars (das.core.progress) show on a terminal only.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from das.progress import configure
+    from das.core.progress import configure
 
     configure(args.verbosity)
     try:
@@ -59,8 +59,8 @@ def main(argv=None) -> int:
 def _refusals(args) -> int:
     """The command run, every refusal (a das.DasError: a user's mistake, said in flags) mapped to rc 2 and one
     message on stderr; a run stopped by das's own error (RunStopped, SolverError) rc 1 with how to continue."""
-    from das.errors import DasError, InputError, RunStopped, SolverError, command_line
-    from das.specfile import cut_long_words
+    from das.core.errors import DasError, InputError, RunStopped, SolverError, command_line
+    from das.model.specfile import cut_long_words
 
     try:
         with command_line():

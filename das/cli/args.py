@@ -10,11 +10,11 @@ import difflib
 import re
 from fractions import Fraction
 
-from das.arguments import integer_problem, path_problem
-from das.options import ExactParser
-from das.specfile import SHOWN_CHARACTERS, positive_fraction, shown
+from das.core.arguments import integer_problem, path_problem
+from das.core.options import ExactParser
+from das.model.specfile import SHOWN_CHARACTERS, positive_fraction, shown
 
-MAX_RHO_TEXT = "10"  # das.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
+MAX_RHO_TEXT = "10"  # das.driver.preflight.MAX_RHO, spelled out so that --help imports nothing heavy (tests check they agree)
 
 
 class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -31,7 +31,7 @@ NEGATIVE_NUMBER = re.compile(r"^-\.?\d")  # no das option starts with a digit
 
 
 class Parser(ExactParser):
-    """The `das` parser: exact (das.options: no abbreviations, each option once), --help showing every default,
+    """The `das` parser: exact (das.core.options: no abbreviations, each option once), --help showing every default,
     errors never echoing a value whole."""
 
     def __init__(self, *args, **kwargs):
@@ -70,7 +70,7 @@ SEED_HELP = ("replication mode: seeded noise, outputs labelled NOT private (defa
              "system's CSPRNG)")
 
 def path(text: str) -> str:
-    """A file or directory name the operating system can take (das.arguments.path_problem: the API's rule too)."""
+    """A file or directory name the operating system can take (das.core.arguments.path_problem: the API's rule too)."""
     problem = path_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(f"expected {problem}")
@@ -97,7 +97,7 @@ def area_file(text: str) -> tuple[str, str]:
 
 
 def integer(minimum: int):
-    """An argument type: an integer of at least `minimum` (das.arguments.integer_problem: the API's rule too, so
+    """An argument type: an integer of at least `minimum` (das.core.arguments.integer_problem: the API's rule too, so
     `--seed -1` and `seed=-1` are refused alike)."""
 
     def parse(text: str) -> int:
@@ -171,7 +171,8 @@ def names(choices):
     return parse
 
 
-def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: str | None = None) -> None:
+def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: str | None = None,
+               delta_help: str | None = None) -> None:
     """The budget arguments of a command that spends one: --rho (or --eps at --delta) and the one
     acknowledgement of a budget above the cap, --allow-large-rho."""
     parser.add_argument("--rho", type=fraction, default=None,
@@ -181,15 +182,24 @@ def add_budget(parser: argparse.ArgumentParser, *, eps: bool = True, rho_help: s
                             help="persons budget as eps at --delta: the largest exact rho whose certificate is within "
                                  "(eps, delta) (default: the spec's budget)")
         parser.add_argument("--delta", type=delta, default=None,
-                            help="delta of the certificate, an exact fraction in (0, 1) (default: the spec's [privacy] "
-                                 "delta)")
+                            help=delta_help or "delta of the certificate, an exact fraction in (0, 1) (default: the "
+                                                    "spec's [privacy] delta)")
     parser.add_argument("--allow-large-rho", action="store_true",
                         help=f"acknowledge a budget above the cap (rho > {MAX_RHO_TEXT}): barely protected")
 
 
 def budget(args):
-    """The das.runspec.Budget the budget arguments give (or None when none was given)."""
-    from das.runspec import Budget
+    """The das.driver.runspec.Budget the budget arguments give (or None when none was given)."""
+    from das.driver.runspec import Budget
 
     given = Budget(rho=getattr(args, "rho", None), eps=getattr(args, "eps", None), delta=getattr(args, "delta", None))
     return given if given else None
+
+
+def add_overwrite(parser: argparse.ArgumentParser, what: str, *, where: str = "the output directory",
+                  then: str = "") -> None:
+    """--overwrite, said the same way by every command that writes a directory (das.frame.outdir decides what it
+    may delete): `what` is replaced in `where`, and nothing but its own files is ever deleted."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace {what} in {where}, deleting only its own files; a directory holding any other "
+                             f"file is refused{then}")

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from das.cli.args import nonnegative_int, path, positive_float, positive_int, share, shipped
+from das.cli.args import add_overwrite, nonnegative_int, path, positive_float, positive_int, share, shipped
 
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:
@@ -48,8 +48,7 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--out", type=path, required=True,
                    help="output directory, outside the release (the scores against --truth are confidential); a "
                         "directory holding anything but an earlier `das attack` output is refused")
-    a.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier `das attack` output in --out (deleting only its own files)")
+    add_overwrite(a, "an earlier `das attack` output", where="--out")
     a.set_defaults(func=_cmd_attack)
     return a
 
@@ -58,8 +57,8 @@ def _cmd_attack(args) -> int:
     import das
     from das.attack.command import AttackConfig
     from das.attack.data import AttackError
-    from das.errors import InputError, SpecError
-    from das.specfile import cut_long_words
+    from das.core.errors import InputError, SpecError
+    from das.model.specfile import cut_long_words
 
     flags = {name: getattr(args, name) for name in AttackConfig.__dataclass_fields__}
     flags["baselines"] = tuple(b.strip() for b in args.baselines.split(",") if b.strip())

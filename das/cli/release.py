@@ -9,6 +9,7 @@ import sys
 from das.cli.args import (
     SEED_HELP,
     add_budget,
+    add_overwrite,
     budget,
     delta,
     fraction,
@@ -23,10 +24,10 @@ from das.cli.args import (
 
 def _cmd_run(args) -> int:
     import das
-    from das.errors import RunError
+    from das.core.errors import RunError
 
     if args.resume:
-        from das.run import resume_run  # heavy: imported when it runs, so a refused command stays quick
+        from das.driver.run import resume_run  # heavy: imported when it runs, so a refused command stays quick
 
         if args.overwrite:
             raise RunError("--resume continues a run; it cannot be combined with --overwrite")
@@ -63,9 +64,9 @@ def _cmd_validate(args) -> int:
 
 def _cmd_publish(args) -> int:
     import das
-    from das.manifest import RunDirError
-    from das.publish import PublishError
-    from das.specfile import cut_long_words
+    from das.frame.publish import PublishError
+    from das.frame.records import RunDirError
+    from das.model.specfile import cut_long_words
 
     try:
         bundle = das.publish(args.run_dir, to=args.to, overwrite=args.overwrite)
@@ -82,7 +83,7 @@ def _cmd_publish(args) -> int:
 
 
 def _cmd_keygen(args) -> int:
-    from das.signing import keygen
+    from das.frame.signing import keygen
 
     private, public, fingerprint = keygen(args.key)
     print(f"wrote {private} (the private key: keep it with the operator, readable by you only) and {public} "
@@ -123,7 +124,7 @@ def _cmd_privacy(args) -> int:
 def _budget_conversion(args) -> int:
     """`das privacy --eps E --delta D` (the largest rho within it) or `--rho R --delta D` (its eps): no spec."""
     import das
-    from das.errors import RunError
+    from das.core.errors import RunError
     from das.privacy.certificate import delta_text, fraction_text
 
     if args.delta is None or (args.rho is None) == (args.eps is None):
@@ -142,7 +143,7 @@ def _budget_conversion(args) -> int:
 
 
 def _cmd_measure(args) -> int:
-    from das.run import measure_only
+    from das.driver.run import measure_only
 
     manifest = measure_only(args.spec, args.out, seed=args.seed, overwrite=args.overwrite,
                             allow_large_rho=args.allow_large_rho, budget=budget(args), signing_key=args.signing_key)
@@ -150,7 +151,7 @@ def _cmd_measure(args) -> int:
     v = manifest.validation
     print(f"validation: {'PASSED' if v.valid else 'FAILED'} ({len(v.checks)} checks)")
     if not manifest.private:  # said on stdout too: -q keeps errors only
-        from das.run import NOT_PRIVATE
+        from das.frame.lifecycle import NOT_PRIVATE
 
         print("NOTE: " + NOT_PRIVATE)
     print(f"wrote {len(manifest.nmf)} NMF files{also}, manifest.json and its signature to {args.out}")
@@ -158,7 +159,7 @@ def _cmd_measure(args) -> int:
 
 
 def _cmd_tables(args) -> int:
-    from das.summary_files import convert
+    from das.io.summary_files import convert
 
     written = convert(args.source, args.out, args.format, names=args.names)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
@@ -168,7 +169,7 @@ def _cmd_tables(args) -> int:
 def _cmd_audit_privacy(args) -> int:
     from das.attack.privacy import audit_spec_main
     from das.attack.release_audit import audit_releases_main
-    from das.errors import SpecError
+    from das.core.errors import SpecError
 
     settings = {"rho": _text(args.rho), "delta": _text(args.delta), "seed": args.seed, "json_out": args.json,
                 "out": args.out, "overwrite": args.overwrite}
@@ -197,9 +198,7 @@ def _add_publish(sub) -> None:
     pb.add_argument("run_dir", type=path, help="a das run directory (written by das run, das synth)")
     pb.add_argument("--to", type=path, required=True, metavar="DIR_OR_TAR",
                     help="the bundle: a directory (new or empty), or an archive FILE.tar")
-    pb.add_argument("--overwrite", action="store_true",
-                    help="replace an earlier bundle there (only its own files are deleted); a directory holding "
-                         "any other file is refused")
+    add_overwrite(pb, "an earlier bundle", where="--to")
     pb.set_defaults(func=_cmd_publish)
 
 
@@ -256,9 +255,7 @@ def add_parsers(sub) -> None:
     m.add_argument("spec", type=path, help=spec_help())
     m.add_argument("--out", type=path, required=True, help="output directory (empty, or a das run to --overwrite)")
     m.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
-    m.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
+    add_overwrite(m, "the das run")
     add_budget(m)
     _add_signing_key(m)
     m.set_defaults(func=_cmd_measure)
@@ -300,8 +297,7 @@ def _add_audit_privacy(sub) -> None:
     a.add_argument("--out", type=path, default=None,
                    help="also write the report to this directory (audit.json, and audit.md: a short summary); "
                         "default: none, the report is printed only")
-    a.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier audit in --out (deleting only its own files; anything else is refused)")
+    add_overwrite(a, "an earlier audit", where="--out")
     a.set_defaults(func=_cmd_audit_privacy)
 
 
@@ -331,9 +327,7 @@ def _add_run(sub) -> None:
                         "file name without .toml)")
     r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     r.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
-    r.add_argument("--overwrite", action="store_true",
-                   help="replace the das run in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
+    add_overwrite(r, "the das run")
     add_budget(r)
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.add_argument("--resume", type=path, metavar="RUN_DIR", default=None,

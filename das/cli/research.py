@@ -5,7 +5,18 @@ from __future__ import annotations
 import os
 import sys
 
-from das.cli.args import SEED_HELP, area_file, delta, fraction, names, nonnegative_int, path, positive_int, spec_help
+from das.cli.args import (
+    SEED_HELP,
+    add_budget,
+    add_overwrite,
+    area_file,
+    delta,
+    names,
+    nonnegative_int,
+    path,
+    positive_int,
+    spec_help,
+)
 from das.mechanisms import registry
 
 # das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
@@ -135,9 +146,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
     r.add_argument("--areas", type=area_file, action="append", metavar="TYPE=PATH", help=AREAS_HELP)
-    r.add_argument("--overwrite", action="store_true",
-                   help="replace another study in --out (deleting only the study's own files and its report; a "
-                        "directory holding anything else is refused); without it the same study is continued")
+    add_overwrite(r, "another study", where="--out", then="; without it the same study is continued")
     r.add_argument("--report", action="store_true", help="also write the report (das report OUT)")
     r.set_defaults(func=_cmd_replicate)
 
@@ -185,14 +194,8 @@ def _add_compare(sub) -> None:
                    help=f"comma list of topdown, {', '.join(registry.ENTRIES)} (mst and aim need pip install 'das[mbi]')")
     c.add_argument("--seeds", type=positive_int, default=20, help="releases per mechanism (seeds 0..N-1, NOT private)")
     c.add_argument("--out", type=path, required=True, help="output directory of the comparison (confidential)")
-    c.add_argument("--rho", type=fraction, default=None, help="persons budget, an exact fraction (default: the spec's)")
-    c.add_argument("--eps", type=fraction, default=None,
-                   help="or the persons budget as eps at --delta: the largest exact rho whose certificate is within it "
-                        "(default: --rho's budget)")
-    c.add_argument("--delta", type=delta, default=None,
-                   help="delta of --eps: the spec's [privacy] delta, at which every release is certified (default)")
-    c.add_argument("--allow-large-rho", action="store_true",
-                   help="acknowledge a budget above the cap (rho > 10): barely protected")
+    add_budget(c, rho_help="persons zCDP budget of every release, an exact fraction like 1/2 or 0.25 (default: the spec's)",
+               delta_help="delta of --eps: the spec's [privacy] delta, at which every release is certified (default)")
     c.add_argument("--attack-blocks", type=nonnegative_int, default=10,
                    help="blocks attacked, across the size range (0: none)")
     c.add_argument("--attack-seeds", type=nonnegative_int, default=None,
@@ -203,7 +206,5 @@ def _add_compare(sub) -> None:
     c.add_argument("--tables", type=path, default=None, help="attack workload spec (default: the schema's)")
     c.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="worker processes of each release and attack")
-    c.add_argument("--overwrite", action="store_true",
-                   help="replace another comparison in --out (deleting only the comparison's own files; a directory "
-                        "holding anything else is refused); without it the same comparison is continued")
+    add_overwrite(c, "another comparison", where="--out", then="; without it the same comparison is continued")
     c.set_defaults(func=_cmd_compare)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from das.cli.args import SEED_HELP, add_budget, nonnegative_int, path, spec_help
+from das.cli.args import SEED_HELP, add_budget, add_overwrite, nonnegative_int, path, spec_help
 from das.mechanisms import registry
 
 
@@ -21,9 +21,7 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--out", type=path, required=True, help="output directory")
     s.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
     add_budget(s)
-    s.add_argument("--overwrite", action="store_true",
-                   help="replace the das release in the output directory, deleting only its own files; a directory "
-                        "holding any other file is refused")
+    add_overwrite(s, "the das release")
     s.add_argument("--signing-key", metavar="KEY", default=None,
                    help="sign the release with this Ed25519 private key (das keygen); default: a key of the "
                         "release's own, kept in its operator files (docs/outputs.md)")
@@ -33,11 +31,11 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
 
 def _cmd_synth(args) -> int:
     import das
-    from das.bundle import read_process
+    from das.frame.bundle import read_process
+    from das.frame.lifecycle import NOT_PRIVATE
     from das.mechanisms import MechanismError
+    from das.model.specfile import cut_long_words
     from das.privacy.certificate import delta_text, fraction_text
-    from das.run import NOT_PRIVATE
-    from das.specfile import cut_long_words
 
     try:
         release = das.synth(args.spec, mechanism=args.mechanism, out=args.out, seed=args.seed, overwrite=args.overwrite,

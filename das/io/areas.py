@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from das.errors import InputError
-from das.io.microdata import MAX_ROWS_LISTED, Problem, _Collector, _load
-from das.specfile import shown
+from das.core.errors import InputError
+from das.io.problems import MAX_ROWS_LISTED, Collector, Problem
+from das.io.tabular import load_table
+from das.model.specfile import shown
 
 GEOID = "GEOID"  # the block's 15-digit geocode
 AREA = "area"  # the id of the area the block is in
@@ -100,10 +101,10 @@ def read_areas(paths: Mapping[str, str | Path], blocks: np.ndarray, *, scope: Sc
     ids, files = {}, {}
     for type, given in paths.items():
         path = Path(given)
-        col = _Collector(path)
+        col = Collector(path)
         aligned = None
         if _type_name_ok(type, col):
-            table = _load(path, col)
+            table = load_table(path, col)
             frame = None if table is None else _frame(table, col)
             aligned = None if frame is None else _aligned(frame, sorted_blocks, col, scope=scope)
         if col.problems:
@@ -123,7 +124,7 @@ def areas_from_frames(frames: Mapping[str, pd.DataFrame], blocks: np.ndarray) ->
     problems: list[Problem] = []
     ids = {}
     for type, frame in frames.items():
-        col = _Collector(Path(f"{type} areas"))
+        col = Collector(Path(f"{type} areas"))
         if not _type_name_ok(type, col):
             pass
         elif not isinstance(frame, pd.DataFrame):
@@ -148,7 +149,7 @@ def _sorted_blocks(blocks: np.ndarray) -> np.ndarray:
     return text
 
 
-def _type_name_ok(type: str, col: _Collector) -> bool:
+def _type_name_ok(type: str, col: Collector) -> bool:
     if isinstance(type, str) and TYPE_NAME.fullmatch(type):
         return True
     col.add(f"the area type {shown(type)} is not a simple name: expected letters, digits and underscores, "
@@ -156,7 +157,7 @@ def _type_name_ok(type: str, col: _Collector) -> bool:
     return False
 
 
-def _frame(table: pa.Table, col: _Collector) -> pd.DataFrame | None:
+def _frame(table: pa.Table, col: Collector) -> pd.DataFrame | None:
     """The GEOID and area columns of a file (and names like them, for a hint; others ignored) as a DataFrame."""
     wanted = [name for name in table.column_names if name.strip().lower() in (GEOID.lower(), AREA.lower())]
     try:
@@ -166,7 +167,7 @@ def _frame(table: pa.Table, col: _Collector) -> pd.DataFrame | None:
         return None
 
 
-def _aligned(frame: pd.DataFrame, blocks: np.ndarray, col: _Collector, *, scope: Scope | None = None) -> np.ndarray | None:
+def _aligned(frame: pd.DataFrame, blocks: np.ndarray, col: Collector, *, scope: Scope | None = None) -> np.ndarray | None:
     """Each block's area id ('' for none) from a frame's rows, or None after reporting every problem."""
     geoid, area = _text(frame, GEOID, col), _text(frame, AREA, col)
     if geoid is not None:
@@ -182,7 +183,7 @@ def _aligned(frame: pd.DataFrame, blocks: np.ndarray, col: _Collector, *, scope:
     return ids
 
 
-def _text(frame: pd.DataFrame, name: str, col: _Collector) -> np.ndarray | None:
+def _text(frame: pd.DataFrame, name: str, col: Collector) -> np.ndarray | None:
     """A column as an object array of str (None or NaN where empty), after checking it exists and is text."""
     if name not in frame.columns:
         near = [str(c) for c in frame.columns if str(c).strip().lower() == name.lower()]
@@ -204,7 +205,7 @@ def _text(frame: pd.DataFrame, name: str, col: _Collector) -> np.ndarray | None:
     return values.to_numpy(dtype=object)
 
 
-def _block_index(geoid: np.ndarray, blocks: np.ndarray, col: _Collector, *, scope: Scope | None = None) -> np.ndarray:
+def _block_index(geoid: np.ndarray, blocks: np.ndarray, col: Collector, *, scope: Scope | None = None) -> np.ndarray:
     """Each row's index into `blocks` (-1: a block of another state of the run, with `scope`); rows whose
     GEOID is empty, malformed or not a block are reported."""
     missing = pd.isna(geoid)
@@ -231,7 +232,7 @@ def _block_index(geoid: np.ndarray, blocks: np.ndarray, col: _Collector, *, scop
     return index
 
 
-def _empty_ids(area: np.ndarray, col: _Collector) -> None:
+def _empty_ids(area: np.ndarray, col: Collector) -> None:
     """Rows without an area id (empty, null or only spaces) are reported."""
     missing = pd.isna(area)
     blank = pd.Series(area, dtype=object).fillna("").str.strip().eq("").to_numpy(dtype=bool)
@@ -242,7 +243,7 @@ def _empty_ids(area: np.ndarray, col: _Collector) -> None:
                 column=AREA, rows=bad, values=shown_values)
 
 
-def _listed_twice(geoid: np.ndarray, col: _Collector) -> None:
+def _listed_twice(geoid: np.ndarray, col: Collector) -> None:
     """Rows whose block was listed on an earlier row are reported, naming that row."""
     codes, _ = pd.factorize(pd.Series(geoid, dtype=object))  # missing values get -1
     repeated = np.flatnonzero(pd.Series(codes).duplicated().to_numpy() & (codes >= 0))

@@ -20,9 +20,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import atomic
-from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS
-from das.schema import Schema, load_schema
+from das.core import atomic
+from das.model.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS
+from das.model.schema import Schema, load_schema
 
 KINDS = ("persons", "units")
 
@@ -193,7 +193,7 @@ def write_batches(tables: Iterable[pa.Table], schema: pa.Schema, path: Path, *, 
                   metadata: dict | None = None, compression: str = "zstd", whole: bool = False) -> Path:
     """Write `tables` (all of `schema`) one after another as one file, holding one at a time; to a
     temporary name then renamed, so a partial file never looks complete. Parquet files carry
-    `metadata` (privacy mode, certificate, spec digest, code version: das/bundle.py); with `whole`,
+    `metadata` (privacy mode, certificate, spec digest, code version: das/frame/bundle.py); with `whole`,
     each table is one row group however long (otherwise row groups of at most STREAM_ROWS records, so
     that a reader, or the assembly of a partitioned run, holds a few MB at a time)."""
     if layout not in ("parquet", "pipe"):

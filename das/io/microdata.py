@@ -8,7 +8,7 @@ persons with the units file comes from the schema's constraints (facilities, str
 Columns are read as Arrow dictionary arrays: every check and every conversion runs on the
 distinct values of a column, then is broadcast to the rows by index (no per-row Python).
 
->>> from das.schema import load_schema
+>>> from das.model.schema import load_schema
 >>> inputs = read_inputs("geography_fixtures/tiny/persons.csv", "geography_fixtures/tiny/units.csv",
 ...                      load_schema("pl94_persons"))
 >>> inputs.person_histograms.shape, int(inputs.person_histograms.sum())
@@ -17,27 +17,23 @@ distinct values of a column, then is broadcast to the rows by index (no per-row 
 
 from __future__ import annotations
 
-import csv as pycsv
-import errno
-import os
-import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import rules
-from das.errors import InputError
-from das.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
-from das.histogram import block_histograms
-from das.schema import Schema
-from das.specfile import shown
+from das.core.errors import InputError
+from das.io.problems import Collector, Problem
+from das.io.tabular import (
+    load_table,
+)
+from das.model import rules
+from das.model.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
+from das.model.histogram import block_histograms
+from das.model.schema import Schema
 
 GEOGRAPHY = GEOCODE_COLUMNS
 BLOCK_GROUP = BLOCK_GROUP_COLUMN  # optional; the first digit of TABBLK
@@ -47,38 +43,6 @@ GEOCODE = "geocode (TABBLKST+TABBLKCOU+TABTRACTCE+TABBLK)"
 HOUSING_UNIT, GQ_FACILITY = 2, 4  # RTYPE
 OCCUPIED = 1  # HH_STATUS
 N_GQ_TYPES = 7
-MAX_ROWS_LISTED = 5  # rows listed per check, then a count of the rest
-OTHER_DELIMITERS = {"|": "pipe", ";": "semicolon", "\t": "tab"}
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with an input file: where (file, 1-based data row, column), the value
-    found and what was expected. Never a whole row.
-
-    >>> print(Problem("persons.csv", 17, "CENRACE", "64", "one of '01'..'63'", csv=True))
-    persons.csv row 17 (line 18), column CENRACE: '64' is not valid (expected one of '01'..'63')
-    """
-
-    file: str
-    row: int | None  # 1-based data row (the CSV header is line 1, so row r is line r + 1)
-    column: str | None
-    value: str | None
-    expected: str  # what was expected; without a value, the whole description of the problem
-    csv: bool = False  # say the CSV line number too
-    unreadable: bool = False  # the file could not be opened or parsed at all
-
-    def __str__(self) -> str:
-        # a file that cannot be opened is named in full (which one was looked for?); others by name
-        where = self.file if self.unreadable else Path(self.file).name
-        if self.row is not None:
-            where += f" row {self.row}" + (f" (line {self.row + 1})" if self.csv else "")
-        if self.column is not None:
-            where += f", column {self.column}"
-        if self.value is not None:  # cut to a readable length: a bad value may be megabytes long
-            return f"{where}: {shown(self.value)} is not valid (expected {self.expected})"
-        return f"{where}: {self.expected}"
-
 
 
 @dataclass(frozen=True)
@@ -110,221 +74,8 @@ class Inputs:
 # Collecting problems
 
 
-class _Collector:
-    """Problems of one file."""
-
-    def __init__(self, path: Path):
-        self.path = str(path)
-        self.csv = path.suffix.lower() == ".csv"
-        self.problems: list[Problem] = []
-
-    def add(self, expected: str, *, column: str | None = None, rows=None, values=None,
-            unreadable: bool = False) -> None:
-        """One problem per offending row (the first few), then a count of the rest.
-        `rows` are 0-based data rows; `values` (optional) the offending value of each."""
-        if rows is None:
-            self.problems.append(Problem(self.path, None, column, None, expected, self.csv, unreadable))
-            return
-        rows = np.asarray(rows)
-        for i, r in enumerate(rows[:MAX_ROWS_LISTED]):
-            value = None if values is None else str(values[i])
-            self.problems.append(Problem(self.path, int(r) + 1, column, value, expected, self.csv))
-        if len(rows) > MAX_ROWS_LISTED:
-            self.problems.append(Problem(self.path, None, column, None,
-                                         f"... and {len(rows) - MAX_ROWS_LISTED:,} more rows with the "
-                                         f"same problem (expected {expected})", self.csv))
-
-
 # ---------------------------------------------------------------------------------------------
 # Loading a file as an Arrow table
-
-
-def _load(path: Path, col: _Collector) -> pa.Table | None:
-    """A Parquet or CSV file (by extension) as an Arrow table; CSV columns are read as text."""
-    unopenable = _unopenable(path)
-    if unopenable:
-        col.add(unopenable, unreadable=True)
-        return None
-    suffix = path.suffix.lower()
-    if suffix not in (".parquet", ".csv"):
-        col.add(f"unknown file extension {path.suffix!r}: expected .parquet or .csv", unreadable=True)
-        return None
-    if path.stat().st_size == 0:
-        col.add("the file is empty (0 bytes): expected a header and rows")
-        return None
-    return _load_parquet(path, col) if suffix == ".parquet" else _load_csv(path, col)
-
-
-def _unopenable(path: Path) -> str | None:
-    """Why a file cannot be opened for reading, said as what happened (None: it can be)."""
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return ("a broken symbolic link (its target does not exist): expected a .parquet or .csv file"
-                if os.path.lexists(path) else "file not found")
-    except OSError as e:
-        return "a symbolic link loop (it never reaches a file): expected a .parquet or .csv file" \
-            if e.errno == errno.ELOOP else f"cannot be read: {e.strerror or e}"
-    if stat.S_ISDIR(info.st_mode):
-        return "not a file (a directory?): expected a .parquet or .csv file"
-    if not stat.S_ISREG(info.st_mode):
-        return "not a regular file (a pipe or a device?): expected a .parquet or .csv file"
-    try:
-        with open(path, "rb"):
-            pass
-    except PermissionError:
-        return "permission denied: this user may not read the file"
-    except OSError as e:
-        return f"cannot be read: {e.strerror or e}"
-    return None
-
-
-def _duplicates(names: list[str]) -> list[str]:
-    return sorted({n for n in names if names.count(n) > 1})
-
-
-def _load_parquet(path: Path, col: _Collector) -> pa.Table | None:
-    try:
-        names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # a corrupt footer may hold non-UTF-8 names
-        col.add(f"not a Parquet file, or a corrupt one ({str(e).splitlines()[0]})", unreadable=True)
-        return None
-    dupes = _duplicates(names)
-    if dupes:
-        col.add(f"duplicate column name(s) {dupes}: every column must appear once")
-        return None
-    try:
-        return _ParquetColumns(pq.ParquetFile(path), names)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
-        col.add(f"the Parquet data could not be read ({str(e).splitlines()[0]})", unreadable=True)
-        return None
-
-
-class _ParquetColumns:
-    """A Parquet file's columns, each read when asked for (a ChunkedArray), as `pa.Table` gives them: a reader
-    holds the Arrow buffers of the column it converts, not the whole file's (38M persons: 1.5 GB less)."""
-
-    def __init__(self, parquet: pq.ParquetFile, names: list[str]):
-        self.parquet, self.column_names = parquet, names
-        self.num_rows = parquet.metadata.num_rows
-
-    def __getitem__(self, name: str) -> pa.ChunkedArray:
-        return self.parquet.read(columns=[name]).column(0)
-
-    def select(self, names: list[str]) -> pa.Table:
-        """Those columns as a table (the area files' two)."""
-        return self.parquet.read(columns=names)
-
-
-def _load_csv(path: Path, col: _Collector) -> pa.Table | None:
-    with open(path, "rb") as f:
-        raw_header = f.readline()
-    try:
-        header = raw_header.decode("utf-8-sig").rstrip("\r\n")
-    except UnicodeDecodeError:
-        col.add("a header line of UTF-8 text naming the columns (line 1 has bytes that are not UTF-8)",
-                unreadable=True)
-        return None
-    if not header.strip():
-        col.add("the first line is empty: expected a header line naming the columns", unreadable=True)
-        return None
-    try:
-        names = next(pycsv.reader([header]))
-    except pycsv.Error:  # e.g. a lone carriage return inside the line: Python's reader refuses it
-        col.add("a header line of comma-separated column names (line 1 holds a carriage return or another "
-                "character the CSV reader refuses inside a name)", unreadable=True)
-        return None
-    if len(names) == 1:
-        for delimiter, word in OTHER_DELIMITERS.items():
-            if delimiter in header:
-                col.add(f"the header is a single column containing {delimiter!r}: the file looks "
-                        f"{word}-delimited; expected comma-separated values")
-                return None
-    dupes = _duplicates(names)
-    if dupes:
-        col.add(f"duplicate column name(s) {dupes} in the header: every column must appear once")
-        return None
-
-    def read(block_size: int | None = None) -> pa.Table:
-        return pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(block_size=block_size) if block_size else None,
-            convert_options=pacsv.ConvertOptions(
-                column_types={n: pa.string() for n in names}, null_values=[""],
-                strings_can_be_null=True, quoted_strings_can_be_null=True),
-        )
-
-    # No Python callback (invalid_row_handler) goes to Arrow: its pool threads release the reader
-    # after read_csv returns, and releasing a Python object there can run into interpreter exit
-    # (std::terminate, rc 134, when a run stops early on an input error). Rows with the wrong
-    # number of fields are found by a plain scan, only when Arrow refuses the file.
-    try:
-        try:
-            return read()
-        except pa.ArrowInvalid as e:
-            if "straddling" not in str(e):
-                raise
-            # a field larger than Arrow's block (1 MB): read again in one block, so the field is read and checked
-            return read(block_size=min(path.stat().st_size + 1, 2**31 - 1))
-    except UnicodeDecodeError:  # a malformed row's bytes are not UTF-8
-        return _non_utf8(path, col)
-    except pa.ArrowException as e:
-        bad = _rows_with_wrong_width(path, len(names)) if isinstance(e, pa.ArrowInvalid) else []
-        if bad:
-            col.add(f"{len(names)} comma-separated fields, as many as the header",
-                    rows=np.asarray([row for row, _ in bad]), values=[f"{width} fields" for _, width in bad])
-            return None
-        # Arrow's message can quote a record: say only which column, never the text.
-        message = str(e)
-        found = re.search(r"CSV column #(\d+)", message)
-        column = names[int(found.group(1))] if found and int(found.group(1)) < len(names) else None
-        if "UTF8" in message:
-            return _non_utf8(path, col, column)
-        col.add("a well-formed comma-separated file (the CSV parser stopped; its message is "
-                "withheld because it may quote a record)", column=column, unreadable=True)
-        return None
-
-
-def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tuple[int, int]]:
-    """(data row, number of fields) of the rows whose width differs from the header's (at most `limit`)."""
-    bad = []
-    field_limit = pycsv.field_size_limit()
-    pycsv.field_size_limit(max(field_limit, min(path.stat().st_size + 1, 2**31 - 1)))  # a field of any size is read
-    try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
-            rows = pycsv.reader(f)
-            next(rows, None)
-            for i, row in enumerate(rows):
-                if row and len(row) != width:
-                    bad.append((i, len(row)))
-                    if len(bad) >= limit:
-                        break
-    except pycsv.Error:  # the scan cannot go on: the rows found so far (the caller reports the file otherwise)
-        pass
-    finally:
-        pycsv.field_size_limit(field_limit)
-    return bad
-
-
-def _non_utf8(path: Path, col, column: str | None = None) -> None:
-    """Locate the first row whose bytes are not UTF-8 (its row, never its text)."""
-    line = _first_non_utf8_line(path)
-    if line is None:
-        col.add("text encoded as UTF-8", column=column, unreadable=True)
-    else:
-        col.add("text encoded as UTF-8 (this row has bytes that are not)", column=column, rows=[line - 2])
-    return None
-
-
-def _first_non_utf8_line(path: Path) -> int | None:
-    """The 1-based line number of the first line that is not valid UTF-8, or None."""
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                return number
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,7 +120,7 @@ def _shown(values, rows: np.ndarray) -> np.ndarray:
     return values.at(rows) if isinstance(values, _Encoded) else np.asarray(values)[rows]
 
 
-def _column(table: pa.Table, name: str, kind: str, col: _Collector, *, needed_for: str):
+def _column(table: pa.Table, name: str, kind: str, col: Collector, *, needed_for: str):
     """A column as int64 values (kind "int") or an _Encoded text column (kind "text"), after
     checking that it exists, has no nulls and has the right type; None after a problem."""
     if name not in table.column_names:
@@ -429,7 +180,7 @@ def _show_codes(codes) -> str:
     return "one of " + ", ".join(map(repr, codes))
 
 
-def _levels(values, codes, name: str, col: _Collector, *, row_of=None) -> np.ndarray | None:
+def _levels(values, codes, name: str, col: Collector, *, row_of=None) -> np.ndarray | None:
     """Level index of each value given the codes of the levels (values: int64 array or _Encoded);
     `row_of` maps value positions to file rows (when only some rows are counted)."""
     lookup = pd.Index(list(codes))
@@ -452,7 +203,7 @@ def _levels(values, codes, name: str, col: _Collector, *, row_of=None) -> np.nda
 # Geography
 
 
-def _geocodes(table: pa.Table, col: _Collector, what: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _geocodes(table: pa.Table, col: Collector, what: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(distinct 15-digit geocodes, index of each row's geocode), or None after reporting problems."""
     parts = []
     for name, width in GEOGRAPHY:
@@ -505,8 +256,8 @@ class _Units:
     block_index: np.ndarray  # (n_rows,) each row's block
 
 
-def _read_units(path: Path, col: _Collector) -> _Units | None:
-    table = _load(path, col)
+def _read_units(path: Path, col: Collector) -> _Units | None:
+    table = load_table(path, col)
     if table is None:
         return None
     if table.num_rows == 0:
@@ -557,7 +308,7 @@ def _read_units(path: Path, col: _Collector) -> _Units | None:
 def read_units(path) -> UnitInventory:
     """The block universe and its invariants from a units file; InputError lists every problem."""
     path = Path(path)
-    col = _Collector(path)
+    col = Collector(path)
     units = _read_units(path, col)
     if col.problems:
         raise InputError(col.problems)
@@ -576,8 +327,7 @@ class _Read:
     levels: dict  # attribute name -> (n,) level of each record
 
 
-
-def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: _Collector, *,
+def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: Collector, *,
              block_index: np.ndarray | None = None) -> _Read | None:
     """The records a schema counts in a table, or None after reporting problems. `blocks`: the
     universe (None: the units file is unusable; check this file alone); `block_index`: each
@@ -642,8 +392,8 @@ def read_person_levels(path, schema: Schema) -> tuple[np.ndarray, np.ndarray, np
     """A persons file read alone (no units file): (its blocks, sorted; each record's block index;
     each record's level per schema attribute), or InputError listing every problem."""
     path = Path(path)
-    col = _Collector(path)
-    table = _load(path, col)
+    col = Collector(path)
+    table = load_table(path, col)
     geo = None if table is None else _geocodes(table, col, "person")
     read = None
     if geo is not None:
@@ -660,8 +410,8 @@ def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
     """The records of one file that `schema` counts (persons with a persons schema, units with
     a units schema), located in the universe `blocks`; InputError lists every problem."""
     path = Path(path)
-    col = _Collector(path)
-    table = _load(path, col)
+    col = Collector(path)
+    table = load_table(path, col)
     read = None if table is None else _records(table, schema, np.asarray(blocks), col)
     if col.problems:
         raise InputError(col.problems)
@@ -672,8 +422,8 @@ def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
 # Persons against the units file
 
 
-def _rule_checks(read: _Read, inventory: UnitInventory, schema: Schema, col: _Collector) -> None:
-    """The schema's rules hold in the input (das.rules): every record beyond its block's upper bound
+def _rule_checks(read: _Read, inventory: UnitInventory, schema: Schema, col: Collector) -> None:
+    """The schema's rules hold in the input (das.model.rules): every record beyond its block's upper bound
     for its answer cell is named, e.g. a person where the units file has no facility of their type
     (or no housing unit for a household person), or anyone in a structural-zero cell."""
     records = read.records
@@ -711,9 +461,9 @@ def collect_problems(persons_path, units_path, schema: Schema,
     """Every problem in the two files (each check runs, none stops the others), and the inputs
     when there are none."""
     units_path, persons_path = Path(units_path), Path(persons_path)
-    ucol, pcol = _Collector(units_path), _Collector(persons_path)
+    ucol, pcol = Collector(units_path), Collector(persons_path)
     units = _read_units(units_path, ucol)
-    table = _load(persons_path, pcol)
+    table = load_table(persons_path, pcol)
     persons = None
     if table is not None:
         persons = _records(table, schema, None if units is None else units.inventory.blocks, pcol)

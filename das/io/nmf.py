@@ -2,7 +2,7 @@
 exact variance, as Parquet, so others can re-run or replace the post-processing.
 
 Layout: `nmf/<release>/<level>.parquet`, one file per level (a partitioned run: the levels
-below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; das.rundir.nmf_level_files);
+below the state as `nmf/<release>/<level>/<state>.parquet`, one file per state; das.frame.rundir.nmf_level_files);
 each row group holds whole geounits
 of one query (at most ROW_GROUP_ROWS rows unless one geounit has more), with a geocode dictionary
 of just those geounits, so a range read decodes little beyond its range; within a query, rows run
@@ -12,7 +12,7 @@ statistics are written for query only (readers find each query's row groups from
 A file is written under a temporary name and renamed when complete, so a present file is a whole
 level. While a level is being measured, each (query, chunk) is committed on its own to
 `<level>.parquet.parts/` (the noisy answers in the narrowest integer type that holds them exactly,
-zstd; see das/measure.py) and the level file is assembled from those parts.
+zstd; see das/topdown/measure.py) and the level file is assembled from those parts.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from das import atomic
+from das.core import atomic
 
 NMF_SCHEMA = pa.schema([
     ("level", pa.dictionary(pa.int32(), pa.string())),

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import atomic
-from das.geography import DEFAULT_LEVELS, Geography
+from das.core import atomic
+from das.core.registry import add_named
+from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io import pl94171
 from das.io.tables import (
@@ -38,9 +39,9 @@ from das.io.tables import (
     table_slices,
     write_tables,
 )
-from das.rundir import RunDir
-from das.schema import Schema
-from das.spine import spine_table
+from das.model.geography import DEFAULT_LEVELS, Geography
+from das.model.schema import Schema
+from das.model.spine import spine_table
 
 _HERE = RunDir(".")  # file patterns relative to a run directory, from RunDir's layout
 ROW_GROUP_ROWS = TABLE_ROWS  # a table part's row groups, and the assembled tables' (P2: 10 MB)
@@ -58,7 +59,7 @@ class OutputPlan:
     mdf_layout: str = "parquet"
     mdf_kinds: tuple[str, ...] = mdf_io.KINDS  # a synthetic release (das synth) has no units MDF
     nmf: bool = True  # the release was measured (TopDown): its NMF is one of its outputs
-    spine: bool = False  # measured on a spine other than the standard one (das.spine): it is published
+    spine: bool = False  # measured on a spine other than the standard one (das.model.spine): it is published
 
     @property
     def part_levels(self) -> tuple[str, ...]:
@@ -79,7 +80,7 @@ class SolvedRelease:
     schemas: dict[str, Schema]
     solved: dict[str, sp.csr_matrix]
     gq_facilities: np.ndarray | None = None
-    spine: Geography | None = None  # the engine's geography, when not `geography` (das.spine)
+    spine: Geography | None = None  # the engine's geography, when not `geography` (das.model.spine)
     housing_units: np.ndarray | None = None
 
     def by_schema(self) -> dict[str, tuple[Schema, sp.csr_matrix]]:
@@ -136,10 +137,7 @@ OUTPUTS: dict[str, Output] = {}
 
 def register(output: Output) -> Output:
     """Add an output kind: every release that wants it writes, assembles, lists and validates it from now on."""
-    if not output.name or output.name in OUTPUTS:
-        raise ValueError(f"an output needs a new name; {output.name!r} is {'taken' if output.name else 'empty'}")
-    OUTPUTS[output.name] = output
-    return output
+    return add_named(OUTPUTS, output, "an output")
 
 
 def unregister(name: str) -> None:
@@ -372,7 +370,7 @@ class Pl94171Output(Output):
 
 
 class NmfOutput(Output):
-    """The noisy measurement file: written by the measurement itself (das.measure), straight into place
+    """The noisy measurement file: written by the measurement itself (das.topdown.measure), straight into place
     (a partitioned run's states write their own files of the levels below the state); listed apart."""
 
     name = "nmf"
@@ -418,7 +416,7 @@ def assemble_spine(run_dir: RunDir, part_dirs: list[RunDir], metadata: dict) -> 
 
 
 class SpineOutput(Output):
-    """The spine a release was measured and solved on, when not the standard one (das.spine): every block and
+    """The spine a release was measured and solved on, when not the standard one (das.model.spine): every block and
     its unit at the levels the spine re-forms, so the NMF's geounits of those levels can be read."""
 
     name = "spine"

@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from das import atomic
-from das.geography import Geography
+from das.core import atomic
+from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io.outputs import NationRelease, OutputPlan, Part, SolvedRelease, wanted
-from das.rundir import RunDir
-from das.schema import Schema
+from das.model.geography import Geography
+from das.model.schema import Schema
 
 
 def state_of(blocks: np.ndarray) -> str:

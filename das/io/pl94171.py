@@ -23,14 +23,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import scipy.sparse as sp
 
-from das.errors import InputError, SpecError
-from das.geography import Geography
-from das.histogram import block_histograms
+from das.core.errors import InputError, SpecError
+from das.frame.records import RunDirError
+from das.frame.rundir import RunDir
 from das.io.microdata import read_records, read_units
-from das.manifest import RunDirError
-from das.rundir import RunDir
-from das.schema import Schema, resolve_spec
-from das.specfile import load_toml
+from das.model.geography import Geography
+from das.model.histogram import block_histograms
+from das.model.schema import Schema, resolve_spec
+from das.model.specfile import load_toml
 
 SEGMENT_KEYS = ("FILEID", "STUSAB", "CHARITER", "CIFSN", "LOGRECNO")
 MAX_LINES_LISTED = 5  # lines listed per problem, then a count of the rest

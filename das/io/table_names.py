@@ -9,7 +9,7 @@ applied to both): cells are never recomputed, only renamed. A column one naming 
 the other: das's `total` of P5 (every person) is no PL field; the PL's derived "Population of two or
 more races" (P0010009) is no das column and is named by its PL label.
 
->>> from das.schema import load_schema
+>>> from das.model.schema import load_schema
 >>> from das.io.tables import load_tables
 >>> p1 = load_tables("pl94")[0]
 >>> names = pl_fields(p1, load_schema("pl94_persons"))
@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from das.errors import SpecError
+from das.core.errors import SpecError
 from das.io.pl94171 import PLLayout, load_layout
 from das.io.tables import TableSpec, column_names, table_matrix
-from das.schema import Schema
+from das.model.schema import Schema
 
 NAMINGS = ("readable", "pl")  # the default first
 

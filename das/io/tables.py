@@ -16,11 +16,11 @@ import pandas as pd
 import pyarrow as pa
 import scipy.sparse as sp
 
-from das.errors import SpecError
-from das.geography import Geography
+from das.core.errors import SpecError
 from das.io.mdf import write_slices
-from das.schema import Schema, resolve_spec
-from das.specfile import load_toml
+from das.model.geography import Geography
+from das.model.schema import Schema, resolve_spec
+from das.model.specfile import load_toml
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def compute_table(
 
 def arrow_table(frame: pd.DataFrame, metadata: dict | None = None) -> pa.Table:
     """A table's rows as Arrow, carrying `metadata` alone in its key-value metadata, as every table file does
-    (not pandas' description of the frame: a public file holds only declared metadata, das.published)."""
+    (not pandas' description of the frame: a public file holds only declared metadata, das.frame.published)."""
     return pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(metadata or None)
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from das import rules
-from das.errors import SpecError
-from das.io.microdata import Inputs, Problem, collect_problems
-from das.schema import Schema, load_schema
+from das.core.errors import SpecError
+from das.io.microdata import Inputs, collect_problems
+from das.io.problems import Problem
+from das.model import rules
+from das.model.schema import Schema, load_schema
 
 
 def validate_input(persons_path, units_path, schema: Schema) -> list[Problem]:

@@ -35,7 +35,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, check_add_remove, selection_eps
-from das.mechanisms.domain import Domain, assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.domain import Domain, fit_per_geounit
 from das.mechanisms.pgm import FIT_DETAIL, FIT_TOL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
 from das.privacy.certificate import fraction_text
 from das.privacy.exponential import exponential_mechanism, exponential_rho
@@ -158,17 +158,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
 
 def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     load_mbi()
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    planned = plan(data.public(level), data.ledger)
-    schedule = planned.schedule
-    parts, rounds = [], {}
-    for geocode, block_index in geounits(data.geography, level):
-        domain = Domain(data.schema, len(block_index))
-        out, rounds[geocode] = aim_unit(unit_counts(data.histograms, block_index), domain, schedule,
-                                        data.rng.spawn(geocode))
-        parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, data.schema.size, parts),
-                     {**planned.details, "rounds": rounds})
+    return fit_per_geounit(data, plan, aim_unit, preferred=LEVEL, level=level, details=("rounds",))
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "initial_rounds": "parameter: AIM's T = 16 d (the starting noise)",

@@ -26,8 +26,9 @@ from fractions import Fraction
 
 import scipy.sparse as sp
 
-from das.errors import BudgetError, SpecError
-from das.geography import Geography
+from das.core.errors import BudgetError, SpecError
+from das.model.geography import Geography
+from das.model.schema import Schema
 from das.privacy.accounting import (
     CONVERSION,
     EPS_ROUNDING,
@@ -41,7 +42,6 @@ from das.privacy.accounting import (
 from das.privacy.certificate import Certificate, Charge, fraction_text
 from das.privacy.exponential import exponential_rho
 from das.privacy.randomness import RandomSource
-from das.schema import Schema
 
 NEIGHBOURS = ("bounded neighbours: datasets that differ by changing one record (a record's block is part of the "
               "record, so a change may move a person between geounits); no invariant of the persons is kept, only the "

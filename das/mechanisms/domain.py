@@ -8,14 +8,16 @@ block-major: cell = local_block * schema.size + schema cell.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from das.geography import Geography
-from das.progress import bar
-from das.schema import Schema
+from das.core.progress import bar
+from das.mechanisms.base import Synthesis
+from das.model.geography import Geography
+from das.model.schema import Schema
 
 BLOCK = "block"
 MAX_DOMAIN_CELLS = 4_000_000  # per geounit: its domain as float64 is 32 MB
@@ -89,7 +91,7 @@ def fitting_level(geography: Geography, schema: Schema, preferred: str = "tract"
 
 def geounits(geography: Geography, level: str):
     """(geocode, its block indices) of every geounit at `level`, blocks in geocode order: a mechanism's loop over
-    its geounits, counted by a progress bar on a terminal (das.progress)."""
+    its geounits, counted by a progress bar on a terminal (das.core.progress)."""
     unit_of_block = geography.block_to_unit(level)
     order = np.argsort(unit_of_block, kind="stable")
     bounds = np.searchsorted(unit_of_block[order], np.arange(geography.n_units(level) + 1))
@@ -156,3 +158,23 @@ class Merged:
         index, size = self.marginal(self.names)
         multiplicity = np.bincount(index, minlength=size)
         return joint[index] / multiplicity[index]
+
+
+def fit_per_geounit(data, plan: Callable, unit: Callable, *, preferred: str, level: str | None = None,
+                    rounds: int | None = None, details: tuple[str, ...] = ()) -> Synthesis:
+    """A mechanism that fits each geounit on its own (mwem, privbayes, privsyn, mst, aim, rap): its plan charged at
+    `level` (default: the finest of `preferred`'s that fits, `fitting_level`), then `unit(counts, domain, schedule,
+    rng)` on each geounit's true counts over its Domain with its own random stream (named by its geocode), the
+    blocks' histograms assembled. With `details`, `unit` gives (counts, one value per name) and each name is
+    published by geocode beside the plan's details. `data` is the SynthesisInput."""
+    level = level or fitting_level(data.geography, data.schema, preferred)
+    planned = plan(data.public(level, rounds), data.ledger)
+    parts, found = [], {name: {} for name in details}
+    for geocode, block_index in geounits(data.geography, level):
+        got = unit(unit_counts(data.histograms, block_index), Domain(data.schema, len(block_index)), planned.schedule,
+                   data.rng.spawn(geocode))
+        out, *extra = got if details else (got,)
+        parts.append((block_index, out))
+        for name, value in zip(details, extra, strict=True):
+            found[name][geocode] = value
+    return Synthesis(assemble(data.geography.n_blocks, data.schema.size, parts), {**planned.details, **found})

@@ -32,7 +32,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, Merged, assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.domain import BLOCK, Domain, Merged, fit_per_geounit
 from das.mechanisms.pgm import FIT_DETAIL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
@@ -152,17 +152,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
 
 def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
     load_mbi()
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    planned = plan(data.public(level), data.ledger)
-    schedule, schema = planned.schedule, data.schema
-    parts, trees, merged = [], {}, {}
-    for geocode, block_index in geounits(data.geography, level):
-        domain = Domain(schema, len(block_index))
-        out, trees[geocode], merged[geocode] = mst_unit(unit_counts(data.histograms, block_index), domain, schedule,
-                                                        data.rng.spawn(geocode))
-        parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {**planned.details, "trees": trees, "merged": merged})
+    return fit_per_geounit(data, plan, mst_unit, preferred=LEVEL, level=level, details=("trees", "merged"))
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "eps_select": "parameter: each selection's eps",

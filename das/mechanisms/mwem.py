@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.domain import BLOCK, Domain, fit_per_geounit
 from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
@@ -160,16 +160,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
 
 
 def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    planned = plan(data.public(level, rounds), data.ledger)
-    schedule, schema = planned.schedule, data.schema
-    parts = []
-    for geocode, block_index in geounits(data.geography, level):
-        domain = Domain(schema, len(block_index))
-        counts = unit_counts(data.histograms, block_index)
-        out = synthesize_unit(counts, domain, schedule, data.rng.spawn(geocode))
-        parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts), dict(planned.details))
+    return fit_per_geounit(data, plan, synthesize_unit, preferred=LEVEL, level=level, rounds=rounds)
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: rounds of the schedule",

@@ -30,7 +30,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.domain import BLOCK, Domain, fit_per_geounit
 from das.mechanisms.rounding import round_by_block
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
@@ -127,17 +127,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
 
 
 def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    planned = plan(data.public(level), data.ledger)
-    schedule, schema = planned.schedule, data.schema
-    parts, networks = [], {}
-    for geocode, block_index in geounits(data.geography, level):
-        domain = Domain(schema, len(block_index))
-        out, networks[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, schedule,
-                                                 data.rng.spawn(geocode))
-        parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {**planned.details, "networks": networks})
+    return fit_per_geounit(data, plan, synthesize_unit, preferred=LEVEL, level=level, details=("networks",))
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "degree": "parameter: the network's degree",

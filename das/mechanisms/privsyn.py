@@ -36,7 +36,7 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput
-from das.mechanisms.domain import Domain, assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.domain import Domain, fit_per_geounit
 from das.privacy.sampler import discrete_gaussian
 
 LEVEL = "tract"
@@ -223,17 +223,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
 
 
 def run(data: SynthesisInput, level: str | None = None) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    planned = plan(data.public(level), data.ledger)
-    schedule, schema = planned.schedule, data.schema
-    parts, chosen = [], {}
-    for geocode, block_index in geounits(data.geography, level):
-        domain = Domain(schema, len(block_index))
-        out, chosen[geocode] = synthesize_unit(unit_counts(data.histograms, block_index), domain, schedule,
-                                               data.rng.spawn(geocode))
-        parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, schema.size, parts),
-                     {**planned.details, "marginals": chosen})
+    return fit_per_geounit(data, plan, synthesize_unit, preferred=LEVEL, level=level, details=("marginals",))
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "sigma2_indif": "parameter: the InDif scores' variance",

@@ -25,16 +25,16 @@ import numpy as np
 from das.attack.rap import RapConfig, initial_logits, mask_operators, project, relaxed_answers, softmax
 from das.attack.workload import AttackTable, Workload, build_workload, load_attack_tables
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
+from das.mechanisms.domain import fit_per_geounit
 from das.mechanisms.rounding import round_by_block
+from das.model.schema import Schema
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
-from das.schema import Schema
 
 LEVEL = "tract"
 ROUNDS = 10  # T
 # K, the queries selected and measured in a round. Grand Isle at the 2020 budget, seed 0, T = 10: K = 3, 5, 10, 20,
-# 50 gave block MAE 6.1, 6.6, 10.1, 13.5, 17.4: the noise of each query, not how many are measured, limits it
+# 50 gave block MAE 12.6, 10.9, 11.3, 13.5, 13.4 (docs/mechanisms.md): 5 is the best of them
 PER_ROUND = 5
 TOTAL_SHARE = Fraction(1, 20)
 SCORE_BITS = 16  # scores |true - relaxed answer| in integer units of 2^-16 (the relaxed answers rounded: public)
@@ -84,7 +84,7 @@ def _scores(truth: np.ndarray, relaxed: np.ndarray, total: int) -> np.ndarray:
 
 
 def synthesize_unit(counts: np.ndarray, schema: Schema, n_blocks: int, *, schedule: Schedule, rng,
-                    config: RapConfig = PROJECTION) -> np.ndarray:
+                    config: RapConfig) -> np.ndarray:
     """RAP on one tract's domain counts: integer counts over the domain."""
     queries = workload(schema, n_blocks)
     operators = mask_operators(queries, config.dtype)
@@ -126,7 +126,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
         for k in range(1, PER_ROUND + 1):
             ledger.exponential(level, f"round {r} select {k}", eps, SENSITIVITY, add_remove=ADD_REMOVE)
             sigma2 = ledger.gaussian(level, f"round {r} measure {k}", 2 * part - exponential_rho(eps))
-    return Plan(Schedule(sigma2_total, eps, sigma2, rounds), {
+    return Plan(Schedule(sigma2_total, eps, sigma2, rounds, PER_ROUND), {
         "level": level, "rounds": rounds, "queries_per_round": PER_ROUND, "eps_select": str(eps),
         "sigma2_measure": str(sigma2), "workload": f"block tables of specs/attack/{public.schema.name}.toml in every "
         "block, and the tract's detailed cells",
@@ -135,15 +135,10 @@ def plan(public: Public, ledger: Ledger) -> Plan:
 
 
 def run(data: SynthesisInput, level: str | None = None, rounds: int = ROUNDS) -> Synthesis:
-    level = level or fitting_level(data.geography, data.schema, LEVEL)
-    planned = plan(data.public(level, rounds), data.ledger)
-    parts = []
-    for geocode, block_index in geounits(data.geography, level):
-        counts = unit_counts(data.histograms, block_index)
-        out = synthesize_unit(counts, data.schema, len(block_index), schedule=planned.schedule,
-                              rng=data.rng.spawn(geocode))
-        parts.append((block_index, out))
-    return Synthesis(assemble(data.geography.n_blocks, data.schema.size, parts), dict(planned.details))
+    def unit(counts, domain, schedule, rng):
+        return synthesize_unit(counts, domain.schema, domain.n_blocks, schedule=schedule, rng=rng, config=PROJECTION)
+
+    return fit_per_geounit(data, plan, unit, preferred=LEVEL, level=level, rounds=rounds)
 
 
 DETAILS = {"level": "parameter: the geounits fitted", "rounds": "parameter: T, the rounds of the schedule",

@@ -1,7 +1,7 @@
 """`synthesize`: one mechanism's persons release, in the run-directory layout of `das run`.
 
 Same reader, same randomness source, same exact accountant and the same release frame as `das run`
-(das/frame.py: operator files, manifest with the certificate, the outputs registry's writers,
+(das/frame/lifecycle.py: operator files, manifest with the certificate, the outputs registry's writers,
 validation): manifest.json, mdf_persons.parquet, tables/, operator/ (input paths and keyed
 fingerprints, never published). A synthetic release holds no TopDown invariant and writes no NMF or
 units MDF; its manifest says what it holds (`holds`), and `das validate` checks exactly that.
@@ -14,9 +14,13 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from das import bundle, preflight, signing
-from das.errors import BudgetError, RunStopped, option
-from das.frame import (
+from das.core.errors import BudgetError, RunStopped, option
+from das.driver import preflight
+from das.driver.pipeline import code_version, release_rho
+from das.driver.run import EXPECTED
+from das.driver.runspec import Budget, load_run_spec
+from das.frame import bundle, signing
+from das.frame.lifecycle import (
     Completion,
     Opening,
     ReleaseFrame,
@@ -27,21 +31,18 @@ from das.frame import (
     output_plan,
     protected_paths,
 )
-from das.geography import Geography
+from das.frame.records import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
+from das.frame.rundir import RunDir
 from das.io.microdata import read_inputs
 from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables
-from das.manifest import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo
 from das.mechanisms.base import Ledger, Mechanism, MechanismError, SynthesisInput, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.pipeline import code_version, release_rho
+from das.model.geography import Geography
+from das.model.schema import load_schema
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy
-from das.run import EXPECTED
-from das.rundir import RunDir
-from das.runspec import Budget, load_run_spec
-from das.schema import load_schema
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
 
     rho defaults to the spec's persons budget (the 2020 production budget for the shipped specs); a
     seed (or the spec's) gives the seeded replication mode, marked NOT PRIVATE as in `das run`. The
-    release is signed with `signing_key` (the operator's, das keygen) or a key of its own (das.signing).
+    release is signed with `signing_key` (the operator's, das keygen) or a key of its own (das.frame.signing).
     Returns out_dir. Raises MechanismError (unknown or unavailable mechanism), BudgetError, SpecError,
     InputError, RunError (output directory), SigningError (the key).
     """

@@ -31,7 +31,7 @@ from fractions import Fraction
 
 import mpmath
 
-from das.errors import BudgetError, SpecError
+from das.core.errors import BudgetError, SpecError
 from das.privacy.certificate import Certificate, LevelCharges, QueryCharge, delta_text, fraction_text
 from das.privacy.strategy import Strategy, check_shares
 
@@ -137,7 +137,7 @@ class PrivacyAccountant:
     >>> acct.charge("county", "total", Fraction(1, 2))
     Traceback (most recent call last):
     ...
-    das.errors.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
+    das.core.errors.BudgetError: county/total: charging 1/2 would spend 5/4, over the budget 1
     """
 
     budget: Fraction
@@ -286,6 +286,13 @@ def _check_rho(rho) -> mpmath.mpf:
     return r
 
 
+def _check_delta(delta) -> mpmath.mpf:
+    d = _mpf(delta)
+    if not 0 < d < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    return d
+
+
 def eps_for_delta(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_DECIMALS) -> float:
     """The smallest eps certified at `delta` by the tight bound, rounded UP to `decimals` places.
 
@@ -293,9 +300,7 @@ def eps_for_delta(rho: Fraction, delta: Fraction | float | str, decimals: int = 
     17.1436
     """
     with mpmath.workdps(_DPS):
-        r, d = _check_rho(rho), _mpf(delta)
-        if not 0 < d < 1:
-            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        r, d = _check_rho(rho), _check_delta(delta)
         log_inv_delta = -mpmath.log(d)
 
         def slope(a):  # sign of d eps / d a
@@ -389,9 +394,7 @@ def eps_loose(rho: Fraction, delta: Fraction | float | str, decimals: int = EPS_
     17.9002
     """
     with mpmath.workdps(_DPS):
-        r, d = _check_rho(rho), _mpf(delta)
-        if not 0 < d < 1:
-            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        r, d = _check_rho(rho), _check_delta(delta)
         eps = r + 2 * mpmath.sqrt(r * -mpmath.log(d))
         return _float_up(_ceil_decimal(eps, -decimals), eps)
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from das.errors import DasError
+from das.core.errors import DasError
 
 
 class CertificateError(DasError, ValueError):
@@ -194,7 +194,7 @@ class Certificate:
         raise KeyError(f"the certificate measures nothing at level {name!r}")
 
     def summary(self) -> dict:
-        """What every Parquet output carries of it (das.bundle.parquet_metadata)."""
+        """What every Parquet output carries of it (das.frame.bundle.parquet_metadata)."""
         rho = {} if self.rho is None else {"rho": fraction_text(self.rho)}
         return {**rho, "eps": self.eps, "delta": delta_text(self.delta), "schema": self.schema,
                 "strategy": self.strategy, "convention": self.convention}

@@ -25,13 +25,13 @@ from pathlib import Path
 
 from pydantic import Field
 
-from das import specfile
-from das.errors import (
+from das.core.errors import (
     BudgetError,
     SpecError,
 )
-from das.schema import QUERY_SEPARATOR, Schema, parse_query_name, resolve_spec
-from das.specfile import Exact, Section, parse_fraction
+from das.model import specfile
+from das.model.schema import QUERY_SEPARATOR, Schema, parse_query_name, resolve_spec
+from das.model.specfile import Exact, Section, parse_fraction
 
 __all__ = ["LevelShare", "Strategy", "StrategyFile", "check_shares", "load_strategy", "parse_fraction",
            "strategy_from_dict", "validate_strategy"]

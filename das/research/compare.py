@@ -14,7 +14,7 @@ same draw. The reconstruction attack (`das.attack.audit`) runs on the same block
     OUT/stats|metrics|bias|runs|attack.parquet, comparison.parquet/.md, report/
 Everything is scored against the confidential input: research output, not a release, and it says
 so (compare.json, das-output.json, each Parquet file's `das.confidential`). The directory is the
-comparison's own (das.outdir): a rerun with the same settings continues it, other settings are
+comparison's own (das.frame.outdir): a rerun with the same settings continues it, other settings are
 refused unless --overwrite, which deletes only the comparison's own files.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -35,20 +34,23 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from das import arguments, atomic, outdir, preflight
-from das.errors import SpecError, StudyError, option
+from das.core import arguments, atomic
+from das.core.errors import SpecError, StudyError, option
+from das.core.progress import bar, step
+from das.driver import preflight
+from das.frame import outdir
+from das.frame.rundir import RunDir
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
-from das.progress import bar, step
+from das.research import release_child
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
 from das.research.estimators import wls_unsupported
 from das.research.metrics import bias_table, combine, metrics
+from das.research.release_child import TOPDOWN
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, score, scored_queries
 from das.research.resources import run_measured
-from das.rundir import RunDir
 
 logger = logging.getLogger(__name__)
-TOPDOWN = "topdown"
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
 LEVELS = ("block", "tract", "county")
 BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
@@ -94,7 +96,7 @@ class Comparison:
     attack_steps: int = 300
     attack_tables: str | None = None  # attack workload spec; None: the schema's own
     queries: tuple[str, ...] = DEFAULT_QUERIES
-    allow_large_rho: bool = False  # acknowledges a budget above das.preflight.MAX_RHO (not a setting of the parts)
+    allow_large_rho: bool = False  # acknowledges a budget above das.driver.preflight.MAX_RHO (not a setting of the parts)
 
     def check(self) -> None:
         known, missing = mechanism_names(), unavailable_mechanisms()
@@ -104,7 +106,7 @@ class Comparison:
         unknown = [m for m in self.mechanisms if m not in known]
         if unknown or not self.mechanisms:
             raise StudyError(f"unknown mechanism(s) {unknown}; available: {', '.join(known)}")
-        arguments.count(self.seeds, "seeds")  # das.arguments: the rules of the API and the command line alike
+        arguments.count(self.seeds, "seeds")  # das.core.arguments: the rules of the API and the command line alike
         arguments.nonnegative(self.attack_blocks, "attack_blocks")
         if self.attack_seeds is not None:
             arguments.nonnegative(self.attack_seeds, "attack_seeds")
@@ -133,7 +135,7 @@ def rho_spec_text(spec_path, rho: str) -> str:
     """The text of a copy of a run spec with the persons budget set to `rho` (an `eps` it gives dropped: the rho
     replaces it, as --rho does in das run) and input paths made absolute; read back (from a temporary file) to
     check it, so a spec it cannot be derived from is refused (StudyError) before anything is written."""
-    from das.runspec import load_run_spec
+    from das.driver.runspec import load_run_spec
 
     original = load_run_spec(spec_path)
     text = original.text
@@ -159,33 +161,13 @@ def rho_spec_text(spec_path, rho: str) -> str:
     return text
 
 
-# The body of each measured child process: it imports only what the release needs, so the
-# memory measured is the release's (not this module's pandas, scipy and matplotlib).
-_TOPDOWN_CHILD = ("import json, sys; from das.run import run; a = json.loads(sys.argv[1]); "
-                  "r = run(a['spec'], a['out_dir'], seed=a['seed'], workers=a['workers'], overwrite=True, "
-                  "progress=False, allow_large_rho=a['allow_large_rho']); "
-                  "sys.exit(0 if r.valid else 'the release failed validation')")
-_MECHANISM_CHILD = ("import json, sys; from fractions import Fraction; from das.mechanisms import synthesize; "
-                    "a = json.loads(sys.argv[1]); synthesize(a['spec'], a['mechanism'], a['out_dir'], seed=a['seed'], "
-                    "rho=None if a['rho'] is None else Fraction(a['rho']), overwrite=True, "
-                    "allow_large_rho=a['allow_large_rho'])")
-
-
-def release_command(spec: str, mechanism: str, out_dir: Path, *, seed: int, rho: str | None, workers: int,
-                    allow_large_rho: bool = False) -> list[str]:
-    """The command making one release of `mechanism` into out_dir (TopDown: `das run`'s `run`)."""
-    args = json.dumps({"spec": spec, "mechanism": mechanism, "out_dir": str(out_dir), "seed": seed, "rho": rho,
-                       "workers": workers, "allow_large_rho": allow_large_rho})
-    return [sys.executable, "-c", _TOPDOWN_CHILD if mechanism == TOPDOWN else _MECHANISM_CHILD, args]
-
-
 # ---------------------------------------------------------------------------------------------
 # Scoring and attacking one release
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
     """A research Parquet file, whole or not at all (a resumed comparison trusts any part it finds), marked
-    confidential in its own metadata (das.outdir)."""
+    confidential in its own metadata (das.frame.outdir)."""
     with atomic.replacing(path) as tmp:
         pq.write_table(outdir.mark_confidential(pa.Table.from_pandas(frame, preserve_index=False)), tmp)
 
@@ -239,7 +221,7 @@ def _part(out_dir: Path, mechanism: str, seed: int, kind: str) -> Path:
 
 
 def _open(comparison: Comparison, out_dir: Path, overwrite: bool, protected) -> tuple[outdir.Claim, dict]:
-    """The claim on out_dir (das.outdir) and the earlier compare.json when the same comparison is continued."""
+    """The claim on out_dir (das.frame.outdir) and the earlier compare.json when the same comparison is continued."""
     old = {}
     if outdir.holds(out_dir, COMPARE):
         try:
@@ -269,7 +251,7 @@ class _Work:
 
 def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False) -> dict:
     """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
-    from das.run import code_version
+    from das.driver.pipeline import code_version
 
     work, claim, earlier, spec = _prepare(comparison, Path(out_dir), workers=workers, overwrite=overwrite)
     ctx = work.ctx
@@ -311,10 +293,10 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
     from das.attack.data import read_persons
     from das.attack.rap import RapConfig
     from das.attack.workload import load_attack_tables
-    from das.pipeline import Pipeline
+    from das.driver.pipeline import Pipeline
+    from das.driver.runspec import load_run_spec
+    from das.frame.lifecycle import protected_paths
     from das.research.evaluate import truth_context
-    from das.run import protected_paths
-    from das.runspec import load_run_spec
 
     comparison.check()
     arguments.workers(workers)
@@ -357,7 +339,7 @@ def _release_and_attack(work: _Work, mechanism: str, seed: int, failures: list) 
     done.parent.mkdir(parents=True, exist_ok=True)
     if not done.exists():
         spec_for = work.topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
-        measured = run_measured(release_command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
+        measured = run_measured(release_child.command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
                                                 workers=work.workers, allow_large_rho=comparison.allow_large_rho))
         if measured.returncode != 0:  # recorded and skipped: a rerun tries it again
             failures.append({"mechanism": mechanism, "seed": seed, "exit": measured.returncode, "stderr": measured.stderr})

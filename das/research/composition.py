@@ -17,9 +17,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from das.model.schema import Schema, cenrace_to_flags
 from das.research.estimators import answers
 from das.research.metrics import combine, error_stats, metrics, signed_error_test
-from das.schema import Schema, cenrace_to_flags
 
 GROUPS = ("Hispanic", "NH White alone", "NH Black alone", "NH AIAN alone", "NH Asian alone", "NH NHPI alone",
           "NH some other race alone", "NH two or more races")

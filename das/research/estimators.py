@@ -22,9 +22,9 @@ import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
-from das.geography import Geography
-from das.rules import Invariants, level_bounds
-from das.schema import Schema
+from das.model.geography import Geography
+from das.model.rules import Invariants, level_bounds
+from das.model.schema import Schema
 
 ESTIMATORS = ("topdown", "noisy", "wls")
 MAX_DENSE_CELLS = 20_000  # without `detailed`, M^-1 is formed densely (n x n floats)

@@ -7,7 +7,7 @@ only its MDF is scored, under the mechanism's own name (`aim`, `flat`...).
 
 The scores hold true counts: they go to a directory of their own beside the release (default
 `<RUN_DIR>-metrics`), never into it (a release holds only its own files), and say they are
-confidential. Scoring is deterministic, so a rerun replaces its own earlier output (das.outdir).
+confidential. Scoring is deterministic, so a rerun replaces its own earlier output (das.frame.outdir).
 """
 
 from __future__ import annotations
@@ -20,13 +20,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das import outdir
-from das.bundle import DATAFRAMES, BundleError, input_paths, read_process
-from das.errors import StudyError, option
-from das.geography import Geography
+from das.core.errors import StudyError, option
+from das.driver.pipeline import Confidential
+from das.frame import outdir
+from das.frame.bundle import DATAFRAMES, BundleError, input_paths, read_process
+from das.frame.records import RunDirError
+from das.frame.rundir import RunDir
 from das.io.microdata import block_histograms, read_inputs, read_records
-from das.manifest import RunDirError
-from das.pipeline import Confidential
+from das.model.geography import Geography
+from das.model.rules import Invariants
+from das.model.schema import Schema, load_schema
+from das.model.spine import block_order, from_table
 from das.privacy.certificate import fraction_text
 from das.research import offspine
 from das.research.estimators import ESTIMATORS, wls_unsupported
@@ -46,10 +50,6 @@ from das.research.replicate import (
     with_groups,
     write_parts,
 )
-from das.rules import Invariants
-from das.rundir import RunDir
-from das.schema import Schema, load_schema
-from das.spine import block_order, from_table
 
 METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
                        nested=WITH_REPORT)

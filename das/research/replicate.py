@@ -15,7 +15,7 @@ writes
                            (das.research.offspine, which also writes DIR/blocks.parquet)
 Every output is computed against the confidential truth: it is research output, not a release, and
 says so (study.json, das-output.json, each Parquet file's `das.confidential`). The directory is the
-study's own (das.outdir): a rerun of the same study continues it, another study is refused unless
+study's own (das.frame.outdir): a rerun of the same study continues it, another study is refused unless
 --overwrite, which deletes only the study's own files (and its report, `das report DIR`).
 """
 
@@ -38,27 +38,29 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from das import arguments, atomic, outdir, preflight
-from das.errors import SpecError, StudyError, option
-from das.executors import limit_threads
-from das.geography import Geography
+from das.core import arguments, atomic
+from das.core.errors import SpecError, StudyError, option
+from das.core.executors import limit_threads
+from das.core.progress import bar, step
+from das.driver import preflight
+from das.driver.pipeline import Pipeline, ReleasePlan, code_version
+from das.driver.runspec import Budget, load_run_spec
+from das.frame import outdir
+from das.frame.lifecycle import protected_paths
+from das.frame.rundir import nmf_level_path
 from das.io import nmf
-from das.measure import Target, measure_release
-from das.pipeline import Pipeline, ReleasePlan, code_version
+from das.model.geography import Geography
+from das.model.rules import Invariants
+from das.model.schema import Schema, parse_query_name
 from das.privacy.accounting import PrivacyAccountant, eps_for_delta, rho_for_eps
 from das.privacy.certificate import delta_text
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import parse_fraction
-from das.progress import bar, step
 from das.research import offspine
 from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
 from das.research.metrics import SIZE_BINS, bias_table, combine, error_stats, markdown_table, metrics
-from das.rules import Invariants
-from das.run import protected_paths
-from das.rundir import nmf_level_path
-from das.runspec import Budget, load_run_spec
-from das.schema import Schema, parse_query_name
 from das.topdown.engine import postprocess
+from das.topdown.measure import Target, measure_release
 
 logger = logging.getLogger(__name__)
 RELEASE = "persons"
@@ -94,7 +96,7 @@ class Study:
         unknown = [e for e in self.estimators if e not in ESTIMATORS]
         if unknown or not self.estimators:
             raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
-        arguments.count(self.runs, "runs")  # das.arguments: the rule of the API and the command line alike
+        arguments.count(self.runs, "runs")  # das.core.arguments: the rule of the API and the command line alike
         if not set(self.keep) <= set(self.queries):
             raise StudyError(f"kept queries {sorted(set(self.keep) - set(self.queries))} are not among the scored queries")
         for r in self.rhos:
@@ -286,7 +288,7 @@ def run_replicate(ctx: Context, study: Study, rho_text: str, replicate: int, *, 
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """A research Parquet file, marked confidential in its own metadata (das.outdir)."""
+    """A research Parquet file, marked confidential in its own metadata (das.frame.outdir)."""
     table = outdir.mark_confidential(pa.Table.from_pandas(frame, preserve_index=False))
     with atomic.replacing(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
@@ -365,7 +367,7 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame, *, areas: pd.DataFr
 def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, overwrite: bool = False,
                     allow_large_rho: bool = False) -> dict:
     """Run (or finish) a study into out_dir; returns study.json's content. Every budget above the cap
-    (das.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget."""
+    (das.driver.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget."""
     study.check()
     arguments.workers(workers)
     spec = load_run_spec(study.spec, seed=study.seed)

@@ -15,8 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.io.nmf import NoisyAnswers
-from das.rules import Bounds
-from das.schema import Schema
+from das.model.rules import Bounds
+from das.model.schema import Schema
 
 DEFAULT_PASSES: tuple[tuple[str, ...], ...] = ((),)  # one pass over every query (a spec's [postprocess] passes)
 

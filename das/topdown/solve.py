@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from das.errors import SolverError
+from das.core.errors import SolverError
 from das.io.nmf import NoisyAnswers
 from das.topdown import l2, optimality
 from das.topdown.matrices import bound_rows, parent_sum, queries_in_pass, query_rows, variables, weighted_terms

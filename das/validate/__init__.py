@@ -10,7 +10,7 @@ each claim by the checks registered for it (das.validate.registry), in this orde
     files           every output and NMF file has the SHA-256 the manifest lists (and nothing unlisted is
                     there), and carries the run's privacy mode, certificate and spec digest in its own
                     Parquet metadata (every release)
-    manifest        every field of the manifest is declared in das/published.py, of its declared type; its
+    manifest        every field of the manifest is declared in das/frame/published.py, of its declared type; its
                     counts (persons, blocks, parents per level) are the files' (every release)
     certificate     charges_sum_to_rho: the certificate's charges sum exactly to its rho;
                     the privacy claim (every release): a TopDown certificate adds up exactly and is what
@@ -25,9 +25,9 @@ each claim by the checks registered for it (das.validate.registry), in this orde
                     level, each cell once, with the certified exact variance
     tables          tables_match_mdf: every table equals its recount from the MDF, child rows sum to parents
     invariants      invariants: the published total population (nation, state...)
-    rules           schema_constraints: every rule of each schema (das.rules gives the bounds from the
+    rules           schema_constraints: every rule of each schema (das.model.rules gives the bounds from the
                     facts counted in the MDFs), at every level
-    spine           spine: a release measured on a spine other than the standard one (das.spine) publishes
+    spine           spine: a release measured on a spine other than the standard one (das.model.spine) publishes
                     it, one nesting hierarchy over exactly its blocks; the NMF check reads its geounits
     inputs          invariants, with the run's operator files (the confidential inputs): population,
                     housing units and GQ facilities per block equal the inputs'

@@ -21,15 +21,15 @@ import tomllib
 from collections.abc import Mapping
 from fractions import Fraction
 
-from das import pinned
-from das.errors import BudgetError, SpecError, ValidationError
+from das.core.errors import BudgetError, SpecError, ValidationError
+from das.driver.runspec import DEFAULT_DELTA
+from das.frame import pinned
 from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
 from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
 from das.privacy.guarantee import combined
 from das.privacy.strategy import parse_fraction
-from das.runspec import DEFAULT_DELTA
 from das.validate.registry import Check
 from das.validate.release import OpenRelease
 from das.validate.report import Report, first
@@ -161,7 +161,7 @@ def _spec_delta(spec: dict) -> Fraction:
 
 def _section_rho(section: dict, name: str, delta: Fraction) -> Fraction | None:
     """The budget a release's section of the spec states: its rho, or the largest rho certified within its eps at
-    delta; None: the strategy's own (das.pipeline.release_rho, as the run read it)."""
+    delta; None: the strategy's own (das.driver.pipeline.release_rho, as the run read it)."""
     rho = parse_fraction(section["rho"], f"[{name}] rho") if "rho" in section else None
     if rho is None and "eps" in section:
         rho = rho_for_eps(parse_fraction(section["eps"], f"[{name}] eps"), delta)
@@ -181,7 +181,7 @@ def recomputed(release: OpenRelease, name: str):
         raise CertificateError(f"the manifest's {name} schema and strategy ({info.schema}, {info.strategy}) are not the "
                                f"spec's ({section.get('schema')}, {section.get('strategy')})")
     try:
-        strategy = release.manifest.strategy_of(name)  # as the published spec pins it (das.pinned), on any machine
+        strategy = release.manifest.strategy_of(name)  # as the published spec pins it (das.frame.pinned), on any machine
         schema_name = release.manifest.schema_of(name).name
     except SpecError as e:
         raise ValidationError(f"{release.run.manifest_path}: {name} strategy or schema: {e}") from None

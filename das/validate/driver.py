@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from das.errors import ValidationError
-from das.executors import largest_first
-from das.manifest import Manifest, RunDirError
-from das.progress import bar
-from das.rundir import RunDir
-from das.signing import SigningError, read_public_key
+from das.core.errors import ValidationError
+from das.core.executors import largest_first
+from das.core.progress import bar
+from das.frame.manifest import Manifest
+from das.frame.records import RunDirError
+from das.frame.rundir import RunDir
+from das.frame.signing import SigningError, read_public_key
 from das.validate.inputs import by_state, operator_inputs
 from das.validate.manifest import FIELDS_CHECK, read_problems
 from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
@@ -170,7 +171,7 @@ def validate_run(run_dir: Path, *, inputs: tuple[Path, Path] | None = None, use_
     try:
         manifest = load_manifest(run)
     except ValidationError:
-        found = read_problems(run)  # a field of another type than das/published.py declares: a violation
+        found = read_problems(run)  # a field of another type than das/frame/published.py declares: a violation
         if not found:
             raise
         report.check(FIELDS_CHECK, first(found))

@@ -1,7 +1,7 @@
 """The checks every release is held to, of its files as files: each listed output and NMF file has the
 SHA-256 the manifest lists, nothing unlisted is there (but the manifest's signature and its public key,
 das.validate.signature's), the spec digest is the spec's; and every Parquet file says in its own
-metadata whether it is private, the certificate it was made under (the manifest's, as das.bundle
+metadata whether it is private, the certificate it was made under (the manifest's, as das.frame.bundle
 stamps it) and which spec made it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import json
 
 import pyarrow.parquet as pq
 
-from das.bundle import parquet_metadata
-from das.checkpoint import file_sha256
-from das.errors import ValidationError
-from das.outdir import run_files
+from das.core.errors import ValidationError
+from das.frame.bundle import parquet_metadata
+from das.frame.checkpoint import file_sha256
+from das.frame.outdir import run_files
 from das.validate.nmf import NMF
 from das.validate.reading import unreadable
 from das.validate.registry import Check
@@ -79,7 +79,7 @@ def _certificates(meta: dict) -> object:
 
 def check_metadata(release: OpenRelease, parts, report: Report, alongside=None) -> None:
     """Every Parquet file says, in its own metadata, whether it is private, the certificate it was made
-    under (the manifest's certificates as das.bundle stamps them) and which spec made it."""
+    under (the manifest's certificates as das.frame.bundle stamps them) and which spec made it."""
     manifest = release.manifest
     problems = []
     want_private = b"private" if manifest.private else None

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das import partitions
-from das.bundle import BundleError, input_paths
-from das.errors import ValidationError
-from das.rundir import RunDir
+from das.core.errors import ValidationError
+from das.frame.bundle import BundleError, input_paths
+from das.frame.rundir import RunDir
+from das.io import partitions
 from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
 from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, OpenRelease, StateRows

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from das.geography import LEVEL_DIGITS
+from das.model.geography import LEVEL_DIGITS
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report

@@ -1,9 +1,9 @@
-"""`manifest` (every release): the manifest is held to das/published.py, and its counts to the files.
+"""`manifest` (every release): the manifest is held to das/frame/published.py, and its counts to the files.
 
-Fields: every key path of manifest.json is one das/published.py declares (`MANIFEST`), and each declared
+Fields: every key path of manifest.json is one das/frame/published.py declares (`MANIFEST`), and each declared
 field's value is of its declared type (`TYPES`); a field that is not, or an extra one at any depth, is named
 by its key path (`levels_report.persons[3].extra`). The manifest is read as JSON here, not through
-das.manifest.Manifest, which keeps only the fields it knows. A mechanism's own details are taken as its
+das.frame.manifest.Manifest, which keeps only the fields it knows. A mechanism's own details are taken as its
 manifest lists them: their declarations are the mechanism's (das.mechanisms), which the validator does not
 import. Counts: what the manifest states about the published files is recounted from them and compared
 exactly: `counts.persons` is the persons MDF's rows; `counts.blocks` the release universe's blocks (the
@@ -21,22 +21,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.parquet as pq
 
-from das import published
-from das.errors import ValidationError
-from das.geography import LEVEL_DIGITS
-from das.rundir import RunDir
+from das.core.errors import ValidationError
+from das.frame import published
+from das.frame.rundir import RunDir
+from das.model.geography import LEVEL_DIGITS
 from das.validate.reading import present, unreadable
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report, first
 from das.validate.spine import state_spine
 
-FIELDS_CHECK = "manifest: every field declared in das/published.py, of its declared type"
+FIELDS_CHECK = "manifest: every field declared in das/frame/published.py, of its declared type"
 COUNTS_CHECK = "manifest: its counts are the published files' (persons, blocks, parents per level)"
 
 
 def field_problems(data: object) -> list[str]:
-    """The fields of a manifest's JSON that das/published.py does not declare, or of another type than declared."""
+    """The fields of a manifest's JSON that das/frame/published.py does not declare, or of another type than declared."""
     if not isinstance(data, dict):
         return ["the manifest is not a JSON object"]
     mechanism = data.get("mechanism")
@@ -164,7 +164,7 @@ def counts_problems(release: OpenRelease, parts: dict[str, StateCounts]) -> list
 
 
 def manifest_combine(release: OpenRelease, parts: dict[str, StateCounts], report: Report, alongside=None) -> None:
-    """The manifest's fields against das/published.py, then its counts against the files."""
+    """The manifest's fields against das/frame/published.py, then its counts against the files."""
     report.check(FIELDS_CHECK, first(read_problems(release.run)))
     report.check(COUNTS_CHECK, first(counts_problems(release, parts)))
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from das.errors import SpecError, ValidationError
-from das.geography import LEVEL_DIGITS
+from das.core.errors import SpecError, ValidationError
+from das.model.geography import LEVEL_DIGITS
+from das.model.schema import Schema
 from das.privacy.certificate import fraction_text
-from das.schema import Schema
 from das.validate.reading import GEO, geocode, present, unreadable
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows

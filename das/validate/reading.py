@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from das.errors import ValidationError
-from das.geography import GEOCODE_COLUMNS
-from das.schema import Schema
+from das.core.errors import ValidationError
+from das.model.geography import GEOCODE_COLUMNS
+from das.model.schema import Schema
 
 GEO = [name for name, _ in GEOCODE_COLUMNS]
 Counties = tuple[str | None, str | None]  # TABBLKCOU from low to before high (None: unbounded)

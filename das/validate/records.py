@@ -14,7 +14,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from das.schema import Schema
+from das.model.schema import Schema
 from das.validate.epnum import Epnums, epnum_problems, reread_epnums
 from das.validate.reading import states_in
 from das.validate.registry import Check

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from das.core.registry import add_named
+
 # das's own claims, in the order a release's claims are listed (a new check's claim is listed after them)
 HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf", "invariants", "schema_constraints",
          "charges_sum_to_rho")
@@ -77,10 +79,7 @@ CHECKS: dict[str, Check] = {}
 def register(check: Check) -> Check:
     """Add a check: every release that claims what it proves (or every release: `always`) is checked by it
     from now on, after the checks registered before it."""
-    if not check.name or check.name in CHECKS:
-        raise ValueError(f"a check needs a new name; {check.name!r} is {'taken' if check.name else 'empty'}")
-    CHECKS[check.name] = check
-    return check
+    return add_named(CHECKS, check, "a check")
 
 
 def unregister(name: str) -> None:

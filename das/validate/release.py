@@ -1,7 +1,7 @@
 """What the checks read: the release being validated (the driver's view, sent to the workers as it is)
 and one state's rows of it (a worker's, each read once, when a check first asks for it).
 
-Every path comes from das.rundir.RunDir; every read of a Parquet file from das.validate.reading.
+Every path comes from das.frame.rundir.RunDir; every read of a Parquet file from das.validate.reading.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das.errors import ValidationError
-from das.manifest import Manifest
-from das.rundir import RunDir
-from das.schema import Schema
+from das.core.errors import ValidationError
+from das.frame.manifest import Manifest
+from das.frame.rundir import RunDir
+from das.model.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.shards import Shard
 

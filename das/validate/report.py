@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from das.errors import ValidationError  # noqa: F401  das's (das.errors): a run that cannot be validated at all (rc 2)
+from das.core.errors import ValidationError  # noqa: F401  das's (das.core.errors): a run that cannot be validated at all (rc 2)
 
 MAX_LISTED = 20  # a check lists its first problems, then how many more there are
 
@@ -38,7 +38,7 @@ class Report:
 
     def check(self, name: str, problems: list[str], *, operator: bool = False) -> None:
         """A check's line and its problems; `operator`: it compared the release with the confidential inputs,
-        so what it found is never published (das.frame keeps it in the operator's record)."""
+        so what it found is never published (das.frame.lifecycle keeps it in the operator's record)."""
         self.checks.append(f"{'ok ' if not problems else 'FAIL'} {name}")
         self.violations.extend(f"{name}: {p}" for p in problems)
         if operator:

@@ -1,4 +1,4 @@
-"""`schema_constraints`: every rule of each schema holds at every block, das.rules giving the bounds from
+"""`schema_constraints`: every rule of each schema holds at every block, das.model.rules giving the bounds from
 the facts counted in the MDFs (housing units, GQ facilities, household persons). Every level's answers
 and bounds are sums of the blocks', so the blocks holding them is every level holding them."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from das import rules
-from das.schema import Schema
+from das.model import rules
+from das.model.schema import Schema
 from das.validate.reading import blocks_in
 from das.validate.registry import Check
 from das.validate.release import GQ_FACILITY, GQ_TYPES, HOUSING_UNIT, OpenRelease, StateRows
@@ -51,7 +51,7 @@ def _breaches(schema: Schema, bounds: rules.Bounds, counts: np.ndarray, universe
 
 def rule_problems(release: str, records: pd.DataFrame, levels: pd.DataFrame, schema: Schema, *,
                   facts: rules.Invariants, universe: np.ndarray) -> tuple[str, list[list[str]] | str]:
-    """Every rule of the schema (das.rules gives the bounds per block) against the release's own recount
+    """Every rule of the schema (das.model.rules gives the bounds per block) against the release's own recount
     per block: (the check's name, per rule family and side its first 5 blocks out of bounds, in words; or
     why the bounds cannot be given)."""
     try:

@@ -1,6 +1,6 @@
 """Authenticity (every release): whose release it is, and that it is unchanged since they signed it.
 
-The operator signs manifest.json's exact bytes (das.signing, Ed25519); the manifest lists every file's
+The operator signs manifest.json's exact bytes (das.frame.signing, Ed25519); the manifest lists every file's
 SHA-256, so with the operator's public key (`das validate --public-key K`) the signature proves the
 manifest is theirs, and the checksums check after it proves every listed file. Without a key nothing
 proves origin: a release rewritten consistently (a record changed in the MDF and in every table, the
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 
-from das.manifest import Manifest, RunDirError
-from das.signing import SigningError, fingerprint, verifies
+from das.frame.manifest import Manifest
+from das.frame.records import RunDirError
+from das.frame.signing import SigningError, fingerprint, verifies
 from das.validate.registry import Check
 from das.validate.release import OpenRelease
 from das.validate.report import Report

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from das.errors import ValidationError
-from das.geography import LEVEL_DIGITS, Geography
-from das.spine import from_table
+from das.core.errors import ValidationError
+from das.model.geography import LEVEL_DIGITS, Geography
+from das.model.spine import from_table
 from das.validate.reading import unreadable
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows

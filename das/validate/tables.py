@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from das.errors import SpecError, ValidationError
-from das.geography import LEVEL_DIGITS
+from das.core.errors import SpecError, ValidationError
 from das.io.tables import column_names
-from das.schema import Schema
+from das.model.geography import LEVEL_DIGITS
+from das.model.schema import Schema
 from das.validate.reading import columns, read_geocodes
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows

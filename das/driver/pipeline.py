@@ -1,0 +1,296 @@
+"""One release's pipeline: the context of a run and its stages, in the order data flows.
+
+    Pipeline.prepare (spec, schemas, strategies, budgets, certificates, randomness; no file read)
+      -> read_inputs  (confidential microdata -> geography, invariants, true block histograms)
+      -> measure      (noisy measurements into the NMF, charged to an exact accountant first)
+      -> postprocess  (TopDown per release, persons first: the units are bounded by its households)
+      -> solved_release (what the writers of das.io.outputs take; das.frame.lifecycle writes them)
+
+`das run` and its resume (das.run), `das measure`, and research replicates (das.research) all
+run these stages; the release frame (das.frame.lifecycle) keeps the run directory around them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import subprocess
+import time
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import scipy.sparse as sp
+
+import das
+from das.core.errors import RunError
+from das.driver import preflight
+from das.driver.runspec import Budget, ReleaseSpec, RunSpec, load_run_spec
+from das.frame import bundle
+from das.frame.records import PublishedInvariants, SpineRecord
+from das.io.areas import read_areas
+from das.io.microdata import read_inputs
+from das.io.outputs import SolvedRelease
+from das.io.tables import load_tables, table_widths
+from das.model.geography import Geography
+from das.model.rules import Invariants, household_persons
+from das.model.schema import Schema, load_schema
+from das.model.spine import block_order, recut_level, spine_geography
+from das.privacy.accounting import Allocation, PrivacyAccountant, certificate, rho_for_eps
+from das.privacy.certificate import Certificate
+from das.privacy.randomness import make_random_source
+from das.privacy.strategy import Strategy, load_strategy, validate_strategy
+from das.topdown.engine import EngineOptions, LevelReport, postprocess
+from das.topdown.measure import Measured, Measurement, Target, measure_release, plan_for
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def code_version() -> str:
+    """das version, plus the git commit when running from a checkout (and '+dirty' if modified).
+
+    Asked of git once per process, so every file a run writes carries the same version (a `git status` timed out
+    under load once gave one NMF file the bare version), and without git's optional index lock (a status killed by
+    the timeout left `.git/index.lock` behind, and concurrent runs contended for it)."""
+    root = Path(__file__).resolve().parents[2]
+    git = ["git", "--no-optional-locks", "-C", str(root)]
+    try:
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        return f"{das.__version__} (git {commit}{'+dirty' if dirty else ''})"
+    except (OSError, subprocess.SubprocessError):
+        return das.__version__
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """One release (persons or units) as planned: schema, strategy, its budget's allocation and certificate."""
+
+    name: str
+    spec: ReleaseSpec
+    schema: Schema
+    strategy: Strategy
+    plan: dict[str, list[Measurement]]
+    allocation: Allocation
+    certificate: Certificate | None
+
+    @property
+    def measured(self) -> Measured:
+        return Measured(self.name, self.schema, self.plan)
+
+
+class InputsRead(Protocol):
+    """What a run has read of its confidential inputs: whole (`Confidential`) or a partitioned run's states
+    (das.driver.partitioned.Tops). Both say what is published exactly, before any noise, and their size."""
+
+    def published_invariants(self) -> PublishedInvariants: ...
+
+    @property
+    def n_blocks(self) -> int: ...
+
+    @property
+    def spine_record(self) -> SpineRecord | None: ...
+
+
+@dataclass(frozen=True)
+class Confidential:
+    """The inputs as read: geography, published invariants, true block histograms per release.
+    Like a partitioned run's das.driver.partitioned.Tops, it says what is published exactly and its size.
+    On a spine other than the standard one (`on_spine`) the blocks are in the spine's order and
+    `tabulation` is the standard geography the outputs are written in."""
+
+    geography: Geography
+    invariants: Invariants
+    histograms: dict[str, sp.csr_matrix]
+    tabulation: Geography | None = None
+    spine_record: SpineRecord | None = None
+
+    def on_spine(self, spine: Geography, record: SpineRecord | None = None) -> Confidential:
+        """The same inputs with the blocks in the order of `spine` (the engine's geography)."""
+        if spine is self.geography:
+            return self
+        order = block_order(spine, self.geography)
+        invariants = replace(self.invariants, housing_units=self.invariants.housing_units[order],
+                             gq_facilities=self.invariants.gq_facilities[order])
+        histograms = {name: None if h is None else h[order] for name, h in self.histograms.items()}
+        return Confidential(spine, invariants, histograms, tabulation=self.geography, spine_record=record)
+
+    def published_invariants(self) -> PublishedInvariants:
+        """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
+        units = self.geography.units
+        return PublishedInvariants({level: dict(zip(units(level).tolist(), map(int, totals)))
+                                    for level, totals in self.invariants.total_population.items()})
+
+    @property
+    def n_blocks(self) -> int:
+        return self.geography.n_blocks
+
+    def without_truth(self) -> Confidential:
+        """The same inputs with the true counts dropped (past the measurement they are not needed)."""
+        return replace(self, histograms={})
+
+    def solved_release(self, schemas: dict[str, Schema], solved: dict[str, sp.csr_matrix]) -> SolvedRelease:
+        """What the writers (das.io.outputs) take of a release solved from these inputs: in the standard
+        geography, whatever the spine."""
+        if self.tabulation is None:
+            return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities,
+                                 housing_units=self.invariants.housing_units)
+        back = np.argsort(block_order(self.geography, self.tabulation))
+        return SolvedRelease(self.tabulation, schemas, {name: h[back] for name, h in solved.items()},
+                             self.invariants.gq_facilities[back], spine=self.geography,
+                             housing_units=self.invariants.housing_units[back])
+
+
+def release_rho(release: ReleaseSpec, strategy: Strategy, delta: Fraction) -> Fraction | None:
+    """A release's budget: its rho, or the largest rho certified within its eps at delta, or the strategy's."""
+    if release.rho is not None:
+        return release.rho
+    if release.eps is not None:
+        return rho_for_eps(release.eps, delta)
+    return strategy.rho
+
+
+@dataclass
+class Pipeline:
+    """The context of one run: spec, releases (persons first), randomness, tables and timings."""
+
+    spec: RunSpec
+    releases: dict[str, ReleasePlan]
+    rng: object
+    tables: tuple
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def prepare(cls, spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
+                allow_large_rho: bool = False, budget: Budget | None = None) -> Pipeline:
+        """Load the spec and pass the spec preflight (das/driver/preflight.py): no input file is opened here.
+        `budget`: the command line's persons budget and delta, over the spec's."""
+        spec = load_run_spec(spec_path, seed=seed, budget=budget)
+        bundle.public_spec(spec.text)  # a spec that cannot be redacted for publication is refused before anything
+        wanted = [("persons", spec.persons)] + ([("units", spec.units)] if spec.units else [])
+        planned = {}
+        for name, release in wanted:
+            schema, strategy = load_schema(release.schema), load_strategy(release.strategy)
+            validate_strategy(strategy, schema, spec.levels)
+            rho = release_rho(release, strategy, spec.delta)
+            plan, allocation = plan_for(strategy, rho, spec.levels)
+            planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, None)
+        preflight.check_spec(spec, {n: r.schema for n, r in planned.items()},
+                             {n: r.strategy for n, r in planned.items()},
+                             {n: r.allocation for n, r in planned.items()},
+                             workers=workers, engine=engine, allow_large_rho=allow_large_rho)
+        rng = make_random_source(spec.seed)
+        for name, r in planned.items():
+            cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, schema_name=r.schema.name,
+                               randomness_private=rng.private)
+            planned[name] = replace(r, certificate=cert)
+        return cls(spec, planned, rng, load_tables(spec.tables))
+
+    @property
+    def schemas(self) -> dict[str, Schema]:
+        return {name: r.schema for name, r in self.releases.items()}
+
+    @property
+    def certificates(self) -> dict[str, Certificate]:
+        return {name: r.certificate for name, r in self.releases.items()}
+
+    def at_budget(self, name: str, rho: Fraction) -> ReleasePlan:
+        """Release `name` planned at another total budget (research: the same strategy's shares)."""
+        r = self.releases[name]
+        plan, allocation = plan_for(r.strategy, rho, self.spec.levels)
+        cert = certificate(r.strategy, rho, self.spec.delta, self.spec.levels, schema_name=r.schema.name,
+                           randomness_private=self.rng.private)
+        return replace(r, plan=plan, allocation=allocation, certificate=cert)
+
+    def public_spec(self) -> tuple[str, str]:
+        """The spec text as published (input paths redacted) and its SHA-256."""
+        text = bundle.public_spec_text(self.spec.text, budget=self.spec.budget_table())
+        return text, bundle.spec_digest(text)
+
+    def metadata(self) -> dict[bytes, bytes]:
+        """Metadata every Parquet output of this run carries (privacy mode, certificate, spec digest, version)."""
+        return bundle.parquet_metadata(self.rng.private, self.certificates, self.public_spec()[1], code_version())
+
+    def read_inputs(self, out_dir: Path | None = None) -> Confidential:
+        """Read and validate the inputs. With `out_dir`, the input preflight runs too (feasibility
+        of the invariants, disk space): everything here happens before any noise is drawn."""
+        t0 = time.perf_counter()
+        logger.info(f"reading and checking the inputs ({self.spec.persons_path.name}, {self.spec.units_path.name})")
+        inputs = read_inputs(self.spec.persons_path, self.spec.units_path, self.schemas["persons"],
+                             self.schemas.get("units"))
+        geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
+        if out_dir is not None:
+            preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
+                                   out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
+                                   pl94171=self.spec.pl94171)
+        spine, record = self.spine(geography)  # public geography: the block list and the declared areas
+        invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
+        histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+        self.timings["read_inputs"] = time.perf_counter() - t0
+        logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
+                 f"({self.timings['read_inputs']:.1f} s)")
+        return Confidential(geography, invariants, histograms).on_spine(spine, record)
+
+    def spine(self, geography: Geography) -> tuple[Geography, SpineRecord | None]:
+        """The engine's geography for the spec's spine and declared areas (their files read and checked
+        against the blocks: InputError before anything is drawn), and what the manifest records of it."""
+        if self.spec.spine == "standard":
+            return geography, None
+        areas = read_areas(self.spec.areas, geography.blocks)
+        spine = spine_geography(self.spec.spine, geography, areas.ids)
+        logger.info(f"{self.spec.spine} spine: {spine.n_units(recut_level(spine.levels)):,} units at "
+                    f"{recut_level(spine.levels)} for the areas {', '.join(areas.types)}")
+        return spine, SpineRecord(self.spec.spine, {t: f.sha256 for t, f in areas.files.items()})
+
+    def measure(self, confidential: Confidential, target: Target) -> None:
+        """Measure every release into target.nmf_dir, charging an exact accountant before any draw.
+
+        Levels and chunks already committed (an interrupted run) are reused, never drawn again;
+        target.report (if given) receives, per release and level, what was reused and what was drawn.
+        """
+        for name, r in self.releases.items():
+            t0 = time.perf_counter()
+            accountant = PrivacyAccountant.for_allocation(r.allocation)  # refuses anything outside the plan
+            release_report: dict = {}
+            measure_release(r.measured, confidential.geography, confidential.histograms[name], rng=self.rng,
+                            target=replace(target, report=release_report, metadata=self.metadata()),
+                            accountant=accountant)
+            if target.report is not None:
+                target.report[name] = release_report
+            if accountant.spent != r.allocation.rho:
+                raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {r.allocation.rho}")
+            self.timings[f"measure_{name}"] = seconds = time.perf_counter() - t0
+            logger.info(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
+                     f"{len(self.spec.levels)} levels ({seconds:.1f} s)")
+
+    def engine_options(self, *, workers: int = 1, progress: bool = False, executor=None,
+                       checkpoint_dir: Path | None = None) -> EngineOptions:
+        """The post-processing settings of the spec (solver, rounding, passes), for this machine."""
+        return EngineOptions(workers=workers, solver=self.spec.solver, rounding=self.spec.rounding,
+                             progress=progress, passes=self.spec.passes, passes_by_level=self.spec.passes_by_level,
+                             executor=executor, checkpoint_dir=checkpoint_dir)
+
+    def postprocess(self, confidential: Confidential, nmf_dir: Path, options: EngineOptions,
+                    only: tuple[str, ...] | None = None) -> tuple[dict, dict[str, list[LevelReport]]]:
+        """TopDown for every release (or those in `only`) from the NMF: block histograms and level reports.
+        Persons come first: their household persons bound the units release."""
+        invariants, solved, reports = confidential.invariants, {}, {}
+        for name, r in self.releases.items():
+            if only is not None and name not in only:
+                continue
+            t0 = time.perf_counter()
+            if name == "units":
+                invariants = replace(invariants, household_persons=household_persons(self.schemas["persons"],
+                                                                                      solved["persons"]))
+            solved[name], reports[name] = postprocess(name, r.schema, confidential.geography, invariants,
+                                                      nmf_dir=nmf_dir, options=options)
+            self.timings[f"postprocess_{name}"] = seconds = time.perf_counter() - t0
+            # levels overlap (a batch starts when its parents are solved): when each level was complete
+            done_at = ", ".join(f"{lr.level} {(lr.span or (0, lr.seconds))[1]:.1f}" for lr in reports[name])
+            logger.info(f"post-processed {name} ({seconds:.1f} s; each level complete at: {done_at} s)")
+        return solved, reports
