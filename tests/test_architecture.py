@@ -12,6 +12,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.frame", "das.driver",  # the packages' (empty) __init__
      "das.core.errors", "das.core.arguments",  # das's errors and the rules of its arguments (issue 36)
      "das.core.progress", "das.core.atomic", "das.core.memory", "das.core.options", "das.core.registry",
+     "das.core.paths",
      "das.model.specfile", "das.model.schema", "das.model.geography", "das.model.spine", "das.model.rules",
      "das.model.histogram"},
     {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",

@@ -12,10 +12,12 @@ from pathlib import Path
 import pandas as pd
 import tomli_w
 
+from das.core.paths import FIXTURES
+
 logger = logging.getLogger(__name__)
 
 
-FIXTURE = Path(__file__).resolve().parents[2] / "geography_fixtures" / "tiny"
+FIXTURE = FIXTURES / "tiny"
 
 
 GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLKGRPCE", "TABBLK")

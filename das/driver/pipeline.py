@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 import das
 from das.core.errors import RunError
+from das.core.paths import CHECKOUT
 from das.driver import preflight
 from das.driver.runspec import Budget, ReleaseSpec, RunSpec, load_run_spec
 from das.frame import bundle
@@ -55,8 +56,7 @@ def code_version() -> str:
     Asked of git once per process, so every file a run writes carries the same version (a `git status` timed out
     under load once gave one NMF file the bare version), and without git's optional index lock (a status killed by
     the timeout left `.git/index.lock` behind, and concurrent runs contended for it)."""
-    root = Path(__file__).resolve().parents[2]
-    git = ["git", "--no-optional-locks", "-C", str(root)]
+    git = ["git", "--no-optional-locks", "-C", str(CHECKOUT)]
     try:
         commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=30, check=True).stdout.strip()

@@ -21,10 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das.core import atomic
+from das.core.paths import FIXTURES
 from das.model.geography import GEOCODE_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "geography_fixtures"
 SOURCES = ("vt", "de")
 STATE_CODES = ("01", "02", "04", "05", "06", "08", "09", "11", "12", "13", "15", "16", "17", "18", "19", "20",
                "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32", "33", "34", "35", "36")
