@@ -134,7 +134,7 @@ def measure_top(pipe: Pipeline, tops: Tops, nmf_dir: Path) -> None:
     codes = np.array([s.state for s in tops.states])
     for name, r in pipe.releases.items():
         accountant = PrivacyAccountant.for_allocation(r.allocation)
-        charge(accountant, r.plan, pipe.spec.levels)  # every level's, the states' below included
+        charge(accountant, r.allocation, pipe.spec.levels)  # every level's, the states' below included
         if accountant.spent != r.allocation.rho:
             raise RunError(f"{name}: planned rho {accountant.spent} differs from the certified {r.allocation.rho}")
         states = sp.vstack([s.truth[name] for s in tops.states], format="csr")

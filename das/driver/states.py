@@ -149,7 +149,7 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
     work, si = task
     inputs, geography, invariants = _read(work, si)
-    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()},
+    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.allocation for n, m in work.plans.items()},
                                    out_dir=work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
                                    pl94171=work.outputs.pl94171)
     _, spine = _spine(work, si, geography)  # the area files checked here too, before any noise

@@ -390,8 +390,8 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     queries = scored_queries(ctx.schema, study.queries)
     rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in budgets]
     if "wls" in study.estimators:
-        plan = plan_for_rho(ctx, budgets[0]).plan
-        reason = wls_unsupported(ctx.schema, {lv: [m.query for m in plan.get(lv, [])] for lv in ctx.geography.levels})
+        allocation = plan_for_rho(ctx, budgets[0]).allocation
+        reason = wls_unsupported(ctx.schema, {lv: [m.query for m in allocation.level(lv)] for lv in ctx.geography.levels})
         if reason:
             raise StudyError(f"estimator wls: {reason}; leave wls out of {option('estimators')}")
     meta = {
