@@ -230,3 +230,39 @@ def test_no_module_is_over_500_lines():
     assert wrong == [], "split it by concept, one module each"
     stale = sorted(m for m in LONG_MODULES_PENDING if _module_lines().get(m, 0) <= MAX_MODULE_LINES)
     assert stale == [], "remove these from LONG_MODULES_PENDING"
+
+
+# A level's name is spelled once, in das.model.geography's table; code names it by that table's constants, so a new
+# level is one edit there. PL 94-171's geographic header has columns of the same names (its own format's fields).
+LEVEL_NAMES = {"nation", "state", "county", "tract", "block_group", "block"}
+LEVEL_TABLE = "das.model.geography"
+OTHER_FORMATS = {"das.io.pl94171": {"tract", "block"}}
+
+
+def _prose(tree: ast.Module) -> set[int]:
+    """Docstrings and the literal text of f-strings (what they say, not the names code looks up)."""
+    kinds = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    docs = {id(node.body[0].value) for node in ast.walk(tree) if isinstance(node, kinds) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return docs | {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values
+                   if isinstance(part, ast.Constant)}
+
+
+def test_level_names_are_spelled_only_in_the_geography_table():
+    spelled = []
+    for module, tree in MODULES.items():
+        if module == LEVEL_TABLE:
+            continue
+        prose, allowed = _prose(tree), OTHER_FORMATS.get(module, set())
+        spelled += [f"{module}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and node.value in LEVEL_NAMES - allowed
+                    and id(node) not in prose]
+    assert spelled == [], "name the level by das.model.geography's constant (NATION, STATE, ..., BLOCK)"
+
+
+def test_the_level_table_spells_each_name_once():
+    from das.model import geography
+
+    constants = (geography.NATION, geography.STATE, geography.COUNTY, geography.TRACT, geography.BLOCK_GROUP,
+                 geography.BLOCK)
+    assert set(constants) == LEVEL_NAMES == set(geography.LEVEL_DIGITS) and constants == geography.DEFAULT_LEVELS

@@ -37,10 +37,11 @@ import numpy as np
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, check_add_remove, selection_eps
 from das.mechanisms.domain import Domain, fit_per_geounit
 from das.mechanisms.pgm import FIT_DETAIL, FIT_TOL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
+from das.model.geography import TRACT
 from das.privacy.certificate import fraction_text
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
-LEVEL = "tract"
+LEVEL = TRACT
 TOTAL_SHARE = Fraction(1, 20)
 MAX_CELLS = 100_000  # the workload: cliques of up to three attributes within this many cells
 ROUNDS_PER_ATTRIBUTE = 16  # AIM's T = 16 d: the starting noise of a round

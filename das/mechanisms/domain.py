@@ -16,10 +16,9 @@ import scipy.sparse as sp
 
 from das.core.progress import bar
 from das.mechanisms.base import Synthesis
-from das.model.geography import Geography
+from das.model.geography import BLOCK, BLOCK_GROUP, TRACT, Geography
 from das.model.schema import Schema
 
-BLOCK = "block"
 MAX_DOMAIN_CELLS = 4_000_000  # per geounit: its domain as float64 is 32 MB
 
 
@@ -72,20 +71,20 @@ def _marginal(schema: Schema, n_blocks: int, factors: tuple[str, ...]) -> tuple[
     return index.astype(np.int64), int(np.prod(sizes))
 
 
-def fitting_level(geography: Geography, schema: Schema, preferred: str = "tract") -> str:
+def fitting_level(geography: Geography, schema: Schema, preferred: str = TRACT) -> str:
     """The geounit level a full-domain mechanism runs at: `preferred` (tract) when every geounit's
     domain fits in MAX_DOMAIN_CELLS, else the block group. Decided from public geography only."""
     from das.mechanisms.base import MechanismError
 
     tried = []
-    for level in (preferred, "block_group"):
+    for level in (preferred, BLOCK_GROUP):
         if level not in geography.levels or level in tried:
             continue
         tried.append(level)
         largest = int(np.bincount(geography.block_to_unit(level)).max()) if geography.n_blocks else 0
         if largest * schema.size <= MAX_DOMAIN_CELLS:
             return level
-    raise MechanismError(f"no geounit level among {tried or [preferred, 'block_group']} of this run keeps every "
+    raise MechanismError(f"no geounit level among {tried or [preferred, BLOCK_GROUP]} of this run keeps every "
                          f"domain (blocks x {schema.size} cells) within {MAX_DOMAIN_CELLS:,} cells")
 
 

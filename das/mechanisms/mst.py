@@ -32,11 +32,12 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, Merged, fit_per_geounit
+from das.mechanisms.domain import Domain, Merged, fit_per_geounit
 from das.mechanisms.pgm import FIT_DETAIL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
+from das.model.geography import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
-LEVEL = "tract"
+LEVEL = TRACT
 TOTAL_SHARE = Fraction(1, 20)
 ADD_REMOVE = Fraction(1, 2)  # an added or removed record moves an L1 error by at most 1 = Delta / 2
 SUPPORT_SIGMAS = 3  # compress_domain: a value whose noisy count is below this many sigma is merged

@@ -31,12 +31,13 @@ from fractions import Fraction
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, fit_per_geounit
+from das.mechanisms.domain import Domain, fit_per_geounit
 from das.mechanisms.rounding import round_by_block
+from das.model.geography import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 ROUNDS = 12
 FIT_TOL = 1e-3  # a round's fit is converged when sweeps lower the squared residual by at most this share (final fit: a tenth)
 MAX_SWEEPS = 2000  # a safety cap on the sweeps of one fit (convergence stops far earlier)

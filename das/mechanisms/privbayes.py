@@ -30,12 +30,13 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, fit_per_geounit
+from das.mechanisms.domain import Domain, fit_per_geounit
 from das.mechanisms.rounding import round_by_block
+from das.model.geography import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 DEGREE = 2
 MAX_CLIQUE = 4096
 TOTAL_SHARE = Fraction(1, 20)

@@ -37,9 +37,10 @@ import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import Domain, fit_per_geounit
+from das.model.geography import TRACT
 from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 TOTAL_SHARE = Fraction(1, 20)
 SELECT_SHARE = Fraction(1, 10)
 GUM_ROUNDS = 30

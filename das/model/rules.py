@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from das.model.geography import Geography
+from das.model.geography import NATION, STATE, Geography
 
 
 class Constraint(Protocol):
@@ -54,7 +54,7 @@ class Schema(Protocol):
 
     def factor_labels(self, name: str) -> tuple[str, ...]: ...
 
-INVARIANT_LEVELS = ("nation", "state")
+INVARIANT_LEVELS = (NATION, STATE)
 
 
 @dataclass(frozen=True)

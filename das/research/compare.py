@@ -40,6 +40,7 @@ from das.core.progress import bar, step
 from das.driver import preflight
 from das.frame import outdir
 from das.frame.rundir import RunDir
+from das.model.geography import BLOCK, COUNTY, TRACT
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.research import release_child
@@ -52,7 +53,7 @@ from das.research.resources import run_measured
 
 logger = logging.getLogger(__name__)
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
-LEVELS = ("block", "tract", "county")
+LEVELS = (BLOCK, TRACT, COUNTY)
 BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
 SUMMARIES = ("stats", "metrics", "bias", "runs", "attack", "attack_rates", "comparison")  # OUT/<name>.parquet
 COMPARE = outdir.Owner(
@@ -316,7 +317,7 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
     truth = read_persons(spec.persons_path, ctx.schema)
     blocks = earlier.get("attack_blocks")
     if blocks is None:
-        blocks = auto_geounits(truth, "block", comparison.attack_blocks, np.random.default_rng(0)) \
+        blocks = auto_geounits(truth, BLOCK, comparison.attack_blocks, np.random.default_rng(0)) \
             if comparison.attack_blocks else []
     rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
     work = _Work(comparison, out_dir, workers, ctx, queries, topdown_spec, truth, blocks, tables, rap)
@@ -414,7 +415,7 @@ def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFra
             row[f"mae_{level}"] = float(cell["mae"].iloc[0]) if len(cell) else np.nan
             row[f"bias_{level}"] = float(cell["mean_error"].iloc[0]) if len(cell) else np.nan
         for b in BLOCK_BINS:
-            cell = mine[(mine["level"] == "block") & (mine["bin"] == b)]
+            cell = mine[(mine["level"] == BLOCK) & (mine["bin"] == b)]
             row[f"bias_block_{b.replace('-', '_')}"] = float(cell["mean_error"].iloc[0]) if len(cell) else np.nan
         mine_runs = runs[runs["mechanism"] == estimator] if len(runs) else runs
         row["seeds"] = int(mine_runs["seed"].nunique()) if len(mine_runs) else int(mine["seeds"].max() if len(mine) else 0)

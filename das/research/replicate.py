@@ -49,7 +49,7 @@ from das.frame import outdir
 from das.frame.lifecycle import protected_paths
 from das.frame.rundir import nmf_level_path
 from das.io import nmf
-from das.model.geography import Geography
+from das.model.geography import BLOCK, Geography
 from das.model.rules import Invariants
 from das.model.schema import Schema, parse_query_name
 from das.privacy.accounting import PrivacyAccountant, eps_for_delta, rho_for_eps
@@ -225,7 +225,7 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, que
         if "wls" in estimators:
             parent = wls_level(schema, geography, ctx.invariants, level, noisy=noisy, parent=parent)
             per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
-        if level == "block" and ctx.groups is not None:
+        if level == BLOCK and ctx.groups is not None:
             block_totals = _block_totals(schema, estimators, noisy=noisy, hist=hist if "topdown" in estimators else None,
                                          wls=parent)
         del noisy
@@ -237,7 +237,7 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, que
     errors = pd.concat(errors, ignore_index=True).assign(**tags) if errors else pd.DataFrame()
     areas = composition = pd.DataFrame()
     if block_totals:
-        truth = ctx.true_answers("block", "total")[:, 0]
+        truth = ctx.true_answers(BLOCK, "total")[:, 0]
         areas, composition = offspine.score_blocks(ctx.groups, truth, block_totals, tags)
     return Scores(stats, errors, areas, composition)
 
