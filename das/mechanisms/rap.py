@@ -25,7 +25,7 @@ import numpy as np
 from das.attack.rap import RapConfig, initial_logits, mask_operators, project, relaxed_answers, softmax
 from das.attack.workload import AttackTable, Workload, build_workload, load_attack_tables
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import fit_per_geounit
+from das.mechanisms.domain import fit_per_geounit, noisy_total
 from das.mechanisms.rounding import round_by_block
 from das.model.geography import BLOCK, TRACT
 from das.model.schema import Schema
@@ -90,7 +90,7 @@ def synthesize_unit(counts: np.ndarray, schema: Schema, n_blocks: int, *, schedu
     queries = workload(schema, n_blocks)
     operators = mask_operators(queries, config.dtype)
     truth = np.rint(queries.answers(records(counts, schema, n_blocks))).astype(np.int64)
-    total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
+    total = noisy_total(counts, schedule.sigma2_total, rng)
     generator = np.random.default_rng(rng.uint64(4).tolist())  # post-processing randomness, from the same source
     logits = initial_logits(queries, config, generator)
     targets = np.zeros(queries.n_queries)
