@@ -61,3 +61,19 @@ def test_the_command_lines_defaults_are_the_libraries():
 
     assert research.DEFAULT_ESTIMATORS == estimators.DEFAULT_ESTIMATORS and research.DEFAULT_QUERIES == DEFAULT_QUERIES
     assert research.estimator_names() == tuple(estimators.ESTIMATORS)
+
+
+def test_the_research_guides_example_registers_and_scores_its_estimator(tmp_path, monkeypatch, capsys):
+    import re
+
+    from conftest import ROOT
+
+    code = re.search(r"\*\*Another estimator\.\*\*.*?```python\n(.*?)```", (ROOT / "docs/research.md").read_text(),
+                     re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    try:
+        exec(code, {})
+    finally:
+        estimators.ESTIMATORS.pop("clipped", None)
+    printed = capsys.readouterr().out
+    assert "clipped" in printed and "noisy" in printed and "block" in printed
