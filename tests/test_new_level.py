@@ -1,4 +1,4 @@
-"""docs/architecture.md's "where new code goes", the level row: a level is one entry in das.model.geography's
+"""docs/architecture.md's "where new code goes", the level row: a level is one entry in das.model.levels's
 table (its name and geocode digits), and a spec and strategy that name it get it measured, solved, tabulated,
 written to the NMF and validated, with no other edit."""
 
@@ -8,14 +8,14 @@ import pandas as pd
 from conftest import TINY
 
 import das
-from das.model import geography
+from das.model import levels
 
 LEVELS = ["nation", "state", "county", "tract_group", "tract", "block"]
 QUERIES = '{"total" = "1/2", "detailed" = "1/2"}'
 
 
 def test_a_level_added_to_the_geography_table_is_released_and_validated(tmp_path, monkeypatch):
-    monkeypatch.setitem(geography.LEVEL_DIGITS, "tract_group", 8)  # the one edit: state, county, 3 tract digits
+    monkeypatch.setitem(levels.LEVEL_DIGITS, "tract_group", 8)  # the one edit: state, county, 3 tract digits
     strategy = tmp_path / "toy_levels.toml"
     strategy.write_text('name = "toy_levels"\nschema = "pl94_persons"\nrho = "2"\ndelta = "1e-10"\n' + "".join(
         f'[levels.{level}]\nrho_share = "1/6"\nqueries = {QUERIES}\n' for level in LEVELS))

@@ -30,7 +30,7 @@ from das.attack.rap import RapConfig
 from das.attack.workload import build_workload, load_attack_tables
 from das.core.progress import bar, step
 from das.frame import outdir
-from das.model.geography import BLOCK, COUNTY, TRACT
+from das.model.levels import BLOCK, COUNTY, TRACT
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import numpy as np
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, rank_by
 from das.core.errors import option
-from das.model.geography import COUNTY, STATE, TRACT
+from das.model.levels import COUNTY, STATE, TRACT
 
 SCOPES = (TRACT, COUNTY, STATE, "holdout")
 

@@ -36,7 +36,7 @@ from das.attack.rap import RapConfig
 from das.attack.workload import load_attack_tables
 from das.core.errors import option
 from das.frame import outdir
-from das.model.geography import BLOCK, COUNTY, TRACT
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.model.schema import load_schema
 
 logger = logging.getLogger(__name__)

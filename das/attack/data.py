@@ -15,7 +15,7 @@ from das.core.errors import DasError, option
 from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.microdata import read_person_levels
-from das.model.geography import COUNTY, LEVEL_DIGITS
+from das.model.levels import COUNTY, LEVEL_DIGITS
 from das.model.schema import Schema
 
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks

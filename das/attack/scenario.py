@@ -24,7 +24,7 @@ from das.attack.rap import RapConfig
 from das.core.options import ExactParser
 from das.core.progress import configure
 from das.frame.rundir import RunDir
-from das.model.geography import BLOCK, COUNTY, TRACT
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.model.schema import specs_root
 from das.privacy.certificate import delta_text, fraction_text
 

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from das.core.errors import SpecError
 from das.model import specfile
-from das.model.geography import BLOCK, TRACT
+from das.model.levels import BLOCK, TRACT
 from das.model.schema import Schema, parse_query_name, resolve_spec
 from das.model.specfile import Section
 

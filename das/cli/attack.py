@@ -7,7 +7,7 @@ import os
 import sys
 
 from das.cli.args import add_overwrite, nonnegative_int, path, positive_float, positive_int, share, shipped
-from das.model.geography import BLOCK, TRACT
+from das.model.levels import BLOCK, TRACT
 
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from das.core.errors import InputError, SpecError, option
 from das.driver.runspec import DEFAULT_DELTA, load_run_spec
 from das.io.microdata import read_inputs
 from das.io.problems import Problem
-from das.model.geography import BLOCK, BLOCK_GROUP, COUNTY, DEFAULT_LEVELS, LEVEL_DIGITS, STATE, TRACT
+from das.model.levels import BLOCK, BLOCK_GROUP, COUNTY, DEFAULT_LEVELS, LEVEL_DIGITS, STATE, TRACT
 from das.model.schema import load_schema
 from das.model.specfile import real_path
 from das.privacy.accounting import eps_for_delta

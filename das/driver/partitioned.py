@@ -58,7 +58,7 @@ from das.io import nmf
 from das.io import parts as state_parts
 from das.io.outputs import NationRelease, assemble_spine
 from das.io.partitions import PartitionError, StateInputs, state_inputs
-from das.model.geography import NATION, STATE
+from das.model.levels import NATION, STATE
 from das.model.rules import Bounds
 from das.model.schema import Schema
 from das.privacy.accounting import PrivacyAccountant

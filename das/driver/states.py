@@ -34,7 +34,8 @@ from das.io.microdata import read_inputs
 from das.io.outputs import OutputPlan, Part, write_spine
 from das.io.partitions import PartitionError, StateInputs, state_inputs
 from das.io.tables import table_widths
-from das.model.geography import NATION, STATE, Geography
+from das.model.geography import Geography
+from das.model.levels import NATION, STATE
 from das.model.rules import Bounds, Invariants, household_persons, level_bounds
 from das.model.schema import Schema
 from das.model.spine import spine_geography

@@ -39,7 +39,8 @@ from das.io.tables import (
     table_slices,
     write_tables,
 )
-from das.model.geography import DEFAULT_LEVELS, NATION, Geography
+from das.model.geography import Geography
+from das.model.levels import DEFAULT_LEVELS, NATION
 from das.model.schema import Schema
 from das.model.spine import spine_table
 

@@ -25,7 +25,8 @@ from das.core import atomic
 from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io.outputs import NationRelease, OutputPlan, Part, SolvedRelease, wanted
-from das.model.geography import STATE, Geography
+from das.model.geography import Geography
+from das.model.levels import STATE
 from das.model.schema import Schema
 
 

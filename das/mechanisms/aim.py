@@ -37,7 +37,7 @@ import numpy as np
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, check_add_remove, selection_eps
 from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
 from das.mechanisms.pgm import FIT_DETAIL, FIT_TOL, SCORE_BITS, Model, l1_units, load_mbi
-from das.model.geography import TRACT
+from das.model.levels import TRACT
 from das.privacy.certificate import fraction_text
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 

@@ -17,7 +17,8 @@ import scipy.sparse as sp
 
 from das.core.progress import bar
 from das.mechanisms.base import Synthesis
-from das.model.geography import BLOCK, BLOCK_GROUP, TRACT, Geography
+from das.model.geography import Geography
+from das.model.levels import BLOCK, BLOCK_GROUP, TRACT
 from das.model.schema import Schema
 from das.privacy.sampler import discrete_gaussian
 

@@ -18,7 +18,7 @@ import numpy as np
 from das.mechanisms.base import Ledger, MechanismError, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
-from das.model.geography import BLOCK, TRACT
+from das.model.levels import BLOCK, TRACT
 from das.privacy.sampler import discrete_gaussian
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import Domain, Merged, fit_per_geounit, measure, noisy_total
 from das.mechanisms.pgm import FIT_DETAIL, SCORE_BITS, Model, l1_units, load_mbi
-from das.model.geography import BLOCK, TRACT
+from das.model.levels import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
 LEVEL = TRACT

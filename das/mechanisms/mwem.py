@@ -33,7 +33,7 @@ import numpy as np
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
 from das.mechanisms.rounding import round_by_block
-from das.model.geography import BLOCK, TRACT
+from das.model.levels import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
 LEVEL = TRACT

@@ -37,7 +37,7 @@ import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
-from das.model.geography import TRACT
+from das.model.levels import TRACT
 from das.privacy.sampler import discrete_gaussian
 
 LEVEL = TRACT

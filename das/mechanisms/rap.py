@@ -27,7 +27,7 @@ from das.attack.workload import AttackTable, Workload, build_workload, load_atta
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
 from das.mechanisms.domain import fit_per_geounit, noisy_total
 from das.mechanisms.rounding import round_by_block
-from das.model.geography import BLOCK, TRACT
+from das.model.levels import BLOCK, TRACT
 from das.model.schema import Schema
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian

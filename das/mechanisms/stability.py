@@ -42,7 +42,7 @@ from das.mechanisms.base import NEIGHBOURS, DirectGuarantee, Guarantee, Ledger, 
 from das.mechanisms.domain import assemble, geounits
 from das.mechanisms.flat import projection_level
 from das.mechanisms.rounding import round_by_block
-from das.model.geography import BLOCK
+from das.model.levels import BLOCK
 from das.privacy.accounting import EPS_DECIMALS, eps_for_delta, stability_threshold
 from das.privacy.sampler import discrete_laplace_scaled
 

@@ -19,11 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-# The levels das knows, by name: the only place their names are spelled (code names them by these constants).
-NATION, STATE, COUNTY, TRACT, BLOCK_GROUP, BLOCK = "nation", "state", "county", "tract", "block_group", "block"
-# Name -> geocode prefix length. The nation's geocode is the empty string.
-LEVEL_DIGITS = {NATION: 0, STATE: 2, COUNTY: 5, TRACT: 11, BLOCK_GROUP: 12, BLOCK: 15}
-DEFAULT_LEVELS = (NATION, STATE, COUNTY, TRACT, BLOCK_GROUP, BLOCK)  # the 2020 production spine
+from das.model.levels import BLOCK, DEFAULT_LEVELS, LEVEL_DIGITS, NATION, STATE
+
 GEOCODE_WIDTH = 15
 # The block geocode as record columns (the MDF and the inputs): name and width, in geocode order.
 GEOCODE_COLUMNS = (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4))

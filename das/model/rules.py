@@ -22,7 +22,8 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from das.model.geography import NATION, STATE, Geography
+from das.model.geography import Geography
+from das.model.levels import NATION, STATE
 
 
 class Constraint(Protocol):

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from das.model.geography import COUNTY, LEVEL_DIGITS, Geography
+from das.model.geography import Geography
+from das.model.levels import COUNTY, LEVEL_DIGITS
 
 SPINES = ("standard", "optimized")
 _NO_AREA = "\x01"  # the key of a block in no declared area (then its standard unit keeps it apart)

@@ -40,7 +40,7 @@ from das.core.progress import bar, step
 from das.driver import preflight
 from das.frame import outdir
 from das.frame.rundir import RunDir
-from das.model.geography import BLOCK, COUNTY, TRACT
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.research import release_child

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from das.model.geography import BLOCK, COUNTY, TRACT
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.research import series
 from das.research.figures import PAGE_PX, ZERO, _finish, _panels, bars, no_bands, page_style, wilson, wilson_note
 from das.research.metrics import markdown_table

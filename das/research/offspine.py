@@ -21,7 +21,7 @@ import pandas as pd
 
 from das.core.errors import option
 from das.io.areas import TYPE_NAME, read_areas
-from das.model.geography import BLOCK, LEVEL_DIGITS
+from das.model.levels import BLOCK, LEVEL_DIGITS
 from das.research.areas import area_stats, area_table
 from das.research.composition import composition_stats, composition_table, group_counts, has_groups, largest_share, share_bin
 from das.research.districts import DISTRICT_SIZES, synthetic_districts

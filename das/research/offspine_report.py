@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from das.core.errors import StudyError, option
-from das.model.geography import NATION, STATE
+from das.model.levels import NATION, STATE
 from das.research import offspine, series
 from das.research.areas import AREA
 from das.research.composition import SHARE_BINS

@@ -49,7 +49,8 @@ from das.frame import outdir
 from das.frame.lifecycle import protected_paths
 from das.frame.rundir import nmf_level_path
 from das.io import nmf
-from das.model.geography import BLOCK, Geography
+from das.model.geography import Geography
+from das.model.levels import BLOCK
 from das.model.rules import Invariants
 from das.model.schema import Schema, parse_query_name
 from das.privacy.accounting import PrivacyAccountant, eps_for_delta, rho_for_eps

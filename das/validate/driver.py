@@ -23,7 +23,7 @@ from das.frame.manifest import Manifest
 from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.frame.signing import SigningError, read_public_key
-from das.model.geography import STATE
+from das.model.levels import STATE
 from das.validate.inputs import by_state, operator_inputs
 from das.validate.manifest import FIELDS_CHECK, read_problems
 from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select

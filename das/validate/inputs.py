@@ -18,7 +18,7 @@ from das.core.errors import ValidationError
 from das.frame.bundle import BundleError, input_paths
 from das.frame.rundir import RunDir
 from das.io import partitions
-from das.model.geography import NATION, STATE
+from das.model.levels import NATION, STATE
 from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
 from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, OpenRelease, StateRows

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from das.model.geography import LEVEL_DIGITS, NATION, STATE
+from das.model.levels import LEVEL_DIGITS, NATION, STATE
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from das.core.errors import ValidationError
 from das.frame import published
 from das.frame.rundir import RunDir
-from das.model.geography import LEVEL_DIGITS, NATION, STATE
+from das.model.levels import LEVEL_DIGITS, NATION, STATE
 from das.validate.reading import present, unreadable
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows

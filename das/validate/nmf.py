@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das.core.errors import SpecError, ValidationError
-from das.model.geography import LEVEL_DIGITS, STATE
+from das.model.levels import LEVEL_DIGITS, STATE
 from das.model.schema import Schema
 from das.privacy.certificate import fraction_text
 from das.validate.reading import GEO, geocode, present, unreadable

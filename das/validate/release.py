@@ -17,7 +17,7 @@ import pandas as pd
 from das.core.errors import ValidationError
 from das.frame.manifest import Manifest
 from das.frame.rundir import RunDir
-from das.model.geography import STATE
+from das.model.levels import STATE
 from das.model.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.shards import Shard

@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from das.core.errors import ValidationError
-from das.model.geography import BLOCK, LEVEL_DIGITS, STATE, Geography
+from das.model.geography import Geography
+from das.model.levels import BLOCK, LEVEL_DIGITS, STATE
 from das.model.spine import from_table
 from das.validate.reading import unreadable
 from das.validate.registry import Check

@@ -15,7 +15,7 @@ import pandas as pd
 
 from das.core.errors import SpecError, ValidationError
 from das.io.tables import column_names
-from das.model.geography import LEVEL_DIGITS, NATION, STATE
+from das.model.levels import LEVEL_DIGITS, NATION, STATE
 from das.model.schema import Schema
 from das.validate.reading import columns, read_geocodes
 from das.validate.registry import Check
