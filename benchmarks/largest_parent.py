@@ -58,9 +58,9 @@ def county_problem(input_dir: Path, children: int, seed: int = 2020):
     geocodes = geography.units("tract")[lo:hi]
     rng = make_random_source(seed)
     answers = [NoisyAnswers(m.query, "tract", geocodes,
-                            noisy_answers(true_answers(tracts, schema, m.query), m.variance,
-                                          rng.spawn(f"persons/tract/{m.query}/0")), m.variance)
-               for m in pipe.releases["persons"].plan["tract"]]
+                            noisy_answers(true_answers(tracts, schema, m.query), m.sigma2,
+                                          rng.spawn(f"persons/tract/{m.query}/0")), m.sigma2)
+               for m in pipe.releases["persons"].allocation.level("tract")]
     bounds = level_bounds(schema, invariants, geography, level="tract", lo=lo, hi=hi)
     parent = np.asarray(tracts.sum(axis=0)).ravel().astype(np.int64)
     return parent_problem(schema, geography.units("county")[county], geocodes, parent, answers=measured(answers),

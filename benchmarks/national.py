@@ -278,7 +278,7 @@ def critical_path(reports: dict[str, list], recorded: list[dict] = ()) -> dict[s
     `recorded` batches of that release whose children are that level's geocodes. The root (one parent,
     solved in the driver) is its own single task.
     """
-    from das.model.geography import LEVEL_DIGITS
+    from das.model.levels import LEVEL_DIGITS
 
     out = {}
     for release, level_reports in reports.items():
@@ -306,7 +306,7 @@ def national_steps(path: dict[str, dict], recorded: list[dict], blocks: float, n
     chunk as it is: chunks have a fixed cap) and each (release, level): its tasks' CPU scaled by blocks and its
     largest task = one parent of the nation's largest size at that level (per-parent fit, `extrapolate`) plus
     the batch's per-child reading cost."""
-    from das.model.geography import LEVEL_DIGITS
+    from das.model.levels import LEVEL_DIGITS
 
     scale = nation.blocks / blocks
     chunks = [t for t in recorded if t.get("kind") == "chunk"]
@@ -336,7 +336,7 @@ def largest_task_memory(recorded: list[dict], nation: Nation) -> dict[str, float
     """Per (release, level): a worker's peak over its baseline for the nation's largest parent, scaled linearly in
     children from the measured parents' peaks (MB per child over the larger half of the parents, at least the
     largest measured peak)."""
-    from das.model.geography import LEVEL_DIGITS
+    from das.model.levels import LEVEL_DIGITS
 
     digits_level = {d: lv for lv, d in LEVEL_DIGITS.items()}
     by: dict[str, list] = {}

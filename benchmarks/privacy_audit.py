@@ -18,15 +18,14 @@ LEVELS = ("nation", "state", "county", "tract", "block")
 def _setting(query: str):
     from das.attack import privacy as A
     from das.model.schema import load_schema
+    from das.privacy.accounting import allocate
     from das.privacy.strategy import strategy_from_dict
-    from das.topdown.measure import plan_for
 
     schema = load_schema("pl94_persons")
     strategy = strategy_from_dict({"schema": schema.name, "levels": {
         lv: {"rho_share": "1/5", "queries": {query: "1"}} for lv in LEVELS}})
     geography = A.audit_geography(LEVELS)
-    plan, _ = plan_for(strategy, A.AUDIT_RHO, LEVELS)
-    return geography, A.audit_dataset(schema, geography), schema, plan
+    return geography, A.audit_dataset(schema, geography), schema, allocate(strategy, A.AUDIT_RHO)
 
 
 def marginal_strategy() -> dict:

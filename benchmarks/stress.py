@@ -195,11 +195,11 @@ class Setup:
     rho: object          # the release's budget (exact)
     options: object      # das.topdown.engine.EngineOptions: solver, rounding, passes (per level)
 
-    def plan(self, budget: int) -> dict:
-        """level -> its measurements at the release's rho divided by `budget` (every variance times it)."""
-        from das.topdown.measure import plan_for
+    def plan(self, budget: int):
+        """The release's measurements at its rho divided by `budget` (every variance times it)."""
+        from das.privacy.accounting import allocate
 
-        return plan_for(self.strategy, self.rho / budget, self.geography.levels)[0]
+        return allocate(self.strategy, self.rho / budget)
 
 
 @functools.lru_cache(maxsize=1)
@@ -267,22 +267,22 @@ class Measured:
     truth: dict
     rows: np.ndarray | None = None
 
-    def noisy(self, plan: dict, rng) -> list:
+    def noisy(self, plan, rng) -> list:
         """Their noisy answers (das.io.nmf.NoisyAnswers, in the plan's order, as the NMF holds them) of one draw."""
         from das.io.nmf import NoisyAnswers
         from das.topdown.measure import noisy_answers
 
         return [NoisyAnswers(m.query, self.level, self.geocodes,
-                             noisy_answers(self.truth[m.query], m.variance, rng.spawn(f"persons/{self.level}/{m.query}")),
-                             m.variance)
-                for m in plan.get(self.level, [])]
+                             noisy_answers(self.truth[m.query], m.sigma2, rng.spawn(f"persons/{self.level}/{m.query}")),
+                             m.sigma2)
+                for m in plan.level(self.level)]
 
 
 def _measured(s: Setup, level: str, units: np.ndarray, rows: np.ndarray | None = None) -> Measured:
     from das.topdown.measure import true_answers
 
     histograms = s.geography.aggregate(s.histograms, level)[units]
-    queries = {m.query for ms in s.plan(1).values() for m in ms}
+    queries = {m.query for m in s.plan(1).items}
     return Measured(level, s.geography.units(level)[units], {q: true_answers(histograms, s.schema, q) for q in queries},
                     rows)
 

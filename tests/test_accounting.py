@@ -188,7 +188,7 @@ def test_accountant_with_a_plan_accepts_exactly_the_plan():
 
 def test_certificate_contents_and_exactness():
     s = load_strategy("pl94_production_2020")
-    cert = certificate(s, s.rho, DELTA, s.level_names, schema_name="pl94_persons", randomness_private=True)
+    cert = certificate(s, allocate(s, s.rho), DELTA, s.level_names, schema_name="pl94_persons", randomness_private=True)
     assert cert.rho == PROD_RHO and cert.eps == 17.1436 and cert.eps_loose_bound == 17.9002
     assert cert.delta == Fraction(1, 10**10) and cert.private is True and cert.warning is None
     assert cert.convention == CONVENTION and "1/sigma^2" in CONVENTION and "sensitivity 2" in CONVENTION
@@ -210,7 +210,7 @@ def test_certificate_contents_and_exactness():
 
 def test_certificate_round_trips_through_its_json_form_exactly():
     s = load_strategy("pl94_production_2020")
-    cert = certificate(s, s.rho, DELTA, s.level_names, schema_name="pl94_persons", randomness_private=False)
+    cert = certificate(s, allocate(s, s.rho), DELTA, s.level_names, schema_name="pl94_persons", randomness_private=False)
     again = Certificate.from_dict(json.loads(json.dumps(cert.to_dict())))
     assert again == cert and again.to_dict() == cert.to_dict()
 
@@ -222,7 +222,7 @@ def test_certificate_round_trips_through_its_json_form_exactly():
 ])
 def test_a_certificate_with_a_bad_field_is_refused_naming_it(field, value, message):
     s = load_strategy("pl94_five_level")
-    data = certificate(s, None, None, FIVE, schema_name="pl94_persons", randomness_private=True).to_dict()
+    data = certificate(s, allocate(s), None, FIVE, schema_name="pl94_persons", randomness_private=True).to_dict()
     data[field] = value
     with pytest.raises(CertificateError, match=message):
         Certificate.from_dict(data)
@@ -233,23 +233,26 @@ def test_a_certificate_with_a_bad_field_is_refused_naming_it(field, value, messa
 
 def test_seeded_certificate_says_not_private_and_renders():
     s = load_strategy("pl94_five_level")
-    cert = certificate(s, None, None, FIVE, schema_name="pl94_persons", randomness_private=False)
+    cert = certificate(s, allocate(s), None, FIVE, schema_name="pl94_persons", randomness_private=False)
     assert cert.rho == PROD_RHO and cert.private is False and "NOT private" in cert.warning
     assert cert.randomness.startswith("seeded")
     text = render_certificate(cert)
     for needle in ("293764/114921", "17.1436", "17.9002", "WARNING", "NOT private", "votingage x hispanic x cenrace",
                    "block", "detailed"):
         assert needle in text
-    assert "WARNING" not in render_certificate(certificate(s, None, None, FIVE, schema_name="pl94_persons",
+    assert "WARNING" not in render_certificate(certificate(s, allocate(s), None, FIVE, schema_name="pl94_persons",
                                                            randomness_private=True))
 
 
 def test_certificate_refuses_other_levels_or_schema():
     s = load_strategy("pl94_five_level")
     with pytest.raises(SpecError, match="not"):
-        certificate(s, None, None, FIVE[:-1], schema_name="pl94_persons", randomness_private=True)
+        certificate(s, allocate(s), None, FIVE[:-1], schema_name="pl94_persons", randomness_private=True)
     with pytest.raises(SpecError, match="is for schema"):
-        certificate(s, None, None, FIVE, schema_name="dhc_persons", randomness_private=True)
+        certificate(s, allocate(s), None, FIVE, schema_name="dhc_persons", randomness_private=True)
+    other = load_strategy("h1_units")
+    with pytest.raises(SpecError, match="the allocation measures"):
+        certificate(s, allocate(other), None, FIVE, schema_name="pl94_persons", randomness_private=True)
 
 
 # ---------------------------------------------------------------------------------------------

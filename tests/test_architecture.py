@@ -13,7 +13,8 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.core.errors", "das.core.arguments",  # das's errors and the rules of its arguments (issue 36)
      "das.core.progress", "das.core.atomic", "das.core.memory", "das.core.options", "das.core.registry",
      "das.core.paths",
-     "das.model.specfile", "das.model.schema", "das.model.geography", "das.model.spine", "das.model.rules",
+     "das.model.specfile", "das.model.schema", "das.model.levels", "das.model.geography", "das.model.spine",
+     "das.model.rules",
      "das.model.histogram"},
     {"das.privacy.certificate", "das.privacy.strategy", "das.privacy.accounting", "das.privacy.sampler",
      "das.privacy.randomness", "das.privacy.exponential", "das.privacy.guarantee"},
@@ -230,3 +231,38 @@ def test_no_module_is_over_500_lines():
     assert wrong == [], "split it by concept, one module each"
     stale = sorted(m for m in LONG_MODULES_PENDING if _module_lines().get(m, 0) <= MAX_MODULE_LINES)
     assert stale == [], "remove these from LONG_MODULES_PENDING"
+
+
+# A level's name is spelled once, in das.model.levels's table; code names it by that table's constants, so a new
+# level is one edit there. PL 94-171's geographic header has columns of the same names (its own format's fields).
+LEVEL_NAMES = {"nation", "state", "county", "tract", "block_group", "block"}
+LEVEL_TABLE = "das.model.levels"
+OTHER_FORMATS = {"das.io.pl94171": {"tract", "block"}}
+
+
+def _prose(tree: ast.Module) -> set[int]:
+    """Docstrings and the literal text of f-strings (what they say, not the names code looks up)."""
+    kinds = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    docs = {id(node.body[0].value) for node in ast.walk(tree) if isinstance(node, kinds) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return docs | {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values
+                   if isinstance(part, ast.Constant)}
+
+
+def test_level_names_are_spelled_only_in_the_geography_table():
+    spelled = []
+    for module, tree in MODULES.items():
+        if module == LEVEL_TABLE:
+            continue
+        prose, allowed = _prose(tree), OTHER_FORMATS.get(module, set())
+        spelled += [f"{module}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and node.value in LEVEL_NAMES - allowed
+                    and id(node) not in prose]
+    assert spelled == [], "name the level by das.model.levels's constant (NATION, STATE, ..., BLOCK)"
+
+
+def test_the_level_table_spells_each_name_once():
+    from das.model import levels
+
+    constants = (levels.NATION, levels.STATE, levels.COUNTY, levels.TRACT, levels.BLOCK_GROUP, levels.BLOCK)
+    assert set(constants) == LEVEL_NAMES == set(levels.LEVEL_DIGITS) and constants == levels.DEFAULT_LEVELS

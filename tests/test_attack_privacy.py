@@ -10,9 +10,10 @@ import pytest
 from das.attack import privacy as A
 from das.attack.detection import clopper_pearson, detection_limit
 from das.model.schema import load_schema
+from das.privacy.accounting import Allocation, allocate
 from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import strategy_from_dict
-from das.topdown.measure import measure_in_memory, plan_for
+from das.topdown.measure import measure_in_memory
 
 LEVELS = ("nation", "state", "county", "tract", "block")
 TRIALS = 200_000
@@ -26,9 +27,9 @@ def setting():
     strategy = strategy_from_dict({"schema": schema.name, "levels": {
         lv: {"rho_share": "1/5", "queries": {"votingage x hispanic": "1"}} for lv in LEVELS}})
     geography = A.audit_geography(LEVELS)
-    plan, allocation = plan_for(strategy, A.AUDIT_RHO, LEVELS)
+    allocation = allocate(strategy, A.AUDIT_RHO)
     assert allocation.total() == A.AUDIT_RHO
-    return geography, A.audit_dataset(schema, geography), schema, plan
+    return geography, A.audit_dataset(schema, geography), schema, allocation
 
 
 def _audit(setting, mechanism, kinds=A.NEIGHBOURS, seed=1):
@@ -136,13 +137,11 @@ def test_audit_charges_the_plan_through_the_accountant(setting):
     from das.core.errors import BudgetError
     from das.privacy.accounting import PrivacyAccountant
 
-    geography, data, schema, plan = setting
-    _, allocation = plan_for(strategy_from_dict({"schema": schema.name, "levels": {
-        lv: {"rho_share": "1/5", "queries": {"votingage x hispanic": "1"}} for lv in LEVELS}}), Fraction(1), LEVELS)
+    geography, data, schema, allocation = setting
     accountant = PrivacyAccountant.for_allocation(allocation)
-    measure_in_memory(geography, data, schema, plan, rng=SeededRandomSource(2), trials=3, accountant=accountant)
+    measure_in_memory(geography, data, schema, allocation, rng=SeededRandomSource(2), trials=3, accountant=accountant)
     assert accountant.spent == Fraction(1)
-    doubled = {lv: ms + ms[:1] for lv, ms in plan.items()}
+    doubled = Allocation(allocation.rho, allocation.items + allocation.items[:1])
     with pytest.raises(BudgetError, match="already measured"):
         measure_in_memory(geography, data, schema, doubled, rng=SeededRandomSource(2), trials=3,
                           accountant=PrivacyAccountant.for_allocation(allocation))

@@ -184,7 +184,7 @@ def test_every_series_keeps_one_colour_of_its_own():
 
     names = ["topdown", "noisy", "wls", "exact", *MECHANISM_NAMES, "rap_rank",
              *(f"baseline_{scope}" for scope in ("tract", "county", "state", "holdout"))]
-    assert all(name in series.SERIES for name in names)
+    assert all(name in series.known() for name in names)
     assert len({series.color(name) for name in names}) == len(names)  # no colour means two things
 
 
@@ -208,7 +208,7 @@ def test_the_comparison_figures_draw_each_series_in_its_colour(tmp_path, monkeyp
     for fig in drawn:
         for ax in fig.axes:
             for artist in [*ax.get_lines(), *ax.containers]:
-                name = next((n for n, s in series.SERIES.items() if s.label == artist.get_label()), None)
+                name = next((n for n, s in series.known().items() if s.label == artist.get_label()), None)
                 if name is None or not (hasattr(artist, "get_color") or artist.patches):
                     continue
                 shown = artist.get_color() if hasattr(artist, "get_color") else artist.patches[0].get_facecolor()

@@ -7,7 +7,7 @@ from das.privacy.randomness import SeededRandomSource
 from das.privacy.strategy import load_strategy
 from das.topdown.batch import parent_batches
 from das.topdown.engine import EngineOptions, postprocess
-from das.topdown.measure import Measured, Measurement, Target, measure_release
+from das.topdown.measure import Measured, Target, measure_release
 
 
 def test_parent_batches_hold_whole_parents():
@@ -20,10 +20,7 @@ def test_parent_batches_hold_whole_parents():
 def test_batch_size_does_not_change_the_solution(perry, tmp_path):
     schema, geography, invariants, histograms = perry
     allocation = allocate(load_strategy("pl94_five_level"), load_strategy("pl94_five_level").rho)
-    plan = {lv: [] for lv in geography.levels}
-    for item in allocation.items:
-        plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    measure_release(Measured("persons", schema, plan), geography, histograms, rng=SeededRandomSource(3),
+    measure_release(Measured("persons", schema, allocation), geography, histograms, rng=SeededRandomSource(3),
                     target=Target(tmp_path))
     solved = [postprocess("persons", schema, geography, invariants, nmf_dir=tmp_path,
                           options=EngineOptions(progress=False, batch_children=size))[0] for size in (2048, 7)]
@@ -62,10 +59,7 @@ def test_no_level_barrier_and_any_completion_order_give_the_same_solution(perry,
     schema, geography, invariants, histograms = perry
     strategy = load_strategy("pl94_five_level")
     allocation = allocate(strategy, strategy.rho)
-    plan = {lv: [] for lv in geography.levels}
-    for item in allocation.items:
-        plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    measure_release(Measured("persons", schema, plan), geography, histograms, rng=SeededRandomSource(5),
+    measure_release(Measured("persons", schema, allocation), geography, histograms, rng=SeededRandomSource(5),
                     target=Target(tmp_path))
     inline, reports = postprocess("persons", schema, geography, invariants, nmf_dir=tmp_path,
                                   options=EngineOptions(progress=False, batch_children=64))

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from das.model.geography import DEFAULT_LEVELS, Geography, block_geocodes
+from das.model.geography import Geography, block_geocodes
+from das.model.levels import DEFAULT_LEVELS
 
 BLOCKS = ["440010001001000", "440010001001001", "440010001002000", "440010002001000",
           "440030002002000", "440030002003000", "500010001001000"]

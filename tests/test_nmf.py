@@ -10,8 +10,10 @@ import pytest
 import das.topdown.measure
 from das.frame.rundir import nmf_level_path
 from das.io import nmf
+from das.privacy.accounting import Allocation
+from das.privacy.certificate import Measurement
 from das.privacy.randomness import SeededRandomSource
-from das.topdown.measure import Measured, Measurement, Target, measure_level
+from das.topdown.measure import Measured, Target, measure_level
 
 
 def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatch):
@@ -19,9 +21,9 @@ def test_level_reader_ranges_equal_whole_level_reads(perry, tmp_path, monkeypatc
     schema, geography, _, histograms = perry
     monkeypatch.setattr(das.topdown.measure, "CHUNK_CELLS", 5000)
     monkeypatch.setattr(das.topdown.measure, "CHUNK_UNITS", 150)  # caps the narrow queries' chunks too
-    measurements = [Measurement("block", q, v) for q, v in
-                    (("total", 3), ("detailed", 7), ("votingage x hispanic", 5))]
-    what = Measured("persons", schema, {"block": measurements})
+    measurements = tuple(Measurement.allocated("block", q, Fraction(1, 3), Fraction(1, v)) for q, v in
+                         (("total", 3), ("detailed", 7), ("votingage x hispanic", 5)))
+    what = Measured("persons", schema, Allocation(sum(m.rho for m in measurements), measurements))
     path = measure_level(what, "block", histograms, geography.units("block"), rng=SeededRandomSource(1),
                          target=Target(tmp_path))
     assert pq.ParquetFile(path).num_row_groups > 20

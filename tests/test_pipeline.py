@@ -36,9 +36,8 @@ def test_another_budget_keeps_the_shares_and_certifies_the_new_total():
     pipe = Pipeline.prepare("tiny", 3)
     half = pipe.at_budget("persons", pipe.releases["persons"].allocation.rho / 2)
     assert half.certificate.rho == pipe.releases["persons"].allocation.rho / 2
-    for level, measurements in half.plan.items():
-        for m, full in zip(measurements, pipe.releases["persons"].plan[level]):
-            assert m.query == full.query and m.variance == 2 * full.variance
+    for m, full in zip(half.allocation.items, pipe.releases["persons"].allocation.items, strict=True):
+        assert (m.level, m.query) == (full.level, full.query) and m.sigma2 == 2 * full.sigma2
     with pytest.raises(BudgetError):
         pipe.at_budget("persons", Fraction(0))
 

@@ -8,11 +8,12 @@ from das.core import atomic
 from das.frame.manifest import Manifest
 from das.frame.records import RunDirError, ValidationRecord
 from das.frame.rundir import RunDir
-from das.privacy.accounting import certificate
+from das.privacy.accounting import allocate, certificate
 from das.privacy.strategy import load_strategy
 
 FIVE = ("nation", "state", "county", "tract", "block")
-CERTIFICATE = certificate(load_strategy("pl94_five_level"), None, None, FIVE, schema_name="pl94_persons",
+STRATEGY = load_strategy("pl94_five_level")
+CERTIFICATE = certificate(STRATEGY, allocate(STRATEGY), None, FIVE, schema_name="pl94_persons",
                           randomness_private=False).to_dict()
 MINIMAL = {"spec_name": "tiny", "status": "running", "levels": list(FIVE),
            "persons": {"schema": "pl94_persons", "strategy": "pl94_five_level"}, "privacy": {"persons": CERTIFICATE}}

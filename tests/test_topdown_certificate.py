@@ -241,15 +241,15 @@ def solve_random_root(spec: Path, *, divisor: int, seed: int):
     measured again, the invariants' bounds, the spec's passes), the noise drawn at 1/divisor of the budget."""
     pipe, confidential = inputs(spec)
     persons = pipe.releases["persons"]
-    plan = pipe.at_budget("persons", persons.allocation.rho / divisor).plan
+    allocation = pipe.at_budget("persons", persons.allocation.rho / divisor).allocation
     schema, geography = pipe.schemas["persons"], confidential.geography
     rng = make_random_source(seed)
 
     def measured(level):
         truth = geography.aggregate(confidential.histograms["persons"], level)
         return [NoisyAnswers(m.query, level, geography.units(level),
-                             noisy_answers(true_answers(truth, schema, m.query), m.variance,
-                                           rng.spawn(f"{level}/{m.query}")), m.variance) for m in plan[level]]
+                             noisy_answers(true_answers(truth, schema, m.query), m.sigma2,
+                                           rng.spawn(f"{level}/{m.query}")), m.sigma2) for m in allocation.level(level)]
 
     assert geography.n_units("state") == 1
     descendants = [ChildAnswers(a, rows=np.array([0])) for a in measured("state")]

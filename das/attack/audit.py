@@ -30,6 +30,7 @@ from das.attack.rap import RapConfig
 from das.attack.workload import build_workload, load_attack_tables
 from das.core.progress import bar, step
 from das.frame import outdir
+from das.model.levels import BLOCK, COUNTY, TRACT
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +42,14 @@ ATTACK = outdir.Owner("das attack", "attack", ("candidates.parquet", "match_rate
 
 @dataclass(frozen=True)
 class AuditOptions:
-    level: str = "block"  # "block" | "tract"
+    level: str = BLOCK  # BLOCK or TRACT
     runs: int = 100
     rap: RapConfig = field(default_factory=RapConfig)
     seed: int = 0
     workers: int = 2
     min_confidence: float = 0.0
     multiset: bool = False
-    baselines: tuple[str, ...] = ("tract", "county")
+    baselines: tuple[str, ...] = (TRACT, COUNTY)
     ip_top: int = 50  # candidates whose certainty the IP attack decides (blocks)
     ip_max_persons: int = 60  # solution variability for blocks up to this size
     ip_time_limit: float = 20.0
@@ -103,7 +104,7 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
     level = options.level
     rng = np.random.default_rng([options.seed, int(geocode)])
     blocks = None
-    if level == "tract":
+    if level == TRACT:
         inside = published.within(level, geocode)
         blocks = np.unique(published.blocks[published.block[inside]])
     workload = build_workload(schema, tables, None if blocks is None else len(blocks))
@@ -125,7 +126,7 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
         matched = matches(candidates, true_levels)
         hits["rap_rank"] = expected_hits(matched, candidates.tie)
     for scope in options.baselines:
-        if level == "tract" and scope == "tract":
+        if level == TRACT and scope == TRACT:
             continue
         reference = reference_levels(truth, level, geocode, scope, holdout=holdout)
         ranking = frequency_ranking(reference)
@@ -135,7 +136,7 @@ def attack_geounit(geocode: str, published: PersonRecords, truth: PersonRecords,
         hits[f"baseline_{scope}"] = expected_hits(matches(ranking, true_levels), ranking.tie)
     result = GeounitResult(geocode, n, len(true_levels), distinct_true, workload.n_queries, rmse, 0.0, hits,
                            candidates, matched)
-    if level == "block" and n > 0 and options.ip_top > 0:
+    if level == BLOCK and n > 0 and options.ip_top > 0:
         solver = ip.Solver(ip.build_problem(workload, counts), options.ip_time_limit)
         first = solver.feasible()
         if first is not None:
@@ -230,9 +231,9 @@ def candidates_frame(results: list[GeounitResult], published: PersonRecords, lev
             continue
         frame = pd.DataFrame({"geocode": r.geocode, "rank": np.arange(1, len(c) + 1)})
         offset = 0
-        if level == "tract":
+        if level == TRACT:
             blocks = np.unique(published.blocks[published.block[published.within(level, r.geocode)]])
-            frame["block"] = blocks[c.records[:, 0]]
+            frame[BLOCK] = blocks[c.records[:, 0]]
             offset = 1
         for a, attribute in enumerate(schema.attributes):
             frame[attribute.column] = np.asarray(attribute.codes, dtype=object)[c.records[:, a + offset]]

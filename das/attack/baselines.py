@@ -12,8 +12,9 @@ import numpy as np
 from das.attack.data import GEOCODE_DIGITS, AttackError, PersonRecords
 from das.attack.rank import Candidates, rank_by
 from das.core.errors import option
+from das.model.levels import COUNTY, STATE, TRACT
 
-SCOPES = ("tract", "county", "state", "holdout")
+SCOPES = (TRACT, COUNTY, STATE, "holdout")
 
 
 def reference_levels(truth: PersonRecords, level: str, geocode: str, scope: str, *,

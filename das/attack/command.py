@@ -36,6 +36,7 @@ from das.attack.rap import RapConfig
 from das.attack.workload import load_attack_tables
 from das.core.errors import option
 from das.frame import outdir
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.model.schema import load_schema
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class AttackConfig:
     out: str | os.PathLike  # the output directory (confidential)
     schema: str | None = None  # default: the release's; for exact tables pl94_persons
     tables: str | None = None  # attack workload (specs/attack); default: the schema's name
-    level: str = "block"  # block | tract
+    level: str = BLOCK  # block | tract
     geounits: str | tuple[str, ...] = "auto"  # "auto" (across the true size range) or geocodes
     count: int = 10  # geounits "auto" picks
     runs: int = 100  # RAP runs per geounit
@@ -72,7 +73,7 @@ class AttackConfig:
     learning_rate: float = 0.1
     min_confidence: float = 0.0  # drop candidates sampled in fewer than this share of runs
     multiset: bool = False  # score with multiplicities
-    baselines: tuple[str, ...] = ("tract", "county")
+    baselines: tuple[str, ...] = (TRACT, COUNTY)
     holdout: str | os.PathLike | object | None = None  # persons (file or DataFrame) of a disjoint population
     ip_top: int = 50  # top candidates whose IP certainty is decided (0: no IP)
     ip_max_persons: int = 60  # solution variability for blocks up to this size
@@ -85,7 +86,7 @@ class AttackConfig:
         for name in ("runs", "relaxed", "steps", "batch", "workers", "count"):
             if getattr(self, name) < 1:
                 raise AttackError(f"{option(name, getattr(self, name))}: expected at least 1")
-        if self.level not in ("block", "tract"):
+        if self.level not in (BLOCK, TRACT):
             raise AttackError(f"{option('level', repr(self.level))}: expected block or tract")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise AttackError(f"{option('min_confidence', self.min_confidence)}: expected a share between 0 and 1")

@@ -15,7 +15,7 @@ from das.core.errors import DasError, option
 from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.microdata import read_person_levels
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import COUNTY, LEVEL_DIGITS
 from das.model.schema import Schema
 
 GEOCODE_DIGITS = LEVEL_DIGITS  # a geounit's geocode: the first digits of its blocks
@@ -57,7 +57,7 @@ def read_persons(path, schema: Schema) -> PersonRecords:
     return PersonRecords(schema, blocks, block, levels)
 
 
-COVERAGE_LEVEL = "county"  # the truth must hold persons in every county the release does
+COVERAGE_LEVEL = COUNTY  # the truth must hold persons in every county the release does
 SHOWN_GEOUNITS = 5
 
 

@@ -46,10 +46,10 @@ from das.frame import outdir
 from das.io.nmf import NoisyAnswers
 from das.model.geography import Geography
 from das.model.schema import Schema, load_schema
-from das.privacy.accounting import eps_for_delta
+from das.privacy.accounting import Allocation, allocate, eps_for_delta
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import load_strategy, parse_fraction, strategy_from_dict
-from das.topdown.measure import Measurement, measure_in_memory, plan_for, true_answers
+from das.topdown.measure import measure_in_memory, true_answers
 
 AUDIT_DELTA = Fraction(1, 100)
 AUDIT_RHO = Fraction(1)
@@ -165,11 +165,11 @@ def llr_scores(outputs: list[NoisyAnswers], truth_d: dict, truth_d_prime: dict) 
     return scores if scores is not None else np.zeros(len(outputs[0].answers) if outputs else 0)
 
 
-def _truths(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict) -> dict:
+def _truths(geography: Geography, histograms: sp.csr_matrix, schema: Schema, allocation: Allocation) -> dict:
     out = {}
     for level in geography.levels:
         aggregated = geography.aggregate(histograms, level)
-        for m in plan.get(level, []):
+        for m in allocation.level(level):
             out[level, m.query] = true_answers(aggregated, schema, m.query)
     return out
 
@@ -187,12 +187,12 @@ class Trials:
     done: Callable[[int], object] | None = None  # told the trials run after each chunk (a progress bar's update)
 
 
-def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dict[str, list[Measurement]], *, rng,
+def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, allocation: Allocation, *, rng,
                how: Trials) -> AuditResult:
     """Run the mechanism `how.trials` times on each of D and D' and bound eps at `how.delta` from below."""
     trials = how.trials
-    truth_d = _truths(geography, pair.d, schema, plan)
-    truth_p = _truths(geography, pair.d_prime, schema, plan)
+    truth_d = _truths(geography, pair.d, schema, allocation)
+    truth_p = _truths(geography, pair.d_prime, schema, allocation)
     answers = sum(t.size for t in truth_d.values())
     chunk = max(1, min(trials, TRIAL_ANSWERS // max(answers, 1)))  # trials per call: bounded memory
 
@@ -200,7 +200,7 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
         parts = []
         for number, start in enumerate(range(0, trials, chunk)):
             stream = rng.spawn(f"audit/{pair.name}/{side}/{number}")
-            outputs = how.mechanism(geography, histograms, schema, plan, rng=stream, trials=min(chunk, trials - start))
+            outputs = how.mechanism(geography, histograms, schema, allocation, rng=stream, trials=min(chunk, trials - start))
             parts.append(llr_scores(outputs, truth_d, truth_p))
             if how.done is not None:
                 how.done(min(chunk, trials - start))
@@ -215,10 +215,10 @@ def audit_pair(pair: Neighbours, geography: Geography, schema: Schema, plan: dic
                        sight.detection_limit_eps, sight.trials_needed)
 
 
-def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan: dict[str, list[Measurement]], *,
+def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, allocation: Allocation, *,
           rng, how: Trials, kinds: tuple[str, ...] = NEIGHBOURS) -> list[AuditResult]:
     """The audit for each kind of neighbour (see `neighbour_pairs`)."""
-    return [audit_pair(pair, geography, schema, plan, rng=rng, how=how)
+    return [audit_pair(pair, geography, schema, allocation, rng=rng, how=how)
             for pair in neighbour_pairs(histograms, schema, geography) if pair.name in kinds]
 
 
@@ -226,19 +226,20 @@ def audit(geography: Geography, histograms: sp.csr_matrix, schema: Schema, plan:
 # Deliberately broken mechanisms: the audit must catch them (tests, benchmarks)
 
 
-def halved_variance(geography, histograms, schema, plan, *, rng, trials=1, accountant=None):
+def halved_variance(geography, histograms, schema, allocation, *, rng, trials=1, accountant=None):
     """A bug: every query's noise drawn with half the certified variance (the NMF would still say the full one)."""
-    halved = {level: [Measurement(m.level, m.query, m.variance / 2) for m in ms] for level, ms in plan.items()}
+    halved = Allocation(allocation.rho, tuple(replace(m, sigma2=m.sigma2 / 2) for m in allocation.items))
     outputs = measure_in_memory(geography, histograms, schema, halved, rng=rng, trials=trials)
-    claimed = {(m.level, m.query): m.variance for ms in plan.values() for m in ms}
+    claimed = {(m.level, m.query): m.sigma2 for m in allocation.items}
     return [replace(o, variance=claimed[o.level, o.query]) for o in outputs]
 
 
-def measured_twice(geography, histograms, schema, plan, *, rng, trials=1, accountant=None):
+def measured_twice(geography, histograms, schema, allocation, *, rng, trials=1, accountant=None):
     """A bug: the largest-budget query of every level measured a second time, charged once."""
-    outputs = measure_in_memory(geography, histograms, schema, plan, rng=rng, trials=trials)
-    extra = {level: [min(ms, key=lambda m: m.variance)] for level, ms in plan.items() if ms}
-    return outputs + measure_in_memory(geography, histograms, schema, extra, rng=rng.spawn("again"), trials=trials)
+    outputs = measure_in_memory(geography, histograms, schema, allocation, rng=rng, trials=trials)
+    extra = tuple(min(ms, key=lambda m: m.sigma2) for ms in map(allocation.level, geography.levels) if ms)
+    again = Allocation(sum((m.rho for m in extra), Fraction(0)), extra)
+    return outputs + measure_in_memory(geography, histograms, schema, again, rng=rng.spawn("again"), trials=trials)
 
 
 BROKEN = {"variance halved": halved_variance, "one query measured twice, charged once": measured_twice}
@@ -304,8 +305,7 @@ def audit_spec(spec_path, *, trials: int = 200_000, rho=None, delta=None, seed: 
     with bar(total=2 * pairs * 2 * trials, desc="audit trials", unit="trial", unit_scale=True) as progress:
         how = Trials(trials, delta, rho, done=progress.update)
         for name, s in ((strategy.name, strategy), (f"{strategy.name} (detailed only)", detailed)):
-            plan, _ = plan_for(s, rho, spec.levels)
-            results = audit(geography, data, schema, plan, rng=rng.spawn(name), how=how)
+            results = audit(geography, data, schema, allocate(s, rho), rng=rng.spawn(name), how=how)
             report["strategies"][name] = [r.__dict__ for r in results]
     sight = detection(trials, eps_for_delta(rho, delta), delta=float(delta), alpha=how.alpha)
     return report | {"detection": asdict(sight) | {"conclusive": sight.conclusive}, "verdict": sight.verdict(violations(report))}

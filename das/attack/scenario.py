@@ -24,6 +24,7 @@ from das.attack.rap import RapConfig
 from das.core.options import ExactParser
 from das.core.progress import configure
 from das.frame.rundir import RunDir
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.model.schema import specs_root
 from das.privacy.certificate import delta_text, fraction_text
 
@@ -78,9 +79,9 @@ def main(argv=None) -> int:
     persons = Path(input_paths(release_dir)["persons"])  # the operator's record: scripts/audit is the operator
     truth = read_persons(persons, schema)
     release = read_release(release_dir, schema)
-    blocks = auto_geounits(truth, "block", args.count, np.random.default_rng(args.seed))
-    options = AuditOptions(level="block", runs=args.runs, seed=args.seed, workers=args.workers,
-                           rap=RapConfig(steps=args.steps), baselines=("tract", "county"))
+    blocks = auto_geounits(truth, BLOCK, args.count, np.random.default_rng(args.seed))
+    options = AuditOptions(level=BLOCK, runs=args.runs, seed=args.seed, workers=args.workers,
+                           rap=RapConfig(steps=args.steps), baselines=(TRACT, COUNTY))
     summaries = {}
     for name, published, source in (("exact", truth, "exact tables (no protection)"),
                                     ("release", release, f"release {release_dir}")):

@@ -20,10 +20,11 @@ from pydantic import Field
 
 from das.core.errors import SpecError
 from das.model import specfile
+from das.model.levels import BLOCK, TRACT
 from das.model.schema import Schema, parse_query_name, resolve_spec
 from das.model.specfile import Section
 
-TABLE_LEVELS = ("block", "tract")
+TABLE_LEVELS = (BLOCK, TRACT)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def build_workload(schema: Schema, tables: tuple[AttackTable, ...], n_blocks: in
     block_cells, block_labels, tract_cells, tract_labels = [], [], [], []
     for t in tables:
         cells, labels = table_cells(schema, t)
-        if t.level == "block":
+        if t.level == BLOCK:
             block_cells += cells
             block_labels += labels
         else:
@@ -163,9 +164,9 @@ def build_workload(schema: Schema, tables: tuple[AttackTable, ...], n_blocks: in
         everywhere = np.ones(n_blocks, dtype=bool)
         rows += [(everywhere, *c) for c in tract_cells]
         labels += tract_labels
-        attributes, sizes = ("block", *schema.names), (n_blocks, *schema.shape)
+        attributes, sizes = (BLOCK, *schema.names), (n_blocks, *schema.shape)
     if not rows:
-        raise SpecError(f"the workload has no {'block' if n_blocks is None else 'block or tract'} tables")
+        raise SpecError(f"the workload has no {BLOCK if n_blocks is None else f'{BLOCK} or {TRACT}'} tables")
     masks, index = [], np.zeros((len(rows), len(sizes)), dtype=np.int32)
     for a, d in enumerate(sizes):
         distinct = {np.ones(d, dtype=bool).tobytes(): 0}

@@ -154,17 +154,19 @@ def delta(text: str) -> Fraction:
 
 
 def names(choices):
-    """An argument type: a comma list of some of `choices` (an unknown name refused, the nearest named)."""
+    """An argument type: a comma list of some of `choices` (an unknown name refused, the nearest named); `choices`
+    may be a function giving them, called only when the argument is parsed (a registry that is heavy to import)."""
 
     def parse(text: str) -> tuple[str, ...]:
+        known = tuple(choices() if callable(choices) else choices)
         given = tuple(part.strip() for part in text.split(",") if part.strip())
         if not given:
-            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(known)}")
         for name in given:
-            if name not in choices:
-                near = difflib.get_close_matches(name, choices, n=1)
+            if name not in known:
+                near = difflib.get_close_matches(name, known, n=1)
                 hint = f" (did you mean {near[0]}?)" if near else ""
-                raise argparse.ArgumentTypeError(f"unknown name {shown(name)}{hint}; expected some of {', '.join(choices)}")
+                raise argparse.ArgumentTypeError(f"unknown name {shown(name)}{hint}; expected some of {', '.join(known)}")
         return given
 
     parse.__name__ = "comma list"

@@ -7,6 +7,7 @@ import os
 import sys
 
 from das.cli.args import add_overwrite, nonnegative_int, path, positive_float, positive_int, share, shipped
+from das.model.levels import BLOCK, TRACT
 
 
 def add_parsers(subparsers) -> argparse.ArgumentParser:
@@ -24,7 +25,7 @@ def add_parsers(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--tables", type=path, default=None,
                    help=f"attack workload: one of {', '.join(shipped('attack'))} or a .toml path (default: the "
                         "schema's name; dhc_sf1_2010: the 2010 SF1 tables of the RAP-Rank paper)")
-    a.add_argument("--level", choices=("block", "tract"), default="block", help="geography level attacked")
+    a.add_argument("--level", choices=(BLOCK, TRACT), default=BLOCK, help="geography level attacked")
     a.add_argument("--geounits", default="auto",
                    help="'auto' (across the range of true sizes: the same geounits for exact tables and for a release "
                         "of the same truth) or comma-separated geocodes (15 digits per block, 11 per tract)")

@@ -19,10 +19,20 @@ from das.cli.args import (
 )
 from das.mechanisms import registry
 
-# das.research.estimators.ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that `das --help`
-# imports nothing heavy (tests/test_cli_research.py checks they agree)
-ESTIMATORS = ("topdown", "noisy", "wls")
+# das.research.estimators.DEFAULT_ESTIMATORS and das.research.replicate.DEFAULT_QUERIES, spelled out so that
+# `das --help` imports nothing heavy (tests/test_cli_research.py checks they agree); the estimators a command
+# accepts are the registry's, read when the argument is parsed
+DEFAULT_ESTIMATORS = ("topdown", "noisy", "wls")
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")
+
+
+def estimator_names() -> tuple[str, ...]:
+    """The registered estimators (das.research.estimators.ESTIMATORS)."""
+    from das.research.estimators import ESTIMATORS
+
+    return tuple(ESTIMATORS)
+
+
 AREAS_HELP = ("an area type and its file (columns GEOID, the block, and area, its id; Parquet or CSV), scored off the "
               "spine beside its levels; repeatable (default: synthetic districts of about 1,000 and 5,000 persons that "
               "cut across tracts, docs/research.md)")
@@ -118,8 +128,8 @@ def add_parsers(sub) -> None:
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
                         "anything else is refused")
-    m.add_argument("--estimators", type=names((*ESTIMATORS, *registry.ENTRIES)), default=None,
-                   help=f"comma list of estimators (default: the release's own: {','.join(ESTIMATORS)} for a TopDown "
+    m.add_argument("--estimators", type=names(lambda: (*estimator_names(), *registry.ENTRIES)), default=None,
+                   help=f"comma list of estimators (default: the release's own: {','.join(DEFAULT_ESTIMATORS)} for a TopDown "
                         "release; a synthetic release's MDF alone, named after its mechanism, e.g. aim)")
     m.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     m.add_argument("--keep", default="total", help="queries whose per-geounit errors are written")
@@ -142,7 +152,8 @@ def add_parsers(sub) -> None:
     r.add_argument("--allow-large-rho", action="store_true",
                    help="acknowledge a budget above the cap (rho > 10): barely protected")
     r.add_argument("--seed", type=nonnegative_int, default=None, help=SEED_HELP)
-    r.add_argument("--estimators", type=names(ESTIMATORS), default=",".join(ESTIMATORS), help="comma list of estimators")
+    r.add_argument("--estimators", type=names(estimator_names), default=",".join(DEFAULT_ESTIMATORS),
+                   help="comma list of estimators")
     r.add_argument("--queries", default=common["queries"], help="comma list of schema queries to score")
     r.add_argument("--keep", default="total", help="queries whose per-geounit errors are kept")
     r.add_argument("--areas", type=area_file, action="append", metavar="TYPE=PATH", help=AREAS_HELP)

@@ -19,7 +19,7 @@ from das.core.errors import InputError, SpecError, option
 from das.driver.runspec import DEFAULT_DELTA, load_run_spec
 from das.io.microdata import read_inputs
 from das.io.problems import Problem
-from das.model.geography import DEFAULT_LEVELS, LEVEL_DIGITS
+from das.model.levels import BLOCK, BLOCK_GROUP, COUNTY, DEFAULT_LEVELS, LEVEL_DIGITS, STATE, TRACT
 from das.model.schema import load_schema
 from das.model.specfile import real_path
 from das.privacy.accounting import eps_for_delta
@@ -44,7 +44,7 @@ KINDS = {
                          "the 2020 PL 94-171 redistricting data: voting age x Hispanic origin x race x group quarters "
                          "type; the 2020 production spine and budget"),
     "dhc_persons": Kind("dhc_persons", "dhc_persons_small", "h1_units_five_level",
-                        tuple(lv for lv in DEFAULT_LEVELS if lv != "block_group"), "dhc",
+                        tuple(lv for lv in DEFAULT_LEVELS if lv != BLOCK_GROUP), "dhc",
                         "sex x single year of age x Hispanic origin x race x group quarters type (DHC-style tables P12, "
                         "P2, P5, H1); a small five-level strategy"),
 }
@@ -62,7 +62,7 @@ def _relative(path: Path, spec_dir: Path) -> str:
 
 def _counts(blocks) -> dict[str, int]:
     """Geounits of each level the blocks' geocodes name."""
-    return {level: len({str(b)[:LEVEL_DIGITS[level]] for b in blocks}) for level in ("state", "county", "tract", "block")}
+    return {level: len({str(b)[:LEVEL_DIGITS[level]] for b in blocks}) for level in (STATE, COUNTY, TRACT, BLOCK)}
 
 
 def _read(persons: Path, units: Path, kind: Kind):
@@ -89,8 +89,8 @@ def spec_text(persons, units, *, spec_path, name: str | None = None, schema: str
     name = name or spec_path.stem
     lines = [
         f"# A das run spec written by `das init` from {persons.name} and {units.name}:",
-        f"# {population:,} persons in {counts['block']:,} blocks with housing units or group quarters, "
-        f"{counts['tract']:,} tract(s), {counts['county']:,} county(ies), {counts['state']:,} state(s).",
+        f"# {population:,} persons in {counts[BLOCK]:,} blocks with housing units or group quarters, "
+        f"{counts[TRACT]:,} tract(s), {counts[COUNTY]:,} county(ies), {counts[STATE]:,} state(s).",
         "# Every key is explained in docs/formats.md; `das privacy THIS_FILE` prints the privacy certificate,",
         "# `das run THIS_FILE --out DIR` makes the release (docs/walkthrough.md).",
         f'name = "{name}"',

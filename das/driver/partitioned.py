@@ -58,6 +58,7 @@ from das.io import nmf
 from das.io import parts as state_parts
 from das.io.outputs import NationRelease, assemble_spine
 from das.io.partitions import PartitionError, StateInputs, state_inputs
+from das.model.levels import NATION, STATE
 from das.model.rules import Bounds
 from das.model.schema import Schema
 from das.privacy.accounting import PrivacyAccountant
@@ -79,7 +80,7 @@ class Tops:
 
     def published_invariants(self) -> PublishedInvariants:
         totals = {s.state: s.population for s in self.states}
-        return PublishedInvariants({"nation": {"": sum(totals.values())}, "state": totals})
+        return PublishedInvariants({NATION: {"": sum(totals.values())}, STATE: totals})
 
     @property
     def n_blocks(self) -> int:
@@ -134,12 +135,12 @@ def measure_top(pipe: Pipeline, tops: Tops, nmf_dir: Path) -> None:
     codes = np.array([s.state for s in tops.states])
     for name, r in pipe.releases.items():
         accountant = PrivacyAccountant.for_allocation(r.allocation)
-        charge(accountant, r.plan, pipe.spec.levels)  # every level's, the states' below included
+        charge(accountant, r.allocation, pipe.spec.levels)  # every level's, the states' below included
         if accountant.spent != r.allocation.rho:
             raise RunError(f"{name}: planned rho {accountant.spent} differs from the certified {r.allocation.rho}")
         states = sp.vstack([s.truth[name] for s in tops.states], format="csr")
-        truth = {"nation": sp.csr_matrix(states.sum(axis=0)), "state": states}
-        for level, geocodes in (("nation", np.array([""])), ("state", codes)):
+        truth = {NATION: sp.csr_matrix(states.sum(axis=0)), STATE: states}
+        for level, geocodes in ((NATION, np.array([""])), (STATE, codes)):
             target = Target(nmf_dir, metadata=pipe.metadata())
             if not target.level_path(name, level).exists():  # a level committed before an interruption is kept
                 measure_level(r.measured, level, truth[level], geocodes, rng=pipe.rng, target=target)
@@ -162,17 +163,17 @@ def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bo
         states, _, meta = load_solved(checkpoint)
         return states, [record_report(r) for r in meta["reports"]]
     t0 = time.perf_counter()
-    noisy = nmf.read_level(nmf_level_path(nmf_dir, name, "nation"), np.array([""]))
-    root = solve_root(schema, list(noisy.values()), _summed(bounds), settings=options.settings("nation"))
+    noisy = nmf.read_level(nmf_level_path(nmf_dir, name, NATION), np.array([""]))
+    root = solve_root(schema, list(noisy.values()), _summed(bounds), settings=options.settings(NATION))
     nation = sp.csr_matrix(root.counts.reshape(1, -1))
-    reports = [LevelReport("nation", 1, time.perf_counter() - t0, list(root.events),
+    reports = [LevelReport(NATION, 1, time.perf_counter() - t0, list(root.events),
                            merge_certificates([root.certificate]))]
     t1 = time.perf_counter()
-    index = nmf.level_index(nmf_level_path(nmf_dir, name, "state"), len(codes))
+    index = nmf.level_index(nmf_level_path(nmf_dir, name, STATE), len(codes))
     task = BatchTask(Family(schema, np.array([""]), nation, codes, np.array([0, len(codes)])),
-                     BatchReads(index, 0, len(codes)), ChildLimits(given=_stacked(bounds)), options.settings("state"))
+                     BatchReads(index, 0, len(codes)), ChildLimits(given=_stacked(bounds)), options.settings(STATE))
     states, events, l2, figures = timed_solve_batch(task)
-    reports.append(LevelReport("state", 1, time.perf_counter() - t1, events, l2, [figures]))
+    reports.append(LevelReport(STATE, 1, time.perf_counter() - t1, events, l2, [figures]))
     save_solved(checkpoint, states, [], {"reports": [report_record(r) for r in reports]})
     return states, reports
 

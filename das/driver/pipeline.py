@@ -39,12 +39,12 @@ from das.model.geography import Geography
 from das.model.rules import Invariants, household_persons
 from das.model.schema import Schema, load_schema
 from das.model.spine import block_order, recut_level, spine_geography
-from das.privacy.accounting import Allocation, PrivacyAccountant, certificate, rho_for_eps
+from das.privacy.accounting import Allocation, PrivacyAccountant, allocate, certificate, rho_for_eps
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
-from das.topdown.measure import Measured, Measurement, Target, measure_release, plan_for
+from das.topdown.measure import Measured, Target, measure_release
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +75,12 @@ class ReleasePlan:
     spec: ReleaseSpec
     schema: Schema
     strategy: Strategy
-    plan: dict[str, list[Measurement]]
     allocation: Allocation
     certificate: Certificate | None
 
     @property
     def measured(self) -> Measured:
-        return Measured(self.name, self.schema, self.plan)
+        return Measured(self.name, self.schema, self.allocation)
 
 
 class InputsRead(Protocol):
@@ -178,15 +177,14 @@ class Pipeline:
             schema, strategy = load_schema(release.schema), load_strategy(release.strategy)
             validate_strategy(strategy, schema, spec.levels)
             rho = release_rho(release, strategy, spec.delta)
-            plan, allocation = plan_for(strategy, rho, spec.levels)
-            planned[name] = ReleasePlan(name, release, schema, strategy, plan, allocation, None)
+            planned[name] = ReleasePlan(name, release, schema, strategy, allocate(strategy, rho), None)
         preflight.check_spec(spec, {n: r.schema for n, r in planned.items()},
                              {n: r.strategy for n, r in planned.items()},
                              {n: r.allocation for n, r in planned.items()},
                              workers=workers, engine=engine, allow_large_rho=allow_large_rho)
         rng = make_random_source(spec.seed)
         for name, r in planned.items():
-            cert = certificate(r.strategy, r.allocation.rho, spec.delta, spec.levels, schema_name=r.schema.name,
+            cert = certificate(r.strategy, r.allocation, spec.delta, spec.levels, schema_name=r.schema.name,
                                randomness_private=rng.private)
             planned[name] = replace(r, certificate=cert)
         return cls(spec, planned, rng, load_tables(spec.tables))
@@ -202,10 +200,10 @@ class Pipeline:
     def at_budget(self, name: str, rho: Fraction) -> ReleasePlan:
         """Release `name` planned at another total budget (research: the same strategy's shares)."""
         r = self.releases[name]
-        plan, allocation = plan_for(r.strategy, rho, self.spec.levels)
-        cert = certificate(r.strategy, rho, self.spec.delta, self.spec.levels, schema_name=r.schema.name,
+        allocation = allocate(r.strategy, rho)
+        cert = certificate(r.strategy, allocation, self.spec.delta, self.spec.levels, schema_name=r.schema.name,
                            randomness_private=self.rng.private)
-        return replace(r, plan=plan, allocation=allocation, certificate=cert)
+        return replace(r, allocation=allocation, certificate=cert)
 
     def public_spec(self) -> tuple[str, str]:
         """The spec text as published (input paths redacted) and its SHA-256."""
@@ -225,7 +223,7 @@ class Pipeline:
                              self.schemas.get("units"))
         geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
         if out_dir is not None:
-            preflight.check_inputs(self.schemas, inputs, geography, {n: r.plan for n, r in self.releases.items()},
+            preflight.check_inputs(self.schemas, inputs, geography, {n: r.allocation for n, r in self.releases.items()},
                                    out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
                                    pl94171=self.spec.pl94171)
         spine, record = self.spine(geography)  # public geography: the block list and the declared areas
@@ -265,7 +263,7 @@ class Pipeline:
             if accountant.spent != r.allocation.rho:
                 raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {r.allocation.rho}")
             self.timings[f"measure_{name}"] = seconds = time.perf_counter() - t0
-            logger.info(f"measured {name}: {sum(len(v) for v in r.plan.values())} queries over "
+            logger.info(f"measured {name}: {len(r.allocation.items)} queries over "
                      f"{len(self.spec.levels)} levels ({seconds:.1f} s)")
 
     def engine_options(self, *, workers: int = 1, progress: bool = False, executor=None,

@@ -161,19 +161,18 @@ def check_area_files(areas: dict[str, Path], *, where: str, written: dict[str, s
         raise PreflightError(f"{where}: " + "; ".join(problems))
 
 
-def estimate_space(geography, schemas: dict, plans: dict, *, n_records: int, out_dir: Path,
+def estimate_space(geography, schemas: dict, allocations: dict, *, n_records: int, out_dir: Path,
                    table_columns: tuple[int, ...] = (), pl94171: bool = False) -> SpaceEstimate:
     """A generous estimate of the bytes a run writes (NMF, MDF, tables, PL 94-171 files, manifest and
     operator files, checkpoints), and the free bytes where they go. `table_columns`: the columns of each
     table written; `pl94171`: the PL 94-171 files are written too."""
     answers = 0
-    for name, plan in plans.items():
-        for level, measurements in plan.items():
-            answers += geography.n_units(level) * sum(schemas[name].query(m.query).size for m in measurements)
-    levels = sum(len(plan) for plan in plans.values())  # (release, level) pairs: an NMF file and a checkpoint each
+    for name, allocation in allocations.items():
+        answers += sum(geography.n_units(m.level) * schemas[name].query(m.query).size for m in allocation.items)
+    levels = len(allocations) * len(geography.levels)  # (release, level) pairs: an NMF file and a checkpoint each
     geounits = sum(geography.n_units(level) for level in geography.levels)
     needed = (answers * BYTES_PER_ANSWER + levels * FILE_BYTES  # the NMF
-              + n_records * BYTES_PER_RECORD + len(plans) * FILE_BYTES  # the MDFs
+              + n_records * BYTES_PER_RECORD + len(allocations) * FILE_BYTES  # the MDFs
               + sum(columns * (TABLE_COLUMN_BYTES + geounits * TABLE_CELL_BYTES) + FILE_BYTES for columns in table_columns)
               + ((geounits * PL_GEOUNIT_BYTES + 4 * FILE_BYTES) if pl94171 else 0)
               + MANIFEST_BYTES + levels * LEVEL_RECORD_BYTES
@@ -224,7 +223,7 @@ def feasibility_problems(schema, inventory, person_histograms, geography) -> lis
     return problems
 
 
-def check_inputs(schemas: dict, inputs, geography, plans: dict, *, out_dir: Path, table_columns: tuple[int, ...] = (),
+def check_inputs(schemas: dict, inputs, geography, allocations: dict, *, out_dir: Path, table_columns: tuple[int, ...] = (),
                  pl94171: bool = False) -> SpaceEstimate:
     """After the inputs are read, before any noise: feasibility of the invariants, and disk space for every
     file the run writes (estimate_space, returned: a partitioned run adds its states' with check_space)."""
@@ -234,7 +233,7 @@ def check_inputs(schemas: dict, inputs, geography, plans: dict, *, out_dir: Path
         raise PreflightError(f"the inputs cannot be released as specified (found before any noise was drawn):\n{listed}")
     records = int(inputs.person_histograms.sum()) + int(inputs.inventory.housing_units.sum()) \
         + int(inputs.inventory.gq_facilities.sum())
-    space = estimate_space(geography, schemas, plans, n_records=records, out_dir=out_dir, table_columns=table_columns,
+    space = estimate_space(geography, schemas, allocations, n_records=records, out_dir=out_dir, table_columns=table_columns,
                            pl94171=pl94171)
     check_space(space, out_dir, pl94171=pl94171)
     return space

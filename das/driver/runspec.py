@@ -16,7 +16,8 @@ from pydantic import AfterValidator, Field, model_validator
 from das.core.errors import SpecError, option
 from das.io.areas import TYPE_NAME as AREA_TYPE
 from das.model import specfile
-from das.model.geography import DEFAULT_LEVELS, level_digits
+from das.model.geography import level_digits
+from das.model.levels import DEFAULT_LEVELS
 from das.model.schema import resolve_spec
 from das.model.specfile import Exact, Section
 from das.model.spine import SPINES  # [geography] spine: the levels as geocode prefixes, or optimized for declared areas

@@ -35,6 +35,7 @@ from das.io.outputs import OutputPlan, Part, write_spine
 from das.io.partitions import PartitionError, StateInputs, state_inputs
 from das.io.tables import table_widths
 from das.model.geography import Geography
+from das.model.levels import NATION, STATE
 from das.model.rules import Bounds, Invariants, household_persons, level_bounds
 from das.model.schema import Schema
 from das.model.spine import spine_geography
@@ -42,7 +43,7 @@ from das.topdown.engine import EngineOptions, LevelReport, postprocess
 from das.topdown.measure import Measured, Target, measure_release
 from das.topdown.problem import FailsafeEvent
 
-TOP = ("nation", "state")  # the levels the driver measures and solves; the states the rest
+TOP = (NATION, STATE)  # the levels the driver measures and solves; the states the rest
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class StateTop:
 def _read(work: Work, si: StateInputs):
     inputs = read_inputs(si.persons, si.units, work.schemas["persons"], work.schemas.get("units"))
     geography = Geography.from_blocks(inputs.inventory.blocks, work.levels)
-    found = geography.units("state").tolist()
+    found = geography.units(STATE).tolist()
     if found != [si.state]:
         raise PartitionError(f"{si.units}: holds blocks of state(s) {', '.join(found)}; the file is named for state "
                              f"{si.state} and must hold only that state's blocks")
@@ -149,14 +150,14 @@ def read_state(task: tuple[Work, StateInputs]) -> StateTop:
     """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
     work, si = task
     inputs, geography, invariants = _read(work, si)
-    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.plan for n, m in work.plans.items()},
+    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.allocation for n, m in work.plans.items()},
                                    out_dir=work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
                                    pl94171=work.outputs.pl94171)
     _, spine = _spine(work, si, geography)  # the area files checked here too, before any noise
     histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
-    truth = {name: geography.aggregate(histograms[name], "state") for name in work.plans}
+    truth = {name: geography.aggregate(histograms[name], STATE) for name in work.plans}
     return StateTop(si.state, geography.n_blocks, truth,
-                    level_bounds(work.schemas["persons"], invariants, geography, level="state"), space.needed, spine)
+                    level_bounds(work.schemas["persons"], invariants, geography, level=STATE), space.needed, spine)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def _units_bounds(work: Work, geography: Geography, invariants: Invariants, pers
     if "units" not in work.plans:
         return None
     return level_bounds(work.schemas["units"], _with_household_persons(work, invariants, persons), geography,
-                        level="state")
+                        level=STATE)
 
 
 def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geography, Invariants]:
@@ -234,7 +235,7 @@ def solve_state(task: tuple[Work, StateInputs, sp.csr_matrix, int]) -> StateSolv
         geography, invariants = measure_state((work, si), pool if width > 1 or work.spread else None)
         persons, reports = postprocess("persons", work.schemas["persons"], geography, invariants, nmf_dir=work.nmf_dir,
                                        options=replace(_engine(work, si.state, width), executor=pool),
-                                       start=("state", row))
+                                       start=(STATE, row))
     finally:
         pool.close()
     save_arrays(_facts_path(work, si.state), blocks=geography.blocks, housing_units=invariants.housing_units,
@@ -271,7 +272,7 @@ def finish_state(task: tuple[Work, str, sp.csr_matrix | None, int]) -> StateDone
                                                    _with_household_persons(work, invariants, persons),
                                                    nmf_dir=work.nmf_dir,
                                                    options=replace(_engine(work, state, width), executor=pool),
-                                                   start=("state", row))
+                                                   start=(STATE, row))
         finally:
             if pool is not None:
                 pool.close()

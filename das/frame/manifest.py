@@ -30,7 +30,7 @@ from das.frame.records import (
     _strings,
     _where,
 )
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import LEVEL_DIGITS
 from das.privacy.certificate import Certificate, CertificateError
 from das.privacy.guarantee import Guarantee
 

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 
 from das.io.outputs import release_patterns
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import LEVEL_DIGITS
 from das.privacy.certificate import CertificateError, exact
 
 SOURCES = {

@@ -39,7 +39,8 @@ from das.io.tables import (
     table_slices,
     write_tables,
 )
-from das.model.geography import DEFAULT_LEVELS, Geography
+from das.model.geography import Geography
+from das.model.levels import DEFAULT_LEVELS, NATION
 from das.model.schema import Schema
 from das.model.spine import spine_table
 
@@ -64,7 +65,7 @@ class OutputPlan:
     @property
     def part_levels(self) -> tuple[str, ...]:
         """The levels a state's parts hold: all but the nation."""
-        if self.levels[0] != "nation":
+        if self.levels[0] != NATION:
             raise ValueError(f"levels must start at the nation: {self.levels}")
         return self.levels[1:]
 
@@ -260,7 +261,7 @@ def nation_rows(schema: Schema, spec: TableSpec, nation_histogram):
     """The nation's row of a table (the columns of das.io.tables.compute_table) from its histogram
     (schema.size values, dense or a 1-row sparse matrix)."""
     histogram = sp.csr_matrix(nation_histogram).reshape(1, schema.size)
-    return level_rows(schema, spec, "nation", np.array([""]), answers=table_answers(schema, spec, histogram))
+    return level_rows(schema, spec, NATION, np.array([""]), answers=table_answers(schema, spec, histogram))
 
 
 class TablesOutput(Output):

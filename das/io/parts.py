@@ -26,6 +26,7 @@ from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io.outputs import NationRelease, OutputPlan, Part, SolvedRelease, wanted
 from das.model.geography import Geography
+from das.model.levels import STATE
 from das.model.schema import Schema
 
 
@@ -51,7 +52,7 @@ def write_state_parts(part_dir: Path, schemas: dict[str, Schema], blocks: np.nda
     with atomic.replacing(Path(part_dir), directory=True) as tmp:
         part = RunDir(tmp)
         records = {output.name: output.write_part(part, release, plan) for output in wanted(plan)}
-        atomic.write_text(part.parts_marker, json.dumps({"state": state, "levels": list(plan.part_levels),
+        atomic.write_text(part.parts_marker, json.dumps({STATE: state, "levels": list(plan.part_levels),
                                                          "records": records}, indent=2))
     return Part(state, RunDir(part_dir), plan.part_levels, records)
 
@@ -62,7 +63,7 @@ def read_state_parts(part_dir: Path) -> Part | None:
     if not part.parts_marker.is_file():
         return None
     data = json.loads(part.parts_marker.read_text())
-    return Part(data["state"], part, tuple(data["levels"]), data["records"])
+    return Part(data[STATE], part, tuple(data["levels"]), data["records"])
 
 
 def _in_state_order(parts: list[Part]) -> list[Part]:

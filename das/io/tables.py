@@ -25,6 +25,9 @@ from das.model.specfile import load_toml
 
 @dataclass(frozen=True)
 class TableSpec:
+    """One table of a table set: its name and title, the schema it counts, its queries (the columns, in order) and
+    the cells its histogram keeps first (`where`: attribute -> value)."""
+
     name: str
     title: str
     schema: str

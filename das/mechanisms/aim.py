@@ -35,12 +35,13 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, check_add_remove, selection_eps
-from das.mechanisms.domain import Domain, fit_per_geounit
-from das.mechanisms.pgm import FIT_DETAIL, FIT_TOL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
+from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
+from das.mechanisms.pgm import FIT_DETAIL, FIT_TOL, SCORE_BITS, Model, l1_units, load_mbi
+from das.model.levels import TRACT
 from das.privacy.certificate import fraction_text
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
-LEVEL = "tract"
+LEVEL = TRACT
 TOTAL_SHARE = Fraction(1, 20)
 MAX_CELLS = 100_000  # the workload: cliques of up to three attributes within this many cells
 ROUNDS_PER_ATTRIBUTE = 16  # AIM's T = 16 d: the starting noise of a round
@@ -113,7 +114,7 @@ def aim_unit(counts, domain: Domain, schedule: AimSchedule, rng) -> tuple[np.nda
     """AIM on one geounit: integer counts over its domain, and its rounds (clique, sigma^2, eps)."""
     model = Model(domain, noisy_total(counts, schedule.sigma2_total, rng))
     for a in domain.names:
-        model.add((a,), measure(counts, domain, (a,), sigma2=schedule.sigma2_one, rng=rng), schedule.sigma2_one)
+        model.add(measure(counts, domain, (a,), sigma2=schedule.sigma2_one, rng=rng))
     model.fit()
     options = candidates(domain)
     max_weight = max(w for _, w in options)
@@ -126,7 +127,7 @@ def aim_unit(counts, domain: Domain, schedule: AimSchedule, rng) -> tuple[np.nda
         clique, _ = choice[exponential_mechanism(scores(counts, domain, model, choice, sigma2=current.sigma2), current.eps,
                                                  2 * max_weight << SCORE_BITS, rng)]
         before = model.marginal(clique)
-        model.add(clique, measure(counts, domain, clique, sigma2=current.sigma2, rng=rng), current.sigma2)
+        model.add(measure(counts, domain, clique, sigma2=current.sigma2, rng=rng))
         model.fit()
         rounds.append({"clique": list(clique), "sigma2": fraction_text(current.sigma2), "eps": fraction_text(current.eps)})
         moved = float(np.abs(model.marginal(clique) - before).sum())

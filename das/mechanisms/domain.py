@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
@@ -17,9 +18,10 @@ import scipy.sparse as sp
 from das.core.progress import bar
 from das.mechanisms.base import Synthesis
 from das.model.geography import Geography
+from das.model.levels import BLOCK, BLOCK_GROUP, TRACT
 from das.model.schema import Schema
+from das.privacy.sampler import discrete_gaussian
 
-BLOCK = "block"
 MAX_DOMAIN_CELLS = 4_000_000  # per geounit: its domain as float64 is 32 MB
 
 
@@ -72,20 +74,51 @@ def _marginal(schema: Schema, n_blocks: int, factors: tuple[str, ...]) -> tuple[
     return index.astype(np.int64), int(np.prod(sizes))
 
 
-def fitting_level(geography: Geography, schema: Schema, preferred: str = "tract") -> str:
+@dataclass(frozen=True)
+class Marginal:
+    """One marginal of a geounit's domain measured with discrete Gaussian noise: its attributes, the map of the
+    domain's cells onto its cells, its noisy answers (exact integers) and their variance. What mwem, privbayes,
+    privsyn, mst and aim measure and fit (mst and aim hand it to mbi as its `LinearMeasurement`)."""
+
+    factors: tuple[str, ...]
+    index: np.ndarray
+    size: int
+    noisy: np.ndarray  # int64
+    sigma2: Fraction
+
+    @functools.cached_property
+    def values(self) -> np.ndarray:
+        """The noisy answers as floats (what a fit computes with)."""
+        return self.noisy.astype(float)
+
+
+def measure(counts: np.ndarray, domain, factors: tuple[str, ...], *, sigma2: Fraction, rng) -> Marginal:
+    """The marginal of `counts` over `factors` (of a `Domain`, or one whose values are merged), plus discrete
+    Gaussian noise of variance sigma2 on each of its cells."""
+    index, size = domain.marginal(factors)
+    truth = np.bincount(index, weights=counts, minlength=size).astype(np.int64)
+    return Marginal(tuple(factors), index, size, truth + discrete_gaussian(sigma2, size, rng), sigma2)
+
+
+def noisy_total(counts: np.ndarray, sigma2: Fraction, rng) -> int:
+    """The geounit's total plus discrete Gaussian noise, clipped at zero: the scale every model-based mechanism fits."""
+    return max(0, int(counts.sum()) + int(discrete_gaussian(sigma2, 1, rng)[0]))
+
+
+def fitting_level(geography: Geography, schema: Schema, preferred: str = TRACT) -> str:
     """The geounit level a full-domain mechanism runs at: `preferred` (tract) when every geounit's
     domain fits in MAX_DOMAIN_CELLS, else the block group. Decided from public geography only."""
     from das.mechanisms.base import MechanismError
 
     tried = []
-    for level in (preferred, "block_group"):
+    for level in (preferred, BLOCK_GROUP):
         if level not in geography.levels or level in tried:
             continue
         tried.append(level)
         largest = int(np.bincount(geography.block_to_unit(level)).max()) if geography.n_blocks else 0
         if largest * schema.size <= MAX_DOMAIN_CELLS:
             return level
-    raise MechanismError(f"no geounit level among {tried or [preferred, 'block_group']} of this run keeps every "
+    raise MechanismError(f"no geounit level among {tried or [preferred, BLOCK_GROUP]} of this run keeps every "
                          f"domain (blocks x {schema.size} cells) within {MAX_DOMAIN_CELLS:,} cells")
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from das.mechanisms.base import Ledger, MechanismError, Plan, Public, Synthesis, SynthesisInput
 from das.mechanisms.domain import assemble, fitting_level, geounits, unit_counts
 from das.mechanisms.rounding import round_by_block
+from das.model.levels import BLOCK, TRACT
 from das.privacy.sampler import discrete_gaussian
 
 
@@ -45,14 +46,14 @@ def projection_level(geography, schema) -> str:
     """The public unit the noisy histograms are projected over: the tract, or the block group where some tract
     has more than MAX_DOMAIN_CELLS cells (decided from the public geography), else the block."""
     try:
-        return fitting_level(geography, schema, "tract")
+        return fitting_level(geography, schema, TRACT)
     except MechanismError:
-        return "block"
+        return BLOCK
 
 
 def plan(public: Public, ledger: Ledger) -> Plan:
     """The whole budget on every block's detailed cells (blocks are disjoint): sigma^2 = 1/rho."""
-    sigma2 = ledger.gaussian("block", "detailed", public.budget)
+    sigma2 = ledger.gaussian(BLOCK, "detailed", public.budget)
     return Plan(sigma2, {"sigma2": str(sigma2), "level": public.level,
                          "postprocessing": f"simplex projection of each {public.level}'s noisy cells to its rounded "
                                            "noisy total, integers by largest remainders, block totals first"})

@@ -32,11 +32,12 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, Merged, fit_per_geounit
-from das.mechanisms.pgm import FIT_DETAIL, SCORE_BITS, Model, l1_units, load_mbi, measure, noisy_total
+from das.mechanisms.domain import Domain, Merged, fit_per_geounit, measure, noisy_total
+from das.mechanisms.pgm import FIT_DETAIL, SCORE_BITS, Model, l1_units, load_mbi
+from das.model.levels import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 
-LEVEL = "tract"
+LEVEL = TRACT
 TOTAL_SHARE = Fraction(1, 20)
 ADD_REMOVE = Fraction(1, 2)  # an added or removed record moves an L1 error by at most 1 = Delta / 2
 SUPPORT_SIGMAS = 3  # compress_domain: a value whose noisy count is below this many sigma is merged
@@ -106,23 +107,22 @@ def mst_unit(counts, domain: Domain, schedule: MstSchedule, rng) -> tuple[np.nda
     the values merged."""
     total = noisy_total(counts, schedule.sigma2_total, rng)
     noisy = {a: measure(counts, domain, (a,), sigma2=schedule.sigma2_one, rng=rng) for a in domain.names}
-    merged = merged_domain(domain, noisy, schedule.sigma2_one)
+    merged = merged_domain(domain, {a: m.noisy for a, m in noisy.items()}, schedule.sigma2_one)
     model = Model(merged, total)
     original = model.mbi.Domain(domain.names, tuple(domain.factor_size(a) for a in domain.names))
     mapping, one_way = dict(merged.mapping), {}
     for a in domain.names:
-        measurement = model.mbi.LinearMeasurement(noisy[a].astype(float), (a,),
-                                                  stddev=math.sqrt(float(schedule.sigma2_one)))
+        measurement = model.linear(noisy[a])
         model.add_measurement(measurement.compress({a: mapping[a]}, original) if a in mapping else measurement)
-        counted = np.bincount(mapping[a], weights=noisy[a]) if a in mapping else noisy[a]
+        counted = np.bincount(mapping[a], weights=noisy[a].noisy) if a in mapping else noisy[a].noisy
         clipped = np.maximum(counted, 0).astype(float)
         one_way[a] = clipped / clipped.sum() if clipped.sum() > 0 else np.full(len(clipped), 1 / len(clipped))
     others = tuple(a for a in domain.names if a != BLOCK)
     for pair in star(domain):
-        model.add(pair, measure(counts, merged, pair, sigma2=schedule.sigma2_star, rng=rng), schedule.sigma2_star)
+        model.add(measure(counts, merged, pair, sigma2=schedule.sigma2_star, rng=rng))
     edges = spanning_tree(counts, merged, one_way, others, total=total, eps=schedule.eps, rng=rng)
     for pair in edges:
-        model.add(pair, measure(counts, merged, pair, sigma2=schedule.sigma2_tree, rng=rng), schedule.sigma2_tree)
+        model.add(measure(counts, merged, pair, sigma2=schedule.sigma2_tree, rng=rng))
     model.fit()
     merged_values = {a: np.flatnonzero(m == m.max()).tolist() for a, m in merged.mapping}
     return model.counts(), [list(e) for e in edges], merged_values

@@ -31,12 +31,12 @@ from fractions import Fraction
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, fit_per_geounit
+from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
 from das.mechanisms.rounding import round_by_block
+from das.model.levels import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
-from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 ROUNDS = 12
 FIT_TOL = 1e-3  # a round's fit is converged when sweeps lower the squared residual by at most this share (final fit: a tenth)
 MAX_SWEEPS = 2000  # a safety cap on the sweeps of one fit (convergence stops far earlier)
@@ -66,22 +66,22 @@ def workload(domain: Domain) -> list[tuple[str, tuple[str, ...]]]:
 
 def _sweep(estimate: np.ndarray, measurements: list, total: float, step: float) -> np.ndarray:
     """One multiplicative-weights sweep over every measurement, the step scaled by `step`."""
-    for index, size, noisy in measurements:
-        gap = noisy - np.bincount(index, weights=estimate, minlength=size)
-        estimate = estimate * np.exp(np.clip(step * gap / (2 * total), -50, 50)[index])
+    for m in measurements:
+        gap = m.values - np.bincount(m.index, weights=estimate, minlength=m.size)
+        estimate = estimate * np.exp(np.clip(step * gap / (2 * total), -50, 50)[m.index])
         estimate *= total / estimate.sum()
     return estimate
 
 
 def _residual(estimate: np.ndarray, measurements: list) -> float:
     """sum over measurements of ||m - q(A)||^2."""
-    return sum(float(np.square(noisy - np.bincount(index, weights=estimate, minlength=size)).sum())
-               for index, size, noisy in measurements)
+    return sum(float(np.square(m.values - np.bincount(m.index, weights=estimate, minlength=m.size)).sum())
+               for m in measurements)
 
 
 def mw_fit(estimate: np.ndarray, measurements: list, total: float, *, step: float = 1.0, tol: float = FIT_TOL,
            max_sweeps: int = MAX_SWEEPS) -> tuple[np.ndarray, float, int]:
-    """Multiplicative weights swept over all measurements (index, size, noisy answers) until the fit converges.
+    """Multiplicative weights swept over all measurements (das.mechanisms.domain.Marginal) until the fit converges.
 
     A sweep applies A(x) <- A(x) exp(s q(x)(m - q(A)) / (2n)) for each measurement in turn, renormalized to
     n = `total` (MWEM's update, s = 1, repeated as its authors' practical variant does). The step s starts at
@@ -120,8 +120,7 @@ class Schedule(RoundSchedule):
 def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> np.ndarray:
     """MWEM on one geounit's domain counts, selecting among the domain's `workload`: integer counts over the domain."""
     queries = workload(domain)
-    noisy_total = int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0])
-    total = max(0, noisy_total)
+    total = noisy_total(counts, schedule.sigma2_total, rng)
     estimate = np.full(domain.size, total / domain.size, dtype=float)
     maps = [domain.marginal(f) for _, f in queries]
     true_answers = [np.bincount(index, weights=counts, minlength=size).astype(np.int64) for index, size in maps]
@@ -133,9 +132,7 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
             approx = np.rint(np.bincount(index, weights=estimate, minlength=size) * scale).astype(np.int64)
             scores.append(int(np.abs(truth * scale - approx).sum()))
         chosen = exponential_mechanism(scores, schedule.eps, 2 * scale, rng)  # Delta = 2, in units of 2^-16
-        index, size = maps[chosen]
-        noisy = true_answers[chosen] + discrete_gaussian(schedule.sigma2, size, rng)
-        measurements.append((index, size, noisy.astype(float)))
+        measurements.append(measure(counts, domain, queries[chosen][1], sigma2=schedule.sigma2, rng=rng))
         estimate, step, _ = mw_fit(estimate, measurements, float(total), step=step, tol=schedule.tol)
     estimate, _, _ = mw_fit(estimate, measurements, float(total), step=step, tol=schedule.tol / 10)
     return round_by_block(estimate, domain.n_blocks, total)

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from fractions import Fraction
 
 import numpy as np
 
 from das.mechanisms.base import MechanismError
-from das.mechanisms.domain import Domain, Merged
+from das.mechanisms.domain import Domain, Marginal, Merged
 from das.mechanisms.rounding import round_by_block
-from das.privacy.sampler import discrete_gaussian
 
 EXTRA = "mbi"
 SCORE_BITS = 16
@@ -47,21 +45,10 @@ def load_mbi():
     return mbi
 
 
-def measure(counts: np.ndarray, domain: Domain | Merged, factors: tuple[str, ...], *, sigma2: Fraction, rng) -> np.ndarray:
-    """The marginal of `counts` over `factors`, plus discrete Gaussian noise of variance sigma2."""
-    index, size = domain.marginal(factors)
-    return np.bincount(index, weights=counts, minlength=size).astype(np.int64) + discrete_gaussian(sigma2, size, rng)
-
-
 def l1_units(truth: np.ndarray, estimate: np.ndarray) -> int:
     """sum |truth - estimate| in integer units of 2^-16, the (public) estimate rounded to that grid."""
     scale = 1 << SCORE_BITS
     return int(np.abs(truth.astype(np.int64) * scale - np.rint(estimate * scale).astype(np.int64)).sum())
-
-
-def noisy_total(counts: np.ndarray, sigma2: Fraction, rng) -> int:
-    """The geounit's total plus discrete Gaussian noise, clipped at zero."""
-    return max(0, int(counts.sum()) + int(discrete_gaussian(sigma2, 1, rng)[0]))
 
 
 class Model:
@@ -76,8 +63,13 @@ class Model:
         self.measurements = []
         self.model = None
 
-    def add(self, factors: tuple[str, ...], noisy: np.ndarray, sigma2: Fraction) -> None:
-        self.add_measurement(self.mbi.LinearMeasurement(noisy.astype(float), factors, stddev=math.sqrt(float(sigma2))))
+    def add(self, marginal: Marginal) -> None:
+        """A measured marginal, as mbi's `LinearMeasurement` of it."""
+        self.add_measurement(self.linear(marginal))
+
+    def linear(self, marginal: Marginal):
+        """mbi's `LinearMeasurement` of a measured marginal (its noise's standard deviation)."""
+        return self.mbi.LinearMeasurement(marginal.values, marginal.factors, stddev=math.sqrt(float(marginal.sigma2)))
 
     def add_measurement(self, measurement) -> None:
         """An mbi LinearMeasurement as made (e.g. re-expressed over merged values)."""

@@ -30,12 +30,12 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import BLOCK, Domain, fit_per_geounit
+from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
 from das.mechanisms.rounding import round_by_block
+from das.model.levels import BLOCK, TRACT
 from das.privacy.exponential import exponential_mechanism, exponential_rho
-from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 DEGREE = 2
 MAX_CLIQUE = 4096
 TOTAL_SHARE = Fraction(1, 20)
@@ -92,7 +92,7 @@ class Schedule:
 def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> tuple[np.ndarray, list]:
     """PrivBayes on one geounit: integer counts over its domain, and the network chosen."""
     eps, sigma2s = schedule.eps, schedule.sigma2s
-    total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
+    total = noisy_total(counts, schedule.sigma2_total, rng)
     network = [(BLOCK, ())]
     chosen = [BLOCK]
     while len(chosen) < len(domain.names):
@@ -103,9 +103,8 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
         chosen.append(child)
     probability = np.ones(domain.size)
     for (child, parents), sigma2 in zip(network, sigma2s):
-        index, size = domain.marginal((child, *parents))
-        noisy = np.bincount(index, weights=counts, minlength=size).astype(np.int64) + discrete_gaussian(sigma2, size, rng)
-        probability *= conditional(noisy, domain.factor_size(child))[index]
+        measured = measure(counts, domain, (child, *parents), sigma2=sigma2, rng=rng)
+        probability *= conditional(measured.noisy, domain.factor_size(child))[measured.index]
     out = round_by_block(probability, domain.n_blocks, total)
     return out, [[child, list(parents)] for child, parents in network]
 

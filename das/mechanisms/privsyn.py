@@ -36,10 +36,11 @@ from itertools import combinations
 import numpy as np
 
 from das.mechanisms.base import Ledger, Plan, Public, Synthesis, SynthesisInput
-from das.mechanisms.domain import Domain, fit_per_geounit
+from das.mechanisms.domain import Domain, fit_per_geounit, measure, noisy_total
+from das.model.levels import TRACT
 from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 TOTAL_SHARE = Fraction(1, 20)
 SELECT_SHARE = Fraction(1, 10)
 GUM_ROUNDS = 30
@@ -186,7 +187,7 @@ class Schedule:
 def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng) -> tuple[np.ndarray, list]:
     """PrivSyn on one geounit: integer counts over its domain, and the pairs chosen."""
     rho_measure = schedule.rho_measure
-    total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
+    total = noisy_total(counts, schedule.sigma2_total, rng)
     pairs = list(combinations(domain.names, 2))
     noisy = np.array([indif(counts, domain, p) for p in pairs]) + discrete_gaussian(schedule.sigma2_select, len(pairs), rng)
     cells = np.array([domain.factor_size(a) * domain.factor_size(b) for a, b in pairs])
@@ -196,10 +197,9 @@ def synthesize_unit(counts: np.ndarray, domain: Domain, schedule: Schedule, rng)
     shares = allocate(rho_measure, [int(np.prod([domain.factor_size(f) for f in m])) for m in marginals])
     targets = []
     for factors, rho_j in zip(marginals, shares):
-        index, size = domain.marginal(factors)
-        measured = np.bincount(index, weights=counts, minlength=size) + discrete_gaussian(1 / rho_j, size, rng)
-        clipped = np.maximum(measured, 0).astype(float)
-        target = clipped * total / clipped.sum() if clipped.sum() > 0 else np.full(size, total / size)
+        measured = measure(counts, domain, factors, sigma2=1 / rho_j, rng=rng)
+        clipped = np.maximum(measured.noisy, 0).astype(float)
+        target = clipped * total / clipped.sum() if clipped.sum() > 0 else np.full(measured.size, total / measured.size)
         targets.append((factors, target))
     generator = np.random.default_rng(rng.uint64(4).tolist())  # post-processing randomness, from the same source
     return gum(targets, domain, total, generator), [list(m) for m in marginals[len(domain.names):]]

@@ -25,13 +25,14 @@ import numpy as np
 from das.attack.rap import RapConfig, initial_logits, mask_operators, project, relaxed_answers, softmax
 from das.attack.workload import AttackTable, Workload, build_workload, load_attack_tables
 from das.mechanisms.base import Ledger, Plan, Public, RoundSchedule, Synthesis, SynthesisInput, selection_eps
-from das.mechanisms.domain import fit_per_geounit
+from das.mechanisms.domain import fit_per_geounit, noisy_total
 from das.mechanisms.rounding import round_by_block
+from das.model.levels import BLOCK, TRACT
 from das.model.schema import Schema
 from das.privacy.exponential import exponential_mechanism, exponential_rho
 from das.privacy.sampler import discrete_gaussian
 
-LEVEL = "tract"
+LEVEL = TRACT
 ROUNDS = 10  # T
 # K, the queries selected and measured in a round. Grand Isle at the 2020 budget, seed 0, T = 10: K = 3, 5, 10, 20,
 # 50 gave block MAE 12.6, 10.9, 11.3, 13.5, 13.4 (docs/mechanisms.md): 5 is the best of them
@@ -49,8 +50,8 @@ PROJECTION = RapConfig(n_relaxed=1000, steps=200, learning_rate=0.05, batch_size
 def workload(schema: Schema, n_blocks: int) -> Workload:
     """The tract's queries: the schema's block tables (specs/attack/<schema>.toml) in every block, then the tract's
     detailed cells (every attribute crossed)."""
-    tables = tuple(t for t in load_attack_tables(schema.name) if t.level == "block")
-    detailed = AttackTable("detailed", "detailed cells", "tract", (" x ".join(schema.names),))
+    tables = tuple(t for t in load_attack_tables(schema.name) if t.level == BLOCK)
+    detailed = AttackTable("detailed", "detailed cells", TRACT, (" x ".join(schema.names),))
     return build_workload(schema, (*tables, detailed), n_blocks)
 
 
@@ -89,7 +90,7 @@ def synthesize_unit(counts: np.ndarray, schema: Schema, n_blocks: int, *, schedu
     queries = workload(schema, n_blocks)
     operators = mask_operators(queries, config.dtype)
     truth = np.rint(queries.answers(records(counts, schema, n_blocks))).astype(np.int64)
-    total = max(0, int(counts.sum()) + int(discrete_gaussian(schedule.sigma2_total, 1, rng)[0]))
+    total = noisy_total(counts, schedule.sigma2_total, rng)
     generator = np.random.default_rng(rng.uint64(4).tolist())  # post-processing randomness, from the same source
     logits = initial_logits(queries, config, generator)
     targets = np.zeros(queries.n_queries)

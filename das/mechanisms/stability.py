@@ -42,6 +42,7 @@ from das.mechanisms.base import NEIGHBOURS, DirectGuarantee, Guarantee, Ledger, 
 from das.mechanisms.domain import assemble, geounits
 from das.mechanisms.flat import projection_level
 from das.mechanisms.rounding import round_by_block
+from das.model.levels import BLOCK
 from das.privacy.accounting import EPS_DECIMALS, eps_for_delta, stability_threshold
 from das.privacy.sampler import discrete_laplace_scaled
 
@@ -97,7 +98,7 @@ def plan(public: Public, ledger: Ledger) -> Plan:
         "composition, calibrated to the (eps, delta) the budget rho certifies for a zCDP release at this "
         "delta (CKS 2020, Cor. 13): no conversion"))
     ledger.laplace(level, "totals", eps_total)
-    ledger.laplace("block", "stability histogram (block x detailed)", 2 * eps_half, threshold=T,
+    ledger.laplace(BLOCK, "stability histogram (block x detailed)", 2 * eps_half, threshold=T,
                    delta=delta)
     ledger.delta_parts["stability threshold"] = delta
     return Plan((eps_total, eps_half, T), {"eps": str(eps), "eps_totals": str(eps_total), "threshold": T,

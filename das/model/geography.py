@@ -19,9 +19,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-# Name -> geocode prefix length. The nation's geocode is the empty string.
-LEVEL_DIGITS = {"nation": 0, "state": 2, "county": 5, "tract": 11, "block_group": 12, "block": 15}
-DEFAULT_LEVELS = ("nation", "state", "county", "tract", "block_group", "block")  # the 2020 production spine
+from das.model.levels import BLOCK, DEFAULT_LEVELS, LEVEL_DIGITS, NATION, STATE
+
 GEOCODE_WIDTH = 15
 # The block geocode as record columns (the MDF and the inputs): name and width, in geocode order.
 GEOCODE_COLUMNS = (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4))
@@ -36,7 +35,7 @@ def level_digits(levels: tuple[str, ...]) -> tuple[int, ...]:
     if unknown:
         raise ValueError(f"unknown geography level(s) {unknown}; known: {list(LEVEL_DIGITS)}")
     digits = tuple(LEVEL_DIGITS[lv] for lv in levels)
-    if levels[0] != "nation" or levels[-1] != "block" or list(digits) != sorted(set(digits)):
+    if levels[0] != NATION or levels[-1] != BLOCK or list(digits) != sorted(set(digits)):
         raise ValueError(f"levels must run from nation to block, coarse to fine, without repeats: {levels}")
     return digits
 
@@ -70,7 +69,7 @@ class Geography:
         standard = cls.from_blocks(blocks, levels)
         if not units:
             return standard
-        wrong = [lv for lv in units if lv not in levels or LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"] or lv == "block"]
+        wrong = [lv for lv in units if lv not in levels or LEVEL_DIGITS[lv] <= LEVEL_DIGITS[STATE] or lv == BLOCK]
         if wrong:
             raise ValueError(f"a spine gives the units of levels between the state and the block, not {wrong}")
         given = np.asarray(blocks, dtype=f"U{GEOCODE_WIDTH}")
@@ -163,7 +162,7 @@ class Geography:
 
     def aggregate(self, block_values, level: str):
         """Sum per-block rows (sparse or dense, n_blocks x k) to the geounits of `level`."""
-        if level == "block":
+        if level == BLOCK:
             return block_values
         result = self.aggregation_matrix(level) @ block_values
         return result.tocsr() if sp.issparse(result) else result

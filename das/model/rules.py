@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from das.model.geography import Geography
+from das.model.levels import NATION, STATE
 
 
 class Constraint(Protocol):
@@ -54,7 +55,7 @@ class Schema(Protocol):
 
     def factor_labels(self, name: str) -> tuple[str, ...]: ...
 
-INVARIANT_LEVELS = ("nation", "state")
+INVARIANT_LEVELS = (NATION, STATE)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from das.model.geography import LEVEL_DIGITS, Geography
+from das.model.geography import Geography
+from das.model.levels import COUNTY, LEVEL_DIGITS
 
 SPINES = ("standard", "optimized")
 _NO_AREA = "\x01"  # the key of a block in no declared area (then its standard unit keeps it apart)
@@ -31,7 +32,7 @@ _SEP = "\x1f"
 def recut_level(levels: tuple[str, ...]) -> str:
     """The level the optimized spine re-cuts: the finest above the block, which must be below the county."""
     level = levels[-2]
-    if LEVEL_DIGITS[level] <= LEVEL_DIGITS["county"]:
+    if LEVEL_DIGITS[level] <= LEVEL_DIGITS[COUNTY]:
         raise ValueError(f"an optimized spine re-cuts the level above the block inside the county; these levels "
                          f"{list(levels)} have none below the county")
     return level

@@ -32,7 +32,7 @@ from fractions import Fraction
 import mpmath
 
 from das.core.errors import BudgetError, SpecError
-from das.privacy.certificate import Certificate, LevelCharges, QueryCharge, delta_text, fraction_text
+from das.privacy.certificate import Certificate, LevelCharges, Measurement, delta_text, fraction_text
 from das.privacy.strategy import Strategy, check_shares
 
 CONVENTION = (
@@ -53,38 +53,22 @@ _DPS = 60  # decimal digits of working precision for the conversions
 
 
 @dataclass(frozen=True)
-class QueryAllocation:
-    """The exact budget of one query at one level: rho_q = rho x level share x query share."""
-
-    level: str
-    query: str
-    share: Fraction  # of the level's rho
-    rho: Fraction
-
-    @property
-    def sigma2(self) -> Fraction:
-        """Variance of the discrete Gaussian noise: 1 / rho_q (see CONVENTION)."""
-        return 1 / self.rho
-
-    @property
-    def sigma(self) -> float:
-        return math.sqrt(self.sigma2)
-
-
-@dataclass(frozen=True)
 class Allocation:
-    """Every (level, query) budget of a release, in strategy order; they sum to `rho` exactly."""
+    """Every measurement of a release (level, query, rho_q = rho x level share x query share, sigma^2 = 1/rho_q),
+    in strategy order; their rho_q sum to `rho` exactly. Computed once per release: the measurement draws
+    it, the accountant charges it, the certificate states it."""
 
     rho: Fraction
-    items: tuple[QueryAllocation, ...]
+    items: tuple[Measurement, ...]
 
     def total(self) -> Fraction:
         return sum((c.rho for c in self.items), Fraction(0))
 
-    def level(self, level: str) -> tuple[QueryAllocation, ...]:
+    def level(self, level: str) -> tuple[Measurement, ...]:
+        """A level's measurements, in strategy order (none: the level is not measured)."""
         return tuple(c for c in self.items if c.level == level)
 
-    def get(self, level: str, query: str) -> QueryAllocation:
+    def get(self, level: str, query: str) -> Measurement:
         for c in self.items:
             if c.level == level and c.query == query:
                 return c
@@ -112,7 +96,7 @@ def allocate(strategy: Strategy, rho: Fraction | None = None) -> Allocation:
         raise BudgetError(f"rho must be a positive Fraction (exact), got {rho!r}")
     check_shares(strategy)
     items = tuple(
-        QueryAllocation(lv.level, query, share, rho * lv.rho_share * share)
+        Measurement.allocated(lv.level, query, share, rho * lv.rho_share * share)
         for lv in strategy.levels
         for query, share in lv.queries
     )
@@ -205,8 +189,8 @@ def ledger(cert: Certificate) -> PrivacyAccountant | None:
     >>> part = dict(schema="s", strategy="t", levels=("nation",), convention="c", eps_loose_bound=0.0,
     ...             conversion="x", loose_bound="y", randomness="r", private=True, eps_rounding="up", delta=Fraction(1, 10),
     ...             eps=1.0)
-    >>> level = LevelCharges("nation", Fraction(1), Fraction(1, 2), (QueryCharge("total", Fraction(1), Fraction(1, 2),
-    ...                                                                          Fraction(2)),))
+    >>> level = LevelCharges("nation", Fraction(1), Fraction(1, 2), (Measurement("nation", "total", Fraction(1),
+    ...                                                                          Fraction(1, 2), Fraction(2)),))
     >>> ledger(Certificate(**part, rho=Fraction(1, 2), by_level=(level,))).remaining
     Fraction(0, 1)
     """
@@ -418,18 +402,21 @@ def stability_threshold(eps_half: Fraction, delta: Fraction) -> int:
     return 1 + max(0, steps)
 
 
-def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | float | str | None, levels, *,
+def certificate(strategy: Strategy, allocation: Allocation, delta: Fraction | float | str | None, levels, *,
                 schema_name: str, randomness_private: bool) -> Certificate:
-    """The privacy certificate of one release (das.privacy.certificate), exact.
+    """The privacy certificate of one release (das.privacy.certificate), exact: its allocation's measurements.
 
-    `rho` and `delta` default to the strategy's. Refuses a strategy for another schema or
-    other levels (SpecError) and any inexact budget (BudgetError).
+    `delta` defaults to the strategy's. Refuses a strategy for another schema or other levels, or an
+    allocation of another strategy (SpecError), and any inexact delta (BudgetError).
     """
     if strategy.schema != schema_name:
         raise SpecError(f"{strategy.source}: strategy is for schema {strategy.schema!r}, not {schema_name!r}")
     if strategy.level_names != tuple(levels):
         raise SpecError(f"{strategy.source}: strategy levels {list(strategy.level_names)} are not {list(levels)}")
-    allocation = allocate(strategy, rho)
+    planned = [(lv.level, query) for lv in strategy.levels for query, _ in lv.queries]
+    if [(m.level, m.query) for m in allocation.items] != planned:
+        raise SpecError(f"{strategy.source}: the allocation measures {[(m.level, m.query) for m in allocation.items]}, "
+                        f"the strategy {planned}")
     delta = strategy.delta if delta is None else delta
     if delta is None:
         raise BudgetError(f"{strategy.source}: no delta: neither the run nor the strategy sets one")
@@ -437,7 +424,7 @@ def certificate(strategy: Strategy, rho: Fraction | None, delta: Fraction | floa
     total = allocation.total()
     by_level = tuple(
         LevelCharges(lv.level, lv.rho_share, sum((c.rho for c in allocation.level(lv.level)), Fraction(0)),
-                     tuple(QueryCharge(c.query, c.share, c.rho, c.sigma2) for c in allocation.level(lv.level)))
+                     allocation.level(lv.level))
         for lv in strategy.levels)
     return Certificate(
         schema=schema_name, strategy=strategy.name, levels=tuple(levels), convention=CONVENTION, rho=total,

@@ -89,22 +89,35 @@ def _rho(data: Mapping, where: str, *, synthetic: bool) -> Fraction | None:
 
 
 @dataclass(frozen=True)
-class QueryCharge:
-    """One query at one level: its share of the level's rho, its rho and the exact noise variance."""
+class Measurement:
+    """One query measured at one level, from allocation to NMF to certificate to validator: its share of the
+    level's rho, its exact rho and its noise variance (1/rho as allocated; a published one is read as stated,
+    so that the validator can hold it to 1/rho)."""
 
+    level: str
     query: str
     share: Fraction
     rho: Fraction
     sigma2: Fraction
 
+    @classmethod
+    def allocated(cls, level: str, query: str, share: Fraction, rho: Fraction) -> Measurement:
+        """The measurement rho buys: discrete Gaussian noise of variance 1/rho (das.privacy.accounting.CONVENTION)."""
+        return cls(level, query, share, rho, 1 / rho)
+
+    @property
+    def sigma(self) -> float:
+        return math.sqrt(self.sigma2)
+
     def to_dict(self) -> dict:
+        """Its certificate entry (the level is the enclosing one's)."""
         return {"query": self.query, "share": fraction_text(self.share), "rho": fraction_text(self.rho),
                 "rho_decimal": float(self.rho), "sigma2": fraction_text(self.sigma2),
-                "sigma2_decimal": float(self.sigma2), "sigma": math.sqrt(self.sigma2)}
+                "sigma2_decimal": float(self.sigma2), "sigma": self.sigma}
 
     @classmethod
-    def from_dict(cls, data: Mapping, where: str) -> QueryCharge:
-        return cls(_text(data, "query", where), exact(_field(data, "share", where), f"{where}.share"),
+    def from_dict(cls, data: Mapping, where: str, *, level: str) -> Measurement:
+        return cls(level, _text(data, "query", where), exact(_field(data, "share", where), f"{where}.share"),
                    exact(_field(data, "rho", where), f"{where}.rho"),
                    exact(_field(data, "sigma2", where), f"{where}.sigma2"))
 
@@ -116,7 +129,7 @@ class LevelCharges:
     level: str
     rho_share: Fraction
     rho: Fraction
-    queries: tuple[QueryCharge, ...]
+    queries: tuple[Measurement, ...]
 
     def to_dict(self) -> dict:
         return {"level": self.level, "rho_share": fraction_text(self.rho_share), "rho": fraction_text(self.rho),
@@ -124,10 +137,10 @@ class LevelCharges:
 
     @classmethod
     def from_dict(cls, data: Mapping, where: str) -> LevelCharges:
-        queries = _list(data, "queries", where)
-        return cls(_text(data, "level", where), exact(_field(data, "rho_share", where), f"{where}.rho_share"),
+        queries, level = _list(data, "queries", where), _text(data, "level", where)
+        return cls(level, exact(_field(data, "rho_share", where), f"{where}.rho_share"),
                    exact(_field(data, "rho", where), f"{where}.rho"),
-                   tuple(QueryCharge.from_dict(q, f"{where}.queries[{i}]") for i, q in enumerate(queries)))
+                   tuple(Measurement.from_dict(q, f"{where}.queries[{i}]", level=level) for i, q in enumerate(queries)))
 
 
 @dataclass(frozen=True)

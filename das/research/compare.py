@@ -40,11 +40,12 @@ from das.core.progress import bar, step
 from das.driver import preflight
 from das.frame import outdir
 from das.frame.rundir import RunDir
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.research import release_child
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
-from das.research.estimators import wls_unsupported
+from das.research.estimators import DEFAULT_ESTIMATORS, estimator_problem, from_nmf
 from das.research.metrics import bias_table, combine, metrics
 from das.research.release_child import TOPDOWN
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, score, scored_queries
@@ -52,7 +53,7 @@ from das.research.resources import run_measured
 
 logger = logging.getLogger(__name__)
 EXACT = "exact"  # the attack on exact tables: no protection, the reference an attack can reach
-LEVELS = ("block", "tract", "county")
+LEVELS = (BLOCK, TRACT, COUNTY)
 BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
 SUMMARIES = ("stats", "metrics", "bias", "runs", "attack", "attack_rates", "comparison")  # OUT/<name>.parquet
 COMPARE = outdir.Owner(
@@ -185,11 +186,9 @@ def score_release(ctx, run_dir: Path, mechanism: str, *, queries, seed: int) -> 
     cert = manifest.certificate(RELEASE)
     if mechanism == TOPDOWN:
         nmf_dir = release.nmf_dir
-        estimators.append("noisy")
         by_level = {lv.level: lv.queries for lv in cert.by_level}
         measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in ctx.geography.levels}
-        if wls_unsupported(ctx.schema, measured) is None:
-            estimators.append("wls")
+        estimators += [e for e in from_nmf(DEFAULT_ESTIMATORS) if estimator_problem((e,), ctx.schema, measured) is None]
     rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
     stats = score(ctx, nmf_dir, released, estimators=tuple(estimators), queries=queries, keep=(),
                   tags={"rho": rho, "replicate": seed}).stats
@@ -316,7 +315,7 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
     truth = read_persons(spec.persons_path, ctx.schema)
     blocks = earlier.get("attack_blocks")
     if blocks is None:
-        blocks = auto_geounits(truth, "block", comparison.attack_blocks, np.random.default_rng(0)) \
+        blocks = auto_geounits(truth, BLOCK, comparison.attack_blocks, np.random.default_rng(0)) \
             if comparison.attack_blocks else []
     rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
     work = _Work(comparison, out_dir, workers, ctx, queries, topdown_spec, truth, blocks, tables, rap)
@@ -414,7 +413,7 @@ def comparison_table(pooled: pd.DataFrame, runs: pd.DataFrame, rates: pd.DataFra
             row[f"mae_{level}"] = float(cell["mae"].iloc[0]) if len(cell) else np.nan
             row[f"bias_{level}"] = float(cell["mean_error"].iloc[0]) if len(cell) else np.nan
         for b in BLOCK_BINS:
-            cell = mine[(mine["level"] == "block") & (mine["bin"] == b)]
+            cell = mine[(mine["level"] == BLOCK) & (mine["bin"] == b)]
             row[f"bias_block_{b.replace('-', '_')}"] = float(cell["mean_error"].iloc[0]) if len(cell) else np.nan
         mine_runs = runs[runs["mechanism"] == estimator] if len(runs) else runs
         row["seeds"] = int(mine_runs["seed"].nunique()) if len(mine_runs) else int(mine["seeds"].max() if len(mine) else 0)

@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from das.model.levels import BLOCK, COUNTY, TRACT
 from das.research import series
 from das.research.figures import PAGE_PX, ZERO, _finish, _panels, bars, no_bands, page_style, wilson, wilson_note
 from das.research.metrics import markdown_table
 from das.research.replicate import CONFIDENTIAL
 from das.research.report import _html_table, _img_html, mae_panels
 
-LEVELS = ("block", "tract", "county")
+LEVELS = (BLOCK, TRACT, COUNTY)
 METHODS = ("rap_rank", "baseline_tract", "baseline_county")
 # the report's files in a compare directory (das.frame.outdir: what `das compare --overwrite` may delete)
 REPORT_FILES = ("report/index.html", "report/report.md", "report/accuracy.png", "report/mae_by_query.png",

@@ -14,19 +14,27 @@ matrix M = sum_q w_q Q_q' Q_q and the constraint rows C, which gives a closed fo
 child solutions x^_c = M^-1 b_c, corrected to C x_c = d_c along M^-1 C', then shifted by an equal
 share of the parent discrepancy (that shift lies in the null space of C, since C x_p = sum_c d_c).
 Both corrections are linear in the noise, so unbiasedness carries down from the root.
+
+Each is one `Estimator` in `ESTIMATORS` (`register` adds one): what it makes of a level, top-down, from
+the level's noisy answers, the released blocks and what it carried from the level above; what it
+needs (the NMF); why it cannot run on a plan; and how reports and figures name it. `das replicate`,
+`das metrics`, `das compare` and `das report` read them from there.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
 
+from das.core.errors import option
 from das.model.geography import Geography
 from das.model.rules import Invariants, level_bounds
 from das.model.schema import Schema
 
-ESTIMATORS = ("topdown", "noisy", "wls")
 MAX_DENSE_CELLS = 20_000  # without `detailed`, M^-1 is formed densely (n x n floats)
 
 
@@ -157,3 +165,98 @@ def distribute(children: np.ndarray, parents: np.ndarray, offsets: np.ndarray) -
     sums = np.add.reduceat(children, offsets[:-1], axis=0)
     shift = (sums - parents) / counts[:, None]
     return children - np.repeat(shift, counts, axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+
+
+@dataclass(frozen=True)
+class LevelInput:
+    """What an estimator sees of one level: its noisy answers (query -> das.io.nmf.NoisyAnswers; None when the
+    scoring reads no NMF) and the released block histograms (None when not given)."""
+
+    schema: Schema
+    geography: Geography
+    invariants: Invariants
+    level: str
+    noisy: dict | None
+    released: sp.csr_matrix | None
+
+
+Answers = Callable[[str], "np.ndarray | None"]  # a query's (n_units x n_cells) estimate at the level, or None
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One estimator of a release's counts: `estimate(level, carried) -> (answers, carried)` runs top-down, each
+    level given what it carried from the one above (None at the top); `reads_nmf` says it needs the noisy
+    measurements; `unsupported(schema, queries by level)` says why a plan is beyond it (None: it is not)."""
+
+    name: str
+    label: str  # its name in figures and tables
+    color: str
+    about: str  # what it is, in a report's sentence
+    estimate: Callable[[LevelInput, object], tuple[Answers, object]]
+    reads_nmf: bool = True
+    unsupported: Callable[[Schema, dict[str, list[str]]], str | None] = lambda schema, measured: None
+
+
+def _histogram_answers(schema: Schema, histograms) -> Answers:
+    return lambda query: answers(schema, histograms, query)
+
+
+def _topdown(data: LevelInput, carried) -> tuple[Answers, object]:
+    return _histogram_answers(data.schema, data.geography.aggregate(data.released, data.level)), None
+
+
+def _noisy(data: LevelInput, carried) -> tuple[Answers, object]:
+    return (lambda query: noisy_answers(data.schema, data.noisy, query)), None
+
+
+def _wls(data: LevelInput, parent) -> tuple[Answers, object]:
+    level = wls_level(data.schema, data.geography, data.invariants, data.level, noisy=data.noisy, parent=parent)
+    return _histogram_answers(data.schema, level), level
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+
+
+def register(estimator: Estimator) -> Estimator:
+    """Add an estimator (a name already taken is refused: an estimator is replaced by nothing silently)."""
+    if estimator.name in ESTIMATORS:
+        raise ValueError(f"an estimator named {estimator.name!r} is already registered")
+    ESTIMATORS[estimator.name] = estimator
+    return estimator
+
+
+register(Estimator("topdown", "TopDown (released)", "#BE0032",
+                   "TopDown is the released product (nonnegative, integral, consistent)", _topdown, reads_nmf=False))
+register(Estimator("noisy", "raw noisy measurement", "#848482",
+                   "the raw noisy measurement is unbiased but inconsistent and can be negative", _noisy))
+register(Estimator("wls", "unconstrained WLS", "#0067A5",
+                   "the unconstrained weighted least-squares (WLS) estimate is consistent and unbiased but fractional "
+                   "and can be negative", _wls, unsupported=wls_unsupported))
+DEFAULT_ESTIMATORS = ("topdown", "noisy", "wls")
+
+
+def unknown_estimators(names) -> str | None:
+    """Why `names` are not estimators to score (None: they are): unknown ones, or none at all."""
+    unknown = [e for e in names if e not in ESTIMATORS]
+    if unknown or not names:
+        return f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}"
+    return None
+
+
+def estimator_problem(names, schema: Schema, measured: dict[str, list[str]]) -> str | None:
+    """The first reason one of `names` cannot estimate from this plan (None: all can), said of the estimator."""
+    for name in names:
+        reason = ESTIMATORS[name].unsupported(schema, measured)
+        if reason:
+            return f"estimator {name}: {reason}; leave {name} out of {option('estimators')}"
+    return None
+
+
+def from_nmf(names) -> tuple[str, ...]:
+    """The estimators among `names` that read the noisy measurements (a release's NMF)."""
+    return tuple(name for name in names if ESTIMATORS[name].reads_nmf)

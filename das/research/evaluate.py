@@ -33,7 +33,7 @@ from das.model.schema import Schema, load_schema
 from das.model.spine import block_order, from_table
 from das.privacy.certificate import fraction_text
 from das.research import offspine
-from das.research.estimators import ESTIMATORS, wls_unsupported
+from das.research.estimators import DEFAULT_ESTIMATORS, estimator_problem, from_nmf, unknown_estimators
 from das.research.replicate import (
     CONFIDENTIAL,
     DEFAULT_QUERIES,
@@ -108,14 +108,12 @@ def on_release_spine(ctx: Context, run_dir: Path, levels) -> tuple[Context, np.n
 
 def release_estimators(manifest, estimators=None) -> tuple[tuple[str, ...], str | None]:
     """(the estimators to score, the mechanism whose name the release's own takes): a TopDown release's are
-    ESTIMATORS (default all); a synthetic release's is its MDF alone, scored as `topdown` is and named after its
+    ESTIMATORS (default DEFAULT_ESTIMATORS); a synthetic release's is its MDF alone, scored as `topdown` is and named after its
     mechanism (given as that name or as `topdown`; default it). Anything else: a StudyError saying what it supports."""
     if manifest.mechanism is None:
-        estimators = ESTIMATORS if estimators is None else tuple(estimators)
-        unknown = [e for e in estimators if e not in ESTIMATORS]
-        if unknown or not estimators:
-            raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)} (a TopDown "
-                             "release's; a synthetic release is scored by its own alone)")
+        estimators = DEFAULT_ESTIMATORS if estimators is None else tuple(estimators)
+        if problem := unknown_estimators(estimators):
+            raise StudyError(f"{problem} (a TopDown release's; a synthetic release is scored by its own alone)")
         return estimators, None
     name = manifest.mechanism.name
     other = [e for e in (estimators or ()) if e not in (name, "topdown")]
@@ -171,14 +169,12 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
         topdown = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
         topdown = topdown if order is None else topdown[order]
     nmf_dir = RunDir(run_dir).nmf_dir
-    if {"noisy", "wls"} & set(estimators) and not any(RunDir(run_dir).nmf_level_files(RELEASE, lv) for lv in manifest.levels):
-        raise StudyError(f"{nmf_dir / RELEASE} is missing: the noisy and wls estimators read the run's NMF")
-    if "wls" in estimators:
-        by_level = {lv.level: lv.queries for lv in manifest.certificate(RELEASE).by_level}
-        measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in manifest.levels}
-        reason = wls_unsupported(ctx.schema, measured)
-        if reason:
-            raise StudyError(f"estimator wls: {reason}; leave wls out of {option('estimators')}")
+    if (reading := from_nmf(estimators)) and not any(RunDir(run_dir).nmf_level_files(RELEASE, lv) for lv in manifest.levels):
+        raise StudyError(f"{nmf_dir / RELEASE} is missing: the {' and '.join(reading)} estimators read the run's NMF")
+    by_level = {lv.level: lv.queries for lv in manifest.certificate(RELEASE).by_level}
+    measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in manifest.levels}
+    if reason := estimator_problem(estimators, ctx.schema, measured):
+        raise StudyError(reason)
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from das.core.errors import option
 from das.io.areas import TYPE_NAME, read_areas
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import BLOCK, LEVEL_DIGITS
 from das.research.areas import area_stats, area_table
 from das.research.composition import composition_stats, composition_table, group_counts, has_groups, largest_share, share_bin
 from das.research.districts import DISTRICT_SIZES, synthetic_districts
@@ -98,7 +98,7 @@ def rescored(errors: pd.DataFrame, stats: pd.DataFrame, *, blocks: np.ndarray, p
     beside its spine `stats`: what `das report DIR --areas` draws. ValueError: no block totals were kept."""
     read = read_areas(dict(paths), blocks)
     index = _indices(read)
-    block = errors[(errors["level"] == "block") & (errors["query"] == "total")] if len(errors) else errors
+    block = errors[(errors["level"] == BLOCK) & (errors["query"] == "total")] if len(errors) else errors
     if not len(block):
         raise ValueError(f"it kept no block errors of total population (score it with {option('keep', 'total')})")
     parts = []

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from das.core.errors import StudyError, option
+from das.model.levels import NATION, STATE
 from das.research import offspine, series
 from das.research.areas import AREA
 from das.research.composition import SHARE_BINS
@@ -41,7 +42,7 @@ def plot_area_by_size(areas: pd.DataFrame, meta: dict, rho: str, path: Path) -> 
     """The MAE of total population by the true population of the unit, a panel per area type and per level of the
     spine at or below the county (a line per estimator)."""
     frame = areas[(areas["rho"] == rho) & (areas["bin"] != "all")]
-    fine = [lv for lv in meta["levels"] if lv not in ("nation", "state")]
+    fine = [lv for lv in meta["levels"] if lv not in (NATION, STATE)]
     names = [lv for lv in dict.fromkeys(frame["level"]) if lv in fine or lv not in meta["levels"]]
     if not names:
         return False

@@ -50,6 +50,7 @@ from das.frame.lifecycle import protected_paths
 from das.frame.rundir import nmf_level_path
 from das.io import nmf
 from das.model.geography import Geography
+from das.model.levels import BLOCK
 from das.model.rules import Invariants
 from das.model.schema import Schema, parse_query_name
 from das.privacy.accounting import PrivacyAccountant, eps_for_delta, rho_for_eps
@@ -57,7 +58,15 @@ from das.privacy.certificate import delta_text
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import parse_fraction
 from das.research import offspine
-from das.research.estimators import ESTIMATORS, answers, noisy_answers, wls_level, wls_unsupported
+from das.research.estimators import (
+    DEFAULT_ESTIMATORS,
+    ESTIMATORS,
+    LevelInput,
+    answers,
+    estimator_problem,
+    from_nmf,
+    unknown_estimators,
+)
 from das.research.metrics import SIZE_BINS, bias_table, combine, error_stats, markdown_table, metrics
 from das.topdown.engine import postprocess
 from das.topdown.measure import Target, measure_release
@@ -86,16 +95,15 @@ class Study:
     eps: tuple[str, ...] = ()  # or budgets as eps at `delta` (exact text): each the largest rho certified within it
     delta: str | None = None  # exact text; None: the spec's [privacy] delta
     runs: int = 20
-    estimators: tuple[str, ...] = ESTIMATORS
+    estimators: tuple[str, ...] = DEFAULT_ESTIMATORS  # names in das.research.estimators.ESTIMATORS
     queries: tuple[str, ...] = DEFAULT_QUERIES
     keep: tuple[str, ...] = ("total",)  # queries whose per-geounit estimates are kept
     seed: int | None = None  # None: OS CSPRNG noise
     areas: tuple[tuple[str, str], ...] = ()  # (type, area file); none: synthetic districts (das.research.offspine)
 
     def check(self) -> None:
-        unknown = [e for e in self.estimators if e not in ESTIMATORS]
-        if unknown or not self.estimators:
-            raise StudyError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
+        if problem := unknown_estimators(self.estimators):
+            raise StudyError(problem)
         arguments.count(self.runs, "runs")  # das.core.arguments: the rule of the API and the command line alike
         if not set(self.keep) <= set(self.queries):
             raise StudyError(f"kept queries {sorted(set(self.keep) - set(self.queries))} are not among the scored queries")
@@ -210,48 +218,29 @@ def score(ctx: Context, nmf_dir: Path | None, topdown_blocks, *, estimators, que
     """Every estimator, level and query of one draw of noise scored; and, when the context groups blocks
     (`ctx.groups`), the areas off the spine and the composition, from each estimator's block totals."""
     stats, errors, block_totals = [], [], {}
-    schema, geography = ctx.schema, ctx.geography
-    parent = None
+    geography = ctx.geography
+    carried = dict.fromkeys(estimators)  # what each estimator carries down from the level above
     for level in geography.levels:
         noisy = None
-        if nmf_dir is not None and ({"noisy", "wls"} & set(estimators)):
+        if nmf_dir is not None and from_nmf(estimators):
             noisy = nmf.read_level(nmf_level_path(nmf_dir, RELEASE, level), geography.units(level))
-        per_estimator = {}
-        if "topdown" in estimators:
-            hist = geography.aggregate(topdown_blocks, level)
-            per_estimator["topdown"] = {q: answers(schema, hist, q) for q in queries}
-        if "noisy" in estimators:
-            per_estimator["noisy"] = {q: a for q in queries if (a := noisy_answers(schema, noisy, q)) is not None}
-        if "wls" in estimators:
-            parent = wls_level(schema, geography, ctx.invariants, level, noisy=noisy, parent=parent)
-            per_estimator["wls"] = {q: answers(schema, parent, q) for q in queries}
-        if level == "block" and ctx.groups is not None:
-            block_totals = _block_totals(schema, estimators, noisy=noisy, hist=hist if "topdown" in estimators else None,
-                                         wls=parent)
-        del noisy
+        data = LevelInput(ctx.schema, geography, ctx.invariants, level, noisy, topdown_blocks)
         for estimator in estimators:
-            s, e = _frames(ctx, estimator, level, per_estimator[estimator], keep=keep)
+            found, carried[estimator] = ESTIMATORS[estimator].estimate(data, carried[estimator])
+            s, e = _frames(ctx, estimator, level, {q: a for q in queries if (a := found(q)) is not None}, keep=keep)
             stats += s
             errors += e
+            # each estimator's total population per block (the raw noisy one only where a block total was measured)
+            if level == BLOCK and ctx.groups is not None and (total := found("total")) is not None:
+                block_totals[estimator] = total[:, 0]
+        del noisy, data
     stats = pd.concat(stats, ignore_index=True).assign(**tags)
     errors = pd.concat(errors, ignore_index=True).assign(**tags) if errors else pd.DataFrame()
     areas = composition = pd.DataFrame()
     if block_totals:
-        truth = ctx.true_answers("block", "total")[:, 0]
+        truth = ctx.true_answers(BLOCK, "total")[:, 0]
         areas, composition = offspine.score_blocks(ctx.groups, truth, block_totals, tags)
     return Scores(stats, errors, areas, composition)
-
-
-def _block_totals(schema: Schema, estimators, *, noisy, hist, wls) -> dict[str, np.ndarray]:
-    """Each estimator's total population per block (the raw noisy one only where a block total was measured)."""
-    totals = {}
-    if hist is not None:
-        totals["topdown"] = answers(schema, hist, "total")[:, 0]
-    if "noisy" in estimators and (measured := noisy_answers(schema, noisy, "total")) is not None:
-        totals["noisy"] = measured[:, 0]
-    if wls is not None and "wls" in estimators:
-        totals["wls"] = answers(schema, wls, "total")[:, 0]
-    return totals
 
 
 def plan_for_rho(ctx: Context, rho_text: str) -> ReleasePlan:
@@ -389,11 +378,10 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     ctx = load_context(study.spec, study.seed, areas=study.areas, delta=study.delta)  # reads and checks the input
     queries = scored_queries(ctx.schema, study.queries)
     rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in budgets]
-    if "wls" in study.estimators:
-        plan = plan_for_rho(ctx, budgets[0]).plan
-        reason = wls_unsupported(ctx.schema, {lv: [m.query for m in plan.get(lv, [])] for lv in ctx.geography.levels})
-        if reason:
-            raise StudyError(f"estimator wls: {reason}; leave wls out of {option('estimators')}")
+    allocation = plan_for_rho(ctx, budgets[0]).allocation
+    measured = {lv: [m.query for m in allocation.level(lv)] for lv in ctx.geography.levels}
+    if reason := estimator_problem(study.estimators, ctx.schema, measured):
+        raise StudyError(reason)
     meta = {
         "study": config, "rhos": rhos, "budgets": budget_record(rhos, ctx.pipeline.spec.delta),
         "queries": list(queries), "levels": list(ctx.geography.levels),

@@ -15,6 +15,7 @@ import pandas as pd
 from das.core.errors import StudyError
 from das.frame import outdir
 from das.research import offspine, series
+from das.research.estimators import ESTIMATORS
 from das.research.figures import (
     PAGE_PX,
     Z,
@@ -345,14 +346,6 @@ def _write_markdown(path: Path, meta: dict, sections: list[dict], across: list, 
     path.write_text("\n".join(md))
 
 
-ABOUT = {  # what each estimator of a TopDown release is, said only of those computed
-    "topdown": "TopDown is the released product (nonnegative, integral, consistent)",
-    "noisy": "the raw noisy measurement is unbiased but inconsistent and can be negative",
-    "wls": "the unconstrained weighted least-squares (WLS) estimate is consistent and unbiased but fractional and can "
-           "be negative",
-}
-
-
 def released_as(meta: dict) -> str:
     """How the report names what was released: a synthetic release by its mechanism (`das synth --mechanism aim`),
     else nothing (a TopDown run, or a study of many)."""
@@ -368,7 +361,7 @@ def _estimators_line(meta: dict) -> str:
                 f"{mechanism['name']}: {mechanism['summary']}); its MDF, as published, is the only estimate scored (a "
                 "synthetic release publishes no measurements to estimate from).")
     estimators = list(meta["study"]["estimators"])
-    about = "; ".join(ABOUT[e] for e in estimators if e in ABOUT)
+    about = "; ".join(ESTIMATORS[e].about for e in estimators if e in ESTIMATORS)  # said only of those computed
     head = "Estimators, all from the same noisy measurements" if len(estimators) > 1 else "Estimator"
     line = f"{head}: {', '.join(series.label(e) for e in estimators)}. {about[:1].upper()}{about[1:]}."
     if {"topdown", "wls"} <= set(estimators):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from das.research.estimators import ESTIMATORS
+
 
 @dataclass(frozen=True)
 class Series:
@@ -23,10 +25,7 @@ class Series:
 
 
 SERIES = {
-    # estimators of the same noisy measurements
-    "topdown": Series("TopDown (released)", "#BE0032"),
-    "noisy": Series("raw noisy measurement", "#848482"),
-    "wls": Series("unconstrained WLS", "#0067A5"),
+    # estimators of the same noisy measurements: das.research.estimators.ESTIMATORS, which name their own series
     # other mechanism families (das synth) and the unprotected reference
     "flat": Series("flat (block-level Gaussian)", "#F38400"),
     "stability": Series("stability histogram", "#875692"),
@@ -47,15 +46,25 @@ SERIES = {
 UNKNOWN = Series("", "#555555")
 
 
+def known() -> dict[str, Series]:
+    """Every series das names: the registered estimators' (as each names itself) and das's own."""
+    return {name: Series(e.label, e.color) for name, e in ESTIMATORS.items()} | SERIES
+
+
+def _series(name: str) -> Series | None:
+    return known().get(name)
+
+
 def color(name: str) -> str:
     """The series' colour (a name das does not know: dark grey)."""
-    return SERIES.get(name, UNKNOWN).color
+    return (_series(name) or UNKNOWN).color
 
 
 def label(name: str) -> str:
     """The series' name as a reader reads it."""
-    return SERIES[name].label if name in SERIES else name
+    found = _series(name)
+    return found.label if found is not None else name
 
 
 def line(name: str) -> str:
-    return SERIES.get(name, UNKNOWN).line
+    return (_series(name) or UNKNOWN).line

@@ -29,9 +29,8 @@ from das.io import nmf
 from das.io.nmf import NoisyAnswers
 from das.model.geography import Geography
 from das.model.schema import Schema
-from das.privacy.accounting import Allocation, allocate
+from das.privacy.accounting import Allocation
 from das.privacy.sampler import discrete_gaussian
-from das.privacy.strategy import Strategy
 
 logger = logging.getLogger(__name__)
 
@@ -42,30 +41,13 @@ CHUNK_UNITS = 1 << 16
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """One query measured at one level with noise of exact variance `variance` (= 1/rho_q)."""
-
-    level: str
-    query: str
-    variance: Fraction
-
-
-def plan_for(strategy: Strategy, rho: Fraction, levels) -> tuple[dict[str, list[Measurement]], Allocation]:
-    """A strategy's measurements per level at total budget rho, and the exact allocation behind them."""
-    allocation = allocate(strategy, rho)
-    plan = {level: [] for level in levels}
-    for item in allocation.items:
-        plan[item.level].append(Measurement(item.level, item.query, item.sigma2))
-    return plan, allocation
-
-
-@dataclass(frozen=True)
 class Measured:
-    """A release to measure: its name (the random streams' and NMF files' prefix), schema and plan (level -> measurements)."""
+    """A release to measure: its name (the random streams' and NMF files' prefix), schema and allocation (its
+    measurements, das.privacy.certificate.Measurement)."""
 
     release: str
     schema: Schema
-    plan: dict[str, list[Measurement]]
+    allocation: Allocation
 
 
 @dataclass(frozen=True)
@@ -118,29 +100,30 @@ def _measure_chunk(task) -> Path:
     return path
 
 
-def charge(accountant, plan: dict[str, list[Measurement]], levels) -> None:
-    """Charge every measurement of the plan to `accountant` (None: no accounting), before any draw:
-    a plan that would overspend, or measure a (level, query) twice, stops here."""
+def charge(accountant, allocation: Allocation, levels) -> None:
+    """Charge every measurement of the allocation to `accountant` (None: no accounting), before any draw:
+    one that would overspend, or measure a (level, query) twice, stops here. The charge is what the noise
+    costs (1/sigma^2, CONVENTION), so a measurement whose variance is not its rho's is charged as drawn."""
     if accountant is not None:
         for level in levels:
-            for m in plan.get(level, []):
-                accountant.charge(level, m.query, 1 / m.variance)
+            for m in allocation.level(level):
+                accountant.charge(level, m.query, 1 / m.sigma2)
 
 
 def measure_in_memory(geography: Geography, block_histograms: sp.csr_matrix, schema: Schema,
-                      plan: dict[str, list[Measurement]], *, rng, trials: int = 1, accountant=None) -> list[NoisyAnswers]:
+                      allocation: Allocation, *, rng, trials: int = 1, accountant=None) -> list[NoisyAnswers]:
     """The measurement of `measure_release` (same plan order, true answers, noise and charging),
     repeated `trials` times and kept in memory instead of the NMF: what the privacy audit runs.
     Each measurement's answers are (trials x n_units x n_cells)."""
-    charge(accountant, plan, geography.levels)
+    charge(accountant, allocation, geography.levels)
     out = []
     for level in geography.levels:
         histograms = geography.aggregate(block_histograms, level)
-        for m in plan.get(level, []):
+        for m in allocation.level(level):
             truth = true_answers(histograms, schema, m.query)
             stream = rng.spawn(f"audit/{level}/{m.query}/{len(out)}")
-            noisy = noisy_answers(np.broadcast_to(truth, (trials, *truth.shape)), m.variance, stream)
-            out.append(NoisyAnswers(m.query, level, geography.units(level), noisy, m.variance))
+            noisy = noisy_answers(np.broadcast_to(truth, (trials, *truth.shape)), m.sigma2, stream)
+            out.append(NoisyAnswers(m.query, level, geography.units(level), noisy, m.sigma2))
     return out
 
 
@@ -175,13 +158,13 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
     counts of reused and drawn chunks and the names of torn ones. `executor` draws the chunks
     elsewhere (das.core.executors); the streams are the same, so seeded results are too.
     """
-    release, schema, measurements = what.release, what.schema, what.plan.get(level, [])
+    release, schema, measurements = what.release, what.schema, what.allocation.level(level)
     executor, report, out_path = target.executor, target.report, target.level_path(release, level)
     n_units = len(geocodes)
     parts = parts_dir(out_path)
     parts.mkdir(parents=True, exist_ok=True)
     chunks = [max(1, min(CHUNK_UNITS, CHUNK_CELLS // max(schema.query(m.query).size, 1))) for m in measurements]
-    _check_plan(parts, [[m.query, str(m.variance), c, n_units] for m, c in zip(measurements, chunks)])
+    _check_plan(parts, [[m.query, str(m.sigma2), c, n_units] for m, c in zip(measurements, chunks)])
     torn = sorted(p.name for p in parts.glob("*.partial"))
     for name in torn:
         (parts / name).unlink()
@@ -196,7 +179,7 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
     def tasks():
         for qi, m, number, start, stop in todo:
             matrix = None if m.query == "detailed" else schema.query(m.query).matrix
-            yield (level_histograms[start:stop], matrix, m.variance, rng.spawn(target.stream(release, level, m.query, number)),
+            yield (level_histograms[start:stop], matrix, m.sigma2, rng.spawn(target.stream(release, level, m.query, number)),
                    _part_path(parts, qi, number))
 
     # a chunk's histograms (and so its truth) leave this process only inside its task; the worker returns
@@ -218,7 +201,7 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
                 if noisy.shape != (stop - start, schema.query(m.query).size):
                     raise ValueError(f"{_part_path(parts, qi, number)}: holds {noisy.shape} answers, expected "
                                      f"{(stop - start, schema.query(m.query).size)}")
-                writer.write_answers(NoisyAnswers(m.query, level, geocodes[start:stop], noisy, m.variance))
+                writer.write_answers(NoisyAnswers(m.query, level, geocodes[start:stop], noisy, m.sigma2))
     except BaseException:
         writer.abort()
         raise
@@ -231,12 +214,12 @@ def measure_level(what: Measured, level: str, level_histograms: sp.csr_matrix, g
 
 def measure_release(what: Measured, geography: Geography, block_histograms: sp.csr_matrix, *, rng, target: Target,
                     accountant=None, levels: tuple[str, ...] | None = None) -> dict[str, Path]:
-    """Measure every level of `plan` (level -> measurements), or those in `levels`, skipping levels already written.
+    """Measure every level of the allocation, or those in `levels`, skipping levels already written.
 
-    Every measurement is charged to `accountant` (if given) before any noise is drawn, so a plan
+    Every measurement is charged to `accountant` (if given) before any noise is drawn, so an allocation
     that would overspend, or measure a (level, query) twice, stops before the first draw.
     """
-    charge(accountant, what.plan, geography.levels)
+    charge(accountant, what.allocation, geography.levels)
     written, report = {}, target.report
     for level in bar(levels or geography.levels, desc=f"measuring {what.release}", unit="level", leave=False):
         path = target.level_path(what.release, level)
@@ -253,7 +236,7 @@ def measure_release(what: Measured, geography: Geography, block_histograms: sp.c
                                        target=replace(target, report=level_report))
         if report is not None:
             report[level] = level_report
-        queries = what.plan.get(level, [])  # the operator's -v detail (stderr): the plan, its sizes and the time
+        queries = what.allocation.level(level)  # the operator's -v detail (stderr): the plan, its sizes and the time
         named = ", ".join(m.query for m in queries[:6]) + (", ..." if len(queries) > 6 else "")
         logger.debug(f"measured {what.release}/{level}: {len(queries)} queries ({named}) "
                      f"on {geography.n_units(level):,} geounits, {level_report.get('drawn_chunks', 0)} chunk(s) drawn, "

@@ -26,7 +26,7 @@ from das.driver.runspec import DEFAULT_DELTA
 from das.frame import pinned
 from das.mechanisms.base import Ledger, MechanismError, Public, mechanism_certificate
 from das.mechanisms.registry import MECHANISMS
-from das.privacy.accounting import certificate, eps_for_delta, eps_loose, rho_for_eps
+from das.privacy.accounting import allocate, certificate, eps_for_delta, eps_loose, rho_for_eps
 from das.privacy.certificate import CertificateError, delta_text, exact, fraction_text
 from das.privacy.guarantee import combined
 from das.privacy.strategy import parse_fraction
@@ -188,7 +188,7 @@ def recomputed(release: OpenRelease, name: str):
     try:
         delta = _spec_delta(spec)
         rho = _section_rho(section, name, delta)
-        return certificate(strategy, rho, delta, release.manifest.levels, schema_name=schema_name,
+        return certificate(strategy, allocate(strategy, rho), delta, release.manifest.levels, schema_name=schema_name,
                            randomness_private=release.manifest.private)
     except (SpecError, BudgetError) as e:
         raise CertificateError(f"spec_text: {e}") from None

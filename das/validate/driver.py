@@ -23,6 +23,7 @@ from das.frame.manifest import Manifest
 from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.frame.signing import SigningError, read_public_key
+from das.model.levels import STATE
 from das.validate.inputs import by_state, operator_inputs
 from das.validate.manifest import FIELDS_CHECK, read_problems
 from das.validate.registry import NMF_HOLDS, SYNTHETIC_HOLDS, TOPDOWN_HOLDS, Check, claims, needs, select
@@ -104,7 +105,7 @@ def _tasks(release: OpenRelease, checks: tuple[Check, ...], *, shard_persons):
     for state in release.states:
         mine = shards[state]
         if len(mine) == 1:
-            tasks.append((state, mine[0], checks, int(release.published.get("state", {}).get(state, 0))))
+            tasks.append((state, mine[0], checks, int(release.published.get(STATE, {}).get(state, 0))))
             continue
         tasks += [(state, shard, sharded, shard.persons) for shard in mine]
         if whole:

@@ -18,6 +18,7 @@ from das.core.errors import ValidationError
 from das.frame.bundle import BundleError, input_paths
 from das.frame.rundir import RunDir
 from das.io import partitions
+from das.model.levels import NATION, STATE
 from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
 from das.validate.release import GQ_FACILITY, HOUSING_UNIT, Inputs, OpenRelease, StateRows
@@ -176,13 +177,13 @@ def inputs_combine(release: OpenRelease, parts: dict[str, Compared], report: Rep
         return
     truth = pd.concat([pd.Series(p.input_persons, dtype=np.int64) for p in parts.values()]
                       + [_other_states(release.inputs, set(release.states))]).groupby(level=0).sum()
-    mdf = {"nation": pd.Series({"": sum(p.persons for p in parts.values())}),
-           "state": pd.Series({s: p.persons for s, p in parts.items()}, dtype=np.int64)}
+    mdf = {NATION: pd.Series({"": sum(p.persons for p in parts.values())}),
+           STATE: pd.Series({s: p.persons for s, p in parts.items()}, dtype=np.int64)}
     problems = []
     for geo_level, out in mdf.items():
         if geo_level not in release.manifest.levels:
             continue
-        expected = pd.Series({"": int(truth.sum())}) if geo_level == "nation" else truth
+        expected = pd.Series({"": int(truth.sum())}) if geo_level == NATION else truth
         expected, out = expected.align(out, fill_value=0)
         for g in sorted(expected.index[expected != out]):
             problems.append(f"{geo_level} {g!r}: population {out[g]} differs from the input")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import LEVEL_DIGITS, NATION, STATE
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report
@@ -34,7 +34,7 @@ def population_state(rows: StateRows) -> Population:
     per_block = np.bincount(blocks.cat.codes.to_numpy(), minlength=len(names)) if len(persons) else np.zeros(0, int)
     for geo_level, totals in rows.release.published.items():
         k = LEVEL_DIGITS[geo_level]
-        if k > LEVEL_DIGITS["state"]:
+        if k > LEVEL_DIGITS[STATE]:
             counts = pd.Series(per_block).groupby(names.str.slice(0, k).to_numpy()).sum() if len(names) else {}
             mine = [g for g in totals if g.startswith(rows.state)]
             out.below.update({(geo_level, g): int(counts.get(g, 0))
@@ -51,8 +51,8 @@ def population_combine(release: OpenRelease, parts: dict[str, Population], repor
     """Every published total against the MDF's count of the geounit."""
     problems = []
     for geo_level, totals in release.published.items():
-        count = ({"": sum(p.persons for p in parts.values())} if geo_level == "nation" else
-                 {state: p.persons for state, p in parts.items()} if geo_level == "state" else
+        count = ({"": sum(p.persons for p in parts.values())} if geo_level == NATION else
+                 {state: p.persons for state, p in parts.items()} if geo_level == STATE else
                  {g: n for p in parts.values() for (lv, g), n in p.below.items() if lv == geo_level})
         for g, total in totals.items():
             if int(count.get(g, 0)) != int(total):

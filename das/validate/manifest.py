@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from das.core.errors import ValidationError
 from das.frame import published
 from das.frame.rundir import RunDir
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import LEVEL_DIGITS, NATION, STATE
 from das.validate.reading import present, unreadable
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows
@@ -74,7 +74,7 @@ def counts_state(rows: StateRows) -> StateCounts:
         return StateCounts(len(present(rows.persons["geocode"])))
     universe = np.asarray(rows.universe, dtype=str)
     spine = state_spine(release, rows.state)
-    below = [lv for lv in release.manifest.levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    below = [lv for lv in release.manifest.levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS[STATE]]
     if spine is not None:  # the spine's units are the state's, not its records': counted once
         return StateCounts(len(universe), {lv: len(spine.units(lv)) for lv in below} if rows.shard.index == 0 else {})
     return StateCounts(len(universe), {lv: len(np.unique(universe.astype(f"U{LEVEL_DIGITS[lv]}"))) for lv in below})
@@ -108,7 +108,7 @@ def _mdf_rows(release: OpenRelease) -> int | None:
 def _parents_problems(release: OpenRelease, parts: dict[str, StateCounts]) -> list[str]:
     """Each level's `parents` in levels_report: the geounits of the level above (the first level's: 1)."""
     levels, reports = release.manifest.levels, release.manifest.levels_report or {}
-    geounits = {"nation": 1, "state": sum(1 for p in parts.values() if p.blocks)}
+    geounits = {NATION: 1, STATE: sum(1 for p in parts.values() if p.blocks)}
     for part in parts.values():
         for level, n in (part.geounits or {}).items():
             geounits[level] = geounits.get(level, 0) + n

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from das.core.errors import SpecError, ValidationError
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import LEVEL_DIGITS, STATE
 from das.model.schema import Schema
 from das.privacy.certificate import fraction_text
 from das.validate.reading import GEO, geocode, present, unreadable
@@ -174,7 +174,7 @@ def _geounits(release: OpenRelease, digits: list[int]) -> dict[int, np.ndarray]:
     """The geounits of the levels of `digits` geocode digits: the states' prefixes when no level is below
     the state (the units MDF is not read), else those of the units MDF (batch by batch, its geography), or of
     an NMF release's finest level (`measured_units`)."""
-    if not digits or max(digits) <= LEVEL_DIGITS["state"]:
+    if not digits or max(digits) <= LEVEL_DIGITS[STATE]:
         return {k: np.unique(np.array([s[:k] for s in release.states], dtype=str)) for k in digits}
     if release.nmf_only:
         units = measured_units(release)

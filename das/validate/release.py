@@ -17,6 +17,7 @@ import pandas as pd
 from das.core.errors import ValidationError
 from das.frame.manifest import Manifest
 from das.frame.rundir import RunDir
+from das.model.levels import STATE
 from das.model.schema import Schema
 from das.validate.reading import GEO, columns, decode, present, read_state, states_in
 from das.validate.shards import Shard
@@ -95,7 +96,7 @@ def nmf_states(release: OpenRelease) -> list[str]:
     """The states of an NMF release: the published ones, else those of its levels stored one file per state."""
     found = {state for name, cert in release.manifest.privacy.items() for level in cert.by_level
              for _, state in release.run.nmf_level_files(name, level.level) if state is not None}
-    return sorted(release.published.get("state", {})) or sorted(found)
+    return sorted(release.published.get(STATE, {})) or sorted(found)
 
 
 def open_release(release: OpenRelease) -> OpenRelease:
@@ -112,7 +113,7 @@ def open_release(release: OpenRelease) -> OpenRelease:
         missing = [c for c in GEO if c not in names]
         if missing:
             raise ValidationError(f"{run.path}: an MDF file has no column {missing[0]}")
-    states = sorted(release.published.get("state", {})) or states_in(run.mdf("persons"))
+    states = sorted(release.published.get(STATE, {})) or states_in(run.mdf("persons"))
     return release.but(columns=found, states=tuple(states))
 
 

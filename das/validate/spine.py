@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from das.core.errors import ValidationError
-from das.model.geography import LEVEL_DIGITS, Geography
+from das.model.geography import Geography
+from das.model.levels import BLOCK, LEVEL_DIGITS, STATE
 from das.model.spine import from_table
 from das.validate.reading import unreadable
 from das.validate.registry import Check
@@ -31,7 +32,7 @@ def _read(path: Path, levels: tuple[str, ...], modified: float) -> Geography:
     except Exception as e:
         raise unreadable(path, e) from None
     given = [lv for lv in levels if lv in table.columns]
-    expected = [lv for lv in levels if LEVEL_DIGITS["state"] < LEVEL_DIGITS[lv] < LEVEL_DIGITS["block"]]
+    expected = [lv for lv in levels if LEVEL_DIGITS[STATE] < LEVEL_DIGITS[lv] < LEVEL_DIGITS[BLOCK]]
     if "GEOID" not in table.columns or not given or set(given) - set(expected):
         raise ValidationError(f"{path}: expected the columns GEOID and some of {expected}, found {list(table.columns)}")
     try:

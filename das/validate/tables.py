@@ -15,7 +15,7 @@ import pandas as pd
 
 from das.core.errors import SpecError, ValidationError
 from das.io.tables import column_names
-from das.model.geography import LEVEL_DIGITS
+from das.model.levels import LEVEL_DIGITS, NATION, STATE
 from das.model.schema import Schema
 from das.validate.reading import columns, read_geocodes
 from das.validate.registry import Check
@@ -228,7 +228,7 @@ def tables_state(rows: StateRows) -> Tables:
     """The shard's rows of every table below the state (its own row at the state recounted, for the
     state's and the nation's, even when no table has a state level) against the recount of its records."""
     levels = rows.release.manifest.levels
-    below = [lv for lv in levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    below = [lv for lv in levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS[STATE]]
     low, high = rows.shard.geocodes
     out, prefixes = Tables(), {}  # prefixes: shared by every table of the same records
     for spec, kind, path in recounted_tables(rows.release, rows.persons_schema, rows.units_schema):
@@ -240,13 +240,13 @@ def tables_state(rows: StateRows) -> Tables:
         written = (read_geocodes(path, low, high, below) if below
                    else pd.DataFrame({c: [] for c in ["level", "geocode", *cols]}))
         if kind not in prefixes:
-            prefixes[kind] = prefix_codes(records, ["state", *below])
-        recount = recount_table(records, decoded, schema, spec, geo_levels=["state", *below], prefixes=prefixes[kind])
-        own = recount.levels["state"][1]
+            prefixes[kind] = prefix_codes(records, [STATE, *below])
+        recount = recount_table(records, decoded, schema, spec, geo_levels=[STATE, *below], prefixes=prefixes[kind])
+        own = recount.levels[STATE][1]
         out.recount[spec.name] = own[0].tolist() if len(own) else None
         if below:
             out.child_sums[spec.name] = written.loc[written["level"] == below[0], cols].sum().tolist()
-        out.differences[spec.name] = (table_differences(written, recount.without("state"), cols),
+        out.differences[spec.name] = (table_differences(written, recount.without(STATE), cols),
                                       hierarchy_differences(written, cols, below))
     return out
 
@@ -281,32 +281,32 @@ def _top_recount(parts: dict[str, Tables], table: str, cols: list[str], top: lis
     rows = {state: part.recount[table] for state, part in sorted(parts.items()) if part.recount.get(table) is not None}
     states = np.array(list(rows.values()), dtype=np.int64).reshape(len(rows), len(cols))
     nation = states.sum(axis=0, keepdims=True) if rows else states
-    found = {"nation": (np.array([""] if rows else [], dtype=str), nation),
-             "state": (np.array(list(rows), dtype=str), states)}
-    return Recount({level: found[level] for level in ("nation", "state") if level in top})
+    found = {NATION: (np.array([""] if rows else [], dtype=str), nation),
+             STATE: (np.array(list(rows), dtype=str), states)}
+    return Recount({level: found[level] for level in (NATION, STATE) if level in top})
 
 
 def _top_hierarchy(written: pd.DataFrame, parts: dict[str, Tables], table: str, cols: list[str], *, geo_levels):
     """`hierarchy_differences` of the nation and state rows, and of each state's row against the sum of its
     children's rows (each state's); without a state level, the nation against the sum of its children's."""
-    below = [lv for lv in geo_levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS["state"]]
+    below = [lv for lv in geo_levels if LEVEL_DIGITS[lv] > LEVEL_DIGITS[STATE]]
     sums = {state: p.child_sums[table] for state, p in parts.items() if table in p.child_sums}
-    if "state" in geo_levels or len(geo_levels) < 2:
-        found = hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]])
-        if "state" in geo_levels and below:
-            states = written[written["level"] == "state"].drop_duplicates("geocode").set_index("geocode")[cols]
-            found[("state", below[0])] = [s for s in states.index if s in sums
+    if STATE in geo_levels or len(geo_levels) < 2:
+        found = hierarchy_differences(written, cols, [lv for lv in geo_levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS[STATE]])
+        if STATE in geo_levels and below:
+            states = written[written["level"] == STATE].drop_duplicates("geocode").set_index("geocode")[cols]
+            found[(STATE, below[0])] = [s for s in states.index if s in sums
                                           and (states.loc[s].to_numpy() != np.asarray(sums[s])).any()][:3]
         return found
     total = np.sum(list(sums.values()), axis=0) if sums else 0
-    nation = written.loc[written["level"] == "nation", cols].to_numpy()
+    nation = written.loc[written["level"] == NATION, cols].to_numpy()
     return {(geo_levels[0], geo_levels[1]): [""] if len(nation) and (nation[0] != total).any() else []}
 
 
 def tables_combine(release: OpenRelease, parts: dict[str, Tables], report: Report, alongside=None) -> None:
     """Each table: written, with its columns, equal to the recount and summing up, at every level."""
     levels = release.manifest.levels
-    top = [lv for lv in levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS["state"]]
+    top = [lv for lv in levels if LEVEL_DIGITS[lv] <= LEVEL_DIGITS[STATE]]
     persons_schema, units_schema = release.schemas()
     for spec, kind, path in recounted_tables(release, persons_schema, units_schema):
         if not path.exists():
