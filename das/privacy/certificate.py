@@ -200,6 +200,11 @@ class Certificate:
     def synthetic(self) -> bool:
         return self.charges is not None
 
+    def queries_by_level(self, levels) -> dict[str, list[str]]:
+        """The queries measured at each of `levels` (none where it measured nothing, and for a synthetic release)."""
+        measured = {lv.level: [q.query for q in lv.queries] for lv in self.by_level}
+        return {level: measured.get(level, []) for level in levels}
+
     def level(self, name: str) -> LevelCharges:
         for level in self.by_level:
             if level.level == name:

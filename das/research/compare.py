@@ -45,7 +45,7 @@ from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.research import release_child
 from das.research.compare_report import REPORT_FILES, build_compare_report, render_table
-from das.research.estimators import DEFAULT_ESTIMATORS, estimator_problem, from_nmf
+from das.research.estimators import DEFAULT_ESTIMATORS, ESTIMATORS, from_nmf
 from das.research.metrics import bias_table, combine, metrics
 from das.research.release_child import TOPDOWN
 from das.research.replicate import CONFIDENTIAL, DEFAULT_QUERIES, RELEASE, score, scored_queries
@@ -186,9 +186,8 @@ def score_release(ctx, run_dir: Path, mechanism: str, *, queries, seed: int) -> 
     cert = manifest.certificate(RELEASE)
     if mechanism == TOPDOWN:
         nmf_dir = release.nmf_dir
-        by_level = {lv.level: lv.queries for lv in cert.by_level}
-        measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in ctx.geography.levels}
-        estimators += [e for e in from_nmf(DEFAULT_ESTIMATORS) if estimator_problem((e,), ctx.schema, measured) is None]
+        measured = cert.queries_by_level(ctx.geography.levels)
+        estimators += [e for e in from_nmf(DEFAULT_ESTIMATORS) if ESTIMATORS[e].unsupported(ctx.schema, measured) is None]
     rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
     stats = score(ctx, nmf_dir, released, estimators=tuple(estimators), queries=queries, keep=(),
                   tags={"rho": rho, "replicate": seed}).stats

@@ -171,9 +171,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     nmf_dir = RunDir(run_dir).nmf_dir
     if (reading := from_nmf(estimators)) and not any(RunDir(run_dir).nmf_level_files(RELEASE, lv) for lv in manifest.levels):
         raise StudyError(f"{nmf_dir / RELEASE} is missing: the {' and '.join(reading)} estimators read the run's NMF")
-    by_level = {lv.level: lv.queries for lv in manifest.certificate(RELEASE).by_level}
-    measured = {lv: [q.query for q in by_level.get(lv, ())] for lv in manifest.levels}
-    if reason := estimator_problem(estimators, ctx.schema, measured):
+    if reason := estimator_problem(estimators, ctx.schema, manifest.certificate(RELEASE).queries_by_level(manifest.levels)):
         raise StudyError(reason)
     claim.start()  # its own earlier output deleted, its record written
     (out / "parts").mkdir(parents=True, exist_ok=True)
