@@ -122,3 +122,47 @@ def test_compare_takes_its_input_as_dataframes(frames, tmp_path):
     assert from_frames.meta["status"] == "complete" and list(from_frames.frame("comparison")["estimator"]) == ["flat"]
     scores = [c for c in from_files.metrics.columns if c != "seconds"]
     pd.testing.assert_frame_equal(from_frames.metrics[scores], from_files.metrics[scores])
+
+
+def test_dataframes_and_a_dict_spec_are_read_in_memory_with_no_file_written_elsewhere(frames, frame_release, tmp_path,
+                                                                                      monkeypatch):
+    """das writes nothing outside the outputs it is asked for: no temporary copy of a DataFrame or a dict spec (the
+    temporary directory stays empty), and the release is the one the same files make."""
+    import tempfile
+
+    from das.frame.bundle import input_paths
+    from das.model.specfile import load_toml
+
+    watched = tmp_path / "tmp"
+    watched.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(watched))
+    persons, units = frames
+    spec = load_toml(TINY.parent.parent / "specs/runs/tiny.toml")
+    del spec["input"]
+    from_dict = das.run(spec, persons=persons, units=units, out=tmp_path / "d", seed=7, workers=1, progress=False)
+    pd.testing.assert_frame_equal(from_dict.mdf, frame_release.mdf)
+    assert from_dict.manifest.spec_name == "tiny" and from_dict.valid
+    assert das.validate(from_dict, inputs=frames).ok
+    assert das.synth(spec, mechanism="flat", persons=persons, units=units, out=tmp_path / "s", seed=3).valid
+    with_files = {**spec, "input": {"persons": str(FILES[0]), "units": str(FILES[1])}}
+    assert das.certificates(with_files)["persons"].rho == frame_release.certificate.rho
+    das.metrics(from_dict, truth=frames, out=tmp_path / "m", estimators=("topdown",))
+    assert list(watched.iterdir()) == []
+    # the operator's record names what was read, never a temporary path
+    assert input_paths(from_dict.path) == {"persons": "the persons DataFrame", "units": "the units DataFrame"}
+
+
+def test_a_comparison_of_dataframes_keeps_them_and_is_continued_only_on_the_same(frames, tmp_path):
+    """das compare's releases run in processes of their own: a spec held in memory is written into the comparison's
+    own (confidential) directory for them, and a later call with other data is not taken for a continuation."""
+    from das.core.errors import OutDirError
+
+    persons, units = frames
+    small = dict(seeds=1, attack_blocks=0, mechanisms=("flat",))
+    study = das.compare("tiny", persons=persons, units=units, out=tmp_path / "c", **small)
+    assert (study.path / "inputs" / "persons.csv").read_bytes() == persons.to_csv(index=False).encode()
+    assert (study.path / "spec.toml").is_file() and study.meta["settings"]["inputs_sha256"]
+    assert das.compare("tiny", persons=persons, units=units, out=tmp_path / "c", **small).meta["status"] == "complete"
+    fewer = persons.iloc[:-1]
+    with pytest.raises(OutDirError, match="overwrite=True"):
+        das.compare("tiny", persons=fewer, units=units, out=tmp_path / "c", **small)

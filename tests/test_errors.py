@@ -112,7 +112,7 @@ MISTAKES = {
     "rho negative": Mistake(lambda t, r: das.run("tiny", rho="-1/2", out=t / "o", **RUN), ("rho", "positive"),
                             ("run", "tiny", "--rho", "-1/2", "--out", "{tmp}/o"), ("--rho", "must be positive")),
     "rho above the cap": Mistake(lambda t, r: das.run("tiny", rho=100, units=UNITS, out=t / "o", **RUN),
-                                 ("rho=100", "allow_large_rho=True", "the spec 'tiny'"),
+                                 ("rho=100", "allow_large_rho=True", "specs/runs/tiny.toml"),
                                  ("run", "tiny", "--rho", "100", "--out", "{tmp}/o"), ("--rho 100", "--allow-large-rho"),
                                  das.SpecError),
     "rho and eps": Mistake(lambda t, r: das.run("tiny", rho=1, eps=1, out=t / "o", **RUN), ("rho= and eps=",),
@@ -276,7 +276,7 @@ def test_a_budget_above_the_cap_names_no_temporary_path_nor_a_flag(tmp_path):
     with pytest.raises(das.SpecError) as caught:
         das.run("tiny", units=UNITS, rho=100, out=tmp_path / "o", **RUN)
     message = str(caught.value)
-    assert "allow_large_rho=True" in message and "rho=100" in message and "the spec 'tiny'" in message
+    assert "allow_large_rho=True" in message and "rho=100" in message and "specs/runs/tiny.toml" in message
     assert "das-inputs-" not in message and "--allow-large-rho" not in message and "--rho" not in message
     with pytest.raises(das.SpecError) as caught:
         das.run(_spec_dict(), rho=100, out=tmp_path / "o", **RUN)

@@ -54,14 +54,13 @@ def attack(config: AttackConfig | None = None, /, **flags) -> AttackResult:
 
 
 def _attack_files(config: AttackConfig) -> AttackResult:
-    """The attack with its truth and holdout as files: a DataFrame read by the one validating reader from a private
-    temporary file, an error about that file said of the DataFrame (das.api.inputs.said_of_frames)."""
+    """The attack with its truth and holdout read as das reads inputs: a DataFrame by the one validating reader, from
+    its CSV text in memory (das.api.inputs.source_of), its problems said of "the truth DataFrame"."""
     from dataclasses import replace
 
-    from das.api.inputs import frame_files, said_of_frames
+    from das.api.inputs import sources
 
-    with frame_files({"truth": config.truth, "holdout": config.holdout}) as (files, frames), said_of_frames(frames):
-        return _run_attack(replace(config, **files) if frames else config)
+    return _run_attack(replace(config, **sources({"truth": config.truth, "holdout": config.holdout})))
 
 
 def _check_attack_flags(flags: dict) -> None:

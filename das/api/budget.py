@@ -80,9 +80,9 @@ def certificates(spec, *, rho=None, eps=None, delta=None) -> dict:
         >>> certificates("tiny")["persons"].eps
         17.1436
     """
-    from das.api.inputs import prepared
+    from das.api.inputs import run_spec
     from das.api.release import budget_given
     from das.driver.pipeline import Pipeline
 
-    with prepared(spec, name="spec") as ready:  # printing a certificate spends nothing: no cap
-        return Pipeline.prepare(ready.spec, seed=None, allow_large_rho=True, budget=budget_given(rho, eps, delta)).certificates
+    given = run_spec(spec, name="spec")  # printing a certificate spends nothing: no cap
+    return Pipeline.prepare(given, seed=None, allow_large_rho=True, budget=budget_given(rho, eps, delta)).certificates

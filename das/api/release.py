@@ -18,7 +18,7 @@ from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
 
-from das.api.inputs import Input, input_files, is_frame, prepared, said_of_frames
+from das.api.inputs import Input, is_frame, run_spec, source_of
 from das.core import arguments
 from das.core.arguments import checked
 from das.core.errors import SpecError, UnknownNameError
@@ -259,13 +259,9 @@ class Release:
                 f"{'' if self.private else ', seeded: NOT private'}{'' if self.valid else ', NOT valid'})")
 
 
-def _out(out, spec_file: Path) -> Path:
+def _out(out, spec) -> Path:
     """`das run`'s default output directory, runs/NAME (NAME: the spec's name)."""
-    if out is not None:
-        return Path(out)
-    from das.driver.runspec import load_run_spec
-
-    return Path("runs") / load_run_spec(spec_file).name
+    return Path(out) if out is not None else Path("runs") / spec.name
 
 
 @checked
@@ -307,13 +303,13 @@ def run(spec, *, persons: Input | None = None, units: Input | None = None, out: 
         >>> release.valid, release.certificate.eps, release.tables["P1"].query("level == 'state'")["total"].item()
         (True, 17.1436, 145)
     """
-    with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
-        from das.driver.run import run as run_release  # heavy: after the spec is found, so an unknown one is refused quickly
+    given = run_spec(spec, persons=persons, units=units, name="release")
+    from das.driver.run import run as run_release  # heavy: after the spec is found, so an unknown one is refused quickly
 
-        result = run_release(ready.spec, _out(out, ready.spec), seed=seed, workers=workers,
-                             overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
-                             budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb,
-                             signing_key=None if signing_key is None else Path(signing_key))
+    result = run_release(given, _out(out, given), seed=seed, workers=workers,
+                         overwrite=overwrite, progress=progress, allow_large_rho=allow_large_rho,
+                         budget=budget_given(rho, eps, delta), engine=engine, scheduler=scheduler, memory_gb=memory_gb,
+                         signing_key=None if signing_key is None else Path(signing_key))
     _record_frames(result.out_dir, persons=persons, units=units)
     if not result.valid:
         logger.error(f"the release in {result.out_dir} FAILED validation: {list(result.manifest.validation.violations[:3])}")
@@ -350,17 +346,17 @@ def synth(spec, *, mechanism: str, persons: Input | None = None, units: Input | 
     """
     from das.mechanisms import synthesize
 
-    with prepared(spec, persons=persons, units=units, name="release") as ready, said_of_frames(ready.frames):
-        out_dir = synthesize(ready.spec, mechanism, _out(out, ready.spec), seed=seed, overwrite=overwrite,
-                             allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta),
-                             signing_key=None if signing_key is None else Path(signing_key))
+    given = run_spec(spec, persons=persons, units=units, name="release")
+    out_dir = synthesize(given, mechanism, _out(out, given), seed=seed, overwrite=overwrite,
+                         allow_large_rho=allow_large_rho, budget=budget_given(rho, eps, delta),
+                         signing_key=None if signing_key is None else Path(signing_key))
     _record_frames(out_dir, persons=persons, units=units)
     return Release.open(out_dir)
 
 
 def _record_frames(out_dir, **inputs) -> None:
     """Which inputs of a release were DataFrames, in its operator record (das.frame.bundle.DATAFRAMES): das keeps no copy
-    of them, so `das.metrics` of the release asks for its truth instead of looking for a temporary file."""
+    of them, so `das.metrics` of the release asks for its truth instead of reading a file it never had."""
     from das.frame import bundle
 
     frames = [name for name, value in inputs.items() if is_frame(value)]
@@ -394,8 +390,7 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
     key = None if public_key is None else Path(public_key)
     if inputs is None:
         return validate_run(path, public_key=key)
-    with input_files(*inputs) as (files, frames), said_of_frames(frames):
-        return validate_run(path, inputs=files, public_key=key)
+    return validate_run(path, inputs=(source_of("persons", inputs[0]), source_of("units", inputs[1])), public_key=key)
 
 
 @checked

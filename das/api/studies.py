@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from das.api.inputs import input_files, prepared, said_of_frames
+from das.api.inputs import source_of, study_spec
 from das.api.release import Release, exact
 from das.core.arguments import checked
 
@@ -197,12 +197,11 @@ def replicate(spec, *, out: str | os.PathLike, runs: int = 20, rho=None, eps=Non
     from das.research.replicate import replicate_study
 
     rhos = ("spec",) if rho is None else _exact_texts(rho, "rho")
-    with prepared(spec, persons=persons, units=units, name="study") as ready, said_of_frames(ready.frames):
-        design = Design(spec=str(ready.spec), rhos=rhos, runs=runs, eps=() if eps is None else _exact_texts(eps, "eps"),
-                        delta=None if delta is None else str(exact(delta, "delta")), estimators=tuple(estimators),
-                        queries=tuple(queries), keep=tuple(keep), seed=seed, areas=_area_pairs(areas))
-        replicate_study(design, out, workers=workers, overwrite=overwrite,
-                        allow_large_rho=allow_large_rho)
+    recorded, digest, given = study_spec(spec, persons=persons, units=units, name="study")
+    design = Design(spec=recorded, rhos=rhos, runs=runs, eps=() if eps is None else _exact_texts(eps, "eps"),
+                    delta=None if delta is None else str(exact(delta, "delta")), estimators=tuple(estimators),
+                    queries=tuple(queries), keep=tuple(keep), seed=seed, areas=_area_pairs(areas), inputs_sha256=digest)
+    replicate_study(design, out, workers=workers, overwrite=overwrite, allow_large_rho=allow_large_rho, given=given)
     return Study(Path(out))
 
 
@@ -247,9 +246,9 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
         evaluate_run(path, out=out, estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
                      areas=_area_pairs(areas))
         return Study(out)
-    with input_files(*truth) as (files, frames), said_of_frames(frames):
-        evaluate_run(path, truth=tuple(map(str, files)), out=out, estimators=estimators and tuple(estimators),
-                     queries=tuple(queries), keep=tuple(keep), areas=_area_pairs(areas))
+    evaluate_run(path, truth=(source_of("persons", truth[0]), source_of("units", truth[1])), out=out,
+                 estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
+                 areas=_area_pairs(areas))
     return Study(out)
 
 
@@ -298,13 +297,14 @@ def compare(spec, *, out: str | os.PathLike, mechanisms: tuple[str, ...] = ("top
 
     if isinstance(mechanisms, str):
         mechanisms = tuple(m.strip() for m in mechanisms.split(",") if m.strip())
-    with prepared(spec, persons=persons, units=units, name="comparison") as ready, said_of_frames(ready.frames):
-        comparison = comparing.Comparison(
-            spec=str(ready.spec), mechanisms=tuple(mechanisms), seeds=seeds, rho=_compare_rho(ready.spec, rho, eps, delta),
-            attack_blocks=attack_blocks, attack_seeds=attack_seeds, attack_runs=attack_runs,
-            attack_relaxed=attack_relaxed, attack_steps=attack_steps, attack_tables=tables,
-            allow_large_rho=allow_large_rho)
-        comparing.run_comparison(comparison, out, workers=workers, overwrite=overwrite)
+    recorded, digest, given = study_spec(spec, persons=persons, units=units, name="comparison")
+    comparison = comparing.Comparison(
+        spec=recorded, mechanisms=tuple(mechanisms), seeds=seeds,
+        rho=_compare_rho(given if given is not None else recorded, rho, eps, delta),
+        attack_blocks=attack_blocks, attack_seeds=attack_seeds, attack_runs=attack_runs,
+        attack_relaxed=attack_relaxed, attack_steps=attack_steps, attack_tables=tables,
+        allow_large_rho=allow_large_rho, inputs_sha256=digest)
+    comparing.run_comparison(comparison, out, workers=workers, overwrite=overwrite, given=given)
     return Study(Path(out))
 
 
@@ -321,7 +321,7 @@ def _compare_rho(spec, rho, eps, delta) -> str | None:
     if given is None:
         return None
     if given.delta is not None or given.eps is not None:
-        spec_delta = load_run_spec(str(spec)).delta
+        spec_delta = load_run_spec(spec).delta
         if given.delta is not None and given.delta != spec_delta:
             raise SpecError(f"delta: das compare certifies every release at the spec's [privacy] delta "
                             f"({spec_delta}), not {given.delta}: give that delta or set it in the spec")

@@ -16,6 +16,7 @@ import functools
 import logging
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -165,7 +166,7 @@ class Pipeline:
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def prepare(cls, spec_path: str | Path, seed: int | None, *, workers: int = 1, engine: str = "local",
+    def prepare(cls, spec_path: str | Path | Mapping | RunSpec, seed: int | None, *, workers: int = 1, engine: str = "local",
                 allow_large_rho: bool = False, budget: Budget | None = None) -> Pipeline:
         """Load the spec and pass the spec preflight (das/driver/preflight.py): no input file is opened here.
         `budget`: the command line's persons budget and delta, over the spec's."""

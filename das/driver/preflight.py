@@ -127,7 +127,7 @@ def given_budget(budget) -> str:
 def check_spec(prep_spec, schemas: dict, strategies: dict, allocations: dict, *, workers: int = 1,
                engine: str = "local", allow_large_rho: bool = False) -> None:
     """Everything about the spec and the command line, before any input file is opened."""
-    where = str(prep_spec.path) + (f" ({given_budget(prep_spec.budget)})" if getattr(prep_spec, "budget", None) else "")
+    where = prep_spec.origin + (f" ({given_budget(prep_spec.budget)})" if getattr(prep_spec, "budget", None) else "")
     measured = {q for s in strategies.values() for lv in s.levels for q, _ in lv.queries}
     by_level = [("passes", prep_spec.passes)] + [(f"passes_by_level.{level}", passes)
                                                  for level, passes in getattr(prep_spec, "passes_by_level", {}).items()]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -179,7 +180,7 @@ def _shape(spec: RunSpec) -> _Whole | _Partitioned:
 # das measure
 
 
-def measure_only(spec_path, out_dir, *, seed: int | None = None, overwrite: bool = False,
+def measure_only(spec_path: str | Path | Mapping | RunSpec, out_dir, *, seed: int | None = None, overwrite: bool = False,
                  allow_large_rho: bool = False, budget: Budget | None = None,
                  signing_key: Path | None = None) -> Manifest:
     """`das measure`: the NMF and a manifest, no post-processing: an NMF release, validated and signed as
@@ -292,12 +293,12 @@ def _check_resumable(run_dir: RunDir, stored: Stored, spec: RunSpec) -> None:
     _check_fingerprint(run_dir.path, stored.operator["fingerprint"], current, "spec")
     for name, path in (("persons", spec.persons_path), ("units", spec.units_path),
                        *((f"{t} areas", p) for t, p in spec.areas.items())):
-        if not Path(path).exists():  # the keyed fingerprint, before reading: the bytes read are the bytes fingerprinted
+        if isinstance(path, Path) and not path.exists():  # fingerprinted before reading: the bytes read are those
             raise RunError(f"cannot resume {run_dir.path}: the {name} input {path} is not found")
     _check_fingerprint(run_dir.path, stored.operator["fingerprint"], operator_fingerprint(spec, stored.key), "inputs")
 
 
-def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: int | None = None,
+def resume_run(run_dir: str | Path, spec_path: str | Path | Mapping | RunSpec | None = None, seed: int | None = None,
                *, budget: Budget | None = None, **settings) -> RunResult:
     """`das run --resume RUN_DIR`: continue an interrupted run from its stored NMF and checkpoints."""
     stored = _load_stored(RunDir(run_dir))
@@ -308,6 +309,9 @@ def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: i
         given = load_run_spec(spec_path, seed=stored_seed, budget=budget)
         _check_fingerprint(Path(run_dir), stored.operator["fingerprint"],
                            {"spec_sha256": bundle.spec_digest(given.fingerprint_text), "seed": stored_seed}, "spec")
+    if spec_path is None and stored.operator["spec_path"] is None:
+        raise RunError(f"cannot resume {run_dir}: its spec was given as a dict, of which das keeps no file; give the "
+                       "same dict again (resume_run's spec_path)")
     return run(spec_path or stored.operator["spec_path"], run_dir, seed=stored_seed, resume=True, budget=budget,
                **settings)
 
@@ -316,7 +320,7 @@ def resume_run(run_dir: str | Path, spec_path: str | Path | None = None, seed: i
 # das run
 
 
-def run(spec_path: str | Path, out_dir: str | Path, seed: int | None = None, *, resume: bool = False,
+def run(spec_path: str | Path | Mapping | RunSpec, out_dir: str | Path, seed: int | None = None, *, resume: bool = False,
         budget: Budget | None = None, **settings) -> RunResult:
     """A whole release into out_dir; with resume=True, continue the interrupted run in out_dir.
     `settings` are RunOptions fields (workers, engine, scheduler, progress, overwrite, allow_large_rho);

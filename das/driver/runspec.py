@@ -6,6 +6,8 @@ Input paths and area files are relative to the spec file (or absolute).
 
 from __future__ import annotations
 
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -15,6 +17,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from das.core.errors import SpecError, option
 from das.io.areas import TYPE_NAME as AREA_TYPE
+from das.io.tabular import Source
 from das.model import specfile
 from das.model.geography import level_digits
 from das.model.levels import DEFAULT_LEVELS
@@ -42,9 +45,9 @@ class ReleaseSpec:
 class RunSpec:
     name: str
     description: str
-    path: Path
-    persons_path: Path
-    units_path: Path
+    path: Path | None  # None: a spec given as a dict (das.api)
+    persons_path: Source  # a file, or a DataFrame's text held in memory (das.api)
+    units_path: Source
     levels: tuple[str, ...]
     persons: ReleaseSpec
     units: ReleaseSpec | None
@@ -63,6 +66,11 @@ class RunSpec:
     areas: dict[str, Path] = field(default_factory=dict)  # [geography] areas: area type -> its file (das.io.areas)
     areas_as_written: dict[str, str] = field(default_factory=dict)  # those paths as the spec writes them, for messages
     spine: str = "standard"  # [geography] spine: "standard" or "optimized" (for the declared areas)
+
+    @property
+    def origin(self) -> str:
+        """The spec as messages name it: its file, or "the spec dict"."""
+        return DICT_SPEC if self.path is None else str(self.path)
 
     @property
     def fingerprint_text(self) -> str:
@@ -213,24 +221,37 @@ class RunSpecFile(Section):
         return self
 
 
-def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Budget | None = None) -> RunSpec:
-    """The run spec of a shipped name or a path, checked whole (every problem in one SpecError) before any
-    input is opened; `seed` and `budget` (the command line's) override the spec's."""
-    path = resolve_spec(name_or_path, "runs")
-    raw = specfile.load_toml(path)  # first: a loop, a directory, no permission or not UTF-8 is named as such
-    path = path.resolve()
-    data = specfile.check(raw, RunSpecFile, str(path))
+DICT_SPEC = "the spec dict"  # what a spec given as a dict (das.api) is called in messages
+
+
+def load_run_spec(given: str | Path | Mapping | RunSpec, seed: int | None = None,
+                  budget: Budget | None = None) -> RunSpec:
+    """The run spec of a shipped name, a path or a dict of what a spec file holds (das.api; relative paths from
+    the working directory), checked whole (every problem in one SpecError) before any input is opened; a RunSpec
+    as it is. `seed` and `budget` (the command line's) override the spec's."""
+    if isinstance(given, RunSpec):
+        spec = given if seed is None else replace(given, seed=seed)
+        return with_budget(spec, budget) if budget else spec
+    if isinstance(given, Mapping):
+        raw, path, text = dict(given), None, specfile.toml_text(given)  # a float is refused here, as in a file
+        root = Path.cwd()
+    else:
+        path = resolve_spec(given, "runs")
+        raw = specfile.load_toml(path)  # first: a loop, a directory, no permission or not UTF-8 is named as such
+        path = path.resolve()
+        text, root = path.read_text(), path.parent
+    data = specfile.check(raw, RunSpecFile, DICT_SPEC if path is None else str(path))
 
     def input_path(raw: str) -> Path:
         p = Path(raw)
-        return p if p.is_absolute() else specfile.real_path(path.parent / p)
+        return p if p.is_absolute() else specfile.real_path(root / p)
 
     def release(section: ReleaseSection | None) -> ReleaseSpec | None:
         return None if section is None else ReleaseSpec(section.schema_name, section.strategy, section.rho, section.eps)
 
     post, output = data.postprocess, data.output
     spec = RunSpec(
-        name=data.name if data.name is not None else path.stem,
+        name=data.name if data.name is not None else (path.stem if path is not None else "spec"),
         description=data.description,
         path=path,
         persons_path=input_path(data.input.persons),
@@ -247,12 +268,35 @@ def load_run_spec(name_or_path: str | Path, seed: int | None = None, budget: Bud
         solver=post.solver,
         passes=_passes(post.passes),
         passes_by_level={level: _passes(v) for level, v in post.passes_by_level.items()},
-        text=path.read_text(),
+        text=text,
         areas={name: input_path(raw) for name, raw in data.geography.areas.items()},
         areas_as_written=dict(data.geography.areas),
         spine=data.geography.spine,
     )
     return with_budget(spec, budget) if budget else spec
+
+
+def with_inputs(spec: RunSpec, *, persons: Source | None = None, units: Source | None = None) -> RunSpec:
+    """The spec reading other inputs (a path, or a DataFrame's text held in memory: das.io.tabular.InMemory), its
+    text's [input] saying which (a DataFrame by what it is called), so a resumed run's fingerprint covers them."""
+    given = {key: value for key, value in (("persons", persons), ("units", units)) if value is not None}
+    if not given:
+        return spec
+    data = tomllib.loads(spec.text)
+    data["input"] = {**data.get("input", {}), **{key: str(value) for key, value in given.items()}}
+    return replace(spec, text=specfile.toml_text(data), persons_path=given.get("persons", spec.persons_path),
+                   units_path=given.get("units", spec.units_path))
+
+
+def portable_data(spec: RunSpec, **inputs: Path) -> dict:
+    """The spec's content with its inputs and area files as absolute paths (`inputs` in place of its own), so a
+    copy of it written anywhere reads the same files (das compare's releases, in processes of their own)."""
+    data = tomllib.loads(spec.text)
+    paths = {"persons": spec.persons_path, "units": spec.units_path, **inputs}
+    data["input"] = {**data.get("input", {}), **{key: str(path) for key, path in paths.items()}}
+    if spec.areas:
+        data.setdefault("geography", {})["areas"] = {name: str(path) for name, path in spec.areas.items()}
+    return data
 
 
 def with_budget(spec: RunSpec, budget: Budget) -> RunSpec:

@@ -30,6 +30,7 @@ from das.core import atomic
 from das.core.errors import ReleaseError, SpecError
 from das.frame import pinned
 from das.frame.rundir import RunDir
+from das.io.tabular import InMemory
 
 REDACTED = "<operator only>"
 INPUT_KEYS = ("persons", "units")  # the keys of [input] a run spec reads (das.driver.runspec)
@@ -60,8 +61,11 @@ def keyed_digest(key: bytes, path: Path) -> str:
     return mac.hexdigest()
 
 
-def keyed_fingerprint(key: bytes, path: Path) -> dict:
-    """Keyed digest of an input file, or of every file under an input directory (name -> digest)."""
+def keyed_fingerprint(key: bytes, path) -> dict:
+    """Keyed digest of an input file, or of every file under an input directory (name -> digest), or of an input
+    held in memory (das.io.tabular.InMemory: its bytes)."""
+    if isinstance(path, InMemory):
+        return {"": hmac.new(key, path.csv, hashlib.sha256).hexdigest()}
     path = Path(path)
     if path.is_dir():
         return {str(p.relative_to(path)): keyed_digest(key, p) for p in sorted(path.rglob("*")) if p.is_file()}

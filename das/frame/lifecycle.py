@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 def protected_paths(spec: RunSpec, signing_key: Path | None = None) -> list[Path]:
     """What an output directory may neither be, hold nor be inside: the run's spec and inputs, and the
-    operator's signing key."""
+    operator's signing key (a dict spec's None and an input held in memory are no place: outdir passes them)."""
     return [spec.path, spec.persons_path, spec.units_path] + ([Path(signing_key)] if signing_key else [])
 
 
@@ -140,7 +140,7 @@ def open_frame(spec: RunSpec, run_dir: RunDir, opening: Opening, *, plan: Output
     if files:
         outdir.remove_files(run_dir.path, files)
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    bundle.write_operator(run_dir.path, {"spec_path": str(spec.path),
+    bundle.write_operator(run_dir.path, {"spec_path": None if spec.path is None else str(spec.path),
                                          "inputs": {"persons": str(spec.persons_path), "units": str(spec.units_path)},
                                          "fingerprint": fingerprint,
                                          "signing_key": None if signing_key is None else str(Path(signing_key).resolve())},

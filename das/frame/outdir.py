@@ -227,7 +227,7 @@ def refuse_unwritable(path, *, protected=(), inputs: str = "an input", itself: b
                           f"own files (or `das validate` fails); choose another {choose}, outside it")
     out = real_path(path)
     for item in protected:
-        if item is None:
+        if not isinstance(item, (str, os.PathLike)):  # None, or an input held in memory (das.io.tabular.InMemory)
             continue
         item = real_path(item)
         relation = ("is" if item == out else "holds" if out in item.parents else

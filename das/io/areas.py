@@ -254,7 +254,7 @@ def _listed_twice(geoid: np.ndarray, col: Collector) -> None:
     for row in repeated[:MAX_ROWS_LISTED]:
         col.problems.append(Problem(col.path, int(row) + 1, GEOID, str(geoid[row]),
                                     f"each block listed once; this block is also on row {first_of[codes[row]] + 1}",
-                                    col.csv))
+                                    col.lines))
     if len(repeated) > MAX_ROWS_LISTED:
         col.add(f"... and {len(repeated) - MAX_ROWS_LISTED:,} more rows listing a block already listed "
                 "(expected each block once)", column=GEOID)

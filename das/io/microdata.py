@@ -18,7 +18,6 @@ distinct values of a column, then is broadcast to the rows by index (no per-row 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,9 +26,7 @@ import scipy.sparse as sp
 
 from das.core.errors import InputError
 from das.io.problems import Collector, Problem
-from das.io.tabular import (
-    load_table,
-)
+from das.io.tabular import Source, load_table, source
 from das.model import rules
 from das.model.geography import BLOCK_GROUP_COLUMN, GEOCODE_COLUMNS, block_geocodes
 from das.model.histogram import block_histograms
@@ -256,7 +253,7 @@ class _Units:
     block_index: np.ndarray  # (n_rows,) each row's block
 
 
-def _read_units(path: Path, col: Collector) -> _Units | None:
+def _read_units(path: Source, col: Collector) -> _Units | None:
     table = load_table(path, col)
     if table is None:
         return None
@@ -307,7 +304,7 @@ def _read_units(path: Path, col: Collector) -> _Units | None:
 
 def read_units(path) -> UnitInventory:
     """The block universe and its invariants from a units file; InputError lists every problem."""
-    path = Path(path)
+    path = source(path)
     col = Collector(path)
     units = _read_units(path, col)
     if col.problems:
@@ -391,7 +388,7 @@ def _records(table: pa.Table, schema: Schema, blocks: np.ndarray | None, col: Co
 def read_person_levels(path, schema: Schema) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A persons file read alone (no units file): (its blocks, sorted; each record's block index;
     each record's level per schema attribute), or InputError listing every problem."""
-    path = Path(path)
+    path = source(path)
     col = Collector(path)
     table = load_table(path, col)
     geo = None if table is None else _geocodes(table, col, "person")
@@ -409,7 +406,7 @@ def read_person_levels(path, schema: Schema) -> tuple[np.ndarray, np.ndarray, np
 def read_records(path, schema: Schema, blocks: np.ndarray) -> Records:
     """The records of one file that `schema` counts (persons with a persons schema, units with
     a units schema), located in the universe `blocks`; InputError lists every problem."""
-    path = Path(path)
+    path = source(path)
     col = Collector(path)
     table = load_table(path, col)
     read = None if table is None else _records(table, schema, np.asarray(blocks), col)
@@ -460,7 +457,7 @@ def collect_problems(persons_path, units_path, schema: Schema,
                      units_schema: Schema | None = None) -> tuple[list[Problem], Inputs | None]:
     """Every problem in the two files (each check runs, none stops the others), and the inputs
     when there are none."""
-    units_path, persons_path = Path(units_path), Path(persons_path)
+    units_path, persons_path = source(units_path), source(persons_path)
     ucol, pcol = Collector(units_path), Collector(persons_path)
     units = _read_units(units_path, ucol)
     table = load_table(persons_path, pcol)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from das.core.errors import DasError
+from das.io.tabular import InMemory
 
 INPUT_SUFFIXES = (".parquet", ".csv")
 _STATE_AT_END = re.compile(r"(?<![0-9])([0-9]{2})$")  # exactly two ASCII digits at the end: persons_150 is no state
@@ -35,11 +36,15 @@ class StateInputs:
 
 def is_partitioned(persons: Path, units: Path | None) -> bool:
     """A run is partitioned when its inputs are directories (both, or neither: anything else is refused)."""
-    persons_dir, units_dir = Path(persons).is_dir(), units is not None and Path(units).is_dir()
+    persons_dir, units_dir = _is_dir(persons), _is_dir(units)
     if persons_dir != units_dir:
         raise PartitionError(f"[input] persons {persons} and units {units}: one is a directory and the other is not; "
                              "a partitioned run gives both as directories of one file per state")
     return persons_dir
+
+
+def _is_dir(given) -> bool:
+    return given is not None and not isinstance(given, InMemory) and Path(given).is_dir()
 
 
 def _by_state(directory: Path, what: str) -> dict[str, Path]:

@@ -43,11 +43,12 @@ class Problem:
 
 
 class Collector:
-    """Problems of one file."""
+    """Problems of one file (or of an input held in memory: das.io.tabular.InMemory, its rows without CSV lines)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path):
         self.path = str(path)
-        self.csv = path.suffix.lower() == ".csv"
+        self.csv = not isinstance(path, Path) or path.suffix.lower() == ".csv"  # its cells are text
+        self.lines = self.csv and isinstance(path, Path)  # a problem says the file's line too
         self.problems: list[Problem] = []
 
     def add(self, expected: str, *, column: str | None = None, rows=None, values=None,
@@ -55,13 +56,13 @@ class Collector:
         """One problem per offending row (the first few), then a count of the rest.
         `rows` are 0-based data rows; `values` (optional) the offending value of each."""
         if rows is None:
-            self.problems.append(Problem(self.path, None, column, None, expected, self.csv, unreadable))
+            self.problems.append(Problem(self.path, None, column, None, expected, self.lines, unreadable))
             return
         rows = np.asarray(rows)
         for i, r in enumerate(rows[:MAX_ROWS_LISTED]):
             value = None if values is None else str(values[i])
-            self.problems.append(Problem(self.path, int(r) + 1, column, value, expected, self.csv))
+            self.problems.append(Problem(self.path, int(r) + 1, column, value, expected, self.lines))
         if len(rows) > MAX_ROWS_LISTED:
             self.problems.append(Problem(self.path, None, column, None,
                                          f"... and {len(rows) - MAX_ROWS_LISTED:,} more rows with the "
-                                         f"same problem (expected {expected})", self.csv))
+                                         f"same problem (expected {expected})", self.lines))

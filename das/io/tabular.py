@@ -1,13 +1,16 @@
 """An input file (Parquet or CSV) read as an Arrow table of text columns, every problem of opening and parsing it
-(encoding, delimiter, width, duplicate columns) collected with its row."""
+(encoding, delimiter, width, duplicate columns) collected with its row. An input held in memory (`InMemory`: a
+DataFrame given to the Python API, as the CSV text a file of its values holds) is read by the same code."""
 
 from __future__ import annotations
 
 import csv as pycsv
 import errno
+import io
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +23,43 @@ from das.io.problems import Collector
 OTHER_DELIMITERS = {"|": "pipe", ";": "semicolon", "\t": "tab"}
 
 
-def load_table(path: Path, col: Collector) -> pa.Table | None:
-    """A Parquet or CSV file (by extension) as an Arrow table; CSV columns are read as text."""
+@dataclass(frozen=True)
+class InMemory:
+    """An input held in memory as CSV text (a pandas DataFrame given to the Python API: das.api.inputs), read as a
+    file of those bytes would be; `name` is what a problem calls it ("the persons DataFrame"), its rows counted
+    from 1 without CSV line numbers."""
+
+    name: str
+    csv: bytes = field(repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Source = Path | InMemory  # what an input is read from
+
+
+def source(value) -> Source:
+    """A path as a Path; an input held in memory as itself."""
+    return value if isinstance(value, InMemory) else Path(value)
+
+
+def _open(src: Source):
+    return io.BytesIO(src.csv) if isinstance(src, InMemory) else open(src, "rb")
+
+
+def _size(src: Source) -> int:
+    return len(src.csv) if isinstance(src, InMemory) else src.stat().st_size
+
+
+def load_table(path: Source, col: Collector) -> pa.Table | None:
+    """A Parquet or CSV file (by extension), or CSV text in memory, as an Arrow table; CSV columns are read as
+    text."""
+    if isinstance(path, InMemory):
+        if not path.csv:
+            col.add("empty: expected a header and rows")
+            return None
+        return _load_csv(path, col)
     unopenable = _unopenable(path)
     if unopenable:
         col.add(unopenable, unreadable=True)
@@ -97,8 +135,8 @@ class _ParquetColumns:
         return self.parquet.read(columns=names)
 
 
-def _load_csv(path: Path, col: Collector) -> pa.Table | None:
-    with open(path, "rb") as f:
+def _load_csv(path: Source, col: Collector) -> pa.Table | None:
+    with _open(path) as f:
         raw_header = f.readline()
     try:
         header = raw_header.decode("utf-8-sig").rstrip("\r\n")
@@ -128,7 +166,7 @@ def _load_csv(path: Path, col: Collector) -> pa.Table | None:
 
     def read(block_size: int | None = None) -> pa.Table:
         return pacsv.read_csv(
-            path,
+            io.BytesIO(path.csv) if isinstance(path, InMemory) else path,
             read_options=pacsv.ReadOptions(block_size=block_size) if block_size else None,
             convert_options=pacsv.ConvertOptions(
                 column_types={n: pa.string() for n in names}, null_values=[""],
@@ -146,7 +184,7 @@ def _load_csv(path: Path, col: Collector) -> pa.Table | None:
             if "straddling" not in str(e):
                 raise
             # a field larger than Arrow's block (1 MB): read again in one block, so the field is read and checked
-            return read(block_size=min(path.stat().st_size + 1, 2**31 - 1))
+            return read(block_size=min(_size(path) + 1, 2**31 - 1))
     except UnicodeDecodeError:  # a malformed row's bytes are not UTF-8
         return _non_utf8(path, col)
     except pa.ArrowException as e:
@@ -166,13 +204,13 @@ def _load_csv(path: Path, col: Collector) -> pa.Table | None:
         return None
 
 
-def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tuple[int, int]]:
+def _rows_with_wrong_width(path: Source, width: int, limit: int = 1000) -> list[tuple[int, int]]:
     """(data row, number of fields) of the rows whose width differs from the header's (at most `limit`)."""
     bad = []
     field_limit = pycsv.field_size_limit()
-    pycsv.field_size_limit(max(field_limit, min(path.stat().st_size + 1, 2**31 - 1)))  # a field of any size is read
+    pycsv.field_size_limit(max(field_limit, min(_size(path) + 1, 2**31 - 1)))  # a field of any size is read
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        with io.TextIOWrapper(_open(path), newline="", encoding="utf-8", errors="replace") as f:
             rows = pycsv.reader(f)
             next(rows, None)
             for i, row in enumerate(rows):
@@ -187,7 +225,7 @@ def _rows_with_wrong_width(path: Path, width: int, limit: int = 1000) -> list[tu
     return bad
 
 
-def _non_utf8(path: Path, col, column: str | None = None) -> None:
+def _non_utf8(path: Source, col, column: str | None = None) -> None:
     """Locate the first row whose bytes are not UTF-8 (its row, never its text)."""
     line = _first_non_utf8_line(path)
     if line is None:
@@ -197,9 +235,9 @@ def _non_utf8(path: Path, col, column: str | None = None) -> None:
     return None
 
 
-def _first_non_utf8_line(path: Path) -> int | None:
+def _first_non_utf8_line(path: Source) -> int | None:
     """The 1-based line number of the first line that is not valid UTF-8, or None."""
-    with open(path, "rb") as f:
+    with _open(path) as f:
         for number, line in enumerate(f, 1):
             try:
                 line.decode("utf-8")

@@ -92,7 +92,7 @@ def synthesize(spec_path, mechanism: str, out_dir, *, seed: int | None = None, r
     preflight.check_rho_cap(budget, allow_large_rho=allow_large_rho,  # the one cap of every command that spends budget
                             what=f"{option('rho', rho)}:" if rho is not None else
                             f"{preflight.given_budget(spec.budget)}:" if spec.budget else
-                            f"{spec.path}: [persons]")
+                            f"{spec.origin}: [persons]")
     if signing_key is not None:  # the operator's key (das keygen), checked before anything is read
         signing.read_private_key(signing_key)
     run_dir = RunDir(out_dir)

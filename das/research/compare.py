@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -41,6 +39,7 @@ from das.driver import preflight
 from das.frame import outdir
 from das.frame.rundir import RunDir
 from das.model.levels import BLOCK, COUNTY, TRACT
+from das.model.specfile import toml_text
 from das.privacy.certificate import fraction_text
 from das.privacy.strategy import parse_fraction
 from das.research import release_child
@@ -58,7 +57,8 @@ BLOCK_BINS = ("0", "1-9", "10-99", "100-999")
 SUMMARIES = ("stats", "metrics", "bias", "runs", "attack", "attack_rates", "comparison")  # OUT/<name>.parquet
 COMPARE = outdir.Owner(
     "das compare", "comparison",
-    ("compare.json", "topdown_spec.toml", "comparison.md", "*.partial", *(f"{name}.parquet" for name in SUMMARIES),
+    ("compare.json", "topdown_spec.toml", "spec.toml", "inputs/*", "comparison.md", "*.partial",
+     *(f"{name}.parquet" for name in SUMMARIES),
      "parts/*/seed[0-9]*.json", "parts/*/seed[0-9]*.stats.parquet", "parts/*/seed[0-9]*.attack.parquet",
      *REPORT_FILES, *(f"releases/*/seed[0-9][0-9][0-9][0-9]/{p}" for p in outdir.run_files())),
     confidential=True)
@@ -86,7 +86,7 @@ def unavailable_mechanisms() -> dict[str, str]:
 class Comparison:
     """What `das compare` runs: a spec, mechanisms, seeds 0..seeds-1, a budget and attack settings."""
 
-    spec: str
+    spec: str  # a shipped name or a path; or what a spec held in memory is called (das.api: a dict, DataFrames)
     mechanisms: tuple[str, ...] = (TOPDOWN,)
     seeds: int = 20
     rho: str | None = None  # an exact fraction as text; None: the spec's own budget
@@ -98,6 +98,7 @@ class Comparison:
     attack_tables: str | None = None  # attack workload spec; None: the schema's own
     queries: tuple[str, ...] = DEFAULT_QUERIES
     allow_large_rho: bool = False  # acknowledges a budget above das.driver.preflight.MAX_RHO (not a setting of the parts)
+    inputs_sha256: str | None = None  # a spec held in memory: the digest of its text and inputs (das.api.inputs)
 
     def check(self) -> None:
         known, missing = mechanism_names(), unavailable_mechanisms()
@@ -124,7 +125,7 @@ class Comparison:
     def settings(self) -> dict:
         """The settings every part depends on: a rerun must keep them (mechanisms and seeds may grow)."""
         keep = ("spec", "rho", "attack_blocks", "attack_runs", "attack_relaxed", "attack_steps", "attack_tables",
-                "queries")
+                "queries", "inputs_sha256")
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k in keep}
 
 
@@ -132,34 +133,25 @@ class Comparison:
 # Releases
 
 
-def rho_spec_text(spec_path, rho: str) -> str:
-    """The text of a copy of a run spec with the persons budget set to `rho` (an `eps` it gives dropped: the rho
-    replaces it, as --rho does in das run) and input paths made absolute; read back (from a temporary file) to
-    check it, so a spec it cannot be derived from is refused (StudyError) before anything is written."""
-    from das.driver.runspec import load_run_spec
+def rho_spec_text(spec, rho: str | None = None, **inputs: Path) -> str:
+    """The text of a copy of a run spec (a name, a path, a dict or a RunSpec) that reads the same files from
+    anywhere (das.driver.runspec.portable_data; `inputs` in place of its own), with the persons budget set to
+    `rho` (an `eps` it gives dropped: the rho replaces it, as --rho does in das run); read back to check it, so a
+    spec it cannot be derived from is refused (StudyError) before anything is written."""
+    from das.driver.runspec import load_run_spec, portable_data
 
-    original = load_run_spec(spec_path)
-    text = original.text
-    text = re.sub(r"(?m)^(\s*persons\s*=\s*)\"[^\"]*\"", lambda m: f'{m.group(1)}"{original.persons_path}"', text, count=1)
-    text = re.sub(r"(?m)^(\s*units\s*=\s*)\"[^\"]*\"", lambda m: f'{m.group(1)}"{original.units_path}"', text, count=1)
-    section = re.search(r"(?ms)^\[persons\]\s*$(.*?)(?=^\[|\Z)", text)
-    if section is None:
-        raise StudyError(f"{spec_path}: no [persons] section to set rho in")
-    body = re.sub(r"(?m)^\s*(rho|eps)\s*=.*$\n?", "", section.group(1))
-    text = text[:section.start(1)] + f'\nrho = "{Fraction(rho)}"' + body + text[section.end(1):]
-    with tempfile.TemporaryDirectory(prefix="das-compare-") as tmp:
-        path = Path(tmp) / "topdown_spec.toml"
-        path.write_text(text)
-        try:
-            derived = load_run_spec(path)
-        except SpecError as e:
-            raise StudyError(f"{spec_path}: could not derive a spec with rho {rho}: {e}") from None
-    same = (derived.persons.rho == Fraction(rho) and derived.persons_path == original.persons_path
-            and derived.units_path == original.units_path and derived.levels == original.levels)
-    if not same:
-        raise StudyError(f"{spec_path}: could not derive a spec with rho {rho} (its [input] paths or levels are not "
-                         "written as das can rewrite them)")
-    return text
+    original = load_run_spec(spec)
+    data = portable_data(original, **inputs)
+    if rho is not None:
+        persons = {k: v for k, v in (data.get("persons") or {}).items() if k not in ("rho", "eps")}
+        data["persons"] = {**persons, "rho": str(Fraction(rho))}
+    try:
+        derived = load_run_spec(data)
+    except SpecError as e:
+        raise StudyError(f"{original.origin}: could not derive a spec with rho {rho}: {e}") from None
+    if derived.levels != original.levels or (rho is not None and derived.persons.rho != Fraction(rho)):
+        raise StudyError(f"{original.origin}: could not derive a spec with rho {rho}")
+    return toml_text(data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +232,7 @@ class _Work:
     workers: int
     ctx: object  # das.research.replicate.Context of the truth
     queries: tuple
+    spec_file: str  # what the releases read: the spec as given, or its files in the comparison's directory
     topdown_spec: str
     truth: object  # the true persons (das.attack.data)
     blocks: list
@@ -247,11 +240,13 @@ class _Work:
     rap: object  # das.attack.rap.RapConfig
 
 
-def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False) -> dict:
-    """Make, score and attack every release not yet done, then summarize; returns compare.json's content."""
+def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwrite: bool = False,
+                   given=None) -> dict:
+    """Make, score and attack every release not yet done, then summarize; returns compare.json's content.
+    `given`: the RunSpec itself when it is held in memory (das.api: a dict spec, DataFrames)."""
     from das.driver.pipeline import code_version
 
-    work, claim, earlier, spec = _prepare(comparison, Path(out_dir), workers=workers, overwrite=overwrite)
+    work, claim, earlier, spec = _prepare(comparison, Path(out_dir), workers=workers, overwrite=overwrite, given=given)
     ctx = work.ctx
     meta = {
         "settings": comparison.settings(), "mechanisms": sorted(set(earlier.get("mechanisms", [])) | set(comparison.mechanisms)),
@@ -285,7 +280,7 @@ def run_comparison(comparison: Comparison, out_dir, *, workers: int = 1, overwri
     return meta
 
 
-def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool):
+def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool, given=None):
     """The comparison checked and its directory claimed (nothing drawn yet), the truth read, the blocks chosen."""
     from das.attack.audit import auto_geounits
     from das.attack.data import read_persons
@@ -298,27 +293,46 @@ def _prepare(comparison: Comparison, out_dir: Path, *, workers, overwrite: bool)
 
     comparison.check()
     arguments.workers(workers)
-    spec = load_run_spec(comparison.spec)
+    spec = load_run_spec(given if given is not None else comparison.spec)
     if comparison.rho is None:  # the spec's own budget, under the same cap
-        Pipeline.prepare(comparison.spec, None, allow_large_rho=comparison.allow_large_rho)
+        Pipeline.prepare(spec, None, allow_large_rho=comparison.allow_large_rho)
     claim, earlier = _open(comparison, out_dir, overwrite, protected_paths(spec))
     ctx = truth_context(spec.persons_path, spec.units_path, spec.persons.schema, spec.levels)
     queries = scored_queries(ctx.schema, comparison.queries)
     tables = load_attack_tables(comparison.attack_tables or ctx.schema.name)  # --tables, and --rho below: refused
-    rho_spec = None if comparison.rho is None else rho_spec_text(comparison.spec, comparison.rho)  # before the claim
+    rho_spec = None if comparison.rho is None else rho_spec_text(spec, comparison.rho)  # before the claim
     claim.start()  # its own earlier files deleted (--overwrite), its record written
-    topdown_spec = str(comparison.spec)
+    spec_file = str(comparison.spec) if given is None else _spec_files(spec, out_dir)
+    topdown_spec = spec_file
     if rho_spec is not None:
         topdown_spec = str(out_dir / "topdown_spec.toml")
-        Path(topdown_spec).write_text(rho_spec)
+        Path(topdown_spec).write_text(rho_spec_text(spec_file, comparison.rho))
     truth = read_persons(spec.persons_path, ctx.schema)
     blocks = earlier.get("attack_blocks")
     if blocks is None:
         blocks = auto_geounits(truth, BLOCK, comparison.attack_blocks, np.random.default_rng(0)) \
             if comparison.attack_blocks else []
     rap = RapConfig(n_relaxed=comparison.attack_relaxed, steps=comparison.attack_steps)
-    work = _Work(comparison, out_dir, workers, ctx, queries, topdown_spec, truth, blocks, tables, rap)
+    work = _Work(comparison, out_dir, workers, ctx, queries, spec_file, topdown_spec, truth, blocks, tables, rap)
     return work, claim, earlier, spec
+
+
+def _spec_files(spec, out_dir: Path) -> str:
+    """A spec held in memory (das.api: a dict, DataFrames) as files in the comparison's own directory, which its
+    releases read, each in a process of its own: DIR/spec.toml and the DataFrames' CSV text as DIR/inputs/NAME.csv
+    (confidential, as the directory is, and kept with it: a rerun continues from them)."""
+    from das.io.tabular import InMemory
+
+    folder = out_dir / "inputs"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    files = {}
+    for name, given in (("persons", spec.persons_path), ("units", spec.units_path)):
+        if isinstance(given, InMemory):
+            files[name] = folder / f"{name}.csv"
+            atomic.write_bytes(files[name], given.csv)
+    path = out_dir / "spec.toml"
+    atomic.write_text(path, rho_spec_text(spec, **files))
+    return str(path)
 
 
 def _release_and_attack(work: _Work, mechanism: str, seed: int, failures: list) -> list[str]:
@@ -336,7 +350,7 @@ def _release_and_attack(work: _Work, mechanism: str, seed: int, failures: list) 
         return said
     done.parent.mkdir(parents=True, exist_ok=True)
     if not done.exists():
-        spec_for = work.topdown_spec if mechanism == TOPDOWN else str(comparison.spec)
+        spec_for = work.topdown_spec if mechanism == TOPDOWN else work.spec_file
         measured = run_measured(release_child.command(spec_for, mechanism, run_dir, seed=seed, rho=comparison.rho,
                                                 workers=work.workers, allow_large_rho=comparison.allow_large_rho))
         if measured.returncode != 0:  # recorded and skipped: a rerun tries it again

@@ -27,6 +27,7 @@ from das.frame.bundle import DATAFRAMES, BundleError, input_paths, read_process
 from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
 from das.io.microdata import block_histograms, read_inputs, read_records
+from das.io.tabular import InMemory, Source
 from das.model.geography import Geography
 from das.model.rules import Invariants
 from das.model.schema import Schema, load_schema
@@ -71,7 +72,7 @@ def metrics_dir(run_dir) -> Path:
 def recorded_truth(run_dir) -> tuple[str, str]:
     """The confidential inputs a release was made from (its operator record), to score it against by default;
     StudyError, asking for the truth, when there is no record, or when the inputs were DataFrames (das.run or das.synth
-    in Python: das keeps no copy of them, and the paths recorded were temporary files, gone with the call)."""
+    in Python: das keeps no copy of them: what is recorded is what they were called, "the persons DataFrame")."""
     try:
         paths = input_paths(Path(run_dir))
     except BundleError as e:
@@ -135,7 +136,7 @@ def named(scores: Scores, mechanism: str | None) -> Scores:
     return Scores(**frames)
 
 
-def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, estimators=None,
+def evaluate_run(run_dir, *, truth: tuple[Source, Source] | None = None, out=None, estimators=None,
                  queries=DEFAULT_QUERIES, keep=("total",), areas=()) -> dict:
     """Score a `das run` or `das synth` output directory; writes stats/errors/metrics files to `out` (default
     metrics_dir(run_dir)), replacing only an earlier `das metrics` output there. `estimators`: default the
@@ -151,7 +152,7 @@ def evaluate_run(run_dir, *, truth: tuple[str, str] | None = None, out=None, est
     estimators, mechanism = release_estimators(manifest, estimators)
     persons, units = truth or recorded_truth(run_dir)
     for path in (persons, units):
-        if not Path(path).exists():
+        if not isinstance(path, InMemory) and not Path(path).exists():
             raise StudyError(f"truth file {path} does not exist (pass {truth_option()})")
     out = Path(out) if out else metrics_dir(run_dir)
     claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])

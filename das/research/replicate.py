@@ -90,7 +90,7 @@ STUDY = outdir.Owner("das replicate", "study", STUDY_FILES, confidential=True, n
 class Study:
     """What a replicate study runs: one spec, budgets, replicates per budget, estimators, queries."""
 
-    spec: str
+    spec: str  # a shipped name or a path; or what a spec held in memory is called (das.api: a dict, DataFrames)
     rhos: tuple[str, ...] = ("spec",)  # exact fractions as text; "spec" = the spec's own budget
     eps: tuple[str, ...] = ()  # or budgets as eps at `delta` (exact text): each the largest rho certified within it
     delta: str | None = None  # exact text; None: the spec's [privacy] delta
@@ -100,6 +100,7 @@ class Study:
     keep: tuple[str, ...] = ("total",)  # queries whose per-geounit estimates are kept
     seed: int | None = None  # None: OS CSPRNG noise
     areas: tuple[tuple[str, str], ...] = ()  # (type, area file); none: synthetic districts (das.research.offspine)
+    inputs_sha256: str | None = None  # a spec held in memory: the digest of its text and inputs (das.api.inputs)
 
     def check(self) -> None:
         if problem := unknown_estimators(self.estimators):
@@ -157,7 +158,7 @@ class Context:
         return self.truth[level, query]
 
 
-def load_context(spec_path: str, seed: int | None, *, areas=(), delta: str | None = None) -> Context:
+def load_context(spec_path, seed: int | None, *, areas=(), delta: str | None = None) -> Context:
     """The study's confidential input, with its blocks' areas (`areas`: (type, file) pairs) and composition;
     `delta` (exact text) over the spec's."""
     budget = None if delta is None else Budget(delta=Fraction(delta))
@@ -292,11 +293,11 @@ _CONTEXT: dict = {}
 
 def _worker(args):
     """Process-pool entry: one replicate, its parts written atomically; returns timings."""
-    study, rho_index, rho_text, replicate, out_dir = args
+    study, rho_index, rho_text, replicate, out_dir, given = args
     key = (study.spec, study.seed, study.areas, study.delta)
     if key not in _CONTEXT:
         _CONTEXT.clear()
-        _CONTEXT[key] = load_context(study.spec, study.seed, areas=study.areas, delta=study.delta)
+        _CONTEXT[key] = load_context(_spec(study, given), study.seed, areas=study.areas, delta=study.delta)
     ctx = _CONTEXT[key]
     parts = Path(out_dir) / "parts"
     scores, timings = run_replicate(ctx, study, rho_text, replicate, work_dir=parts)
@@ -353,16 +354,22 @@ def render_metrics(pooled: pd.DataFrame, bias: pd.DataFrame, *, areas: pd.DataFr
     return "\n".join(lines)
 
 
+def _spec(study: Study, given):
+    """What the study reads its spec from: the RunSpec held in memory (das.api), or the name or path it records."""
+    return given if given is not None else study.spec
+
+
 def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, overwrite: bool = False,
-                    allow_large_rho: bool = False) -> dict:
+                    allow_large_rho: bool = False, given=None) -> dict:
     """Run (or finish) a study into out_dir; returns study.json's content. Every budget above the cap
-    (das.driver.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget."""
+    (das.driver.preflight.MAX_RHO) needs allow_large_rho, as in every command that spends budget. `given`: the
+    RunSpec itself when it is held in memory (das.api: a dict spec, DataFrames; a pool's workers are sent it)."""
     study.check()
     arguments.workers(workers)
-    spec = load_run_spec(study.spec, seed=study.seed)
+    spec = load_run_spec(_spec(study, given), seed=study.seed)
     budgets = study.budgets(spec.delta)  # exact rho text: --eps converted at --delta
     if "spec" in budgets:
-        Pipeline.prepare(study.spec, study.seed, allow_large_rho=allow_large_rho)  # the spec's own budget
+        Pipeline.prepare(spec, study.seed, allow_large_rho=allow_large_rho)  # the spec's own budget
     for r in budgets:
         if r != "spec":
             what = f"{option('eps')} (rho {r}):" if study.eps else f"{option('rho', r)}:"
@@ -375,7 +382,7 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     claim = outdir.check(out_dir, STUDY, overwrite=overwrite, resume=same,
                          protected=protected_paths(spec))
     earlier = old.get("replicate_timings", []) if same else []  # timings of an earlier invocation's replicates
-    ctx = load_context(study.spec, study.seed, areas=study.areas, delta=study.delta)  # reads and checks the input
+    ctx = load_context(spec, study.seed, areas=study.areas, delta=study.delta)  # reads and checks the input
     queries = scored_queries(ctx.schema, study.queries)
     rhos = [str(plan_for_rho(ctx, r).allocation.rho) for r in budgets]
     allocation = plan_for_rho(ctx, budgets[0]).allocation
@@ -395,7 +402,7 @@ def replicate_study(study: Study, out_dir: str | Path, *, workers: int = 1, over
     (out_dir / "parts").mkdir(parents=True, exist_ok=True)
     offspine.write_blocks(ctx.geography.blocks, out_dir, _write_parquet)
     meta_path.write_text(json.dumps(meta, indent=2))
-    tasks = [(study, i, r, rep, str(out_dir)) for i, r in enumerate(budgets) for rep in range(study.runs)
+    tasks = [(study, i, r, rep, str(out_dir), given) for i, r in enumerate(budgets) for rep in range(study.runs)
              if not (out_dir / "parts" / _part_name(i, rep, "stats")).exists()]
     logger.info(f"replicate {ctx.pipeline.spec.name}: {len(rhos)} budget(s) x {study.runs} run(s), estimators "
                 f"{', '.join(study.estimators)}; {len(tasks)} to run, {len(rhos) * study.runs - len(tasks)} already done")

@@ -8,6 +8,7 @@ persons of the inputs' states that the release does not have.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from das.core.errors import ValidationError
 from das.frame.bundle import BundleError, input_paths
 from das.frame.rundir import RunDir
 from das.io import partitions
+from das.io.tabular import InMemory, Source, source
 from das.model.levels import NATION, STATE
 from das.validate.reading import ANY, GEO, Counties, county_filters, geocode, states_in
 from das.validate.registry import Check
@@ -29,13 +31,14 @@ HOUSING_CHECK = "housing units per block invariant"
 FACILITIES_CHECK = "GQ facilities per block invariant"
 
 
-def _read(path: Path, names: list[str], state: str | None = None, counties: Counties = ANY) -> pd.DataFrame:
+def _read(path: Source, names: list[str], state: str | None = None, counties: Counties = ANY) -> pd.DataFrame:
     """The named columns of a confidential input file (CSV as text, or Parquet), only the state's rows (of its
     counties [low, high), das.validate.shards) if given."""
     shard = counties != ANY
     read = [*names, *(c for c in ("TABBLKST", "TABBLKCOU") if shard and c not in names)]
-    if path.suffix == ".csv":
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=read)
+    if isinstance(path, InMemory) or path.suffix == ".csv":
+        text = io.BytesIO(path.csv) if isinstance(path, InMemory) else path
+        frame = pd.read_csv(text, dtype=str, keep_default_na=False, usecols=read)
     else:
         frame = pd.read_parquet(path, columns=read, filters=county_filters(state, counties) if state else None)
     if not state:
@@ -103,10 +106,11 @@ def operator_inputs(run: RunDir) -> tuple[Path, Path] | None:
     return (persons, units) if both else None
 
 
-def by_state(inputs: tuple[Path, Path]) -> Inputs:
-    """Each state's own input files in a partitioned run (the inputs are directories), else the two files."""
-    persons, units = (Path(p) for p in inputs)
-    if not persons.is_dir():
+def by_state(inputs: tuple[Source, Source]) -> Inputs:
+    """Each state's own input files in a partitioned run (the inputs are directories), else the two files (or
+    inputs held in memory)."""
+    persons, units = (source(p) for p in inputs)
+    if isinstance(persons, InMemory) or not persons.is_dir():
         return persons, units
     try:
         return {s.state: (s.persons, s.units) for s in partitions.state_inputs(persons, units)}
@@ -122,11 +126,11 @@ def _other_states(inputs: Inputs, states: set[str]) -> pd.Series:
     if isinstance(inputs, dict):
         files = [(p, None) for s, (p, _) in sorted(inputs.items()) if s not in states]
     else:
-        persons = Path(inputs[0])
-        others = (_read(persons, ["TABBLKST"])["TABBLKST"].astype(str).unique() if persons.suffix == ".csv"
-                  else states_in(persons))
+        persons = inputs[0]
+        others = (states_in(persons) if isinstance(persons, Path) and persons.suffix != ".csv"
+                  else _read(persons, ["TABBLKST"])["TABBLKST"].astype(str).unique())
         files = [(persons, s) for s in sorted(set(others) - states)]
-    counts = [_read(Path(p), ["TABBLKST"], s)["TABBLKST"].astype(str).value_counts() for p, s in files]
+    counts = [_read(p, ["TABBLKST"], s)["TABBLKST"].astype(str).value_counts() for p, s in files]
     return pd.concat(counts).groupby(level=0).sum().astype(np.int64) if counts else pd.Series([], dtype=np.int64)
 
 
@@ -148,11 +152,11 @@ def inputs_state(rows: StateRows) -> Compared | None:
     out = Compared(len(rows.persons))
     own = inputs.get(state) if isinstance(inputs, dict) else inputs
     if own is not None and isinstance(inputs, dict) and shard.index == 0:  # its own file: every record, once
-        out.input_persons = _per_state(_read(Path(own[0]), ["TABBLKST"])["TABBLKST"])
+        out.input_persons = _per_state(_read(own[0], ["TABBLKST"])["TABBLKST"])
     elif own is not None and not isinstance(inputs, dict):
-        out.input_persons = _per_state(_read(Path(own[0]), ["TABBLKST"], state, shard.counties)["TABBLKST"])
+        out.input_persons = _per_state(_read(own[0], ["TABBLKST"], state, shard.counties)["TABBLKST"])
     names = [*GEO, "RTYPE", "GQTYPE_PL"]
-    units_in = (_read(Path(own[1]), names, state, shard.counties) if own is not None
+    units_in = (_read(own[1], names, state, shard.counties) if own is not None
                 else pd.DataFrame({c: pd.Series([], dtype=str) for c in names}))
     units_in["geocode"] = geocode(units_in)
     check_against_inputs(rows.units, units_in, out.findings)
