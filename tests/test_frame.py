@@ -43,8 +43,8 @@ def test_opening_writes_the_operator_files_then_the_manifest_before_anything_is_
     manifest = run_dir.read()
     assert manifest == frame.manifest and manifest.status == "running" and not manifest.private
     assert "NOT private" in manifest.warning and manifest.certificate("persons") == pipe.certificates["persons"]
-    assert manifest.holds == ("mdf_codes", "units_mdf", "tables_match_mdf", "nmf_matches_certificate", "invariants",
-                              "schema_constraints")
+    assert manifest.holds == ("mdf_codes", "units_mdf", "tables_match_mdf", "nmf_matches_certificate",
+                              "block_invariants", "invariants", "schema_constraints")
     assert str(pipe.spec.persons_path) not in run_dir.manifest_path.read_text()  # input paths: operator only
     record, key = bundle.read_operator(run_dir.path)
     assert record["inputs"]["persons"] == str(pipe.spec.persons_path) and len(key) == 32

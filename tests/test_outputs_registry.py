@@ -96,7 +96,7 @@ def _written_listed_and_checked(out: Path, manifest) -> int:
     assert manifest.validation.valid and f"ok  {TOY_CHECK}" in manifest.validation.checks
     report = validate_run(out)
     assert report.ok and report.checks[-1] == f"ok  {TOY_CHECK}"
-    assert report.checks[0].endswith("schema_constraints, toy_persons; those are checked")
+    assert report.checks[0].endswith("schema_constraints, block_invariants, toy_persons; those are checked")
     return persons
 
 
@@ -132,7 +132,8 @@ def test_a_claim_no_check_proves_is_a_violation_and_unregistered_checks_are_gone
     assert "toy_persons" not in CHECKS and "toy_persons" not in claims()
     report = validate_run(result.out_dir)
     assert report.violations == [f"the release claims mdf_codes, tables_match_mdf, nmf_matches_certificate, units_mdf, "
-                                 f"invariants, schema_constraints, toy_persons; those are checked: claims "
+                                 f"invariants, schema_constraints, block_invariants, toy_persons; those are checked: "
+                                 f"claims "
                                  f"'toy_persons', which das validate does not know (known: {', '.join(claims())})"]
     with pytest.raises(ValueError, match="taken"):
         register(CHECKS["mdf_codes"])

@@ -76,7 +76,7 @@ def test_a_release_runs_the_checks_of_its_claims_in_registration_order():
     assert topdown == ["signature", "checksums", "manifest", "metadata", "certificate", "least_squares", "units_mdf",
                        "nmf_matches_certificate",
                        "persons_in_universe", "mdf_codes", "tables_match_mdf", "invariants", "schema_constraints",
-                       "matches_inputs"]
+                       "block_invariants", "matches_inputs"]
     every = ["signature", "checksums", "manifest", "metadata", "certificate", "least_squares"]  # every release's
     assert [c.name for c in select(["mdf_codes"])] == [*every, "mdf_codes"]
     # an NMF release (das measure): the checks that read no MDF or table, whatever it claims

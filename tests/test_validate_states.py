@@ -26,7 +26,7 @@ STATES = ("44", "45")
 # certificate checks since).
 TINY_CHECKS = [
     "the release claims mdf_codes, tables_match_mdf, nmf_matches_certificate, units_mdf, invariants, "
-    "schema_constraints; those are checked",
+    "schema_constraints, block_invariants; those are checked",
     "signature: manifest.sig verifies with the release.pub beside it (not a proof of origin)",
     "checksums of every output and NMF file",
     "manifest: every field declared in das/frame/published.py, of its declared type",
@@ -45,6 +45,7 @@ TINY_CHECKS = [
     "total population invariant (published)",
     "rules of schema pl94_persons (persons: facilities, structural_zero)",
     "rules of schema h1_units (units: housing_units, household_persons)",
+    "block invariants: the housing units and GQ facilities per block the units MDF holds",
     "total population invariant against the inputs (nation, state)",
     "housing units per block invariant",
     "GQ facilities per block invariant",

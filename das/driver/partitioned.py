@@ -56,6 +56,7 @@ from das.frame.records import PublishedInvariants, SpineRecord
 from das.frame.rundir import RunDir, nmf_level_path
 from das.io import nmf
 from das.io import parts as state_parts
+from das.io.invariants import assemble_block_invariants
 from das.io.outputs import NationRelease, assemble_spine
 from das.io.partitions import PartitionError, StateInputs, state_inputs
 from das.model.levels import NATION, STATE
@@ -184,14 +185,15 @@ def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bo
 
 def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> list[Path]:
     """`das measure` of a partitioned run: the top, then every state's levels below it, largest first; and the
-    spine they were measured on, when not the standard one (the states' parts of it assembled): its file."""
+    invariants per block and the spine they were measured on, when not the standard one (the states' parts of
+    them assembled): their files."""
     work = Work.of(pipe, run_dir)
     measure_top(pipe, tops, run_dir.nmf_dir)
     largest_first(executor, measure_state_task, [(work, si) for si in tops.inputs], sizes=tops.persons,
                   desc="measuring the states")
-    if work.spine == "standard":
-        return []
-    return [assemble_spine(run_dir, [RunDir(work.files.state_dir(si.state)) for si in tops.inputs], work.metadata)]
+    parts = [RunDir(work.files.state_dir(si.state)) for si in tops.inputs]
+    invariants = assemble_block_invariants(run_dir, parts, work.metadata)
+    return [invariants] if work.spine == "standard" else [assemble_spine(run_dir, parts, work.metadata), invariants]
 
 
 # ---------------------------------------------------------------------------------------------

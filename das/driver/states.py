@@ -30,6 +30,7 @@ from das.frame.records import SpineRecord
 from das.frame.rundir import RunDir
 from das.io import parts as state_parts
 from das.io.areas import Scope, read_areas
+from das.io.invariants import write_block_invariants
 from das.io.microdata import read_inputs
 from das.io.outputs import OutputPlan, Part, write_spine
 from das.io.partitions import PartitionError, StateInputs, state_inputs
@@ -211,12 +212,17 @@ def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geogra
 
 
 def measure_state_task(task: tuple[Work, StateInputs]) -> str:
-    """B's measurement as a task: the state measured, its part of the spine written when not the standard one."""
+    """B's measurement as a task: the state measured, its parts of the invariants per block and (when not the
+    standard one) of the spine written."""
     work, si = task
-    geography, _ = measure_state(task)
+    geography, invariants = measure_state(task)
+    part = RunDir(work.files.state_dir(si.state))
+    part.path.mkdir(parents=True, exist_ok=True)
     if not geography.standard:  # the state's part of the spine, for the driver to assemble
-        work.files.state_dir(si.state).mkdir(parents=True, exist_ok=True)
-        write_spine(RunDir(work.files.state_dir(si.state)), geography, work.metadata)
+        write_spine(part, geography, work.metadata)
+    back = np.argsort(geography.blocks, kind="stable")  # its invariants per block, in geocode order
+    write_block_invariants(part, geography.blocks[back], invariants.housing_units[back], invariants.gq_facilities[back],
+                           metadata=work.metadata)
     return si.state
 
 

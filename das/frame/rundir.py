@@ -92,6 +92,12 @@ class RunDir:
         return self.path / "pl94171"
 
     @property
+    def block_invariants(self) -> Path:
+        """The invariants held exactly per block (housing units, GQ facilities by type): a TopDown release's public
+        facts, from which its NMF is post-processed again (das postprocess)."""
+        return self.path / "invariants.parquet"
+
+    @property
     def spine(self) -> Path:
         """The spine a release was measured on, when not the standard one: each block's unit at the levels it re-forms."""
         return self.path / "spine.parquet"

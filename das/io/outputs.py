@@ -29,6 +29,7 @@ from das.core.registry import add_named
 from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io import pl94171
+from das.io.invariants import assemble_block_invariants, write_block_invariants
 from das.io.tables import (
     TABLE_COMPRESSION,
     TABLE_ROWS,
@@ -441,5 +442,41 @@ class SpineOutput(Output):
         return [assemble_spine(run_dir, [part.directory for part in parts], plan.metadata)]
 
 
-for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output(), SpineOutput()):
+# ---------------------------------------------------------------------------------------------
+# The invariants per block
+
+
+def _block_invariants(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> Path:
+    if release.housing_units is None or release.gq_facilities is None:
+        raise ValueError("a TopDown release's outputs need its housing units and GQ facilities per block")
+    return write_block_invariants(run_dir, release.geography.blocks, release.housing_units, release.gq_facilities,
+                                  metadata=plan.metadata)
+
+
+class InvariantsOutput(Output):
+    """The invariants held exactly per block: housing units and GQ facilities by type (the units MDF lists them
+    too), published so that anyone can post-process the release's NMF again from its public files alone."""
+
+    name = "invariants"
+
+    def patterns(self) -> tuple[str, ...]:
+        return (_HERE.relative(_HERE.block_invariants),)
+
+    def checks(self, plan: OutputPlan) -> tuple[str, ...]:
+        return ("block_invariants",)
+
+    def wanted(self, plan: OutputPlan) -> bool:
+        return plan.nmf
+
+    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
+        return [_block_invariants(run_dir, release, plan)]
+
+    def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
+        return {"rows": pq.read_metadata(_block_invariants(part, release, plan)).num_rows}
+
+    def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
+        return [assemble_block_invariants(run_dir, [part.directory for part in parts], plan.metadata)]
+
+
+for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output(), SpineOutput(), InvariantsOutput()):
     register(_output)

@@ -29,6 +29,8 @@ each claim by the checks registered for it (das.validate.registry), in this orde
                     facts counted in the MDFs), at every level
     spine           spine: a release measured on a spine other than the standard one (das.model.spine) publishes
                     it, one nesting hierarchy over exactly its blocks; the NMF check reads its geounits
+    block_invariants  a TopDown release's invariants per block (invariants.parquet, from which das postprocess
+                    post-processes its NMF again) are its units MDF's: housing units and GQ facilities by type
     inputs          invariants, with the run's operator files (the confidential inputs): population,
                     housing units and GQ facilities per block equal the inputs'
 
@@ -42,7 +44,20 @@ das.validate.shards), so memory follows the largest shard.
 Exit code 0 valid, 1 violations, 2 a file missing or unreadable.
 """
 
-from das.validate import certificate, files, invariants, manifest, nmf, optimality, records, rules, signature, spine, tables
+from das.validate import (
+    block_invariants,
+    certificate,
+    files,
+    invariants,
+    manifest,
+    nmf,
+    optimality,
+    records,
+    rules,
+    signature,
+    spine,
+    tables,
+)
 from das.validate import inputs as confidential
 from das.validate.driver import main, release_claims, validate_run, validate_state
 from das.validate.reading import GEO
@@ -52,7 +67,7 @@ from das.validate.report import MAX_LISTED, Findings, Report, Stop
 for _check in (signature.SIGNATURE, files.CHECKSUMS, manifest.MANIFEST, files.METADATA, certificate.CHARGES,
                certificate.CERTIFICATE, optimality.LEAST_SQUARES, records.UNITS_CHECK, nmf.NMF, records.UNIVERSE_CHECK,
                records.CODES_CHECK, tables.TABLES, invariants.POPULATION_CHECK, rules.RULES, spine.SPINE,
-               confidential.INPUTS):
+               block_invariants.BLOCK_INVARIANTS, confidential.INPUTS):
     register(_check)
 
 __all__ = ["GEO", "HOLDS", "MAX_LISTED", "NMF_HOLDS", "SYNTHETIC_HOLDS", "TOPDOWN_HOLDS", "Check", "Findings", "Report", "Stop",

@@ -29,6 +29,17 @@ def unreadable(path: Path, e: Exception) -> ValidationError:
     return ValidationError(f"{path} is not a readable Parquet file ({str(e).splitlines()[0][:200]})")
 
 
+def parquet_frame(path: Path, why: str) -> pd.DataFrame:
+    """A Parquet file of the release as a frame, or ValidationError naming it: missing (`why` it should be there), or
+    not readable."""
+    if not path.is_file():
+        raise ValidationError(f"{path} is missing ({why})")
+    try:
+        return pq.read_table(path).to_pandas()
+    except Exception as e:
+        raise unreadable(path, e) from None
+
+
 def columns(path: Path) -> list[str]:
     """The column names of a Parquet file of the release, or ValidationError naming it."""
     if not path.is_file():

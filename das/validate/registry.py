@@ -23,7 +23,7 @@ from das.core.registry import add_named
 
 # das's own claims, in the order a release's claims are listed (a new check's claim is listed after them)
 HOLDS = ("mdf_codes", "tables_match_mdf", "nmf_matches_certificate", "units_mdf", "invariants", "schema_constraints",
-         "charges_sum_to_rho")
+         "block_invariants", "charges_sum_to_rho")
 TOPDOWN_HOLDS = tuple(h for h in HOLDS if h != "charges_sum_to_rho")  # a TopDown release is always held to these
 SYNTHETIC_HOLDS = ("mdf_codes", "tables_match_mdf", "charges_sum_to_rho")  # what das synth's releases claim
 NMF_HOLDS = ("nmf_matches_certificate",)  # what an NMF release (das measure) claims: its noisy measurements alone

@@ -9,13 +9,12 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from das.core.errors import ValidationError
 from das.model.geography import Geography
 from das.model.levels import BLOCK, LEVEL_DIGITS, STATE
 from das.model.spine import from_table
-from das.validate.reading import unreadable
+from das.validate.reading import parquet_frame
 from das.validate.registry import Check
 from das.validate.release import OpenRelease, StateRows
 from das.validate.report import Report, first
@@ -25,12 +24,7 @@ SPINE_CHECK = "spine: every block of the release on one nesting hierarchy"
 
 @lru_cache(maxsize=4)
 def _read(path: Path, levels: tuple[str, ...], modified: float) -> Geography:
-    if not path.is_file():
-        raise ValidationError(f"{path} is missing (the manifest records a spine)")
-    try:
-        table = pq.read_table(path).to_pandas()
-    except Exception as e:
-        raise unreadable(path, e) from None
+    table = parquet_frame(path, "the manifest records a spine")
     given = [lv for lv in levels if lv in table.columns]
     expected = [lv for lv in levels if LEVEL_DIGITS[STATE] < LEVEL_DIGITS[lv] < LEVEL_DIGITS[BLOCK]]
     if "GEOID" not in table.columns or not given or set(given) - set(expected):
