@@ -5,7 +5,8 @@ line (`das --help`) and as a Python library:
     release = das.run("tiny", persons=persons, units=units, out="runs/tiny_api", seed=7)
     release.certificate.eps, release.tables["P1"], release.mdf, release.validate().ok
 
-The library's names are das.API (each one's own help: `help(das.run)`); the reference is docs/api.md.
+The library's names are das.API (each one's own help: `help(das.run)`) and the namespaces das.MODULES (`das.nmf.read`);
+the reference is docs/api.md.
 `import das` reads nothing heavy: each name is imported when first used.
 """
 
@@ -15,11 +16,13 @@ import types
 __version__ = "0.1.0"
 
 API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-       "certificates", "publish", "replicate", "rho_for_eps", "run", "synth", "synthesizer", "validate")
+       "certificates", "postprocess", "publish", "replicate", "rho_for_eps", "run", "synth", "synthesizer",
+       "validate")
 # das.validate and das.attack are also packages (the work behind the commands of those names): the package keeps the
 # API's functions under those names, and the packages are imported as ever (`from das.validate import ...`), so
 # `help(das.validate)` is the function's own.
 _SHADOWED = frozenset({"validate", "attack"})
+MODULES = ("nmf",)  # the API's namespaces: das.nmf.read
 ERRORS = ("DasError", "SpecError", "BudgetError", "ArgumentError", "UnknownNameError", "InputError", "OutDirError",
           "ValidationError", "ReleaseError", "StudyError", "RunError", "RunStopped", "SolverError")  # das.core.errors'
 
@@ -41,7 +44,7 @@ def __getattr__(name: str):
         from das.core import errors  # light: imports nothing of das's
 
         return getattr(errors, name)
-    if name in API:
+    if name in API or name in MODULES:
         from das import api
 
         return getattr(api, name)
@@ -49,4 +52,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(API) | set(ERRORS))
+    return sorted(set(globals()) | set(API) | set(MODULES) | set(ERRORS))

@@ -123,3 +123,19 @@ def test_docs_api_md_gives_each_function_the_signature_the_code_has(name):
 @pytest.mark.parametrize("name", CLASSES)
 def test_docs_api_md_describes_each_class(name):
     assert re.search(rf"^###+ `das\.{name}`", (ROOT / "docs" / "api.md").read_text(), flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("module", das.MODULES)
+def test_each_namespace_documents_its_functions_as_the_functions_are(module):
+    """das.nmf.read: each function of an API namespace has the sections every function has, and a docs/api.md heading
+    with the signature the code has."""
+    namespace = getattr(das, module)
+    assert inspect.ismodule(namespace) and namespace is getattr(das.api, module) and namespace.__all__
+    text = (ROOT / "docs" / "api.md").read_text()
+    for name in namespace.__all__:
+        fn = getattr(namespace, name)
+        doc = inspect.getdoc(fn)
+        assert [title for title in SECTIONS if title not in doc.splitlines()] == [], f"das.{module}.{name}"
+        assert _documented(_section(doc, "Args:")) >= set(_parameters(fn)) and ">>>" in _section(doc, "Example:")
+        heading = re.search(rf"^###+ `das\.{module}\.{name}\((.*?)\)(?: -> [^`]*)?`", text, flags=re.MULTILINE)
+        assert heading and _heading_names(heading.group(1)) == _parameters(fn), f"das.{module}.{name}"

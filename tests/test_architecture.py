@@ -20,7 +20,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.privacy.randomness", "das.privacy.exponential", "das.privacy.guarantee"},
     {"das.io.microdata", "das.io.areas", "das.io.nmf", "das.io.mdf", "das.io.tables", "das.io.pl94171",
      "das.io.validation", "das.io.problems", "das.io.tabular",
-     "das.io.parts", "das.io.outputs", "das.io.table_names", "das.io.partitions",
+     "das.io.parts", "das.io.outputs", "das.io.invariants", "das.io.table_names", "das.io.partitions",
      "das.frame.pinned", "das.frame.rundir", "das.frame.manifest", "das.frame.records", "das.frame.outdir", "das.frame.signing"},
     {"das.topdown.measure", "das.topdown.problem", "das.topdown.l2", "das.topdown.solve", "das.topdown.engine",
      "das.topdown.batch", "das.topdown.matrices", "das.topdown.solvers", "das.topdown.optimality", "das.topdown.rounding",
@@ -30,12 +30,13 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry", "das.mechanisms.rounding",
      "das.mechanisms.rap", "das.attack.rap", "das.attack.workload"},  # the relaxed projection: attack and mechanism
     {"das.driver.runspec", "das.driver.preflight", "das.driver.pipeline", "das.driver.partitioned", "das.driver.states",
-     "das.driver.admission", "das.driver.run",
+     "das.driver.admission", "das.driver.run", "das.driver.postprocess",
      "das.driver.newspec", "das.frame.bundle", "das.frame.published", "das.frame.lifecycle", "das.frame.publish",
      "das.frame.summary", "das.io.summary_files",
      "das.validate", "das.validate.report", "das.validate.registry", "das.validate.reading",
      "das.validate.shards", "das.validate.release", "das.validate.files", "das.validate.certificate",
      "das.validate.optimality", "das.validate.epnum", "das.validate.records", "das.validate.nmf", "das.validate.spine",
+     "das.validate.block_invariants",
      "das.validate.tables", "das.validate.invariants", "das.validate.rules", "das.validate.inputs",
      "das.validate.driver", "das.validate.signature", "das.validate.manifest"},
     {"das.research.estimators", "das.research.evaluate", "das.research.metrics", "das.research.replicate",
@@ -49,7 +50,7 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.attack.features", "das.attack.distinguish",
      "das.io.scale_inputs", "das.mechanisms", "das.mechanisms.release"},
     {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init",
-     "das.api.synthesizer", "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack",
+     "das.api.synthesizer", "das.api.nmf", "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack",
      "das.cli.synth", "das.cli.__main__", "das.__main__"},
 ]
 

@@ -11,7 +11,8 @@ from conftest import ROOT, cli_commands
 
 from das.cli import attack, build_parser, main, release, research, synth
 
-COMMANDS = {"run", "init", "validate", "publish", "keygen", "validate-input", "privacy", "measure", "tables", "audit-privacy",
+COMMANDS = {"run", "init", "validate", "postprocess", "publish", "keygen", "validate-input", "privacy", "measure", "tables",
+            "audit-privacy",
             "metrics", "replicate", "report", "compare", "attack", "synth"}
 
 

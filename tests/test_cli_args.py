@@ -20,6 +20,7 @@ NOWHERE = "/nonexistent/das-probe"
 BASES = {  # a command that refuses after parsing: a spec, run directory or input that does not exist
     "run": ["run", f"{NOWHERE}/spec.toml", "--out", f"{NOWHERE}/out"],
     "validate": ["validate", f"{NOWHERE}/run"],
+    "postprocess": ["postprocess", f"{NOWHERE}/bundle", "--out", f"{NOWHERE}/out"],
     "publish": ["publish", f"{NOWHERE}/run", "--to", f"{NOWHERE}/bundle"],
     "validate-input": ["validate-input", f"{NOWHERE}/p.csv", f"{NOWHERE}/u.csv"],
     "privacy": ["privacy", f"{NOWHERE}/spec.toml"],

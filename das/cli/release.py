@@ -1,4 +1,5 @@
-"""`das run`, `validate`, `keygen`, `validate-input`, `privacy`, `measure`, `tables`, `audit-privacy`: releases."""
+"""`das run`, `validate`, `postprocess`, `keygen`, `validate-input`, `privacy`, `measure`, `tables`,
+`audit-privacy`: releases."""
 
 from __future__ import annotations
 
@@ -59,7 +60,31 @@ def _cmd_init(args) -> int:
 def _cmd_validate(args) -> int:
     from das.validate import main
 
-    return main(args.run_dir, inputs=args.inputs, public_key=args.public_key)
+    rc = main(args.run_dir, inputs=args.inputs, public_key=args.public_key)
+    if not args.reproduce or rc == 2:
+        return rc
+    from das.driver.postprocess import reproduce  # heavy: the engine
+
+    found = reproduce(args.run_dir, workers=args.workers)
+    print()
+    for name in found.compared:
+        print(f"{'FAIL' if name in found.differ else 'ok '} {name}: as its NMF post-processes to again")
+    if found.differ:
+        print(f"\nnot reproduced: {', '.join(found.differ)} differ(s) from what das postprocess makes of the release's NMF "
+              "and invariants (with this version of das; a release made by another version may differ by its solver)")
+        return 1
+    print(f"reproduced: every output of {args.run_dir} ({len(found.compared)} files) is what its NMF post-processes to")
+    return rc
+
+
+def _cmd_postprocess(args) -> int:
+    import das
+
+    release = das.postprocess(args.bundle, out=args.out, workers=args.workers, overwrite=args.overwrite,
+                              progress=not args.no_progress, signing_key=args.signing_key)
+    print(release.summary)
+    print(f"wrote {release.path}: the release of {args.bundle}'s NMF, post-processed again from its public files")
+    return 0 if release.valid else 1
 
 
 def _cmd_publish(args) -> int:
@@ -208,18 +233,8 @@ def add_parsers(sub) -> None:
     _add_run(sub)
     _add_init(sub)
 
-    v = sub.add_parser("validate", help="independently check a release: a run directory or a published bundle")
-    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth), or a bundle "
-                                              "(das publish); the report says which, and refuses a bundle holding "
-                                              "an operator file")
-    v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
-                   help="also compare the invariants with these confidential inputs (default: the run's "
-                        "operator files, when present)")
-    v.add_argument("--public-key", type=path, metavar="KEY", default=None,
-                   help="the operator's published public key: also prove the release is theirs and unchanged (the "
-                        "signature over manifest.json, then every digest); default: none, internal consistency only")
-    v.set_defaults(func=_cmd_validate)
-
+    _add_validate(sub)
+    _add_postprocess(sub)
     _add_publish(sub)
 
     k = sub.add_parser("keygen", help="a new Ed25519 key pair to sign releases with (KEY and KEY.pub)")
@@ -343,6 +358,40 @@ def _add_run(sub) -> None:
                         "(docs/scale.md); default: no limit")
     _add_signing_key(r)
     r.set_defaults(func=_cmd_run)
+
+
+def _add_validate(sub) -> None:
+    """`das validate`: its parser."""
+    v = sub.add_parser("validate", help="independently check a release: a run directory or a published bundle")
+    v.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth), or a bundle "
+                                              "(das publish); the report says which, and refuses a bundle holding "
+                                              "an operator file")
+    v.add_argument("--inputs", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+                   help="also compare the invariants with these confidential inputs (default: the run's "
+                        "operator files, when present)")
+    v.add_argument("--public-key", type=path, metavar="KEY", default=None,
+                   help="the operator's published public key: also prove the release is theirs and unchanged (the "
+                        "signature over manifest.json, then every digest); default: none, internal consistency only")
+    v.add_argument("--reproduce", action="store_true",
+                   help="also post-process the release's NMF again from its public files (das postprocess, into a "
+                        "directory removed after) and say which outputs differ from the published ones, by content")
+    v.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="parallel solver processes of --reproduce")
+    v.set_defaults(func=_cmd_validate)
+
+
+def _add_postprocess(sub) -> None:
+    """`das postprocess`: its parser."""
+    pp = sub.add_parser("postprocess", help="a TopDown release's NMF post-processed again from its public files alone "
+                                            "(a bundle, or an NMF release of das measure): MDF, tables, validated")
+    pp.add_argument("bundle", type=path, help="a TopDown release: a published bundle or a run directory (only its "
+                                              "public files are read: manifest, NMF, invariants.parquet, spine)")
+    pp.add_argument("--out", type=path, required=True, help="the new release's directory")
+    pp.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
+    add_overwrite(pp, "the das release")
+    pp.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_signing_key(pp)
+    pp.set_defaults(func=_cmd_postprocess)
 
 
 def _add_signing_key(parser) -> None:

@@ -42,6 +42,7 @@ from das.frame.manifest import Manifest
 from das.frame.records import Counts, EngineRecord, FailsafeRecord, Interruption, LevelRecord, ReleaseInfo, RunDirError
 from das.frame.rundir import RunDir
 from das.frame.summary import render_summary
+from das.io.invariants import write_block_invariants
 from das.io.outputs import write_spine
 from das.io.partitions import PartitionError, is_partitioned
 from das.topdown.engine import level_detail, task_summary
@@ -114,10 +115,14 @@ class _Whole:
         return measured
 
     def measure_only(self, pipe: Pipeline, run_dir: RunDir, confidential: Confidential, executor) -> list[Path]:
-        """`das measure`: the NMF, and the spine it was measured on when not the standard one (its file)."""
+        """`das measure`: the NMF, the invariants per block (from which das postprocess finishes the release), and
+        the spine it was measured on when not the standard one (their files)."""
         self.measure(pipe, run_dir, confidential, executor)
-        spine = confidential.geography
-        return [] if spine.standard else [write_spine(run_dir, spine, pipe.metadata())]
+        spine, metadata = confidential.geography, pipe.metadata()
+        standard = confidential.solved_release(pipe.schemas, {})  # in geocode order, whatever the spine
+        invariants = write_block_invariants(run_dir, standard.geography.blocks, standard.housing_units,
+                                            standard.gq_facilities, metadata=metadata)
+        return [invariants] if spine.standard else [write_spine(run_dir, spine, metadata), invariants]
 
     def release(self, job: _Job, confidential: Confidential) -> Completion:
         pipe, frame = job.pipe, job.frame
@@ -416,22 +421,27 @@ class _Job:
             self.frame = self.frame.recorded(self.frame.manifest.but(**changes))
 
     def completion(self, written: dict, level_reports: dict, counts: Counts) -> Completion:
-        """The manifest's closing fields from what the release wrote and its post-processing reports (their
-        times the operator's)."""
-        events = tuple(FailsafeRecord(name, r.level, e.parent, e.stage, e.relaxed, e.slack, e.detail)
-                       for name, reports in level_reports.items() for r in reports for e in r.failsafe_events)
-        levels = {name: tuple(LevelRecord.of(r.level, r.parents, len(r.failsafe_events), r.certificate) for r in reports)
-                  for name, reports in level_reports.items()}
-        times = {name: [{"level": r.level, "seconds": r.seconds, "tasks": task_summary(r)} for r in reports]
-                 for name, reports in level_reports.items()}
-        return Completion(written, counts, {**self.pipe.timings, "total": time.perf_counter() - self.t_start},
-                          levels, events, EngineRecord(self.options.engine, self.options.workers), times)
+        return completion(written, level_reports, counts, timings={**self.pipe.timings,
+                                                                   "total": time.perf_counter() - self.t_start},
+                          engine=EngineRecord(self.options.engine, self.options.workers))
 
     def _persons_limit(self) -> float | None:
         """--memory-gb as persons of the states in flight (das.driver.partitioned's estimate per person)."""
         budget = task_budget_mb(self.options.memory_gb, self.executor)
         return None if budget is None else budget / TASK_MB_PER_PERSON
 
+
+
+def completion(written: dict, level_reports: dict, counts: Counts, *, timings: dict, engine: EngineRecord) -> Completion:
+    """The manifest's closing fields from what a TopDown release wrote and its post-processing reports (their
+    times the operator's)."""
+    events = tuple(FailsafeRecord(name, r.level, e.parent, e.stage, e.relaxed, e.slack, e.detail)
+                   for name, reports in level_reports.items() for r in reports for e in r.failsafe_events)
+    levels = {name: tuple(LevelRecord.of(r.level, r.parents, len(r.failsafe_events), r.certificate) for r in reports)
+              for name, reports in level_reports.items()}
+    times = {name: [{"level": r.level, "seconds": r.seconds, "tasks": task_summary(r)} for r in reports]
+             for name, reports in level_reports.items()}
+    return Completion(written, counts, timings, levels, events, engine, times)
 
 
 def mark_interrupted(frame: ReleaseFrame, error: BaseException) -> ReleaseFrame:
