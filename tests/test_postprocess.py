@@ -196,3 +196,19 @@ def test_the_command_line_post_processes_and_says_what_it_wrote(tiny, tmp_path, 
     assert f"wrote {tmp_path / 'again'}: the release of {bundle}'s NMF, post-processed again" in out
     assert cli(["postprocess", str(bundle), "--out", str(tmp_path / "again"), "-q"]) == 2  # not over a release
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_the_research_walkthrough_from_a_published_bundle_runs_as_written(tiny, tmp_path, monkeypatch):
+    """docs/research.md, "From a published bundle": its code, run on a published bundle, reproduces the tables and
+    gives post-processing's change to every block total."""
+    import re
+
+    _, bundle = tiny
+    code = re.search(r"## From a published bundle.*?```python\n(.*?)```", (ROOT / "docs/research.md").read_text(),
+                     re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(bundle, tmp_path / "bundle")
+    names: dict = {}
+    exec(code, names)
+    assert names["mine"].equals(names["released"])
+    assert len(names["moved"]) == len(names["blocks"]) > 0 and np.issubdtype(names["moved"].dtype, np.integer)
