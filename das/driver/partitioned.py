@@ -56,8 +56,7 @@ from das.frame.records import PublishedInvariants, SpineRecord
 from das.frame.rundir import RunDir, nmf_level_path
 from das.io import nmf
 from das.io import parts as state_parts
-from das.io.invariants import assemble_block_invariants
-from das.io.outputs import NationRelease, assemble_spine
+from das.io.outputs import NationRelease, assemble_spine, concatenate_parts
 from das.io.partitions import PartitionError, StateInputs, state_inputs
 from das.model.levels import NATION, STATE
 from das.model.rules import Bounds
@@ -192,7 +191,7 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> lis
     largest_first(executor, measure_state_task, [(work, si) for si in tops.inputs], sizes=tops.persons,
                   desc="measuring the states")
     parts = [RunDir(work.files.state_dir(si.state)) for si in tops.inputs]
-    invariants = assemble_block_invariants(run_dir, parts, work.metadata)
+    invariants = concatenate_parts(lambda d: d.block_invariants, run_dir, parts, work.metadata)
     return [invariants] if work.spine == "standard" else [assemble_spine(run_dir, parts, work.metadata), invariants]
 
 

@@ -37,12 +37,6 @@ def write_block_invariants(run_dir: RunDir, blocks: np.ndarray, housing_units: n
                               metadata=metadata)
 
 
-def assemble_block_invariants(run_dir: RunDir, part_dirs: list[RunDir], metadata: dict) -> Path:
-    """The states' parts (each written by `write_block_invariants`), in state order, as the release's file."""
-    tables = [pq.read_table(part.block_invariants) for part in part_dirs]
-    return mdf_io.write_table(pa.concat_tables(tables), run_dir.block_invariants, metadata=metadata)
-
-
 def read_block_invariants(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(blocks, housing units, GQ facilities by type) of an invariants.parquet; ValueError naming what is wrong."""
     table = pq.read_table(path)

@@ -29,7 +29,7 @@ from das.core.registry import add_named
 from das.frame.rundir import RunDir
 from das.io import mdf as mdf_io
 from das.io import pl94171
-from das.io.invariants import assemble_block_invariants, write_block_invariants
+from das.io.invariants import write_block_invariants
 from das.io.tables import (
     TABLE_COMPRESSION,
     TABLE_ROWS,
@@ -409,74 +409,64 @@ def write_spine(run_dir: RunDir, spine: Geography | None, metadata: dict) -> Pat
     return mdf_io.write_table(table, run_dir.spine, metadata=metadata)
 
 
+def concatenate_parts(file_of: Callable[[RunDir], Path], run_dir: RunDir, part_dirs: list[RunDir],
+                      metadata: dict) -> Path:
+    """One Parquet file of a release from the states' parts of it (`file_of` a run directory: where the file is), their
+    rows in the parts' order: the spine, the invariants per block."""
+    tables = [pq.read_table(file_of(part)) for part in part_dirs]
+    if not tables:
+        raise ValueError(f"no state part holds {file_of(_HERE).name}")
+    return mdf_io.write_table(pa.concat_tables(tables), file_of(run_dir), metadata=metadata)
+
+
 def assemble_spine(run_dir: RunDir, part_dirs: list[RunDir], metadata: dict) -> Path:
     """The states' parts of the spine (each written by `write_spine`), in their order, as the release's spine.parquet."""
-    tables = [pq.read_table(part.spine) for part in part_dirs]
-    if not tables:
-        raise ValueError("no state part holds a spine")
-    return mdf_io.write_table(pa.concat_tables(tables), run_dir.spine, metadata=metadata)
+    return concatenate_parts(lambda d: d.spine, run_dir, part_dirs, metadata)
 
 
-class SpineOutput(Output):
-    """The spine a release was measured and solved on, when not the standard one (das.model.spine): every block and
-    its unit at the levels the spine re-forms, so the NMF's geounits of those levels can be read."""
+class ConcatenatedOutput(Output):
+    """One Parquet file, written whole or as a state's part of its rows, the parts concatenated in state order: its
+    name, the validator's check that proves it, where it is in a run directory, which releases want it, its writer."""
 
-    name = "spine"
+    def __init__(self, name: str, *, check: str, file: Callable[[RunDir], Path], wanted_by: Callable[[OutputPlan], bool],
+                 write_file: Callable[[RunDir, SolvedRelease, OutputPlan], Path]):
+        self.name, self.check, self.file, self.wanted_by, self.write_file = name, check, file, wanted_by, write_file
 
     def patterns(self) -> tuple[str, ...]:
-        return (_HERE.relative(_HERE.spine),)
+        return (_HERE.relative(self.file(_HERE)),)
 
     def checks(self, plan: OutputPlan) -> tuple[str, ...]:
-        return ("spine",)
+        return (self.check,)
 
     def wanted(self, plan: OutputPlan) -> bool:
-        return plan.spine
+        return self.wanted_by(plan)
 
     def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        return [write_spine(run_dir, release.spine, plan.metadata)]
+        return [self.write_file(run_dir, release, plan)]
 
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
-        return {"rows": pq.read_metadata(write_spine(part, release.spine, plan.metadata)).num_rows}
+        return {"rows": pq.read_metadata(self.write_file(part, release, plan)).num_rows}
 
     def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
-        return [assemble_spine(run_dir, [part.directory for part in parts], plan.metadata)]
+        return [concatenate_parts(self.file, run_dir, [part.directory for part in parts], plan.metadata)]
 
 
-# ---------------------------------------------------------------------------------------------
-# The invariants per block
-
-
-def _block_invariants(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> Path:
+def _invariants_of(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> Path:
     if release.housing_units is None or release.gq_facilities is None:
         raise ValueError("a TopDown release's outputs need its housing units and GQ facilities per block")
     return write_block_invariants(run_dir, release.geography.blocks, release.housing_units, release.gq_facilities,
                                   metadata=plan.metadata)
 
 
-class InvariantsOutput(Output):
-    """The invariants held exactly per block: housing units and GQ facilities by type (the units MDF lists them
-    too), published so that anyone can post-process the release's NMF again from its public files alone."""
-
-    name = "invariants"
-
-    def patterns(self) -> tuple[str, ...]:
-        return (_HERE.relative(_HERE.block_invariants),)
-
-    def checks(self, plan: OutputPlan) -> tuple[str, ...]:
-        return ("block_invariants",)
-
-    def wanted(self, plan: OutputPlan) -> bool:
-        return plan.nmf
-
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        return [_block_invariants(run_dir, release, plan)]
-
-    def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
-        return {"rows": pq.read_metadata(_block_invariants(part, release, plan)).num_rows}
-
-    def assemble(self, run_dir: RunDir, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> list[Path]:
-        return [assemble_block_invariants(run_dir, [part.directory for part in parts], plan.metadata)]
+# The spine a release was measured and solved on, when not the standard one (das.model.spine): every block and its
+# unit at the levels the spine re-forms, so the NMF's geounits of those levels can be read.
+SPINE = ConcatenatedOutput("spine", check="spine", file=lambda d: d.spine, wanted_by=lambda plan: plan.spine,
+                           write_file=lambda run_dir, release, plan: write_spine(run_dir, release.spine, plan.metadata))
+# The invariants held exactly per block (das.io.invariants): housing units and GQ facilities by type (the units MDF
+# lists them too), published so that anyone can post-process a TopDown release's NMF again from its public files.
+BLOCK_INVARIANTS = ConcatenatedOutput("invariants", check="block_invariants", file=lambda d: d.block_invariants,
+                                      wanted_by=lambda plan: plan.nmf, write_file=_invariants_of)
 
 
-for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output(), SpineOutput(), InvariantsOutput()):
+for _output in (MdfOutput(), TablesOutput(), NmfOutput(), Pl94171Output(), SPINE, BLOCK_INVARIANTS):
     register(_output)
