@@ -100,7 +100,8 @@ def _checked_files(bundle: RunDir, manifest: Manifest) -> None:
             raise _refused(bundle, f"{name} is missing")
         if file_sha256(path) != listed[name]:
             raise _refused(bundle, f"{name} is not the file its manifest lists (SHA-256 differs): it was changed")
-    if any("_" in Path(name).stem and Path(name).stem.rsplit("_", 1)[1].isdigit() for name in manifest.nmf):
+    releases = [r for r in ("persons", "units") if getattr(manifest, r) is not None]
+    if any(state is not None for r in releases for lv in manifest.levels for _, state in bundle.nmf_level_files(r, lv)):
         raise _refused(bundle, "its NMF is in one file per state (a partitioned run): das postprocess reads whole "
                                "levels")
 
@@ -164,11 +165,12 @@ def read_published(bundle: str | Path) -> Published:
     return Published(source, manifest, _pipeline(manifest), _facts(source, manifest))
 
 
-def postprocess(bundle: str | Path, out: str | Path, *, workers: int = 1, overwrite: bool = False,
+def postprocess(bundle: str | Path | Published, out: str | Path, *, workers: int = 1, overwrite: bool = False,
                 progress: bool = False, signing_key: Path | None = None) -> RunResult:
-    """The release of `bundle`'s NMF post-processed again into `out`, from the bundle's public files alone."""
+    """The release of `bundle`'s NMF post-processed again into `out`, from the bundle's public files alone (a bundle
+    already read, `read_published`, is not read again)."""
     t_start = time.perf_counter()
-    published = read_published(bundle)
+    published = bundle if isinstance(bundle, Published) else read_published(bundle)
     run_dir = RunDir(Path(out))
     earlier = check_out_dir(run_dir.path, overwrite, [published.source.path] + ([signing_key] if signing_key else []))
     pipe, manifest = published.pipeline, published.manifest
@@ -228,7 +230,7 @@ def reproduce(bundle: str | Path, *, workers: int = 1) -> Reproduction:
     after), and every output file the manifest lists compared with the reproduction's by content."""
     published = read_published(bundle)
     with tempfile.TemporaryDirectory(prefix="das-reproduce-") as scratch:
-        again = postprocess(published.source.path, Path(scratch) / "release", workers=workers)
+        again = postprocess(published, Path(scratch) / "release", workers=workers)
         theirs = dict(published.manifest.outputs or {})
         compared = tuple(sorted(theirs))
         differ = tuple(name for name in compared
