@@ -87,6 +87,45 @@ def test_an_nmf_release_is_finished_without_its_input(tmp_path):
         assert finished.manifest.nmf[name] == digest
 
 
+def test_a_run_stopped_in_post_processing_is_finished_from_its_nmf(tmp_path, monkeypatch):
+    """An operator's `das run` stopped by an error in post-processing: das postprocess of its run directory, with the
+    inputs gone and no noise drawn, gives the release the run would have made."""
+    import das.topdown.engine
+
+    inputs = tmp_path / "inputs"
+    shutil.copytree(TINY, inputs)
+    spec = load_toml(ROOT / "specs/runs/tiny.toml")
+    spec["input"] = {"persons": str(inputs / "persons.csv"), "units": str(inputs / "units.csv")}
+    solve_levels = das.topdown.engine._solve_levels
+
+    def stop_below_the_state(job, names, *args, **kwargs):
+        raise ZeroDivisionError(f"a fault of das's own while solving {names[0]}")
+
+    monkeypatch.setattr(das.topdown.engine, "_solve_levels", stop_below_the_state)
+    with pytest.raises(das.RunStopped):
+        das.run(spec, out=tmp_path / "run", seed=SEED, progress=False)
+    monkeypatch.setattr(das.topdown.engine, "_solve_levels", solve_levels)
+    stopped = tmp_path / "run"
+    assert RunDir(stopped).read().status == "interrupted" and not (stopped / "mdf_persons.parquet").exists()
+    nmf = {p.relative_to(stopped): p.read_bytes() for p in RunDir(stopped).nmf_files()}
+    shutil.rmtree(inputs)
+    finished = postprocess(stopped, tmp_path / "finished")
+    whole = run_release("tiny", tmp_path / "whole", seed=SEED, progress=False)
+    assert finished.valid and _outputs_equal(whole.out_dir, finished.out_dir) == []
+    assert {p.relative_to(finished.out_dir): p.read_bytes() for p in RunDir(finished.out_dir).nmf_files()} == nmf
+    assert finished.manifest.postprocessed_from == hashlib.sha256((stopped / "manifest.json").read_bytes()).hexdigest()
+
+
+def test_a_run_stopped_before_its_nmf_is_whole_is_sent_to_resume(tmp_path):
+    run_release("tiny", tmp_path / "run", seed=SEED, progress=False)
+    (tmp_path / "run/nmf/persons/block.parquet").unlink()  # as if measurement stopped before the block level
+    manifest = json.loads((tmp_path / "run/manifest.json").read_text())
+    (tmp_path / "run/manifest.json").write_text(json.dumps({**manifest, "status": "interrupted"}))
+    with pytest.raises(RunError, match=r"no NMF file of the persons release's block level.*das run --resume"):
+        postprocess(tmp_path / "run", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_validate_reproduce_passes_and_names_a_changed_mdf_record(tiny, tmp_path, capsys):
     _, bundle = tiny
     assert reproduce(bundle).ok

@@ -62,10 +62,14 @@ class Published:
     manifest: Manifest
     pipeline: Pipeline
     facts: Confidential  # no true counts: the geography and invariants only
+    nmf: tuple[str, ...]  # the NMF files, relative to the source
 
 
 def _refused(bundle: RunDir, why: str) -> RunError:
     return RunError(f"cannot post-process {bundle.path}: {why}")
+
+
+STOPPED = ("running", "interrupted")  # an operator's `das run` that stopped (in post-processing, if its NMF is whole)
 
 
 def _manifest(bundle: RunDir) -> Manifest:
@@ -78,19 +82,41 @@ def _manifest(bundle: RunDir) -> Manifest:
     if manifest.mechanism is not None:
         raise _refused(bundle, f"a synthetic release (das synth --mechanism {manifest.mechanism.name}) publishes no "
                                "noisy measurements to post-process")
-    if manifest.status not in ("measured", "complete") or not manifest.nmf:
-        raise _refused(bundle, f"its manifest is {manifest.status!r} with no NMF listed; expected a complete release "
-                               "or an NMF release (das measure)")
+    stopped = manifest.status in STOPPED and bundle.is_run_directory()
+    if not stopped and (manifest.status not in ("measured", "complete") or not manifest.nmf):
+        raise _refused(bundle, f"its manifest is {manifest.status!r} with no NMF listed; expected a complete release, "
+                               "an NMF release (das measure) or the run directory of a `das run` that stopped")
     return manifest
 
 
-def _checked_files(bundle: RunDir, manifest: Manifest) -> None:
-    """The files read are the ones the manifest lists, unchanged (their SHA-256)."""
-    listed = {**(manifest.outputs or {}), **manifest.nmf}
-    wanted = [bundle.relative(bundle.block_invariants), *manifest.nmf]
-    if manifest.spine is not None:
-        wanted.append(bundle.relative(bundle.spine))
-    for name in wanted:
+def _whole_levels(bundle: RunDir, manifest: Manifest) -> list[str]:
+    """The NMF files, one per release and level (relative names); refused when a level is in one file per state."""
+    names = []
+    for release in manifest.releases():
+        for level in manifest.levels:
+            files = bundle.nmf_level_files(release, level)
+            if any(state is not None for _, state in files):
+                raise _refused(bundle, "its NMF is in one file per state (a partitioned run): das postprocess reads "
+                                       "whole levels")
+            if not files:
+                raise _refused(bundle, f"it has no NMF file of the {release} release's {level} level: its measurement "
+                                       f"did not finish; continue it with `das run --resume {bundle.path}`")
+            names.append(bundle.relative(files[0][0]))
+    return names
+
+
+def _checked_files(bundle: RunDir, manifest: Manifest) -> tuple[str, ...]:
+    """The NMF files read (relative names). A release's are the ones its manifest lists, unchanged (their SHA-256),
+    as are its invariants and spine; a stopped run lists none yet: its files are the operator's own, as it left them."""
+    wanted = [bundle.relative(bundle.block_invariants)] + ([bundle.relative(bundle.spine)] if manifest.spine else [])
+    if manifest.status in STOPPED:
+        missing = [name for name in wanted if not (bundle.path / name).is_file()]
+        if missing:
+            raise _refused(bundle, f"{missing[0]} is missing (a run made before das wrote it beside the NMF: continue "
+                                   f"it with `das run --resume {bundle.path}`)")
+        return tuple(_whole_levels(bundle, manifest))
+    listed = manifest.listed()
+    for name in [*wanted, *manifest.nmf]:
         path = bundle.path / name
         if name not in listed:
             raise _refused(bundle, f"its manifest lists no {name}" + (
@@ -100,10 +126,10 @@ def _checked_files(bundle: RunDir, manifest: Manifest) -> None:
             raise _refused(bundle, f"{name} is missing")
         if file_sha256(path) != listed[name]:
             raise _refused(bundle, f"{name} is not the file its manifest lists (SHA-256 differs): it was changed")
-    releases = [r for r in ("persons", "units") if getattr(manifest, r) is not None]
-    if any(state is not None for r in releases for lv in manifest.levels for _, state in bundle.nmf_level_files(r, lv)):
-        raise _refused(bundle, "its NMF is in one file per state (a partitioned run): das postprocess reads whole "
-                               "levels")
+    nmf = _whole_levels(bundle, manifest)
+    if sorted(nmf) != sorted(manifest.nmf):
+        raise _refused(bundle, f"its NMF files are not the ones its manifest lists ({sorted(set(nmf) ^ set(manifest.nmf))[0]})")
+    return tuple(nmf)
 
 
 def _pipeline(manifest: Manifest) -> Pipeline:
@@ -161,8 +187,8 @@ def read_published(bundle: str | Path) -> Published:
     """A release's public files as das postprocess reads them, every one checked against its manifest."""
     source = RunDir(Path(bundle))
     manifest = _manifest(source)
-    _checked_files(source, manifest)
-    return Published(source, manifest, _pipeline(manifest), _facts(source, manifest))
+    nmf = _checked_files(source, manifest)
+    return Published(source, manifest, _pipeline(manifest), _facts(source, manifest), nmf)
 
 
 def postprocess(bundle: str | Path | Published, out: str | Path, *, workers: int = 1, overwrite: bool = False,
@@ -177,7 +203,7 @@ def postprocess(bundle: str | Path | Published, out: str | Path, *, workers: int
     plan = output_plan(pipe.spec, pipe.tables, pipe.metadata())
     outdir.remove_files(run_dir.path, earlier)  # a das release there, --overwrite: its own files only
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    for name in manifest.nmf:  # the noisy measurements as published: nothing is drawn
+    for name in published.nmf:  # the noisy measurements as published: nothing is drawn
         target = run_dir.path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic.replacing(target) as tmp:

@@ -118,6 +118,12 @@ class _Whole:
         """`das measure`: the NMF, the invariants per block (from which das postprocess finishes the release), and
         the spine it was measured on when not the standard one (their files)."""
         self.measure(pipe, run_dir, confidential, executor)
+        return self.public_facts(pipe, run_dir, confidential)
+
+    @staticmethod
+    def public_facts(pipe: Pipeline, run_dir: RunDir, confidential: Confidential) -> list[Path]:
+        """The invariants per block and the spine (when not the standard one) beside the NMF: with them, das
+        postprocess finishes the release from public files alone, also when post-processing here stops."""
         spine, metadata = confidential.geography, pipe.metadata()
         standard = confidential.solved_release(pipe.schemas, {})  # in geocode order, whatever the spine
         invariants = write_block_invariants(run_dir, standard.geography.blocks, standard.housing_units,
@@ -127,6 +133,7 @@ class _Whole:
     def release(self, job: _Job, confidential: Confidential) -> Completion:
         pipe, frame = job.pipe, job.frame
         measured = self.measure(pipe, frame.run_dir, confidential, job.executor)
+        self.public_facts(pipe, frame.run_dir, confidential)  # written again with the release: the same bytes
         if job.interruption is not None:
             job.interruption = replace(job.interruption, measurement=measured)
             job.record_interruption()
