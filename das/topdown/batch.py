@@ -164,7 +164,7 @@ def solve_batch(task: BatchTask) -> tuple[sp.csr_matrix, list, dict]:
         problem = parent_problem(family.schema, family.parents[p], family.children[c0:c1],
                                  family.solved[p].toarray().ravel(), answers=[a.within(c0, c1) for a in answers],
                                  bounds=[Bounds(b.query, b.lower[c0:c1], b.upper[c0:c1], b.rule) for b in bounds],
-                                 passes=settings.passes)
+                                 passes=settings.passes, dtype=settings.counts_dtype)
         solution = solve_parent(problem, solver=settings.solver, rounding=settings.rounding)
         block = sp.csr_matrix(solution.counts)
         data.append(block.data)

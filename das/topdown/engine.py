@@ -8,6 +8,10 @@ a batch is the unit of parallel work (`solve_batch`, on a local pool or Dask: da
 of checkpointing (das.frame.checkpoint), so neither the driver nor a worker holds a whole level's
 noisy answers. A batch starts as soon as the batches that solve its parents are done (no level
 barrier), the batch with the most blocks below it first: the critical path starts early.
+
+With `rounding=NO_ROUNDING` (das.topdown.rounding) no level is rounded: each level's fractional solution (float64)
+is the parents of the next, and the blocks are nonnegative least squares of the NMF without rounding, a research
+estimator to compare with the integral release (the persons release; never checkpointed, never a release).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from das.topdown.batch import (
 )
 from das.topdown.optimality import merge_certificates
 from das.topdown.problem import DEFAULT_PASSES, FailsafeEvent
-from das.topdown.rounding import DEFAULT_ROUNDING
+from das.topdown.rounding import DEFAULT_ROUNDING, NO_ROUNDING, check_engine_rounding
 from das.topdown.solve import SolveSettings, solve_root
 from das.topdown.solvers import DEFAULT_SOLVER
 
@@ -50,7 +54,7 @@ from das.topdown.solvers import DEFAULT_SOLVER
 class EngineOptions:
     workers: int = 1
     solver: str = DEFAULT_SOLVER
-    rounding: str = DEFAULT_ROUNDING
+    rounding: str = DEFAULT_ROUNDING  # or NO_ROUNDING: fractional levels (research), float64 blocks
     progress: bool = True
     passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES  # query names per L2 pass; () = all remaining
     passes_by_level: dict = field(default_factory=dict)  # level -> its own passes (e.g. the root's)
@@ -66,6 +70,14 @@ class EngineOptions:
     def settings(self, level: str) -> SolveSettings:
         """How the parents whose children are the geounits of `level` are solved."""
         return SolveSettings(self.solver, self.rounding, self.passes_for(level))
+
+    def check(self) -> None:
+        """Nothing, or ValueError: an unknown rounding, or NO_ROUNDING with checkpoints (they hold integral
+        levels, and record no rounding: a resumed call would take an integral run's levels for its own)."""
+        check_engine_rounding(self.rounding)
+        if self.rounding == NO_ROUNDING and self.checkpoint_dir is not None:
+            raise ValueError(f"rounding {NO_ROUNDING!r} (fractional levels, no rounding) cannot use a checkpoint_dir: "
+                             "checkpoints hold integral levels; run it without checkpoints")
 
 
 @dataclass
@@ -267,9 +279,12 @@ def postprocess(release: str, schema: Schema, geography: Geography, invariants: 
     A batch starts as soon as the batches that solve its parents are done, largest subtree first,
     whatever the level: no level waits for the whole level above it, and the largest parents
     start early (the critical path). Every parent's solution is the same in any order.
-    With `options.checkpoint_dir`, every solved batch and level is checkpointed, and a later call
-    resumes after the deepest complete level, reusing the batches already solved below it.
+    With `options.rounding` NO_ROUNDING, nothing is rounded: float64 blocks, each level's fractional solution the
+    parents of the next (ValueError with a checkpoint_dir). With `options.checkpoint_dir`, every solved batch
+    and level is checkpointed, and a later call resumes after the deepest complete level, reusing the batches
+    already solved below it.
     """
+    options.check()
     checkpoints = Checkpoints(options.checkpoint_dir, release) if options.checkpoint_dir else None
     levels = geography.levels
     first = 0 if start is None else levels.index(start[0]) + 1  # the first level solved here

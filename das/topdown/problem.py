@@ -70,7 +70,7 @@ class ParentProblem:
     parent: str                    # geocode
     children: tuple[str, ...]      # child geocodes
     cells: np.ndarray              # (n_cells,) indices into the schema's cells
-    parent_counts: np.ndarray | None  # (n_cells,) int64 the children must sum to; None at the root
+    parent_counts: np.ndarray | None  # (n_cells,) int64 the children must sum to (float64 without rounding); None at the root
     allowed: np.ndarray            # (n_children, n_cells) bool; False = structural zero
     queries: tuple[QueryAnswers, ...]
     constraints: ChildConstraints | None
@@ -106,7 +106,7 @@ class FailsafeEvent:
 
 @dataclass
 class ParentSolution:
-    counts: np.ndarray                # (n_children, n_cells) int64
+    counts: np.ndarray                # (n_children, n_cells) int64 (float64 without rounding: the matched L2 point)
     l2: np.ndarray                    # (n_children, n_cells) float64
     events: list[FailsafeEvent] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -125,8 +125,10 @@ def measured(own: Sequence[NoisyAnswers], descendants: Sequence[ChildAnswers] = 
 
 
 def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_counts: np.ndarray, *,
-                   answers: list[ChildAnswers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES) -> ParentProblem:
-    """One parent's problem: variables are children x the parent's nonzero cells; `answers` from `measured`."""
+                   answers: list[ChildAnswers], bounds: list[Bounds], passes: tuple = DEFAULT_PASSES,
+                   dtype: type = np.int64) -> ParentProblem:
+    """One parent's problem: variables are children x the parent's nonzero cells; `answers` from `measured`.
+    `dtype`: the parent counts' type (float64 for a fractional parent, which int64 would truncate)."""
     cells = np.flatnonzero(parent_counts)
     position = np.full(schema.size, -1, dtype=np.int32)
     position[cells] = np.arange(len(cells))
@@ -161,7 +163,7 @@ def parent_problem(schema: Schema, parent: str, children: np.ndarray, parent_cou
     passes = tuple(names for names in passes if names or names == ()) or ((),)
     return ParentProblem(
         parent=parent, children=tuple(str(c) for c in children), cells=cells,
-        parent_counts=parent_counts[cells].astype(np.int64), allowed=allowed,
+        parent_counts=parent_counts[cells].astype(dtype), allowed=allowed,
         queries=tuple(queries), constraints=constraints, passes=passes,
     )
 

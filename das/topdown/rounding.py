@@ -6,6 +6,10 @@ which is linear in b. The rows per child (total, then nested groups such as hhgq
 two laminar families, so the constraint matrix is totally unimodular and HiGHS's simplex returns an integer
 vertex. If it is not integral (non-nested bound rows) HiGHS solves it as a MIP. The result is checked in exact
 integer arithmetic before it is accepted (`check_counts`).
+
+NO_ROUNDING is the engine's other mode, never a run spec's: the L2 point itself, cleaned of the solver's residue and
+matched to the parent and to the equality rows (`unrounded`), carried down as the next level's parents (nonnegative
+least squares without rounding: a research estimator of the same NMF, not a release).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from das.topdown.solvers import highs_lp
 INTEGRAL_TOL = 1e-6
 ROUNDINGS = ("auto", "milp")  # auto: the LP (integral: totally unimodular), MILP only if it is not
 DEFAULT_ROUNDING = "auto"
+NO_ROUNDING = "none"  # the engine's fractional mode (research); a run spec can never ask for it (check_rounding)
+ZERO_TOL = INTEGRAL_TOL  # below it, a fractional cell is the solver's residue (an interior point leaves ~1e-9 per cell)
+MATCH_ROUNDS = 16  # most alternations of equality rows and parent sums in `unrounded` (two agree to float precision)
 
 
 def check_rounding(rounding: str) -> str:
@@ -28,6 +35,12 @@ def check_rounding(rounding: str) -> str:
     if rounding not in ROUNDINGS:
         raise ValueError(f"rounding must be one of {list(ROUNDINGS)}, not {rounding!r}")
     return rounding
+
+
+def check_engine_rounding(rounding: str) -> str:
+    """The engine's rounding: a run spec's (`check_rounding`) or NO_ROUNDING, which only a caller of the engine
+    itself can ask for (fractional levels are an estimator to compare, never a release)."""
+    return rounding if rounding == NO_ROUNDING else check_rounding(rounding)
 
 
 
@@ -140,3 +153,65 @@ def check_counts(problem: ParentProblem, counts: np.ndarray, columns, bounds: l2
             problems.append("a child bound is violated")
     return problems
 
+
+def equality_rows(bounds: l2.BoundRows) -> tuple[sp.csr_matrix, np.ndarray] | None:
+    """The bound rows with lower == upper > 0 (a child's total invariant) and their values; None if there are none."""
+    b_matrix, lower, upper = bounds
+    if b_matrix is None:
+        return None
+    equal = np.flatnonzero((lower == upper) & (upper > 0))
+    return (b_matrix[equal], upper[equal]) if len(equal) else None
+
+
+def match_rows(x: np.ndarray, rows: sp.csr_matrix, targets: np.ndarray) -> np.ndarray:
+    """Scale the variables of each of `rows` (nonnegative) so that it sums to its target to float precision; the
+    solver meets an equality only to its feasibility tolerance. Rows that share a variable are matched one after
+    the other (the shipped schemas' do not: one total per child)."""
+    n_rows = rows.shape[0]
+    disjoint = np.bincount(rows.indices, minlength=1).max() <= 1
+    for group in [np.arange(n_rows)] if disjoint else [np.array([r]) for r in range(n_rows)]:
+        part = rows[group]
+        sums = part @ x
+        factor = np.divide(targets[group], sums, out=np.ones(len(group)), where=sums > 0)
+        scale = np.ones(len(x))
+        scale[part.indices] = np.repeat(factor, np.diff(part.indptr))
+        x = x * scale
+    return x
+
+
+def unrounded(problem: ParentProblem, x: np.ndarray, columns: np.ndarray, bounds: l2.BoundRows, *,
+              parent_target=None) -> np.ndarray:
+    """The L2 point as a fractional solution (NO_ROUNDING): cells below ZERO_TOL zeroed (carried down, the solver's
+    residue would make every cell of the schema a variable of every problem below), then the equality bound rows
+    and the per-cell parent sums (`parent_target`, default the parent's counts) matched in turn, the parent last:
+    children sum to the parent up to float error, each equality row to float precision once the two agree."""
+    x = np.where(x < ZERO_TOL, 0.0, x)
+    equal = equality_rows(bounds)
+    if problem.parent_counts is None:
+        return x if equal is None else match_rows(x, *equal)
+    target = problem.parent_counts if parent_target is None else parent_target
+    for _ in range(MATCH_ROUNDS):
+        x = match_parent(problem, x if equal is None else match_rows(x, *equal), columns, target)
+        if equal is None or np.allclose(equal[0] @ x, equal[1], rtol=1e-12, atol=0.0):
+            break
+    return x
+
+
+def check_fractional(problem: ParentProblem, values: np.ndarray, columns, bounds: l2.BoundRows, *,
+                     tolerance: float = INTEGRAL_TOL) -> list[str]:
+    """`check_counts` for a fractional candidate: nonnegative, summing to the parent and within the bound rows,
+    each up to `tolerance` relative to the row's size (a float solution meets them to its solver's accuracy)."""
+    b_matrix, lower, upper = bounds
+    problems = []
+    if (values < 0).any():
+        problems.append("negative count")
+    if problem.parent_counts is not None:
+        target = np.asarray(problem.parent_counts, dtype=float)
+        if (np.abs(parent_sum(problem, columns) @ values - target) > tolerance * np.maximum(1.0, target)).any():
+            problems.append("children do not sum to the parent")
+    if b_matrix is not None:
+        at = b_matrix @ values
+        margin = tolerance * np.maximum(1.0, np.abs(at))
+        if (at < lower - margin).any() or (at > upper + margin).any():
+            problems.append("a child bound is violated")
+    return problems

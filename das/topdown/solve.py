@@ -1,5 +1,6 @@
 """Solve one parent: weighted least squares (das.topdown.solvers), certified by its duality gap
-(das.topdown.optimality), then integer rounding (das.topdown.rounding) and exact checks.
+(das.topdown.optimality), then integer rounding (das.topdown.rounding) and exact checks; or, with NO_ROUNDING (a
+research estimator), the L2 point itself matched to the parent, in float64 (`rounding.unrounded`).
 
 L2 (DESIGN.md section 6): minimise sum_q (1/var_q) ||Q_q x_c - y_c,q||^2 over x >= 0 with the
 children summing exactly to the parent and every child bound held; multipass: the first pass
@@ -24,7 +25,15 @@ from das.io.nmf import NoisyAnswers
 from das.topdown import l2, optimality
 from das.topdown.matrices import bound_rows, parent_sum, queries_in_pass, query_rows, variables, weighted_terms
 from das.topdown.problem import DEFAULT_PASSES, ChildAnswers, FailsafeEvent, ParentProblem, ParentSolution, measured, root_problem
-from das.topdown.rounding import DEFAULT_ROUNDING, check_counts, match_parent, round_l1
+from das.topdown.rounding import (
+    DEFAULT_ROUNDING,
+    NO_ROUNDING,
+    check_counts,
+    check_fractional,
+    match_parent,
+    round_l1,
+    unrounded,
+)
 from das.topdown.solvers import DEFAULT_SOLVER, check_solver, highs_lp, least_squares
 
 TIGHT_CLARABEL = l2.TIGHT_SETTINGS  # the retry of a solve whose certificate failed
@@ -95,8 +104,10 @@ def failsafe(problem, columns, parent, bounds):
     return bounds, budget, event
 
 
-def certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certificate: dict, index: int = 0):
+def certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certificate: dict, index: int = 0,
+                   integral: bool = True):
     """Solve pass `index`, check its duality gap, retry at tight tolerances (direct, then cvxpy); None if infeasible.
+    After a failsafe the parent sums certified are the solution's own, rounded if the solution will be (`integral`).
 
     The better of the two solutions is kept; one still above optimality.GAP_TOL is counted as uncertified in
     `certificate`, with its parent, pass, objective and gap (`uncertified_at`; reported per level in the
@@ -109,7 +120,10 @@ def certified_pass(problem, columns, stated: l2.Pass, solver: str, *, certificat
     x = point.x
     parent_sums = None
     if parent is not None:
-        parent_sums = parent[1] if stated.slack_budget is None else np.rint(parent[0] @ x)  # failsafe: its own sums
+        if stated.slack_budget is None:
+            parent_sums = parent[1]
+        else:  # failsafe: its own sums
+            parent_sums = np.rint(parent[0] @ x) if integral else parent[0] @ x
     value, gap = optimality.certify(problem, columns, terms, x, parent_sums=parent_sums, bounds=bounds, fixed=fixed,
                          answers=point.answers, lower=point.lower)
     if gap > optimality.GAP_TOL * max(value, 1.0):
@@ -166,8 +180,10 @@ def within_rules(x: np.ndarray, *, parent, bounds: l2.BoundRows) -> np.ndarray:
     return x if d is None else np.maximum(x + d[:len(x)] - d[len(x):], 0.0)
 
 
-def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: dict | None = None):
-    """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns).
+def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: dict | None = None, *,
+             integral: bool = True):
+    """Multipass weighted least squares; returns (x* over variables, events, bounds used, columns). `integral`:
+    the solution will be rounded (False: NO_ROUNDING; it changes only the parent sums a failsafe's pass certifies).
 
     `solver`: `CLARABEL` (default: the nested QP straight to Clarabel, das.topdown.l2) or
     `cvxpy:NAME` (the same problem through cvxpy, the reference; measured on the Vermont demo,
@@ -193,12 +209,12 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
             continue
         terms = weighted_terms(problem, columns, queries)
         x = certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
-                            certificate=certificate, index=index)
+                            certificate=certificate, index=index, integral=integral)
         if x is None and not events:
             bounds, slack_budget, event = failsafe(problem, columns, parent, bounds)
             events.append(event)
             x = certified_pass(problem, columns, l2.Pass(terms, list(fixed), parent, bounds, slack_budget), solver,
-                                certificate=certificate, index=index)
+                                certificate=certificate, index=index, integral=integral)
         if x is None:
             raise SolveError(f"parent {problem.parent or '(root)'}: least squares failed after the failsafe")
         for q in queries:
@@ -215,39 +231,58 @@ def solve_l2(problem: ParentProblem, solver: str = DEFAULT_SOLVER, certificate: 
     return x, events, bounds, columns
 
 
-def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING) -> ParentSolution:
-    """L2, rounding, exact checks; trivial parents (empty, one child) without a solver."""
-    t0 = time.perf_counter()
+def trivial_solution(problem: ParentProblem, t0: float, *, fractional: bool = False) -> ParentSolution | None:
+    """The solution of a parent that needs no solver, or None: an empty one (nothing to share), or one child with
+    every cell allowed, which is the parent itself if that meets the child's bounds (float64 if `fractional`: a
+    fractional parent is copied as it is, never truncated). `t0`: when the parent's solve began."""
     shape = (problem.n_children, problem.n_cells)
     nothing = problem.parent_counts is None or problem.parent_counts.sum() == 0
     if (problem.parent_counts is not None and problem.parent_counts.sum() == 0 or problem.n_cells == 0
             or nothing and not problem.allowed.any()):  # e.g. a root whose invariant total is 0: no persons
-        return ParentSolution(np.zeros(shape, np.int64), np.zeros(shape), [], {"total": 0.0}, "empty")
+        return ParentSolution(np.zeros(shape, float if fractional else np.int64), np.zeros(shape), [], {"total": 0.0}, "empty")
     if problem.parent_counts is not None and problem.n_children == 1 and problem.allowed.all():
-        counts = problem.parent_counts.reshape(1, -1).astype(np.int64)
+        counts = problem.parent_counts.reshape(1, -1).astype(float if fractional else np.int64)
         columns = variables(problem)
-        if not check_counts(problem, counts.ravel(), columns, bound_rows(problem, columns)):
+        check = check_fractional if fractional else check_counts
+        if not check(problem, counts.ravel(), columns, bound_rows(problem, columns)):
             return ParentSolution(counts, counts.astype(float), [], {"total": time.perf_counter() - t0}, "copy")
+    return None
+
+
+def solve_parent(problem: ParentProblem, solver: str = DEFAULT_SOLVER, rounding: str = DEFAULT_ROUNDING) -> ParentSolution:
+    """L2, rounding, exact checks; trivial parents (empty, one child) without a solver. With NO_ROUNDING the L2
+    point matched to the parent is the solution (float64, `unrounded`), neither rounded nor checked as integers."""
+    t0 = time.perf_counter()
+    fractional = rounding == NO_ROUNDING
+    trivial = trivial_solution(problem, t0, fractional=fractional)
+    if trivial is not None:
+        return trivial
     certificate = optimality.new_certificate()
-    x, events, bounds, columns = solve_l2(problem, solver, certificate)
+    x, events, bounds, columns = solve_l2(problem, solver, certificate, integral=not fractional)
     t1 = time.perf_counter()
     parent_target = None
     if events and problem.parent_counts is not None:
-        # the children may not sum to the given parent: round to the relaxed sums
-        parent_target = np.rint(parent_sum(problem, columns) @ x).astype(np.int64)
-    if problem.parent_counts is not None:
-        x = match_parent(problem, x, columns, problem.parent_counts if parent_target is None else parent_target)
-    values, method = round_l1(problem, x, columns, bounds, parent_target=parent_target, mode=rounding)
-    if values is None:
-        raise SolveError(f"parent {problem.parent}: rounding infeasible")
-    problems = check_counts(problem, values, columns, bounds, parent_target=parent_target)
-    if problems:
-        raise SolveError(f"parent {problem.parent}: rounded solution fails checks: {problems}")
-    counts = np.zeros(problem.n_children * problem.n_cells, dtype=np.int64)
+        # the children may not sum to the given parent: round to the relaxed sums (without rounding: those sums)
+        sums = parent_sum(problem, columns) @ x
+        parent_target = sums if fractional else np.rint(sums).astype(np.int64)
+    if fractional:
+        x = values = unrounded(problem, x, columns, bounds, parent_target=parent_target)
+        method = NO_ROUNDING
+    else:
+        if problem.parent_counts is not None:
+            x = match_parent(problem, x, columns, problem.parent_counts if parent_target is None else parent_target)
+        values, method = round_l1(problem, x, columns, bounds, parent_target=parent_target, mode=rounding)
+        if values is None:
+            raise SolveError(f"parent {problem.parent}: rounding infeasible")
+        problems = check_counts(problem, values, columns, bounds, parent_target=parent_target)
+        if problems:
+            raise SolveError(f"parent {problem.parent}: rounded solution fails checks: {problems}")
+    counts = np.zeros(problem.n_children * problem.n_cells, dtype=float if fractional else np.int64)
     counts[columns] = values
     l2 = np.zeros(problem.n_children * problem.n_cells)
     l2[columns] = x
     timings = {"l2": t1 - t0, "rounding": time.perf_counter() - t1, "total": time.perf_counter() - t0}
+    shape = (problem.n_children, problem.n_cells)
     return ParentSolution(counts.reshape(shape), l2.reshape(shape), events, timings, method, certificate)
 
 
@@ -259,6 +294,11 @@ class SolveSettings:
     rounding: str = DEFAULT_ROUNDING
     passes: tuple[tuple[str, ...], ...] = DEFAULT_PASSES
 
+    @property
+    def counts_dtype(self) -> type:
+        """The solutions' (and so the next level's parents') type: float64 without rounding, else int64."""
+        return float if self.rounding == NO_ROUNDING else np.int64
+
 
 def solve_root(schema, answers: list[NoisyAnswers], bounds: list, *, settings: SolveSettings = SolveSettings(),
                descendants: list[ChildAnswers] = ()) -> ParentSolution:
@@ -266,7 +306,7 @@ def solve_root(schema, answers: list[NoisyAnswers], bounds: list, *, settings: S
     parent to sum to. The solution's counts are over every cell of the schema."""
     problem = root_problem(schema, measured(answers, descendants), bounds, settings.passes)
     solution = solve_parent(problem, solver=settings.solver, rounding=settings.rounding)
-    full = np.zeros(schema.size, dtype=np.int64)
+    full = np.zeros(schema.size, dtype=settings.counts_dtype)
     full[problem.cells] = solution.counts[0]
     solution.counts = full
     return solution
