@@ -15,8 +15,8 @@ import types
 
 __version__ = "0.1.0"
 
-API = ("AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-       "certificates", "postprocess", "publish", "replicate", "rho_for_eps", "run", "synth", "synthesizer",
+API = ("AttackConfig", "AttackResult", "Estimate", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec",
+       "metrics", "certificates", "postprocess", "publish", "replicate", "rho_for_eps", "run", "synth", "synthesizer",
        "validate")
 # das.validate and das.attack are also packages (the work behind the commands of those names): the package keeps the
 # API's functions under those names, and the packages are imported as ever (`from das.validate import ...`), so

@@ -13,7 +13,7 @@ from conftest import ROOT
 import das
 
 SECTIONS = ("Args:", "Returns:", "Raises:", "Example:")
-CLASSES = ("AttackConfig", "AttackResult", "Release", "Study")
+CLASSES = ("AttackConfig", "AttackResult", "Estimate", "Release", "Study")
 FUNCTIONS = tuple(sorted(set(das.API) - set(CLASSES)))
 
 

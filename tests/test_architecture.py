@@ -43,14 +43,15 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.research.report", "das.research.compare", "das.research.compare_report", "das.research.resources",
      "das.research.series", "das.research.areas", "das.research.composition", "das.research.districts",
      "das.research.offspine", "das.research.figures", "das.research.offspine_report",
-     "das.research.release_child",
+     "das.research.release_child", "das.research.estimates", "das.research.scored",
      "das.attack.audit", "das.attack.baselines", "das.attack.data", "das.attack.ip",
      "das.attack.rank", "das.attack.scenario", "das.attack.command",
      "das.attack.privacy", "das.attack.release_audit", "das.attack.detection", "das.attack.neighbours",
      "das.attack.features", "das.attack.distinguish",
      "das.io.scale_inputs", "das.mechanisms", "das.mechanisms.release"},
     {"das.api", "das.api.inputs", "das.api.release", "das.api.budget", "das.api.studies", "das.api.init",
-     "das.api.synthesizer", "das.api.nmf", "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack",
+     "das.api.synthesizer", "das.api.nmf", "das.api.postprocessing",
+     "das.cli", "das.cli.args", "das.cli.release", "das.cli.research", "das.cli.attack",
      "das.cli.synth", "das.cli.__main__", "das.__main__"},
 ]
 

@@ -13,8 +13,9 @@ from das.research.evaluate import metrics_dir
 QUERIES = "total,hhgq,hispanic x cenrace,votingage x hispanic x cenrace"
 PARSED = [  # (argv, handler, what the parsed arguments hold)
     (["metrics", "RUN"], research._cmd_metrics,
-     {"run_dir": "RUN", "truth": None, "out": None, "estimators": None, "queries": QUERIES,  # None: the release's own
-      "keep": "total"}),
+     {"run_dir": "RUN", "truth": None, "against": None, "out": None, "estimators": None,  # None: the release's own
+      "queries": QUERIES, "keep": "total"}),
+    (["metrics", "WLS", "--against", "RUN"], research._cmd_metrics, {"run_dir": "WLS", "against": "RUN", "truth": None}),
     (["metrics", "RUN", "--truth", "p.csv", "u.csv", "--out", "m", "--estimators", "noisy", "--keep", "hhgq"],
      research._cmd_metrics, {"truth": ["p.csv", "u.csv"], "out": "m", "estimators": ("noisy",), "keep": "hhgq"}),
     (["replicate", "tiny", "--out", "o"], research._cmd_replicate,
@@ -48,6 +49,7 @@ def test_a_research_command_parses(argv, handler, values):
 @pytest.mark.parametrize("argv, expected", [
     (["metrics"], "the following arguments are required: run_dir"),
     (["metrics", "RUN", "--truth", "p.csv"], "argument --truth: expected 2 arguments"),
+    (["metrics", "RUN", "--truth", "p.csv", "u.csv", "--against", "B"], "argument --against: not allowed with argument"),
     (["replicate", "tiny"], "the following arguments are required: --out"),
     (["replicate", "tiny", "--out", "o", "--runs", "x"], "argument --runs: expected an integer, got 'x'"),
     (["replicate", "tiny", "--out", "o", "--seed", "1.5"], "argument --seed: expected an integer, got '1.5'"),

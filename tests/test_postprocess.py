@@ -245,9 +245,16 @@ def test_the_research_walkthrough_from_a_published_bundle_runs_as_written(tiny, 
     _, bundle = tiny
     code = re.search(r"## From a published bundle.*?```python\n(.*?)```", (ROOT / "docs/research.md").read_text(),
                      re.S).group(1)
+    compared = re.search(r"### Estimators compared.*?```python\n(.*?)```", (ROOT / "docs/research.md").read_text(),
+                         re.S).group(1)
     monkeypatch.chdir(tmp_path)
     shutil.copytree(bundle, tmp_path / "bundle")
     names: dict = {}
     exec(code, names)
     assert names["mine"].equals(names["released"])
     assert len(names["moved"]) == len(names["blocks"]) > 0 and np.issubdtype(names["moved"].dtype, np.integer)
+    exec(compared, names)
+    assert names["one_pass"].valid and names["wls"].estimator == "wls" and names["nnls"].estimator == "nnls"
+    assert set(names["table"]["level"]) == set(RunDir(tmp_path / "bundle").read().levels)
+    assert (names["table"]["estimator"] == "topdown").all() and (names["table"]["mae"] > 0).any()
+    assert set(names["unrounded"]["estimator"]) == {"nnls"}

@@ -15,7 +15,8 @@ Messages go to the "das" logger (`logging`); see docs/api.md.
 from das.api import nmf
 from das.api.budget import certificates, eps_for_rho, rho_for_eps
 from das.api.init import init_spec
-from das.api.release import Release, postprocess, publish, run, synth, validate
+from das.api.postprocessing import Estimate, postprocess
+from das.api.release import Release, publish, run, synth, validate
 from das.api.studies import Study, compare, metrics, replicate
 from das.api.synthesizer import synthesizer
 from das.attack.command import AttackConfig, AttackResult
@@ -80,6 +81,6 @@ def _check_attack_flags(flags: dict) -> None:
                             "release directory or \"exact\", the output directory)")
 
 
-__all__ = ["AttackConfig", "AttackResult", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec", "metrics",
-           "certificates", "nmf", "postprocess", "publish", "replicate", "rho_for_eps", "run", "synth", "validate",
+__all__ = ["AttackConfig", "AttackResult", "Estimate", "Release", "Study", "attack", "compare", "eps_for_rho", "init_spec",
+           "metrics", "certificates", "nmf", "postprocess", "publish", "replicate", "rho_for_eps", "run", "synth", "validate",
            "synthesizer"]

@@ -1,4 +1,4 @@
-"""`das.run`, `das.synth`, `das.postprocess`, `das.validate` and the `Release` they give back.
+"""`das.run`, `das.synth`, `das.validate` and the `Release` they give back.
 
 A release is a directory on disk (what `das run` and `das synth` write, a publishable bundle); `Release`
 reads it as Python values: its typed certificate, its tables and MDF as pandas DataFrames (geography as
@@ -391,43 +391,6 @@ def validate(release, *, inputs: tuple[Input, Input] | None = None, public_key: 
     if inputs is None:
         return validate_run(path, public_key=key)
     return validate_run(path, inputs=(source_of("persons", inputs[0]), source_of("units", inputs[1])), public_key=key)
-
-
-@checked
-def postprocess(bundle, *, out: str | os.PathLike, workers: int = 1, overwrite: bool = False, progress: bool = False,
-                signing_key: str | os.PathLike | None = None) -> Release:
-    """A TopDown release's NMF post-processed again from its public files alone, as `das postprocess` does: its
-    manifest (the published spec, certificates, population totals), NMF, invariants per block and spine. No noise is
-    drawn and nothing confidential is read; for a release of this version of das the MDF and tables are the
-    published ones (docs/outputs.md, "A release post-processed again").
-
-    Args:
-        bundle: a `Release` or the directory of one: a published bundle, a run directory, an NMF release (das measure).
-        out: the new release's directory.
-        workers: processes for the per-parent solves (default 1).
-        overwrite: replace an earlier das release in `out`.
-        progress: show progress bars (on a terminal only).
-        signing_key: the operator's Ed25519 key to sign the new release with (default: a key of its own).
-
-    Returns:
-        The `Release` written; its manifest's `postprocessed_from` is the SHA-256 of the source's manifest.
-
-    Raises:
-        RunError: not a TopDown release with an NMF, or a file that is not the one its manifest lists.
-        OutDirError: `out` may not be written.
-
-    Example:
-        >>> release = run("tiny", out=getfixture("tmp_path") / "r", seed=1, progress=False)
-        >>> again = postprocess(release, out=getfixture("tmp_path") / "again")
-        >>> again.valid, again.mdf.equals(release.mdf)
-        (True, True)
-    """
-    from das.driver.postprocess import postprocess as post_process
-
-    result = post_process(bundle.path if isinstance(bundle, Release) else Path(bundle), Path(out), workers=workers,
-                          overwrite=overwrite, progress=progress,
-                          signing_key=None if signing_key is None else Path(signing_key))
-    return Release(result.out_dir, result.manifest)
 
 
 @checked

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from das.api.inputs import source_of, study_spec
-from das.api.release import Release, exact
+from das.api.release import exact
 from das.core.arguments import checked
 
 DEFAULT_QUERIES = ("total", "hhgq", "hispanic x cenrace", "votingage x hispanic x cenrace")  # das.research.replicate's
@@ -211,17 +211,20 @@ def _exact_texts(values, name: str) -> tuple[str, ...]:
 
 
 @checked
-def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
+def metrics(release, *, truth=None, against=None, out: str | os.PathLike | None = None,
             estimators: tuple[str, ...] | None = None, queries: tuple[str, ...] = DEFAULT_QUERIES,
             keep: tuple[str, ...] = ("total",), areas: Mapping[str, str | os.PathLike] | None = None) -> Study:
-    """One release scored against the confidential truth, as `das metrics` scores it.
+    """One release, or one estimate (das.postprocess with an estimator), scored against the confidential truth, or
+    against another release or estimate of the same geography, as `das metrics` scores it.
 
     Args:
-        release: a `Release` or its directory (a TopDown release, or a synthetic one).
+        release: a `Release` or its directory (a TopDown release, or a synthetic one), or an estimate's directory.
         truth: (persons, units), paths or DataFrames (default: the run's own input files; a release made from
-            DataFrames has none: give its truth).
+            DataFrames, a published bundle or an estimate has none: give its truth).
+        against: a release or estimate (a `Release`, an `Estimate` or a directory) to score against instead of the
+            truth: every error is then a difference from it, from public files alone.
         out: the study's directory (default: beside the release, RUN_DIR-metrics).
-        estimators: which to score (topdown, noisy, wls; a synthetic release: its own).
+        estimators: which to score (topdown, noisy, wls; a synthetic release or an estimate: its own).
         queries: the queries scored.
         keep: the queries whose per-geounit errors are kept.
         areas: area type -> area file, scored off the spine beside its levels (default: synthetic districts).
@@ -230,7 +233,8 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
         The `Study`.
 
     Raises:
-        StudyError: truth not a pair, or not to be found. InputError: the truth cannot be read.
+        StudyError: truth not a pair, or not to be found; truth and against both given; against not of the same
+            schema and levels. InputError: the truth cannot be read.
 
     Example:
         >>> from das.api import run
@@ -240,14 +244,11 @@ def metrics(release, *, truth=None, out: str | os.PathLike | None = None,
     """
     from das.research.evaluate import evaluate_run, metrics_dir
 
-    path = Path(release.path if isinstance(release, Release) else release)
+    path = Path(getattr(release, "path", release))
     out = Path(out) if out is not None else metrics_dir(path)
-    if truth is None:  # the run's own input files (refused, saying so, for a release made from DataFrames)
-        evaluate_run(path, out=out, estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
-                     areas=_area_pairs(areas))
-        return Study(out)
-    evaluate_run(path, truth=(source_of("persons", truth[0]), source_of("units", truth[1])), out=out,
-                 estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
+    given = None if truth is None else (source_of("persons", truth[0]), source_of("units", truth[1]))
+    evaluate_run(path, truth=given, against=None if against is None else Path(getattr(against, "path", against)),
+                 out=out, estimators=estimators and tuple(estimators), queries=tuple(queries), keep=tuple(keep),
                  areas=_area_pairs(areas))
     return Study(out)
 

@@ -80,11 +80,18 @@ def _cmd_validate(args) -> int:
 def _cmd_postprocess(args) -> int:
     import das
 
-    release = das.postprocess(args.bundle, out=args.out, workers=args.workers, overwrite=args.overwrite,
-                              progress=not args.no_progress, signing_key=args.signing_key)
-    print(release.summary)
-    print(f"wrote {release.path}: the release of {args.bundle}'s NMF, post-processed again from its public files")
-    return 0 if release.valid else 1
+    made = das.postprocess(args.bundle, out=args.out, estimator=args.estimator, settings=args.settings,
+                           workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
+                           signing_key=args.signing_key)
+    if isinstance(made, das.Estimate):
+        record = made.record
+        print(f"wrote {made.path}: the {record['estimator']} estimate of {args.bundle}'s NMF ({record['about']})")
+        print(record["notice"])
+        return 0
+    print(made.summary)
+    how = " with the settings of " + str(args.settings) if args.settings else ""
+    print(f"wrote {made.path}: the release of {args.bundle}'s NMF, post-processed again from its public files{how}")
+    return 0 if made.valid else 1
 
 
 def _cmd_publish(args) -> int:
@@ -386,9 +393,15 @@ def _add_postprocess(sub) -> None:
                                             "(a bundle, or an NMF release of das measure): MDF, tables, validated")
     pp.add_argument("bundle", type=path, help="a TopDown release: a published bundle or a run directory (only its "
                                               "public files are read: manifest, NMF, invariants.parquet, spine)")
-    pp.add_argument("--out", type=path, required=True, help="the new release's directory")
+    pp.add_argument("--out", type=path, required=True, help="the new release's (or estimate's) directory")
+    pp.add_argument("--estimator", choices=("topdown", "wls", "nnls"), default="topdown",
+                    help="topdown (default): a release; wls (unconstrained weighted least squares) or nnls (TopDown's "
+                         "least squares without its rounding): an estimate directory, fractional, not a release")
+    pp.add_argument("--settings", type=path, metavar="FILE", default=None,
+                    help="a TOML file whose [postprocess] table (solver, rounding, passes, passes_by_level) replaces "
+                         "the published spec's: TopDown with other passes (topdown and nnls)")
     pp.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
-    add_overwrite(pp, "the das release")
+    add_overwrite(pp, "the das release (an estimate is replaced without it)")
     pp.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_signing_key(pp)
     pp.set_defaults(func=_cmd_postprocess)

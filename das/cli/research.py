@@ -82,11 +82,13 @@ def _headline(study, what: str) -> None:
 def _cmd_metrics(args) -> int:
     import das
 
-    study = das.metrics(args.run_dir, truth=args.truth, out=args.out, estimators=args.estimators,
+    study = das.metrics(args.run_dir, truth=args.truth, against=args.against, out=args.out, estimators=args.estimators,
                         queries=_names(args.queries), keep=_names(args.keep), areas=_areas(args.areas))
     _headline(study, "das metrics")
-    print(f"details (every query, level and size bin; the bias by true size): {study.path / 'metrics.md'}; "
-          f"tables as Parquet in {study.path} (confidential)")
+    if args.against:
+        print(f"scored against {args.against}, not the truth: every error is a difference from it, binned by its size")
+    print(f"details (every query, level and size bin; the bias by size): {study.path / 'metrics.md'}; "
+          f"tables as Parquet in {study.path} (owner-only, as every metrics directory)")
     return 0
 
 
@@ -120,10 +122,16 @@ def _cmd_report(args) -> int:
 def add_parsers(sub) -> None:
     common = {"queries": ",".join(DEFAULT_QUERIES)}
 
-    m = sub.add_parser("metrics", help="accuracy of a run's release (and of its NMF) against the true input")
-    m.add_argument("run_dir", type=path, help="a das run directory (written by das run or das synth)")
-    m.add_argument("--truth", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
-                   help="confidential input files (default: the run's own inputs, from its manifest)")
+    m = sub.add_parser("metrics", help="accuracy of a run's release (and of its NMF), or of an estimate, against the "
+                                       "true input or against another release or estimate")
+    m.add_argument("run_dir", type=path, help="a release (written by das run or das synth, or a published bundle), or "
+                                              "an estimate directory (das postprocess --estimator)")
+    truth = m.add_mutually_exclusive_group()
+    truth.add_argument("--truth", type=path, nargs=2, metavar=("PERSONS", "UNITS"), default=None,
+                       help="confidential input files (default: the run's own inputs, from its operator record)")
+    truth.add_argument("--against", type=path, metavar="DIR", default=None,
+                       help="score against this release or estimate of the same geography instead of the truth: "
+                            "differences by level, size and composition, from public files alone")
     m.add_argument("--out", type=path, default=None,
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "

@@ -151,6 +151,11 @@ def spec_file(value, name: str = "spec"):
     return spec(value, name)
 
 
+def settings(value, name: str = "settings"):
+    """Post-processing settings: a path to a TOML file with a [postprocess] table, or that table as a dict."""
+    return value if isinstance(value, Mapping) else path(value, name)
+
+
 def release(value, name: str = "release"):
     """A release: a das.Release, or the path of its directory."""
     return path(getattr(value, "path", value), name)
@@ -191,6 +196,7 @@ Rule = Callable[[object, str], object]
 
 RULES: dict[str, Rule] = {  # an API keyword -> its rule (a keyword of another meaning says so in `checked`)
     "spec": spec, "release": release, "persons": data, "units": data, "inputs": data_pair, "truth": data_pair, "holdout": data,
+    "against": release, "settings": settings, "estimator": text,
     "out": path, "to": path, "signing_key": path, "public_key": path, "published": path,
     "seed": seed, "workers": workers, "runs": count, "seeds": count, "count": count, "relaxed": count, "steps": count,
     "batch": count, "attack_runs": count, "attack_relaxed": count, "attack_steps": count,

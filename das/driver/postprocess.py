@@ -16,18 +16,21 @@ import shutil
 import tempfile
 import time
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+import tomli_w
 
 from das.core import atomic
 from das.core.errors import RunError, SpecError
+from das.driver import preflight
 from das.driver.pipeline import Confidential, Pipeline, ReleasePlan, code_version
 from das.driver.run import RunOptions, RunResult, completion, log_levels
-from das.driver.runspec import ReleaseSpec, load_run_spec
+from das.driver.runspec import DICT_SPEC, ReleaseSpec, RunSpec, load_run_spec
 from das.frame import outdir
 from das.frame.checkpoint import file_sha256
 from das.frame.lifecycle import ReleaseFrame, check_out_dir, complete, holds, output_plan, release_valid
@@ -38,12 +41,14 @@ from das.frame.summary import render_summary
 from das.io.invariants import read_block_invariants
 from das.model.geography import Geography
 from das.model.rules import Invariants
+from das.model.specfile import load_toml
 from das.model.spine import from_table
 from das.privacy.accounting import allocate, certificate
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Published", "Reproduction", "postprocess", "read_published", "reproduce"]
+__all__ = ["Published", "Reproduction", "Settings", "postprocess", "public_facts", "read_published", "read_settings",
+           "reproduce"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Published:
     pipeline: Pipeline
     facts: Confidential  # no true counts: the geography and invariants only
     nmf: tuple[str, ...]  # the NMF files, relative to the source
+    settings: Settings | None = None  # post-processing settings in place of the published spec's
 
 
 def _refused(bundle: RunDir, why: str) -> RunError:
@@ -132,15 +138,24 @@ def _checked_files(bundle: RunDir, manifest: Manifest) -> tuple[str, ...]:
     return tuple(nmf)
 
 
-def _pipeline(manifest: Manifest) -> Pipeline:
+def _spec(data: dict, source: str) -> RunSpec:
+    try:
+        return load_run_spec({k: v for k, v in data.items() if k != "specs"})  # pinned: read from the manifest
+    except SpecError as e:
+        raise SpecError(str(e).replace(DICT_SPEC, source)) from None
+
+
+def _pipeline(manifest: Manifest, settings: Settings | None = None) -> Pipeline:
     """The releases as the published spec pins them (schemas, strategies, tables), their allocations and
-    certificates recomputed, each equal to the published one."""
+    certificates recomputed, each equal to the published one; post-processed as the spec says, or as `settings`."""
     try:
         data = tomllib.loads(manifest.spec_text)
-        data.pop("specs", None)  # the pinned schemas, strategies and tables: read from the manifest below
-        spec = load_run_spec(data)
-    except (SpecError, tomllib.TOMLDecodeError) as e:
-        raise RunError(f"the published spec (manifest spec_text) is not a run spec: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise RunError(f"the published spec (manifest spec_text) is not TOML: {e}") from None
+    try:
+        spec = _spec(data, "the published spec (manifest spec_text)")
+    except SpecError as e:
+        raise RunError(str(e)) from None
     releases = {}
     for name in ("persons", "units"):
         info, published = getattr(manifest, name), manifest.privacy.get(name)
@@ -157,24 +172,57 @@ def _pipeline(manifest: Manifest) -> Pipeline:
     pipe = Pipeline(replace(spec, text=manifest.spec_text), releases, _Replayed(manifest.private), manifest.table_set())
     if pipe.public_spec()[1] != manifest.spec_sha256:
         raise RunError("the published spec (manifest spec_text) does not have the manifest's spec_sha256")
-    return pipe
+    if settings is None:
+        return pipe
+    other = _spec({**data, "postprocess": settings.table}, settings.source)
+    preflight.check_spec(replace(other, path=Path(settings.source)), {n: r.schema for n, r in releases.items()},
+                         {n: r.strategy for n, r in releases.items()}, {n: r.allocation for n, r in releases.items()})
+    return replace(pipe, spec=replace(pipe.spec, solver=other.solver, rounding=other.rounding, passes=other.passes,
+                                      passes_by_level=other.passes_by_level))
 
 
-def _facts(bundle: RunDir, manifest: Manifest) -> Confidential:
-    """The geography (on the release's spine) and the invariants: per block from invariants.parquet, the
-    population totals from the manifest."""
+@dataclass(frozen=True)
+class Settings:
+    """Post-processing settings in place of the published spec's: a [postprocess] table (solver, rounding, passes,
+    passes_by_level) and where it comes from (for messages)."""
+
+    table: dict
+    source: str
+
+    @property
+    def text(self) -> str:
+        """As the new release's manifest states it (`postprocessed_with`)."""
+        return tomli_w.dumps({"postprocess": self.table}, multiline_strings=True)
+
+
+def read_settings(given: str | Path | Mapping) -> Settings:
+    """A TOML file holding a [postprocess] table and nothing else, or the table as a dict (das.api)."""
+    if isinstance(given, Mapping):
+        return Settings(dict(given), "the settings dict")
+    data = load_toml(Path(given))
+    if set(data) != {"postprocess"}:
+        raise SpecError(f"{given}: expected a [postprocess] table (solver, rounding, passes, passes_by_level) and "
+                        f"nothing else; found {', '.join(sorted(data)) or 'nothing'}")
+    return Settings(data["postprocess"], str(given))
+
+
+def public_facts(directory: str | Path, manifest: Manifest) -> Confidential:
+    """The geography (on the release's spine) and the invariants of a release's public files in `directory`: per
+    block from invariants.parquet, the population totals from the manifest (no true counts: das postprocess, and
+    das metrics --against)."""
+    bundle = RunDir(Path(directory))
     try:
         blocks, housing_units, gq_facilities = read_block_invariants(bundle.block_invariants)
     except (ValueError, OSError) as e:
-        raise _refused(bundle, str(e)) from None
+        raise RunError(f"{bundle.path}: {e}") from None
     geography = Geography.from_blocks(blocks, manifest.levels)
     totals = {}
     for level, published in manifest.invariants.total_population.items():
         units = geography.units(level).tolist()
         missing = [u for u in units if u not in published]
         if missing or len(published) != len(units):
-            raise _refused(bundle, f"the manifest's {level} population totals are not those of the blocks of "
-                                   f"invariants.parquet (e.g. {(missing or sorted(set(published) - set(units)))[0]!r})")
+            raise RunError(f"{bundle.path}: the manifest's {level} population totals are not those of the blocks of "
+                           f"invariants.parquet (e.g. {(missing or sorted(set(published) - set(units)))[0]!r})")
         totals[level] = np.array([published[u] for u in units], dtype=np.int64)
     facts = Confidential(geography, Invariants(housing_units, gq_facilities, totals), {})
     if manifest.spine is None:
@@ -183,20 +231,30 @@ def _facts(bundle: RunDir, manifest: Manifest) -> Confidential:
     return facts.on_spine(spine, manifest.spine)
 
 
-def read_published(bundle: str | Path) -> Published:
-    """A release's public files as das postprocess reads them, every one checked against its manifest."""
+def read_published(bundle: str | Path, settings: str | Path | Mapping | None = None) -> Published:
+    """A release's public files as das postprocess reads them, every one checked against its manifest; post-processed
+    with `settings` (read_settings) or, when it states them, the settings the release was post-processed with."""
     source = RunDir(Path(bundle))
     manifest = _manifest(source)
     nmf = _checked_files(source, manifest)
-    return Published(source, manifest, _pipeline(manifest), _facts(source, manifest), nmf)
+    if settings is not None:
+        settings = read_settings(settings)
+    elif manifest.postprocessed_with is not None:
+        settings = Settings(tomllib.loads(manifest.postprocessed_with)["postprocess"], "the manifest's postprocessed_with")
+    return Published(source, manifest, _pipeline(manifest, settings), public_facts(source.path, manifest), nmf, settings)
 
 
-def postprocess(bundle: str | Path | Published, out: str | Path, *, workers: int = 1, overwrite: bool = False,
-                progress: bool = False, signing_key: Path | None = None) -> RunResult:
+def postprocess(bundle: str | Path | Published, out: str | Path, *, settings: str | Path | Mapping | None = None,
+                workers: int = 1, overwrite: bool = False, progress: bool = False,
+                signing_key: Path | None = None) -> RunResult:
     """The release of `bundle`'s NMF post-processed again into `out`, from the bundle's public files alone (a bundle
-    already read, `read_published`, is not read again)."""
+    already read, `read_published`, is not read again), as its spec says or with other `settings` (a [postprocess]
+    table: TopDown with other passes, solver or rounding; the manifest says so in `postprocessed_with`)."""
     t_start = time.perf_counter()
-    published = bundle if isinstance(bundle, Published) else read_published(bundle)
+    published = bundle if isinstance(bundle, Published) else read_published(bundle, settings)
+    if isinstance(bundle, Published) and settings is not None:
+        chosen = read_settings(settings)
+        published = replace(published, pipeline=_pipeline(published.manifest, chosen), settings=chosen)
     run_dir = RunDir(Path(out))
     earlier = check_out_dir(run_dir.path, overwrite, [published.source.path] + ([signing_key] if signing_key else []))
     pipe, manifest = published.pipeline, published.manifest
@@ -208,7 +266,8 @@ def postprocess(bundle: str | Path | Published, out: str | Path, *, workers: int
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic.replacing(target) as tmp:
             shutil.copyfile(published.source.path / name, tmp)
-    opening = _opening(manifest, file_sha256(published.source.manifest_path), holds(plan, synthetic=False))
+    opening = _opening(manifest, file_sha256(published.source.manifest_path), holds(plan, synthetic=False),
+                       published.settings)
     frame = ReleaseFrame(run_dir, opening, plan, signing_key).recorded(opening)
     options = RunOptions(workers=workers, progress=progress)
     facts = published.facts
@@ -222,12 +281,13 @@ def postprocess(bundle: str | Path | Published, out: str | Path, *, workers: int
     return RunResult(run_dir.path, frame.manifest, release_valid(frame), render_summary(frame))
 
 
-def _opening(manifest: Manifest, origin: str, claims: tuple[str, ...]) -> Manifest:
+def _opening(manifest: Manifest, origin: str, claims: tuple[str, ...], settings: Settings | None) -> Manifest:
     """The new release's manifest before its outputs: the published one's spec, certificates, invariants and
-    randomness, this code's version, what a TopDown release claims, and the manifest it comes from."""
+    randomness, this code's version, what a TopDown release claims, the manifest it comes from, and the
+    post-processing settings used in place of its spec's (None: the spec's own)."""
     return manifest.but(status="running", das_version=code_version(), outputs=None, nmf=None, validation=None,
                         engine=None, levels_report=None, failsafe_events=None, counts=None, holds=claims,
-                        postprocessed_from=origin)
+                        postprocessed_from=origin, postprocessed_with=None if settings is None else settings.text)
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ class Manifest:
     spine: SpineRecord | None = None  # a spine other than the standard one (das.model.spine)
     guarantee: Guarantee | None = None  # the releases' certificates composed (das.privacy.guarantee)
     postprocessed_from: str | None = None  # das postprocess: SHA-256 of the manifest whose NMF it post-processed
+    postprocessed_with: str | None = None  # das postprocess --settings: the [postprocess] table used, as TOML
     extra: Mapping[str, object] = field(default_factory=dict)  # keys this version does not know, kept as they are
 
     ORDER = ("kind", "das_version", "spec_name", "spec_text", "spec_sha256", "status", "private", "randomness",
@@ -135,6 +136,7 @@ class Manifest:
             spine=None if data.get("spine") is None else SpineRecord.from_dict(data["spine"], f"{where}: spine"),
             guarantee=_guarantee(data, where),
             postprocessed_from=_get(data, "postprocessed_from", str, where, optional=True),
+            postprocessed_with=_get(data, "postprocessed_with", str, where, optional=True),
             extra={k: v for k, v in data.items() if k not in known},
         )
 

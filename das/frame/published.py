@@ -117,6 +117,7 @@ MANIFEST: dict[str, str] = {
     **{f"guarantee.{name}": "parameter: the releases' certificates composed (das.privacy.guarantee)"
        for name in ("releases[]", "composition", "rho", "rho_decimal", "delta", "eps")},
     "postprocessed_from": "release: SHA-256 of the manifest of the release whose NMF das postprocess post-processed",
+    "postprocessed_with": "parameter: the [postprocess] settings das postprocess used in place of the published spec's",
 }
 
 # The JSON type of each declared manifest field (MANIFEST's patterns; a list's items for "[]"), as TYPE_CHECKS
@@ -154,7 +155,7 @@ TYPES: dict[str, str] = {
     "mechanism.details.{detail}.**": "any", "holds[]": "text", "spine.kind": "text", "spine.areas.{area}": "sha256",
     "guarantee.releases[]": "text", "guarantee.composition": "text", "guarantee.rho": "fraction",
     "guarantee.rho_decimal": "number", "guarantee.delta": "fraction", "guarantee.eps": "number",
-    "postprocessed_from": "sha256",
+    "postprocessed_from": "sha256", "postprocessed_with": "text",
 }
 
 

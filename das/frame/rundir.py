@@ -32,6 +32,7 @@ KEY_FILE = "fingerprint.key"
 SIGNING_KEY_FILE = "signing.key"  # a release's own Ed25519 key, when the operator names none (das.frame.signing)
 PUBLIC_KEY = "release.pub"  # the public key of the release's signature, published beside it
 SIGNATURE = "manifest.sig"  # the Ed25519 signature of manifest.json's exact bytes, written last
+ESTIMATE_RECORD = "estimate.json"  # an estimate directory's record (das.research.estimates): never a release
 PROCESS_FILE = "process.json"  # operator only: timings, interruptions, the last error, the checks against the inputs
 PARTS_FILE = "parts.json"  # a state's part directory is complete when this is present (das.io.parts)
 
@@ -232,6 +233,9 @@ class RunDir:
             what = "it is a file" if self.path.exists() else "it does not exist"
             raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}: {what}); expected the "
                               f"{option('out')} of {command('run')}")
+        if (self.path / ESTIMATE_RECORD).is_file():
+            raise RunDirError(f"{self.path}: an estimate directory ({command('postprocess')} with {option('estimator')}), not a "
+                              f"release: it has no {MANIFEST}, MDF or signature; score it with {command('metrics')}")
         if not self.manifest_path.is_file():
             raise RunDirError(f"{self.path}: not a das run directory (no {MANIFEST}); expected the {option('out')} of "
                               f"{command('run')}")

@@ -24,9 +24,8 @@ from das.core.errors import StudyError, option
 from das.driver.pipeline import Confidential
 from das.frame import outdir
 from das.frame.bundle import DATAFRAMES, BundleError, input_paths, read_process
-from das.frame.records import RunDirError
 from das.frame.rundir import RunDir
-from das.io.microdata import block_histograms, read_inputs, read_records
+from das.io.microdata import read_inputs
 from das.io.tabular import InMemory, Source
 from das.model.geography import Geography
 from das.model.rules import Invariants
@@ -51,6 +50,7 @@ from das.research.replicate import (
     with_groups,
     write_parts,
 )
+from das.research.scored import Scored, public_context, scored
 
 METRICS = outdir.Owner("das metrics", "metrics directory", STUDY_FILES, confidential=True, replaces=True,
                        nested=WITH_REPORT)
@@ -95,10 +95,9 @@ def truth_context(persons, units, schema: Schema | str, levels) -> Context:
     return Context(None, schema, geography, Invariants.from_inputs(inputs.inventory, blocks, geography), blocks)
 
 
-def on_release_spine(ctx: Context, run_dir: Path, levels) -> tuple[Context, np.ndarray | None]:
-    """The context on the spine a release was measured on (its published spine.parquet), so its NMF's geounits
-    are the context's, and the positions of the spine's blocks among the sorted ones (None: standard)."""
-    path = RunDir(run_dir).spine
+def on_release_spine(ctx: Context, path: Path, levels) -> tuple[Context, np.ndarray | None]:
+    """The context on the spine a release was measured on (its published spine.parquet, `path`), so its NMF's
+    geounits are the context's, and the positions of the spine's blocks among the sorted ones (None: standard)."""
     if not path.is_file():
         return ctx, None
     spine = from_table(pd.read_parquet(path), tuple(levels))
@@ -136,39 +135,40 @@ def named(scores: Scores, mechanism: str | None) -> Scores:
     return Scores(**frames)
 
 
-def evaluate_run(run_dir, *, truth: tuple[Source, Source] | None = None, out=None, estimators=None,
+def evaluate_run(run_dir, *, truth: tuple[Source, Source] | None = None, against=None, out=None, estimators=None,
                  queries=DEFAULT_QUERIES, keep=("total",), areas=()) -> dict:
-    """Score a `das run` or `das synth` output directory; writes stats/errors/metrics files to `out` (default
-    metrics_dir(run_dir)), replacing only an earlier `das metrics` output there. `estimators`: default the
-    release's own (release_estimators). `areas`: (type, area file) pairs scored off the spine (none: synthetic
-    districts, das.research.districts)."""
+    """Score a `das run` or `das synth` output directory, or an estimate directory (das postprocess --estimator),
+    against the truth or, `against`, another release or estimate (das.research.scored); writes stats/errors/metrics
+    files to `out` (default metrics_dir(run_dir)), replacing only an earlier `das metrics` output there.
+    `estimators`: default the release's own (release_estimators). `areas`: (type, area file) pairs scored off the
+    spine (none: synthetic districts, das.research.districts)."""
     run_dir = Path(run_dir)
     areas = tuple((str(t), str(p)) for t, p in areas)
     check_areas(areas)
-    try:
-        manifest = RunDir(run_dir).read_complete()
-    except RunDirError as e:
-        raise StudyError(str(e)) from None
-    estimators, mechanism = release_estimators(manifest, estimators)
-    persons, units = truth or recorded_truth(run_dir)
-    for path in (persons, units):
-        if not isinstance(path, InMemory) and not Path(path).exists():
-            raise StudyError(f"truth file {path} does not exist (pass {truth_option()})")
+    side = scored(run_dir)
+    estimators = _estimators(side, estimators)
+    if against is not None and truth is not None:
+        raise StudyError(f"give {truth_option()} or {option('against', 'DIR', python='against=')}, not both: a release "
+                         "is scored against the truth or against another release or estimate")
+    reference = None if against is None else scored(against, role="reference")
+    if reference is None:
+        persons, units = truth or recorded_truth(run_dir)
+        for path in (persons, units):
+            if not isinstance(path, InMemory) and not Path(path).exists():
+                raise StudyError(f"truth file {path} does not exist (pass {truth_option()})")
+    protected = [run_dir, *(p for _, p in areas)] + ([persons, units] if reference is None else [reference.path])
     out = Path(out) if out else metrics_dir(run_dir)
-    claim = outdir.check(out, METRICS, protected=[run_dir, persons, units, *(p for _, p in areas)])
-    schema = manifest.schema_of("persons")  # as the release pins it
+    claim = outdir.check(out, METRICS, protected=protected)
+    manifest, schema = side.manifest, side.schema()
     queries = scored_queries(schema, queries)  # refused before anything is read
-    standard = truth_context(persons, units, schema, manifest.levels)
-    ctx, order = on_release_spine(standard, run_dir, manifest.levels)
+    if reference is None:
+        standard = truth_context(persons, units, schema, manifest.levels)
+        ctx, _ = on_release_spine(standard, side.spine, manifest.levels)
+        blocks = standard.geography.blocks
+    else:
+        ctx, blocks = public_context(side, reference)
     ctx = with_groups(ctx, areas)
-    mdf = RunDir(run_dir).mdf("persons")
-    topdown = None
-    if "topdown" in estimators:
-        if not mdf.exists():
-            raise StudyError(f"{mdf} is missing: the topdown estimator reads the run's MDF")
-        records = read_records(mdf, ctx.schema, standard.geography.blocks)
-        topdown = block_histograms(records, ctx.geography.n_blocks, ctx.schema.size).tocsr()
-        topdown = topdown if order is None else topdown[order]
+    own = side.blocks(ctx.geography, blocks) if "topdown" in estimators else None
     nmf_dir = RunDir(run_dir).nmf_dir
     if (reading := from_nmf(estimators)) and not any(RunDir(run_dir).nmf_level_files(RELEASE, lv) for lv in manifest.levels):
         raise StudyError(f"{nmf_dir / RELEASE} is missing: the {' and '.join(reading)} estimators read the run's NMF")
@@ -179,21 +179,48 @@ def evaluate_run(run_dir, *, truth: tuple[Source, Source] | None = None, out=Non
     offspine.write_blocks(ctx.geography.blocks, out, _write_parquet)
     cert = manifest.certificate(RELEASE)
     rho = fraction_text(cert.rho if cert.rho is not None else cert.budget)  # the budget given ((eps, delta)-DP: no rho)
-    scores = named(score(ctx, nmf_dir, topdown, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
-                         tags={"rho": str(rho), "replicate": 0}), mechanism)
+    scores = named(score(ctx, nmf_dir, own, estimators=tuple(estimators), queries=queries, keep=tuple(keep),
+                         tags={"rho": str(rho), "replicate": 0}), side.own)
     write_parts(scores, out / "parts", rho_index=0, replicate=0)
-    meta = {
-        "kind": "run", "run_dir": str(run_dir), "spec_name": manifest.spec_name, "rhos": [str(rho)],
-        "study": {"spec": manifest.spec_name, "runs": 1, "estimators": [mechanism] if mechanism else list(estimators),
+    meta = _meta(side, reference, ctx, rho=rho, estimators=estimators, queries=queries, keep=keep, areas=areas)
+    meta.update(summarize(out))
+    (out / "study.json").write_text(json.dumps(meta, indent=2))
+    claim.finish()
+    return meta
+
+
+def _estimators(side: Scored, estimators) -> tuple[str, ...]:
+    """What is scored of a side: a release's estimators (release_estimators); an estimate's own alone."""
+    if side.estimate is None:
+        return release_estimators(side.manifest, estimators)[0]
+    own = side.estimate["estimator"]
+    if estimators is not None and tuple(estimators) not in ((own,), ("topdown",)):
+        raise StudyError(f"{side.path} is an estimate ({own}): only it can be scored, not {', '.join(estimators) or 'none'}; "
+                         f"leave {option('estimators')} out")
+    return ("topdown",)  # its histograms, scored as a release's MDF is and named after it
+
+
+def _meta(side: Scored, reference: Scored | None, ctx, *, rho: str, estimators, queries, keep, areas) -> dict:
+    """study.json of one scored release or estimate: what was scored, against what, how."""
+    manifest, mechanism = side.manifest, manifest_mechanism(side)
+    return {
+        "kind": "run", "run_dir": str(side.path), "spec_name": manifest.spec_name, "rhos": [str(rho)],
+        "study": {"spec": manifest.spec_name, "runs": 1, "estimators": [side.own] if side.own else list(estimators),
                   "queries": list(queries), "keep": list(keep), "seed": None, "areas": [list(a) for a in areas]},
-        "mechanism": ({"name": mechanism, "summary": manifest.mechanism.summary} if mechanism else None),
+        "mechanism": mechanism,
+        "estimate": None if side.estimate is None else {k: side.estimate[k] for k in ("estimator", "about", "notice")},
+        "against": None if reference is None else {
+            "path": str(reference.path), "what": reference.own or ("an estimate" if reference.estimate else "topdown"),
+            "note": "scored against this release or estimate, not the truth: every error is a difference from it, "
+                    "binned by its size"},
         "queries": list(queries), "levels": list(manifest.levels), "schema": ctx.schema.name,
         "randomness": manifest.randomness, "notice": CONFIDENTIAL, "confidential": True, "status": "complete",
         "n_blocks": ctx.geography.n_blocks,
         "units": {lv: int(ctx.geography.n_units(lv)) for lv in ctx.geography.levels},
         "areas": dict(ctx.groups.described), "composition": ctx.groups.shares is not None,
     }
-    meta.update(summarize(out))
-    (out / "study.json").write_text(json.dumps(meta, indent=2))
-    claim.finish()
-    return meta
+
+
+def manifest_mechanism(side: Scored) -> dict | None:
+    mechanism = side.manifest.mechanism
+    return None if mechanism is None else {"name": mechanism.name, "summary": mechanism.summary}

@@ -36,6 +36,19 @@ def size_bin(truth: np.ndarray) -> np.ndarray:
     return np.searchsorted(BIN_EDGES, truth, side="right") - 1
 
 
+def reference_sizes(counts: np.ndarray) -> np.ndarray:
+    """The sizes cells are binned by: true counts as they are; a fractional reference (das metrics --against an
+    estimate) rounded, and 0 where it is negative.
+
+    >>> reference_sizes(np.array([3, 0])), reference_sizes(np.array([2.6, -1.2]))
+    (array([3, 0]), array([3, 0]))
+    """
+    counts = np.asarray(counts)
+    if np.issubdtype(counts.dtype, np.integer) or np.array_equal(counts, np.rint(counts)):
+        return counts  # true counts (negative ones refused by size_bin)
+    return np.clip(np.rint(counts), 0, None).astype(np.int64)
+
+
 def _tvd(estimate: np.ndarray, truth: np.ndarray) -> tuple[float, int]:
     """(sum over geounits of TVD, number of geounits it is defined for) of (units x cells) arrays."""
     if truth.shape[1] < 2:
@@ -57,7 +70,7 @@ def error_stats(estimate: np.ndarray, truth: np.ndarray) -> pd.DataFrame:
         raise ValueError(f"estimate shape {estimate.shape} differs from truth shape {truth.shape}")
     t = truth.reshape(-1).astype(np.float64)
     err = estimate.reshape(-1) - t
-    bins = size_bin(truth.reshape(-1))
+    bins = size_bin(reference_sizes(truth.reshape(-1)))
     pos = t > 0
     rel = np.divide(err, t, out=np.zeros_like(err), where=pos)
     off = np.abs(err) > 0.05 * t + 1e-9  # float estimators: rounding noise is not an error

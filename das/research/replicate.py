@@ -170,8 +170,10 @@ def load_context(spec_path, seed: int | None, *, areas=(), delta: str | None = N
 
 
 def with_groups(ctx: Context, areas=()) -> Context:
-    """The context with its blocks' areas off the spine (area files, or synthetic districts) and composition."""
-    ctx.groups = offspine.block_groups(ctx.schema, ctx.geography.blocks, ctx.blocks, paths=dict(areas))
+    """The context with its blocks' areas off the spine (area files, or synthetic districts) and composition, of
+    the counts scored against (a fractional reference's at 0 where it is negative: das metrics --against)."""
+    counts = ctx.blocks if ctx.blocks.nnz == 0 or ctx.blocks.data.min() >= 0 else ctx.blocks.maximum(0)
+    ctx.groups = offspine.block_groups(ctx.schema, ctx.geography.blocks, counts, paths=dict(areas))
     return ctx
 
 
@@ -198,6 +200,11 @@ def scored_queries(schema: Schema, queries) -> tuple[str, ...]:
     return tuple(kept)
 
 
+def _counts(values: np.ndarray) -> np.ndarray:
+    """True counts as int64; a fractional reference (das metrics --against an estimate) as it is."""
+    return values.astype(np.int64) if np.array_equal(values, np.rint(values)) else values
+
+
 def _frames(ctx: Context, estimator: str, level: str, estimates: dict, *, keep):
     """Stats rows and kept per-geounit rows for one estimator at one level."""
     stats, errors = [], []
@@ -210,7 +217,7 @@ def _frames(ctx: Context, estimator: str, level: str, estimates: dict, *, keep):
             errors.append(pd.DataFrame({
                 "estimator": estimator, "level": level, "query": query,
                 "unit": units.ravel().astype(np.int32), "cell": cells.ravel().astype(np.int32),
-                "truth": truth.ravel().astype(np.int64), "estimate": np.asarray(est, np.float64).ravel(),
+                "truth": _counts(truth.ravel()), "estimate": np.asarray(est, np.float64).ravel(),
             }))
     return stats, errors
 

@@ -360,6 +360,10 @@ def _estimators_line(meta: dict) -> str:
         return (f"Estimator: {series.label(mechanism['name'])}, the release itself (das synth --mechanism "
                 f"{mechanism['name']}: {mechanism['summary']}); its MDF, as published, is the only estimate scored (a "
                 "synthetic release publishes no measurements to estimate from).")
+    estimate = meta.get("estimate")
+    if estimate:
+        return (f"Estimator: {series.label(estimate['estimator'])}, an estimate directory (das postprocess --estimator "
+                f"{estimate['estimator']}: {estimate['about']}). {estimate['notice']}.")
     estimators = list(meta["study"]["estimators"])
     about = "; ".join(ESTIMATORS[e].about for e in estimators if e in ESTIMATORS)  # said only of those computed
     head = "Estimators, all from the same noisy measurements" if len(estimators) > 1 else "Estimator"
@@ -384,6 +388,10 @@ def _intro(meta: dict) -> list[str]:
         "Errors are estimate minus truth per geounit and query cell, in persons. Size bins are by the true count of the "
         "cell. MALPE and MAPE are over cells with a positive true count.",
     ]
+    if against := meta.get("against"):
+        lines.append(f"Scored against {against['path']} ({against['what']}), NOT the truth: wherever this report says "
+                     "true or truth, read that release's or estimate's count; each error is a difference from it, and "
+                     "its size bins are its counts (rounded, 0 where negative).")
     lines += _offspine_intro(meta)
     if runs > 1:
         lines.append("t is the mean signed error divided by its standard error across replicates (|t| > 3: a bias the "

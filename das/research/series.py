@@ -26,6 +26,8 @@ class Series:
 
 SERIES = {
     # estimators of the same noisy measurements: das.research.estimators.ESTIMATORS, which name their own series
+    # other estimators of a published NMF (das postprocess --estimator, das.research.estimates)
+    "nnls": Series("nonnegative least squares (unrounded)", "#2B3D26"),
     # other mechanism families (das synth) and the unprotected reference
     "flat": Series("flat (block-level Gaussian)", "#F38400"),
     "stability": Series("stability histogram", "#875692"),
