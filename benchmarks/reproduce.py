@@ -1,6 +1,7 @@
 """`das postprocess` of a published Vermont release (issue 39): its NMF post-processed again from the bundle's
 public files alone, in a new process, beside the `das run` that made it (measurement, post-processing, outputs,
-validation), both seeded and on the same workers: what reproducing a release costs against making it."""
+validation), both seeded and on the same workers: what reproducing a release costs against making it; and the other
+estimators of the same NMF (`--estimator wls|nnls`) beside that reproduction."""
 
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ def reproduce_vt() -> dict:
         return _das("postprocess", str(bundle), "--out", str(Path(tmp) / "again"), "--workers", WORKERS, "-q")
 
 
+def estimate_vt(estimator: str):
+    def bench() -> dict:
+        bundle = _bundle()
+        with tempfile.TemporaryDirectory() as tmp:
+            return _das("postprocess", str(bundle), "--out", str(Path(tmp) / estimator), "--estimator", estimator,
+                        "--workers", WORKERS, "-q")
+    return bench
+
+
 def run_vt() -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         return _das("run", "vt_demo", "--seed", str(SEED), "--out", str(Path(tmp) / "vt"), "--workers", WORKERS, "-q")
@@ -61,4 +71,14 @@ BENCHES = [
           "2 workers", reproduce_vt, key="seconds", repeats=3,
           references={"das run vt_demo (the release it reproduces: measured, post-processed, validated)": run_vt},
           target="below the das run that made the release (no measurement, no input read)"),
+    Bench("estimate.vt.wls", "das postprocess --estimator wls of the published vt_demo release: the unconstrained WLS "
+          "of its persons NMF, level by level, written as an estimate directory (block histograms, tables), "
+          "2 workers", estimate_vt("wls"), key="seconds", repeats=3,
+          references={"das postprocess of the same bundle (TopDown, both releases)": reproduce_vt},
+          target="a research estimate: measured, no target"),
+    Bench("estimate.vt.nnls", "das postprocess --estimator nnls of the published vt_demo release: TopDown's per-parent "
+          "least squares of its persons NMF without rounding, written as an estimate directory, 2 workers",
+          estimate_vt("nnls"), key="seconds", repeats=3,
+          references={"das postprocess of the same bundle (TopDown, both releases)": reproduce_vt},
+          target="a research estimate: measured, no target"),
 ]

@@ -35,6 +35,7 @@ class Estimate:
     """
 
     path: Path
+    record: dict  # its estimate.json: estimator, what it is, the release it is of, whether nonnegative or private
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Estimate:
@@ -51,16 +52,7 @@ class Estimate:
         """
         from das.research.estimates import read_record
 
-        estimate = cls(Path(path))
-        read_record(estimate.path)
-        return estimate
-
-    @cached_property
-    def record(self) -> dict:
-        """Its estimate.json: estimator, what it is, the release it is of, whether it is nonnegative or private."""
-        from das.research.estimates import read_record
-
-        return read_record(self.path)
+        return cls(Path(path), read_record(Path(path)))
 
     @property
     def estimator(self) -> str:
@@ -132,8 +124,8 @@ def postprocess(bundle, *, out: str | os.PathLike, estimator: str = "topdown",
                            "out")
         from das.research.estimates import estimate
 
-        return Estimate(estimate(source, Path(out), estimator=estimator, settings=settings, workers=workers,
-                                 overwrite=overwrite).out_dir)
+        made = estimate(source, Path(out), estimator=estimator, settings=settings, workers=workers, overwrite=overwrite)
+        return Estimate(made.out_dir, made.record)
     from das.driver.postprocess import postprocess as post_process
 
     result = post_process(source, Path(out), settings=settings, workers=workers, overwrite=overwrite,

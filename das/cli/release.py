@@ -399,7 +399,7 @@ def _add_postprocess(sub) -> None:
                          "least squares without its rounding): an estimate directory, fractional, not a release")
     pp.add_argument("--settings", type=path, metavar="FILE", default=None,
                     help="a TOML file whose [postprocess] table (solver, rounding, passes, passes_by_level) replaces "
-                         "the published spec's: TopDown with other passes (topdown and nnls)")
+                         "the published spec's: TopDown with other passes (topdown and nnls; default: the published spec's)")
     pp.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, help="parallel solver processes")
     add_overwrite(pp, "the das release (an estimate is replaced without it)")
     pp.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -131,7 +131,7 @@ def add_parsers(sub) -> None:
                        help="confidential input files (default: the run's own inputs, from its operator record)")
     truth.add_argument("--against", type=path, metavar="DIR", default=None,
                        help="score against this release or estimate of the same geography instead of the truth: "
-                            "differences by level, size and composition, from public files alone")
+                            "differences by level, size and composition, from public files alone (default: against the truth)")
     m.add_argument("--out", type=path, default=None,
                    help="output directory, outside the release (default RUN_DIR-metrics, beside it; the scores hold "
                         "true counts: confidential). A rerun replaces its own earlier output; a directory holding "
