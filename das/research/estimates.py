@@ -156,11 +156,13 @@ def _write(out: Path, published: Published, blocks: sp.csr_matrix) -> None:
     """The histograms (nonzero cells), the persons tables with fractional answers, and the source's public facts."""
     schema, geography = published.pipeline.releases[RELEASE].schema, published.facts.geography
     coo = blocks.tocoo()
-    rank = np.empty(len(geography.blocks), dtype=np.int64)
-    rank[np.argsort(geography.blocks, kind="stable")] = np.arange(len(geography.blocks))  # geocode order, any spine
-    order = np.lexsort((coo.col, rank[coo.row]))
-    _parquet(pa.table({"GEOID": pa.array(geography.blocks[coo.row[order]]).dictionary_encode(),
-                       "CELL": pa.array(coo.col[order].astype(np.int32)),
+    by_geocode = np.argsort(geography.blocks, kind="stable")
+    rank = np.empty(len(by_geocode), dtype=np.int32)
+    rank[by_geocode] = np.arange(len(by_geocode))  # a block's place in geocode order, whatever the spine
+    rows = rank[coo.row]
+    order = np.lexsort((coo.col, rows))
+    geoid = pa.DictionaryArray.from_arrays(pa.array(rows[order]), pa.array(geography.blocks[by_geocode].astype(str)))
+    _parquet(pa.table({"GEOID": geoid, "CELL": pa.array(coo.col[order].astype(np.int32)),
                        "COUNT": pa.array(coo.data[order].astype(np.float64))}), out / HISTOGRAMS)
     for spec in _tables(published):
         _parquet(_fractional_table(schema, spec, geography, blocks), out / "tables" / f"{spec.name}.parquet")
@@ -206,20 +208,24 @@ def is_estimate(path: str | Path) -> bool:
 def read_histograms(path: str | Path, blocks: np.ndarray, n_cells: int) -> sp.csr_matrix:
     """An estimate's block histograms (n_blocks x n_cells float64) with rows in the order of `blocks` (GEOIDs); a
     GEOID the estimate holds that is not among them, or a cell beyond the schema, is a RunError."""
-    table = pq.read_table(Path(path) / HISTOGRAMS)
-    geoids = table.column("GEOID").combine_chunks()
-    geoids = geoids.dictionary_decode() if pa.types.is_dictionary(geoids.type) else geoids
-    geoids = np.asarray(geoids.to_pylist(), dtype=object)
+    file = Path(path) / HISTOGRAMS
+    table = pq.read_table(file)
     order = np.argsort(blocks)
-    at = np.searchsorted(blocks, geoids, sorter=order)
-    at = np.minimum(at, len(blocks) - 1)
-    rows = order[at]
-    unknown = blocks[rows] != geoids
-    if unknown.any():
-        raise RunError(f"{Path(path) / HISTOGRAMS}: block {geoids[unknown][0]} is not a block of the geography scored")
+    rows = []
+    for chunk in table.column("GEOID").chunks:  # each a dictionary of GEOIDs and indices into it (or plain text)
+        names, index = ((chunk.dictionary, chunk.indices.to_numpy()) if pa.types.is_dictionary(chunk.type)
+                        else (chunk, np.arange(len(chunk))))
+        names = np.asarray(names.to_pylist(), dtype=object)
+        at = order[np.minimum(np.searchsorted(blocks, names, sorter=order), len(blocks) - 1)]
+        used = np.unique(index)
+        unknown = used[blocks[at[used]] != names[used]]
+        if unknown.size:
+            raise RunError(f"{file}: block {names[unknown[0]]} is not a block of the geography scored")
+        rows.append(at[index])
     cells = table.column("CELL").to_numpy()
     if cells.size and (cells.max() >= n_cells or cells.min() < 0):
-        raise RunError(f"{Path(path) / HISTOGRAMS}: cell {cells.max()} is not a cell of the schema ({n_cells} cells)")
+        raise RunError(f"{file}: cell {cells.max()} is not a cell of the schema ({n_cells} cells)")
+    rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     return sp.csr_matrix((table.column("COUNT").to_numpy(), (rows, cells)), shape=(len(blocks), n_cells))
 
 
