@@ -218,6 +218,18 @@ def test_a_release_on_the_optimized_spine_post_processes_to_itself(tmp_path):
     assert (bundle / "spine.parquet").is_file()
     again = postprocess(bundle, tmp_path / "again")
     assert again.valid and _outputs_equal(run_dir, again.out_dir) == []
+    # the other estimators read the NMF on the spine too: WLS as das metrics computes it there, by GEOID
+    from das.frame.bundle import input_paths
+
+    truth = tuple(input_paths(run_dir)[k] for k in ("persons", "units"))
+    wls = das.postprocess(bundle, out=tmp_path / "wls", estimator="wls")
+    assert (wls.path / "source/spine.parquet").is_file()
+    ours = das.metrics(wls, truth=truth, out=tmp_path / "m1").frame("errors").set_index(["level", "unit"])
+    theirs = das.metrics(run_dir, estimators=("wls",), out=tmp_path / "m2").frame("errors").set_index(["level", "unit"])
+    np.testing.assert_allclose(ours["estimate"].sort_index(), theirs["estimate"].sort_index(), atol=1e-8)
+    nnls = das.postprocess(bundle, out=tmp_path / "nnls", estimator="nnls")
+    total = das.metrics(nnls, against=bundle, out=tmp_path / "m3").metrics.query("query == 'total' and bin == 'all'")
+    assert total.set_index("level").loc["nation", "mae"] < 1e-6
 
 
 @pytest.mark.slow

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -57,7 +56,8 @@ ESTIMATE = outdir.Owner("das postprocess --estimator", "estimate directory",
 @dataclass(frozen=True)
 class Estimator:
     """An estimator das postprocess writes as an estimate: its name, what it is, whether its counts are nonnegative,
-    and `make(published, workers=, settings=)` -> the persons block histograms (n_blocks x n_cells float64)."""
+    and `make(published, workers=)` -> the persons block histograms (n_blocks x n_cells float64); whether it takes
+    post-processing settings (a [postprocess] table: passes, solver)."""
 
     name: str
     about: str
@@ -101,8 +101,7 @@ ESTIMATES: dict[str, Estimator] = {e.name: e for e in (
 @dataclass(frozen=True)
 class EstimateResult:
     out_dir: Path
-    record: dict
-    summary: str
+    record: dict  # estimate.json
 
 
 def estimate(bundle: str | Path, out: str | Path, *, estimator: str, settings: str | Path | Mapping | None = None,
@@ -115,23 +114,20 @@ def estimate(bundle: str | Path, out: str | Path, *, estimator: str, settings: s
     if settings is not None and not chosen.takes_settings:
         raise RunError(f"estimator {estimator} takes no post-processing settings (it has no passes, solver or "
                        "rounding); leave --settings out")
-    t0 = time.perf_counter()
     published = read_published(bundle, settings)
     out = Path(out)
     claim = outdir.check(out, ESTIMATE, overwrite=overwrite, protected=[published.source.path])
     blocks = chosen.make(published, workers=workers)  # before anything is written: a failure leaves nothing
     claim.start()
-    record = _record(published, chosen, blocks)
+    record = _record(published, chosen)
     _write(out, published, blocks)
-    with atomic.replacing(out / RECORD) as tmp:
+    with atomic.replacing(out / RECORD) as tmp:  # last: a directory without it is no estimate
         tmp.write_text(json.dumps(record, indent=2) + "\n")
     claim.finish()
-    seconds = time.perf_counter() - t0
-    return EstimateResult(out, record, f"{estimator} estimate of {published.source.path} in {out} ({seconds:.1f} s): "
-                                       f"{record['notice']}")
+    return EstimateResult(out, record)
 
 
-def _record(published: Published, chosen: Estimator, blocks: sp.csr_matrix) -> dict:
+def _record(published: Published, chosen: Estimator) -> dict:
     """estimate.json: what the estimate is, of which release, made how; nothing of the confidential data (its
     numbers are functions of the published NMF and invariants)."""
     manifest = published.manifest
