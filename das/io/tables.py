@@ -88,8 +88,10 @@ def table_matrix(schema: Schema, spec: TableSpec) -> sp.csr_matrix:
 
 
 def table_answers(schema: Schema, spec: TableSpec, histograms: sp.spmatrix) -> np.ndarray:
-    """(n_rows x n_columns) int64: the table's answers for each row of (n_rows x n_cells) histograms."""
-    return (histograms @ table_matrix(schema, spec).T.tocsc()).toarray().astype(np.int64)
+    """(n_rows x n_columns): the table's answers for each row of (n_rows x n_cells) histograms, int64 (a research
+    estimate's fractional histograms give float64 answers: das.research.estimates)."""
+    answers = (histograms @ table_matrix(schema, spec).T.tocsc()).toarray()
+    return answers if np.issubdtype(histograms.dtype, np.floating) else answers.astype(np.int64)
 
 
 def level_rows(schema: Schema, spec: TableSpec, level: str, geocodes: np.ndarray, *,

@@ -38,8 +38,7 @@ from das.frame.checkpoint import file_sha256
 from das.frame.rundir import ESTIMATE_RECORD as RECORD
 from das.frame.rundir import MANIFEST, nmf_level_path
 from das.io import nmf
-from das.io.tables import level_rows, table_matrix
-from das.model.schema import Schema
+from das.io.tables import compute_table
 from das.research.estimators import wls_level, wls_unsupported
 from das.topdown.engine import postprocess as topdown
 from das.topdown.rounding import NO_ROUNDING
@@ -161,22 +160,14 @@ def _write(out: Path, published: Published, blocks: sp.csr_matrix) -> None:
     _parquet(pa.table({"GEOID": geoid, "CELL": pa.array(coo.col[order].astype(np.int32)),
                        "COUNT": pa.array(coo.data[order].astype(np.float64))}), out / HISTOGRAMS)
     for spec in _tables(published):
-        _parquet(_fractional_table(schema, spec, geography, blocks), out / "tables" / f"{spec.name}.parquet")
+        table = pa.Table.from_pandas(compute_table(schema, spec, geography, blocks), preserve_index=False)
+        _parquet(table.replace_schema_metadata(None), out / "tables" / f"{spec.name}.parquet")
     (out / SOURCE).mkdir(parents=True, exist_ok=True)
     source = published.source
     for path in (source.manifest_path, source.block_invariants, source.spine):
         if path.is_file():
             with atomic.replacing(out / SOURCE / path.name) as tmp:
                 shutil.copyfile(path, tmp)
-
-
-def _fractional_table(schema: Schema, spec, geography, blocks: sp.csr_matrix) -> pa.Table:
-    """A table's rows at every level as the release writes them (level, geocode, a column per cell), float answers."""
-    matrix = table_matrix(schema, spec).T.tocsc().astype(np.float64)
-    frames = [level_rows(schema, spec, level, geography.units(level),
-                         answers=np.asarray((geography.aggregate(blocks, level) @ matrix).todense()))
-              for level in geography.levels]
-    return pa.concat_tables(pa.Table.from_pandas(f, preserve_index=False) for f in frames).replace_schema_metadata(None)
 
 
 def _parquet(table: pa.Table, path: Path) -> None:

@@ -202,7 +202,7 @@ def _estimators(side: Scored, estimators) -> tuple[str, ...]:
 
 def _meta(side: Scored, reference: Scored | None, ctx, *, rho: str, estimators, queries, keep, areas) -> dict:
     """study.json of one scored release or estimate: what was scored, against what, how."""
-    manifest, mechanism = side.manifest, manifest_mechanism(side)
+    manifest, mechanism = side.manifest, _mechanism(side)
     return {
         "kind": "run", "run_dir": str(side.path), "spec_name": manifest.spec_name, "rhos": [str(rho)],
         "study": {"spec": manifest.spec_name, "runs": 1, "estimators": [side.own] if side.own else list(estimators),
@@ -221,6 +221,6 @@ def _meta(side: Scored, reference: Scored | None, ctx, *, rho: str, estimators, 
     }
 
 
-def manifest_mechanism(side: Scored) -> dict | None:
+def _mechanism(side: Scored) -> dict | None:
     mechanism = side.manifest.mechanism
     return None if mechanism is None else {"name": mechanism.name, "summary": mechanism.summary}
