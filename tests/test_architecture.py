@@ -29,7 +29,8 @@ LAYERS = [  # docs/architecture.md, top to bottom; a module imports only from it
      "das.mechanisms.mwem", "das.mechanisms.privbayes", "das.mechanisms.privsyn", "das.mechanisms.pgm",
      "das.mechanisms.mst", "das.mechanisms.aim", "das.mechanisms.registry", "das.mechanisms.rounding",
      "das.mechanisms.rap", "das.attack.rap", "das.attack.workload"},  # the relaxed projection: attack and mechanism
-    {"das.driver.runspec", "das.driver.preflight", "das.driver.pipeline", "das.driver.partitioned", "das.driver.states",
+    {"das.driver.runspec", "das.driver.preflight", "das.driver.inputs", "das.driver.pipeline", "das.driver.partitioned",
+     "das.driver.states",
      "das.driver.admission", "das.driver.run", "das.driver.postprocess",
      "das.driver.newspec", "das.frame.bundle", "das.frame.published", "das.frame.lifecycle", "das.frame.publish",
      "das.frame.summary", "das.io.summary_files",

@@ -20,26 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
-import scipy.sparse as sp
 
 import das
 from das.core.errors import RunError
 from das.core.paths import CHECKOUT
 from das.driver import preflight
+from das.driver.inputs import Confidential, Preflight, Reader, read_partition
 from das.driver.runspec import Budget, ReleaseSpec, RunSpec, load_run_spec
 from das.frame import bundle
-from das.frame.records import PublishedInvariants, SpineRecord
-from das.io.areas import read_areas
-from das.io.microdata import read_inputs
-from das.io.outputs import SolvedRelease
 from das.io.tables import load_tables, table_widths
-from das.model.geography import Geography
-from das.model.rules import Invariants, household_persons
+from das.model.rules import household_persons
 from das.model.schema import Schema, load_schema
-from das.model.spine import block_order, recut_level, spine_geography
+from das.model.spine import recut_level
 from das.privacy.accounting import Allocation, PrivacyAccountant, allocate, certificate, rho_for_eps
 from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
@@ -82,68 +74,6 @@ class ReleasePlan:
     @property
     def measured(self) -> Measured:
         return Measured(self.name, self.schema, self.allocation)
-
-
-class InputsRead(Protocol):
-    """What a run has read of its confidential inputs: whole (`Confidential`) or a partitioned run's states
-    (das.driver.partitioned.Tops). Both say what is published exactly, before any noise, and their size."""
-
-    def published_invariants(self) -> PublishedInvariants: ...
-
-    @property
-    def n_blocks(self) -> int: ...
-
-    @property
-    def spine_record(self) -> SpineRecord | None: ...
-
-
-@dataclass(frozen=True)
-class Confidential:
-    """The inputs as read: geography, published invariants, true block histograms per release.
-    Like a partitioned run's das.driver.partitioned.Tops, it says what is published exactly and its size.
-    On a spine other than the standard one (`on_spine`) the blocks are in the spine's order and
-    `tabulation` is the standard geography the outputs are written in."""
-
-    geography: Geography
-    invariants: Invariants
-    histograms: dict[str, sp.csr_matrix]
-    tabulation: Geography | None = None
-    spine_record: SpineRecord | None = None
-
-    def on_spine(self, spine: Geography, record: SpineRecord | None = None) -> Confidential:
-        """The same inputs with the blocks in the order of `spine` (the engine's geography)."""
-        if spine is self.geography:
-            return self
-        order = block_order(spine, self.geography)
-        invariants = replace(self.invariants, housing_units=self.invariants.housing_units[order],
-                             gq_facilities=self.invariants.gq_facilities[order])
-        histograms = {name: None if h is None else h[order] for name, h in self.histograms.items()}
-        return Confidential(spine, invariants, histograms, tabulation=self.geography, spine_record=record)
-
-    def published_invariants(self) -> PublishedInvariants:
-        """The invariants published exactly (outside the budget) that a validator checks from the bundle alone."""
-        units = self.geography.units
-        return PublishedInvariants({level: dict(zip(units(level).tolist(), map(int, totals)))
-                                    for level, totals in self.invariants.total_population.items()})
-
-    @property
-    def n_blocks(self) -> int:
-        return self.geography.n_blocks
-
-    def without_truth(self) -> Confidential:
-        """The same inputs with the true counts dropped (past the measurement they are not needed)."""
-        return replace(self, histograms={})
-
-    def solved_release(self, schemas: dict[str, Schema], solved: dict[str, sp.csr_matrix]) -> SolvedRelease:
-        """What the writers (das.io.outputs) take of a release solved from these inputs: in the standard
-        geography, whatever the spine."""
-        if self.tabulation is None:
-            return SolvedRelease(self.geography, schemas, solved, self.invariants.gq_facilities,
-                                 housing_units=self.invariants.housing_units)
-        back = np.argsort(block_order(self.geography, self.tabulation))
-        return SolvedRelease(self.tabulation, schemas, {name: h[back] for name, h in solved.items()},
-                             self.invariants.gq_facilities[back], spine=self.geography,
-                             housing_units=self.invariants.housing_units[back])
 
 
 def release_rho(release: ReleaseSpec, strategy: Strategy, delta: Fraction) -> Fraction | None:
@@ -215,36 +145,32 @@ class Pipeline:
         """Metadata every Parquet output of this run carries (privacy mode, certificate, spec digest, version)."""
         return bundle.parquet_metadata(self.rng.private, self.certificates, self.public_spec()[1], code_version())
 
+    def reader(self, states: tuple[str, ...] = ()) -> Reader:
+        """How this run reads its inputs, whole or (`states`: a partitioned run's) one state at a time."""
+        return Reader(self.schemas, self.spec.levels, self.spec.spine, dict(self.spec.areas), states)
+
+    def preflight(self, out_dir: Path) -> Preflight:
+        """The input preflight of this run's plans into `out_dir` (feasibility of the invariants, disk space)."""
+        return preflight.input_check(self.schemas, {n: r.allocation for n, r in self.releases.items()},
+                                     out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
+                                     pl94171=self.spec.pl94171)
+
     def read_inputs(self, out_dir: Path | None = None) -> Confidential:
-        """Read and validate the inputs. With `out_dir`, the input preflight runs too (feasibility
-        of the invariants, disk space): everything here happens before any noise is drawn."""
+        """Read and validate the inputs whole (das.driver.inputs.read_partition). With `out_dir`, the input
+        preflight runs too (feasibility of the invariants, disk space): everything here happens before any
+        noise is drawn."""
         t0 = time.perf_counter()
         logger.info(f"reading and checking the inputs ({self.spec.persons_path.name}, {self.spec.units_path.name})")
-        inputs = read_inputs(self.spec.persons_path, self.spec.units_path, self.schemas["persons"],
-                             self.schemas.get("units"))
-        geography = Geography.from_blocks(inputs.inventory.blocks, self.spec.levels)
-        if out_dir is not None:
-            preflight.check_inputs(self.schemas, inputs, geography, {n: r.allocation for n, r in self.releases.items()},
-                                   out_dir=out_dir, table_columns=table_widths(self.tables, self.schemas),
-                                   pl94171=self.spec.pl94171)
-        spine, record = self.spine(geography)  # public geography: the block list and the declared areas
-        invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
-        histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
+        confidential = read_partition(self.reader(), self.spec.persons_path, self.spec.units_path,
+                                      preflight=None if out_dir is None else self.preflight(out_dir)).confidential
         self.timings["read_inputs"] = time.perf_counter() - t0
-        logger.info(f"read {int(inputs.person_histograms.sum()):,} persons in {geography.n_blocks:,} blocks "
-                 f"({self.timings['read_inputs']:.1f} s)")
-        return Confidential(geography, invariants, histograms).on_spine(spine, record)
-
-    def spine(self, geography: Geography) -> tuple[Geography, SpineRecord | None]:
-        """The engine's geography for the spec's spine and declared areas (their files read and checked
-        against the blocks: InputError before anything is drawn), and what the manifest records of it."""
-        if self.spec.spine == "standard":
-            return geography, None
-        areas = read_areas(self.spec.areas, geography.blocks)
-        spine = spine_geography(self.spec.spine, geography, areas.ids)
-        logger.info(f"{self.spec.spine} spine: {spine.n_units(recut_level(spine.levels)):,} units at "
-                    f"{recut_level(spine.levels)} for the areas {', '.join(areas.types)}")
-        return spine, SpineRecord(self.spec.spine, {t: f.sha256 for t, f in areas.files.items()})
+        if confidential.spine_record is not None:
+            spine = confidential.geography
+            logger.info(f"{self.spec.spine} spine: {spine.n_units(recut_level(spine.levels)):,} units at "
+                        f"{recut_level(spine.levels)} for the areas {', '.join(self.spec.areas)}")
+        logger.info(f"read {int(confidential.histograms['persons'].sum()):,} persons in {confidential.n_blocks:,} "
+                    f"blocks ({self.timings['read_inputs']:.1f} s)")
+        return confidential
 
     def measure(self, confidential: Confidential, target: Target) -> None:
         """Measure every release into target.nmf_dir, charging an exact accountant before any draw.

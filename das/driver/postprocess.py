@@ -28,7 +28,8 @@ import tomli_w
 from das.core import atomic
 from das.core.errors import RunError, SpecError
 from das.driver import preflight
-from das.driver.pipeline import Confidential, Pipeline, ReleasePlan, code_version
+from das.driver.inputs import Confidential
+from das.driver.pipeline import Pipeline, ReleasePlan, code_version
 from das.driver.run import RunOptions, RunResult, completion, log_levels
 from das.driver.runspec import DICT_SPEC, ReleaseSpec, RunSpec, load_run_spec
 from das.frame import outdir

@@ -239,6 +239,14 @@ def check_inputs(schemas: dict, inputs, geography, allocations: dict, *, out_dir
     return space
 
 
+def input_check(schemas: dict, allocations: dict, *, out_dir: Path, table_columns: tuple[int, ...] = (),
+                pl94171: bool = False):
+    """check_inputs with a run's plans bound: what das.driver.inputs.read_partition runs on the inputs it reads
+    (the whole input, or each state's), before any noise."""
+    return lambda inputs, geography: check_inputs(schemas, inputs, geography, allocations, out_dir=out_dir,
+                                                  table_columns=table_columns, pl94171=pl94171)
+
+
 def check_space(space: SpaceEstimate, out_dir: Path, *, pl94171: bool = False) -> None:
     if not space.enough:
         raise PreflightError(f"not enough free space for {out_dir}: the outputs need about {_size(space.needed)} "

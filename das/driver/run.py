@@ -19,8 +19,9 @@ from das.core.errors import BudgetError, InputError, OutDirError, RunError, RunS
 from das.core.executors import lasting, make_executor
 from das.driver import preflight
 from das.driver.admission import TASK_MB_PER_PERSON, task_budget_mb
+from das.driver.inputs import Confidential, InputsRead
 from das.driver.partitioned import Tops, measure_states, read_states, run_states
-from das.driver.pipeline import Confidential, InputsRead, Pipeline, code_version
+from das.driver.pipeline import Pipeline, code_version
 from das.driver.runspec import Budget, RunSpec, load_run_spec
 from das.frame import bundle, signing
 from das.frame.checkpoint import Checkpoints, is_disk_full

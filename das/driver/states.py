@@ -23,23 +23,21 @@ from das.driver import preflight
 from das.driver.admission import (
     TASK_MB_PER_PERSON,
 )
-from das.driver.pipeline import Confidential, Pipeline
+from das.driver.inputs import Reader, read_partition
+from das.driver.pipeline import Pipeline
 from das.frame.checkpoint import load_solved, save_arrays, save_solved
 from das.frame.lifecycle import output_plan
 from das.frame.records import SpineRecord
 from das.frame.rundir import RunDir
 from das.io import parts as state_parts
-from das.io.areas import Scope, read_areas
 from das.io.invariants import write_block_invariants
-from das.io.microdata import read_inputs
 from das.io.outputs import OutputPlan, Part, write_spine
-from das.io.partitions import PartitionError, StateInputs, state_inputs
+from das.io.partitions import StateInputs, state_inputs
 from das.io.tables import table_widths
 from das.model.geography import Geography
 from das.model.levels import NATION, STATE
 from das.model.rules import Bounds, Invariants, household_persons, level_bounds
 from das.model.schema import Schema
-from das.model.spine import spine_geography
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
 from das.topdown.measure import Measured, Target, measure_release
 from das.topdown.problem import FailsafeEvent
@@ -99,6 +97,11 @@ class Work:
         """Where the run's files are: the NMF, and each state's facts, solutions, checkpoints and parts."""
         return RunDir(self.run_dir)
 
+    @property
+    def reader(self) -> Reader:
+        """How a state task reads its inputs: its own rows of the area files (das.driver.inputs)."""
+        return Reader(self.schemas, self.levels, self.spine, self.areas, self.states)
+
     def below(self) -> tuple[str, ...]:
         return self.levels[len(TOP):]
 
@@ -119,46 +122,24 @@ class StateTop:
         return int(next(b for b in self.bounds if b.query == "total").lower[0, 0])
 
 
-def _read(work: Work, si: StateInputs):
-    inputs = read_inputs(si.persons, si.units, work.schemas["persons"], work.schemas.get("units"))
-    geography = Geography.from_blocks(inputs.inventory.blocks, work.levels)
-    found = geography.units(STATE).tolist()
-    if found != [si.state]:
-        raise PartitionError(f"{si.units}: holds blocks of state(s) {', '.join(found)}; the file is named for state "
-                             f"{si.state} and must hold only that state's blocks")
-    invariants = Invariants.from_inputs(inputs.inventory, inputs.person_histograms, geography)
-    return inputs, geography, invariants
-
-
-def _spine(work: Work, si: StateInputs, geography: Geography) -> tuple[Geography, SpineRecord | None]:
-    """The state's part of the spine: its rows of the area files (checked against its blocks) and its units."""
-    if work.spine == "standard":
-        return geography, None
-    areas = read_areas(work.areas, geography.blocks, scope=Scope(si.state, work.states))
-    return (spine_geography(work.spine, geography, areas.ids),
-            SpineRecord(work.spine, {t: f.sha256 for t, f in areas.files.items()}))
-
-
-def _on_spine(work: Work, si: StateInputs):
-    """A state's inputs read, with its blocks, histograms and facts in the order of its spine."""
-    inputs, geography, invariants = _read(work, si)
-    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
-    confidential = Confidential(geography, invariants, histograms).on_spine(_spine(work, si, geography)[0])
-    return confidential.geography, confidential.invariants, confidential.histograms
+def _read(work: Work, si: StateInputs, preflight=None):
+    """A state's inputs read (das.driver.inputs.read_partition), on its part of the spine."""
+    return read_partition(work.reader, si.persons, si.units, state=si.state, preflight=preflight)
 
 
 def read_state(task: tuple[Work, StateInputs]) -> StateTop:
-    """A: a state's inputs read and checked (and the input preflight passed); only its top leaves the worker."""
+    """A: a state's inputs read and checked (the input preflight passed, the area files checked); only its top
+    leaves the worker."""
     work, si = task
-    inputs, geography, invariants = _read(work, si)
-    space = preflight.check_inputs(work.schemas, inputs, geography, {n: m.allocation for n, m in work.plans.items()},
-                                   out_dir=work.run_dir, table_columns=table_widths(work.outputs.tables, work.schemas),
-                                   pl94171=work.outputs.pl94171)
-    _, spine = _spine(work, si, geography)  # the area files checked here too, before any noise
-    histograms = {"persons": inputs.person_histograms, "units": inputs.unit_histograms}
-    truth = {name: geography.aggregate(histograms[name], STATE) for name in work.plans}
-    return StateTop(si.state, geography.n_blocks, truth,
-                    level_bounds(work.schemas["persons"], invariants, geography, level=STATE), space.needed, spine)
+    part = _read(work, si, preflight.input_check(work.schemas, {n: m.allocation for n, m in work.plans.items()},
+                                                 out_dir=work.run_dir,
+                                                 table_columns=table_widths(work.outputs.tables, work.schemas),
+                                                 pl94171=work.outputs.pl94171))
+    c = part.confidential
+    truth = {name: c.geography.aggregate(c.histograms[name], STATE) for name in work.plans}
+    return StateTop(si.state, c.n_blocks, truth,
+                    level_bounds(work.schemas["persons"], c.invariants, c.geography, level=STATE),
+                    part.checked.needed, c.spine_record)
 
 
 @dataclass(frozen=True)
@@ -203,7 +184,8 @@ def measure_state(task: tuple[Work, StateInputs], executor=None) -> tuple[Geogra
     """Read a state again and measure its levels below the state into its own NMF files (committed chunks are
     reused), its chunks drawn on `executor` (a wide state's own pool) or in this process."""
     work, si = task
-    geography, invariants, histograms = _on_spine(work, si)
+    confidential = _read(work, si).confidential
+    geography, invariants, histograms = confidential.geography, confidential.invariants, confidential.histograms
     for name, measured in work.plans.items():
         measure_release(measured, geography, histograms[name], rng=work.rng,
                         target=Target(work.nmf_dir, metadata=work.metadata, executor=executor, state=si.state),

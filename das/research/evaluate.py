@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from das.core.errors import StudyError, option
-from das.driver.pipeline import Confidential
+from das.driver.inputs import Confidential
 from das.frame import outdir
 from das.frame.bundle import DATAFRAMES, BundleError, input_paths, read_process
 from das.frame.rundir import RunDir
