@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -29,23 +28,10 @@ from das.model.schema import Schema
 from das.model.spine import block_order, spine_geography
 
 
-class InputsRead(Protocol):
-    """What a run has read of its confidential inputs: whole (`Confidential`) or a partitioned run's states
-    (das.driver.partitioned.Tops). Both say what is published exactly, before any noise, and their size."""
-
-    def published_invariants(self) -> PublishedInvariants: ...
-
-    @property
-    def n_blocks(self) -> int: ...
-
-    @property
-    def spine_record(self) -> SpineRecord | None: ...
-
-
 @dataclass(frozen=True)
 class Confidential:
-    """The inputs as read: geography, published invariants, true block histograms per release.
-    Like a partitioned run's das.driver.partitioned.Tops, it says what is published exactly and its size.
+    """The inputs of a partition as read (das.driver.inputs.read_partition): geography, invariants, true block
+    histograms per release; what it publishes exactly and its size.
     On a spine other than the standard one (`on_spine`) the blocks are in the spine's order and
     `tabulation` is the standard geography the outputs are written in."""
 

@@ -1,21 +1,25 @@
-"""A partitioned run: the driver holds the nation and the states, the workers everything below.
+"""The driver of every TopDown run: a run is its partitions, the driver holds the top above them.
 
-With inputs given as one file per state (das.io.partitions), a run goes
+A partitioned run's partitions are its states' files (das.io.partitions); a whole run's one partition
+is the whole input, rooted at the nation, and held in the driver's process. A run goes
 
-    per state  A  read and check the inputs: the state's true histograms and bounds (in memory only)
-    driver        charge the whole plan; measure the nation and the states; solve them (persons)
-    per state  B  read again, measure county..block into the state's NMF files, solve persons below the state
-    driver        solve the units' nation and states (their bounds need the persons' household persons)
-    per state  C  solve units below the state, write the state's output parts
-    driver        assemble the release files from the parts, streaming (das.io.parts)
+    per partition  A  read and check the inputs: the partition's top (its states' true histograms and bounds)
+    driver            charge the whole plan; measure and solve the top (persons): the nation and the states
+    per partition  B  measure the levels below the top into its NMF files, solve persons below the top
+    driver            solve the units' top (their bounds need the persons' household persons)
+    per partition  C  solve units below the top, write its output parts
+    driver            write the release: assemble the files from the states' parts, streaming (das.io.parts),
+                      or write the whole input's solution (das.io.outputs.write_release)
 
-so the driver's memory follows the number of states, and a worker's the largest state; a large
-state solves on several slots (a pool of its own, `widths`), so few large states still use every
-core. No noise
-is drawn before every state's inputs have passed A. A state's chunks draw from streams named by
-the state; on resume every NMF file and committed chunk, solved level and batch, and state's
-parts is reused, never drawn or solved again. The operator files of each state (its facts, its
-solution, its parts) live under checkpoints/states/<state>/ and go with the checkpoints.
+A whole run has no top: the driver charges the plan and its partition does the rest in the driver's
+process, with the run's pool, its inputs read once. A partitioned run's state tasks go to the workers,
+so the driver's memory follows the number of states and a worker's the largest state; a large state
+solves on several slots (a pool of its own, `widths`), so few large states still use every core. No
+noise is drawn before every partition has passed A. A state's chunks draw from streams named by the
+state, the whole input's from the run's; on resume every NMF file and committed chunk, solved level
+and batch, and state's parts is reused, never drawn or solved again. The operator files of each state
+(its facts, its solution, its parts) live under checkpoints/states/<state>/ and go with the checkpoints;
+the whole input's solved levels and batches under checkpoints/<release>/.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from das.core.errors import RunError
 from das.core.executors import largest_first
 from das.driver import preflight
 from das.driver.admission import (
@@ -39,32 +43,34 @@ from das.driver.admission import (
     widths,
     worker_budgets,
 )
+from das.driver.inputs import Confidential
 from das.driver.pipeline import Pipeline
 from das.driver.states import (
     TOP,
+    Held,
     StateTop,
     Work,
     finish_state,
+    measure_partition,
     measure_state_task,
     read_state,
     record_report,
     report_record,
     solve_state,
 )
-from das.frame.checkpoint import load_solved, save_solved
+from das.frame.checkpoint import crash_point, load_solved, save_solved
 from das.frame.records import PublishedInvariants, SpineRecord
 from das.frame.rundir import RunDir, nmf_level_path
 from das.io import nmf
 from das.io import parts as state_parts
-from das.io.outputs import NationRelease, assemble_spine, concatenate_parts
-from das.io.partitions import PartitionError, StateInputs, state_inputs
+from das.io.outputs import NationRelease, assemble_spine, concatenate_parts, write_release
+from das.io.partitions import PartitionError, StateInputs, is_partitioned, state_inputs
 from das.model.levels import NATION, STATE
 from das.model.rules import Bounds
 from das.model.schema import Schema
-from das.privacy.accounting import PrivacyAccountant
 from das.topdown.batch import BatchReads, BatchTask, ChildLimits, Family, timed_solve_batch
 from das.topdown.engine import EngineOptions, LevelReport
-from das.topdown.measure import Target, charge, measure_level
+from das.topdown.measure import Target, measure_level
 from das.topdown.optimality import merge_certificates
 from das.topdown.solve import solve_root
 
@@ -73,14 +79,21 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Tops:
-    """The states of a partitioned run after A, in FIPS order: what the driver holds."""
+    """The partitions of a run after A, in FIPS order (the whole input: one): what the driver holds."""
 
     inputs: list[StateInputs]
     states: list[StateTop]
 
     def published_invariants(self) -> PublishedInvariants:
-        totals = {s.state: s.population for s in self.states}
-        return PublishedInvariants({NATION: {"": sum(totals.values())}, STATE: totals})
+        """The partitions' totals held exactly: the nation's summed, the states' side by side."""
+        merged: dict[str, dict[str, int]] = {}
+        for top in self.states:
+            for level, totals in top.published.total_population.items():
+                if level == NATION:
+                    merged[NATION] = {"": merged.get(NATION, {}).get("", 0) + totals[""]}
+                else:
+                    merged.setdefault(level, {}).update(totals)
+        return PublishedInvariants(merged)
 
     @property
     def n_blocks(self) -> int:
@@ -92,8 +105,21 @@ class Tops:
 
     @property
     def spine_record(self) -> SpineRecord | None:
-        """The spine the states are measured on (every state reads the same area files)."""
+        """The spine the partitions are measured on (every state reads the same area files)."""
         return self.states[0].spine if self.states else None
+
+    @property
+    def held(self) -> Confidential | None:
+        """The whole input, held in the driver's process (None: a partitioned run)."""
+        return self.states[0].kept if len(self.states) == 1 else None
+
+
+def partitions(spec) -> list[StateInputs]:
+    """A run's partitions: one pair of files per state (das.io.partitions), or the whole input (state None)."""
+    if is_partitioned(spec.persons_path, spec.units_path):
+        check_levels(spec.levels)
+        return state_inputs(spec.persons_path, spec.units_path)
+    return [StateInputs(None, spec.persons_path, spec.units_path)]
 
 
 def check_levels(levels: tuple[str, ...]) -> None:
@@ -106,23 +132,27 @@ def check_levels(levels: tuple[str, ...]) -> None:
 # A: read and check each state's inputs (workers)
 
 
-def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None = None) -> Tops:
-    """A for every state, largest first; no noise is drawn until all have passed."""
+def read_states(pipe: Pipeline, run_dir: RunDir, executor=None, memory_gb: float | None = None) -> Tops:
+    """A for every partition: the states largest first on the workers, the whole input in this process (before
+    the pool starts); no noise is drawn until all have passed."""
     t0 = time.perf_counter()
-    check_levels(pipe.spec.levels)
-    inputs = state_inputs(pipe.spec.persons_path, pipe.spec.units_path)
-    work = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor), executor)
-    persons = [input_records(si.persons) for si in inputs]
-    tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
-                                      limit=work.persons_limit, places=worker_budgets(executor),
-                                      desc="reading the states"))
-    where = preflight.nearest_existing(run_dir.path)  # every state's files together, before any noise
+    inputs = partitions(pipe.spec)
+    work = Work.of(pipe, run_dir, inputs, memory_mb=task_budget_mb(memory_gb, executor), executor=executor)
+    if work.top:
+        persons = [input_records(si.persons) for si in inputs]
+        tops = Tops(inputs, largest_first(executor, read_state, [(work, si) for si in inputs], sizes=persons,
+                                          limit=work.persons_limit, places=worker_budgets(executor),
+                                          desc="reading the states"))
+    else:
+        logger.info(f"reading and checking the inputs ({inputs[0].persons.name}, {inputs[0].units.name})")
+        tops = Tops(inputs, [read_state((work, inputs[0]))])
+    where = preflight.nearest_existing(run_dir.path)  # every partition's files together, before any noise
     preflight.check_space(preflight.SpaceEstimate(sum(s.bytes_needed for s in tops.states),
                                                   shutil.disk_usage(where).free, where), run_dir.path,
                           pl94171=work.outputs.pl94171)
     pipe.timings["read_inputs"] = time.perf_counter() - t0
-    logger.info(f"read {sum(s.population for s in tops.states):,} persons in {tops.n_blocks:,} blocks of "
-             f"{len(inputs)} state(s) ({pipe.timings['read_inputs']:.1f} s)")
+    logger.info(f"read {sum(tops.persons):,} persons in {tops.n_blocks:,} blocks"
+                + (f" of {len(inputs)} state(s)" if work.top else "") + f" ({pipe.timings['read_inputs']:.1f} s)")
     return tops
 
 
@@ -131,13 +161,13 @@ def read_states(pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | No
 
 
 def measure_top(pipe: Pipeline, tops: Tops, nmf_dir: Path) -> None:
-    """Charge each release's whole plan (before any draw), then measure its nation and states."""
+    """Charge each release's whole plan (before any draw), then measure the driver's top (a partitioned run's
+    nation and states; nothing above a whole run's one partition)."""
+    pipe.charge()  # every level's, the partitions' below included
+    if tops.held is not None:
+        return
     codes = np.array([s.state for s in tops.states])
     for name, r in pipe.releases.items():
-        accountant = PrivacyAccountant.for_allocation(r.allocation)
-        charge(accountant, r.allocation, pipe.spec.levels)  # every level's, the states' below included
-        if accountant.spent != r.allocation.rho:
-            raise RunError(f"{name}: planned rho {accountant.spent} differs from the certified {r.allocation.rho}")
         states = sp.vstack([s.truth[name] for s in tops.states], format="csr")
         truth = {NATION: sp.csr_matrix(states.sum(axis=0)), STATE: states}
         for level, geocodes in ((NATION, np.array([""])), (STATE, codes)):
@@ -179,18 +209,23 @@ def solve_top(name: str, schema: Schema, codes: np.ndarray, bounds: list[list[Bo
 
 
 # ---------------------------------------------------------------------------------------------
-# B and C: each state below the top (workers)
+# das measure
 
 
 def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> list[Path]:
-    """`das measure` of a partitioned run: the top, then every state's levels below it, largest first; and the
-    invariants per block and the spine they were measured on, when not the standard one (the states' parts of
-    them assembled): their files."""
-    work = Work.of(pipe, run_dir)
+    """`das measure`: the top, then every partition's levels below it, largest first; and the invariants per block
+    and the spine they were measured on, when not the standard one (a partitioned run's assembled from the states'
+    parts of them): their files."""
+    work, t0 = Work.of(pipe, run_dir, tops.inputs, executor=executor), time.perf_counter()
     measure_top(pipe, tops, run_dir.nmf_dir)
+    if tops.held is not None:
+        _, facts = measure_partition(work, tops.inputs[0], tops.held, executor=executor)
+        pipe.timings["measure"] = time.perf_counter() - t0
+        return facts
     largest_first(executor, measure_state_task, [(work, si) for si in tops.inputs], sizes=tops.persons,
                   desc="measuring the states")
-    parts = [RunDir(work.files.state_dir(si.state)) for si in tops.inputs]
+    pipe.timings["measure"] = time.perf_counter() - t0
+    parts = [work.part(si.state) for si in tops.inputs]
     invariants = concatenate_parts(lambda d: d.block_invariants, run_dir, parts, work.metadata)
     return [invariants] if work.spine == "standard" else [assemble_spine(run_dir, parts, work.metadata), invariants]
 
@@ -200,7 +235,10 @@ def measure_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> lis
 
 
 def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> list[LevelReport]:
-    """One report per level: the driver's top levels, then each level below summed over the states."""
+    """One report per level: the driver's top levels, then each level below summed over the partitions (one
+    partition's as they are)."""
+    if len(states) == 1:
+        return [*top, *states[0]]
     merged = list(top)
     by_level: dict[str, list[LevelReport]] = {}
     for reports in states:
@@ -216,47 +254,86 @@ def merge_reports(top: list[LevelReport], states: list[list[LevelReport]]) -> li
     return merged
 
 
-def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, executor, *,
-               memory_gb: float | None = None) -> tuple[dict, dict[str, list[LevelReport]], dict[str, list[Path]]]:
-    """Everything after A: the top measured and solved, B and C on the workers, the release assembled.
-    Returns the nation's solved histograms (per release), the level reports and the files written
-    (by manifest field, das.io.parts.assemble)."""
-    work, nmf_dir = Work.of(pipe, run_dir, task_budget_mb(memory_gb, executor), executor), run_dir.nmf_dir
-    places = worker_budgets(executor)
+@dataclass(frozen=True)
+class Driving:
+    """How the driver sends the partitions' tasks: the run's executor, its memory budget, and the whole input's
+    progress bars and measurement record (held in this process)."""
+
+    executor: object
+    memory_gb: float | None = None
+    progress: bool = False
+    measured: Callable[[dict], None] | None = None  # receives what the held partition's measurement reused and drew
+
+
+def _each(work: Work, driving: Driving, fn: Callable, tasks: list, *, sizes: list[int], width: list[int],
+          desc: str) -> list:
+    """A task per partition: a state's on the workers, largest first within the memory budget; the whole input's
+    in this process (its chunks and batches on the run's pool)."""
+    if not work.top:
+        return [fn(task) for task in tasks]
+    return largest_first(driving.executor, fn, tasks, sizes=task_sizes(sizes, width), limit=work.persons_limit,
+                         widths=width, places=worker_budgets(driving.executor), desc=desc)
+
+
+def _top(work: Work, pipe: Pipeline, name: str, tops: Tops, *, bounds: list) -> tuple[list, list[LevelReport]]:
+    """A release's top solved by the driver (the nation and the states), each partition's rows; none above a
+    whole run's partition."""
+    if not work.top:
+        return [None] * len(tops.states), []
     codes = np.array([s.state for s in tops.states])
-    options = pipe.engine_options()
+    solved, reports = solve_top(name, pipe.schemas[name], codes, bounds, nmf_dir=work.nmf_dir,
+                                options=pipe.engine_options(), checkpoint=work.files.solution(name))
+    return [solved[i] for i in range(len(codes))], reports
+
+
+def run_states(pipe: Pipeline, run_dir: RunDir, tops: Tops, driving: Driving) -> tuple[dict, dict[str, list[LevelReport]],
+                                                                                      dict[str, list[Path]]]:
+    """Everything after A: the top measured and solved, B and C per partition, the release written.
+    Returns the nation's solved histograms (per release), the level reports and the files written
+    (by manifest field)."""
+    executor = driving.executor
+    work = Work.of(pipe, run_dir, tops.inputs, memory_mb=task_budget_mb(driving.memory_gb, executor),
+                   executor=executor, progress=driving.progress)
+    held = None if tops.held is None else Held(tops.held, executor, driving.measured)
+    width = widths(tops.persons, executor) if work.top else [getattr(executor, "slots", 1)]
 
     t0 = time.perf_counter()
-    measure_top(pipe, tops, nmf_dir)
-    persons, top_persons = solve_top("persons", pipe.schemas["persons"], codes, [s.bounds for s in tops.states],
-                                     nmf_dir=nmf_dir, options=options, checkpoint=run_dir.solution("persons"))
-    width = widths(tops.persons, executor)
-    solved_b = largest_first(executor, solve_state,
-                             [(work, si, persons[i], width[i]) for i, si in enumerate(tops.inputs)],
-                             sizes=task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
-                             places=places, desc="measuring and solving the states")
+    measure_top(pipe, tops, work.nmf_dir)
+    rows, top_persons = _top(work, pipe, "persons", tops, bounds=[s.bounds for s in tops.states])
+    solved_b = _each(work, driving, solve_state, [(work, si, rows[i], width[i], held) for i, si in enumerate(tops.inputs)],
+                     sizes=tops.persons, width=width, desc="measuring and solving the states")
     pipe.timings["measure_and_postprocess_persons"] = time.perf_counter() - t0
-    logger.info(f"measured and post-processed persons in {len(codes)} state(s) "
-             f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
+    for key in ("measure", "postprocess_persons"):  # the longest partition's
+        pipe.timings[key] = max(s.seconds.get(key, 0.0) for s in solved_b)
+    logger.info(f"measured and post-processed persons in {len(tops.inputs)} partition(s) "
+                f"({pipe.timings['measure_and_postprocess_persons']:.1f} s)")
     reports = {"persons": merge_reports(top_persons, [s.reports for s in solved_b])}
-    nation = {"persons": sp.csr_matrix(persons.sum(axis=0))}
 
     t0 = time.perf_counter()
-    units_rows = [None] * len(codes)
+    units_rows, top_units = [None] * len(tops.inputs), []
     if "units" in pipe.releases:
-        units, top_units = solve_top("units", pipe.schemas["units"], codes, [s.units_bounds for s in solved_b],
-                                     nmf_dir=nmf_dir, options=options, checkpoint=run_dir.solution("units"))
-        units_rows = [units[i] for i in range(len(codes))]
-        nation["units"] = sp.csr_matrix(units.sum(axis=0))
-    done = largest_first(executor, finish_state, [(work, s, units_rows[i], width[i]) for i, s in enumerate(codes)],
-                         sizes=task_sizes(tops.persons, width), limit=work.persons_limit, widths=width,
-                         places=places, desc="writing the states")
+        units_rows, top_units = _top(work, pipe, "units", tops, bounds=[s.units_bounds for s in solved_b])
+    done = _each(work, driving, finish_state, [(work, s, units_rows[i], width[i], held) for i, s in enumerate(solved_b)],
+                 sizes=tops.persons, width=width, desc="writing the states")
     if "units" in pipe.releases:
         reports["units"] = merge_reports(top_units, [d.reports for d in done])
     pipe.timings["postprocess_units_and_parts"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    outputs = state_parts.assemble(run_dir, [d.parts for d in done], NationRelease(pipe.schemas, nation), work.outputs)
+    logger.info("writing the release: microdata, tables, noisy measurements")
+    nation, outputs = _write(work, pipe, tops, done, rows={"persons": rows, "units": units_rows})
     pipe.timings["write_outputs"] = time.perf_counter() - t0
     return nation, reports, outputs
 
+
+def _write(work: Work, pipe: Pipeline, tops: Tops, done: list, *, rows: dict) -> tuple[dict, dict[str, list[Path]]]:
+    """The release's files: the whole input's solution written, or the states' parts assembled (das.io.parts)
+    with the nation's rows (the sum of the states' solved `rows`, by release); and the nation's solved histograms."""
+    if tops.held is not None:
+        solved = done[0].solved
+        outputs = write_release(work.files, tops.held.solved_release(pipe.schemas, solved), work.outputs,
+                                after=lambda name: crash_point("outputs"))
+        return {name: sp.csr_matrix(h.sum(axis=0)) for name, h in solved.items()}, outputs
+    nation = {name: sp.csr_matrix(sp.vstack(rows[name], format="csr").sum(axis=0)) for name in pipe.releases}
+    return nation, state_parts.assemble(work.files, [d.parts for d in done], NationRelease(pipe.schemas, nation),
+                                        work.outputs)

@@ -37,7 +37,7 @@ from das.privacy.certificate import Certificate
 from das.privacy.randomness import make_random_source
 from das.privacy.strategy import Strategy, load_strategy, validate_strategy
 from das.topdown.engine import EngineOptions, LevelReport, postprocess
-from das.topdown.measure import Measured, Target, measure_release
+from das.topdown.measure import Measured, Target, charge, measure_release
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,22 @@ class ReleasePlan:
     @property
     def measured(self) -> Measured:
         return Measured(self.name, self.schema, self.allocation)
+
+
+def measure_releases(plans: dict[str, Measured], confidential: Confidential, *, rng, target: Target,
+                     levels: tuple[str, ...] | None = None) -> dict:
+    """Measure each release's levels (all, or `levels`) of a partition's inputs into target's NMF files; levels
+    and chunks already committed are reused, never drawn again. What each release reused and drew, by release
+    and level. The charge comes first, from the caller (Pipeline.charge): no accountant here."""
+    report: dict = {}
+    for name, measured in plans.items():
+        t0 = time.perf_counter()
+        report[name] = {}
+        measure_release(measured, confidential.geography, confidential.histograms[name], rng=rng,
+                        target=replace(target, report=report[name]), levels=levels)
+        logger.info(f"measured {name}: {len(measured.allocation.items)} queries over "
+                    f"{len(levels or confidential.geography.levels)} levels ({time.perf_counter() - t0:.1f} s)")
+    return report
 
 
 def release_rho(release: ReleaseSpec, strategy: Strategy, delta: Fraction) -> Fraction | None:
@@ -172,26 +188,29 @@ class Pipeline:
                     f"blocks ({self.timings['read_inputs']:.1f} s)")
         return confidential
 
+    def charge(self) -> None:
+        """Charge each release's whole plan to an exact accountant before any draw: a plan that would overspend, or
+        measure a (level, query) twice, or spend other than its certified rho stops here (RunError)."""
+        for name, r in self.releases.items():
+            accountant = PrivacyAccountant.for_allocation(r.allocation)  # refuses anything outside the plan
+            charge(accountant, r.allocation, self.spec.levels)
+            if accountant.spent != r.allocation.rho:
+                raise RunError(f"{name}: planned rho {accountant.spent} differs from the certified {r.allocation.rho}")
+
     def measure(self, confidential: Confidential, target: Target) -> None:
-        """Measure every release into target.nmf_dir, charging an exact accountant before any draw.
+        """Measure every release of inputs held in memory into target.nmf_dir, the plan charged first (what a
+        run's partitions do, das.driver.states.measure_partition, with the driver's charge).
 
         Levels and chunks already committed (an interrupted run) are reused, never drawn again;
         target.report (if given) receives, per release and level, what was reused and what was drawn.
         """
-        for name, r in self.releases.items():
-            t0 = time.perf_counter()
-            accountant = PrivacyAccountant.for_allocation(r.allocation)  # refuses anything outside the plan
-            release_report: dict = {}
-            measure_release(r.measured, confidential.geography, confidential.histograms[name], rng=self.rng,
-                            target=replace(target, report=release_report, metadata=self.metadata()),
-                            accountant=accountant)
-            if target.report is not None:
-                target.report[name] = release_report
-            if accountant.spent != r.allocation.rho:
-                raise RunError(f"{name}: measured rho {accountant.spent} differs from the certified {r.allocation.rho}")
-            self.timings[f"measure_{name}"] = seconds = time.perf_counter() - t0
-            logger.info(f"measured {name}: {len(r.allocation.items)} queries over "
-                     f"{len(self.spec.levels)} levels ({seconds:.1f} s)")
+        self.charge()
+        t0 = time.perf_counter()
+        report = measure_releases({n: r.measured for n, r in self.releases.items()}, confidential, rng=self.rng,
+                                  target=replace(target, metadata=self.metadata()))
+        if target.report is not None:
+            target.report.update(report)
+        self.timings["measure"] = time.perf_counter() - t0
 
     def engine_options(self, *, workers: int = 1, progress: bool = False, executor=None,
                        checkpoint_dir: Path | None = None) -> EngineOptions:

@@ -1,9 +1,9 @@
 """`das run SPEC`: a whole release, from confidential microdata to validated outputs.
 
-The stages are das.driver.pipeline's, the run directory around them das.frame.lifecycle's (manifest before any
-noise, outputs from the registry, completion and validation); this module chooses the run's shape
-(one process reading the inputs whole, or the partitioned driver of das.driver.partitioned), keeps the
-order of refusals before anything is drawn, and resumes an interrupted run without drawing noise twice.
+The stages are das.driver.partitioned's (one driver for every run: a whole input is one partition held in this
+process, a partitioned input its states on the workers), the run directory around them das.frame.lifecycle's
+(manifest before any noise, outputs from the registry, completion and validation); this module keeps the order
+of refusals before anything is drawn, and resumes an interrupted run without drawing noise twice.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from das.core.errors import BudgetError, InputError, OutDirError, RunError, RunS
 from das.core.executors import lasting, make_executor
 from das.driver import preflight
 from das.driver.admission import TASK_MB_PER_PERSON, task_budget_mb
-from das.driver.inputs import Confidential, InputsRead
-from das.driver.partitioned import Tops, measure_states, read_states, run_states
+from das.driver.partitioned import Driving, Tops, measure_states, read_states, run_states
 from das.driver.pipeline import Pipeline, code_version
 from das.driver.runspec import Budget, RunSpec, load_run_spec
 from das.frame import bundle, signing
@@ -43,11 +42,9 @@ from das.frame.manifest import Manifest
 from das.frame.records import Counts, EngineRecord, FailsafeRecord, Interruption, LevelRecord, ReleaseInfo, RunDirError
 from das.frame.rundir import RunDir
 from das.frame.summary import render_summary
-from das.io.invariants import write_block_invariants
-from das.io.outputs import write_spine
 from das.io.partitions import PartitionError, is_partitioned
 from das.topdown.engine import level_detail, task_summary
-from das.topdown.measure import Target, parts_dir
+from das.topdown.measure import parts_dir
 
 logger = logging.getLogger(__name__)
 
@@ -80,95 +77,38 @@ def _out_dir(run_dir: RunDir, overwrite: bool, spec: RunSpec, signing_key: Path 
     check_out_dir(run_dir.path, overwrite, protected_paths(spec, signing_key))
 
 
-def _opening(pipe: Pipeline, confidential: InputsRead) -> Opening:
+def _opening(pipe: Pipeline, tops: Tops) -> Opening:
     """What a TopDown release says of itself before any noise: schemas and strategies, certificates,
     the invariants published exactly, and what it holds (das.frame.lifecycle.holds)."""
     releases = {name: ReleaseInfo(r.schema.name, r.strategy.name)  # the names das.frame.pinned publishes them under
                 for name, r in pipe.releases.items()}
-    return Opening(releases, pipe.certificates, confidential.published_invariants(), holds(_plan(pipe), synthetic=False),
-                   private=pipe.rng.private, version=code_version(), spine=confidential.spine_record)
+    return Opening(releases, pipe.certificates, tops.published_invariants(), holds(_plan(pipe), synthetic=False),
+                   private=pipe.rng.private, version=code_version(), spine=tops.spine_record)
 
 
 def _plan(pipe: Pipeline):
     return output_plan(pipe.spec, pipe.tables, pipe.metadata())
 
 
-def _open(pipe: Pipeline, run_dir: RunDir, confidential: InputsRead, options: RunOptions) -> ReleaseFrame:
-    return open_frame(pipe.spec, run_dir, _opening(pipe, confidential), plan=_plan(pipe), overwrite=options.overwrite,
+def _open(pipe: Pipeline, run_dir: RunDir, tops: Tops, options: RunOptions) -> ReleaseFrame:
+    return open_frame(pipe.spec, run_dir, _opening(pipe, tops), plan=_plan(pipe), overwrite=options.overwrite,
                       signing_key=options.signing_key)
 
 
-# ---------------------------------------------------------------------------------------------
-# The two shapes of a run: the inputs read whole, or one file per state (das.driver.partitioned)
+def _partitioned(spec: RunSpec) -> bool:
+    """Inputs given as directories of one file per state: a partitioned run (das.io.partitions)."""
+    try:
+        return is_partitioned(spec.persons_path, spec.units_path)
+    except PartitionError as e:
+        raise RunError(str(e)) from None
 
 
-class _Whole:
-    """Inputs read whole in this process; measurement and post-processing on the executor."""
-
-    partitioned = False
-
-    def read(self, pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None) -> Confidential:
-        return pipe.read_inputs(run_dir.path)
-
-    def measure(self, pipe: Pipeline, run_dir: RunDir, confidential: Confidential, executor) -> dict:
-        measured: dict = {}
-        pipe.measure(confidential, Target(run_dir.nmf_dir, executor=executor, report=measured))
-        return measured
-
-    def measure_only(self, pipe: Pipeline, run_dir: RunDir, confidential: Confidential, executor) -> list[Path]:
-        """`das measure`: the NMF, the invariants per block (from which das postprocess finishes the release), and
-        the spine it was measured on when not the standard one (their files)."""
-        self.measure(pipe, run_dir, confidential, executor)
-        return self.public_facts(pipe, run_dir, confidential)
-
-    @staticmethod
-    def public_facts(pipe: Pipeline, run_dir: RunDir, confidential: Confidential) -> list[Path]:
-        """The invariants per block and the spine (when not the standard one) beside the NMF: with them, das
-        postprocess finishes the release from public files alone, also when post-processing here stops."""
-        spine, metadata = confidential.geography, pipe.metadata()
-        standard = confidential.solved_release(pipe.schemas, {})  # in geocode order, whatever the spine
-        invariants = write_block_invariants(run_dir, standard.geography.blocks, standard.housing_units,
-                                            standard.gq_facilities, metadata=metadata)
-        return [invariants] if spine.standard else [write_spine(run_dir, spine, metadata), invariants]
-
-    def release(self, job: _Job, confidential: Confidential) -> Completion:
-        pipe, frame = job.pipe, job.frame
-        measured = self.measure(pipe, frame.run_dir, confidential, job.executor)
-        self.public_facts(pipe, frame.run_dir, confidential)  # written again with the release: the same bytes
-        if job.interruption is not None:
-            job.interruption = replace(job.interruption, measurement=measured)
-            job.record_interruption()
-        confidential = confidential.without_truth()  # the true counts are not needed past this point
-        options = pipe.engine_options(workers=job.options.workers, progress=job.options.progress,
-                                      executor=job.executor, checkpoint_dir=frame.run_dir.checkpoints_dir)
-        solved, level_reports = pipe.postprocess(confidential, frame.run_dir.nmf_dir, options)
-        log_levels(level_reports, confidential.geography)
-        t0 = time.perf_counter()
-        logger.info("writing the release: microdata, tables, noisy measurements")
-        written = job.frame.write(confidential.solved_release(pipe.schemas, solved))
-        pipe.timings["write_outputs"] = time.perf_counter() - t0
-        return job.completion(written, level_reports, Counts(int(solved["persons"].sum()), confidential.n_blocks))
-
-
-class _Partitioned:
-    """Inputs as one file per state: each state read, measured, solved and written on the workers."""
-
-    partitioned = True
-
-    def read(self, pipe: Pipeline, run_dir: RunDir, executor, memory_gb: float | None) -> Tops:
-        try:
-            return read_states(pipe, run_dir, executor, memory_gb)
-        except PartitionError as e:
-            raise RunError(str(e)) from None
-
-    def measure_only(self, pipe: Pipeline, run_dir: RunDir, tops: Tops, executor) -> list[Path]:
-        return measure_states(pipe, run_dir, tops, executor)
-
-    def release(self, job: _Job, tops: Tops) -> Completion:
-        nation, level_reports, written = run_states(job.pipe, job.frame.run_dir, tops, job.executor,
-                                                    memory_gb=job.options.memory_gb)
-        log_levels(level_reports)  # the levels below the states summed over them: their largest batch, not parent
-        return job.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
+def _read(pipe: Pipeline, run_dir: RunDir, executor=None, memory_gb: float | None = None) -> Tops:
+    """A for every partition (das.driver.partitioned.read_states): nothing is written yet."""
+    try:
+        return read_states(pipe, run_dir, executor, memory_gb)
+    except PartitionError as e:
+        raise RunError(str(e)) from None
 
 
 def log_levels(level_reports: dict, geography=None) -> None:
@@ -179,14 +119,6 @@ def log_levels(level_reports: dict, geography=None) -> None:
     for name, reports in level_reports.items():
         for report in reports:
             logger.debug(f"post-processed {name}/{level_detail(report, geography)}")
-
-
-def _shape(spec: RunSpec) -> _Whole | _Partitioned:
-    """Inputs given as directories of one file per state: a partitioned run (das/driver/partitioned.py)."""
-    try:
-        return _Partitioned() if is_partitioned(spec.persons_path, spec.units_path) else _Whole()
-    except PartitionError as e:
-        raise RunError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,13 +136,12 @@ def measure_only(spec_path: str | Path | Mapping | RunSpec, out_dir, *, seed: in
     run_dir = RunDir(out_dir)
     preflight.check_writable(run_dir.path)
     _out_dir(run_dir, overwrite, pipe.spec, signing_key)
-    shape = _shape(pipe.spec)
     executor = make_executor("local", 1)
     try:
-        confidential = shape.read(pipe, run_dir, executor, None)  # nothing written yet
-        frame = _open(pipe, run_dir, confidential, RunOptions(overwrite=overwrite, signing_key=signing_key))
+        tops = _read(pipe, run_dir, executor)  # nothing written yet
+        frame = _open(pipe, run_dir, tops, RunOptions(overwrite=overwrite, signing_key=signing_key))
         try:
-            outputs = shape.measure_only(pipe, run_dir, confidential, executor)  # the NMF, and the spine if not standard
+            outputs = measure_states(pipe, run_dir, tops, executor)  # the NMF, the invariants, the spine if not standard
         except BaseException as e:
             mark_interrupted(frame, e)
             stop = stopped(e, run_dir.path)
@@ -361,19 +292,19 @@ def run(spec_path: str | Path | Mapping | RunSpec, out_dir: str | Path, seed: in
     else:
         preflight.check_writable(run_dir.path)
         _out_dir(run_dir, options.overwrite, pipe.spec, options.signing_key)
-    shape = _shape(pipe.spec)
-    confidential = None if shape.partitioned else shape.read(pipe, run_dir, None, None)  # nothing written yet
+    partitioned = _partitioned(pipe.spec)
+    tops = None if partitioned else _read(pipe, run_dir)  # the whole input, in this process: nothing written yet
     try:  # the pool starts only now: every refusal above left no process behind
         # a partitioned run's tasks are whole states: each in a new process, so a worker holds one state's memory
-        executor = make_executor(options.engine, options.workers, options.scheduler, fresh=shape.partitioned)
+        executor = make_executor(options.engine, options.workers, options.scheduler, fresh=partitioned)
     except (ValueError, RuntimeError) as e:
         raise RunError(str(e)) from None
     try:
         task_budget_mb(options.memory_gb, executor)  # a budget the driver and workers alone exceed: refused now
-        if shape.partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
-            confidential = shape.read(pipe, run_dir, executor, options.memory_gb)
+        if partitioned:  # each state's inputs are read on the workers, and nothing is written before all pass
+            tops = _read(pipe, run_dir, executor, options.memory_gb)
         job = _Job(pipe, options, executor, t_start)
-        return job.start_or_resume(run_dir, stored, shape, confidential)
+        return job.start_or_resume(run_dir, stored, tops)
     finally:
         executor.close()
 
@@ -393,7 +324,7 @@ class _Job:
     frame: ReleaseFrame | None = None
     interruption: Interruption | None = None
 
-    def start_or_resume(self, run_dir: RunDir, stored: Stored | None, shape, confidential) -> RunResult:
+    def start_or_resume(self, run_dir: RunDir, stored: Stored | None, tops: Tops) -> RunResult:
         if stored:
             key = self.options.signing_key or stored.operator.get("signing_key")  # else the key it started with
             self.frame = ReleaseFrame(run_dir, stored.manifest, _plan(self.pipe), signing.signing_key(run_dir, key))
@@ -404,10 +335,10 @@ class _Job:
             # (an NMF release of `das measure` continued: it now claims what a whole release holds)
             self.record_interruption(status="running", holds=holds(_plan(self.pipe), synthetic=False))
         else:
-            self.frame = _open(self.pipe, run_dir, confidential, self.options)
+            self.frame = _open(self.pipe, run_dir, tops, self.options)
         atomic.owner_only_directory(run_dir.checkpoints_dir)  # work in progress (timings too): the operator's
         try:
-            completion = shape.release(self, confidential)
+            completion = self.release(tops)
             with lasting(self.executor) as validating:  # shards, not states: processes that serve them all
                 self.frame = complete(self.frame, completion, validate={"executor": validating,
                                                                         "persons_limit": self._persons_limit()})
@@ -418,6 +349,19 @@ class _Job:
                 raise
             raise stop from e
         return RunResult(run_dir.path, self.frame.manifest, release_valid(self.frame), render_summary(self.frame))
+
+    def release(self, tops: Tops) -> Completion:
+        """The release made (das.driver.partitioned.run_states) and what completes its manifest."""
+        driving = Driving(self.executor, self.options.memory_gb, self.options.progress,
+                          self._measured if self.interruption is not None else None)
+        nation, level_reports, written = run_states(self.pipe, self.frame.run_dir, tops, driving)
+        log_levels(level_reports, None if tops.held is None else tops.held.geography)  # partitioned: largest batch
+        return self.completion(written, level_reports, Counts(int(nation["persons"].sum()), tops.n_blocks))
+
+    def _measured(self, report: dict) -> None:
+        """What a resumed run's measurement reused and drew, in its record."""
+        self.interruption = replace(self.interruption, measurement=report)
+        self.record_interruption()
 
     def record_interruption(self, **changes) -> None:
         """This resumption's record in the operator's files (appended once, then kept up to date); `changes`
