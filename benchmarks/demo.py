@@ -19,13 +19,14 @@ BEFORE = "5c5631d"  # main just before issue 14, whose demo took 39 s on a quiet
 BEFORE_40 = "0584ee9"  # main before issue 40 (memory and validation of the largest state): no slower, within 5%
 
 
-def _demo(pythonpath: Path, cwd: Path) -> dict:
-    """`das run vt_demo --out TMP` as scripts/demo runs it (OS randomness, the spec's workers), in a new process."""
+def _demo(pythonpath: Path, cwd: Path, *, extra: tuple[str, ...] = ()) -> dict:
+    """`das run vt_demo --out TMP` as scripts/demo runs it (OS randomness, the spec's workers), in a new process;
+    `extra` more arguments (a seed)."""
     with tempfile.TemporaryDirectory() as tmp:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", "import sys; from das.cli import main; sys.exit(main())",
-                               "run", "vt_demo", "--out", str(Path(tmp) / "vt")],
+                               "run", "vt_demo", "--out", str(Path(tmp) / "vt"), *extra],
                               cwd=cwd, env={**os.environ, "PYTHONPATH": str(pythonpath)}, capture_output=True,
                               text=True)
         seconds = time.perf_counter() - t0

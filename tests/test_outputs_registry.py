@@ -39,10 +39,6 @@ class ToyOutput(outputs.Output):
         path.write_text(f"{persons}\n")
         return path
 
-    def write(self, run_dir, release, plan):
-        self.calls.append("write")
-        return [self._write(run_dir.path, int(release.solved["persons"].sum()))]
-
     def write_part(self, part, release, plan):
         persons = int(release.solved["persons"].sum())
         self.calls.append(f"write_part {persons}")
@@ -103,7 +99,8 @@ def _written_listed_and_checked(out: Path, manifest) -> int:
 def test_a_registered_output_and_check_are_written_listed_and_validated(toy, tmp_path):
     result = run("tiny", tmp_path / "run", seed=3, workers=1, progress=False)
     persons = _written_listed_and_checked(result.out_dir, result.manifest)
-    assert toy.calls == ["write"]
+    persons_written = [int(c.split()[1]) for c in toy.calls if c.startswith("write_part")]
+    assert toy.calls == [f"write_part {persons}", "assemble"] and persons_written == [persons]  # one state: one part
     _edited(result.out_dir, persons + 1)
     assert validate_run(result.out_dir).violations == [f"{TOY_CHECK}: the file says {persons + 1}, the MDF holds {persons}"]
 
@@ -114,7 +111,7 @@ def test_a_registered_output_is_assembled_from_the_states_parts_and_checked_stat
     result = run(two_states(tmp_path / "inputs"), tmp_path / "run", seed=7, workers=1, progress=False)
     persons = _written_listed_and_checked(result.out_dir, result.manifest)
     parts = [int(c.split()[1]) for c in toy.calls if c.startswith("write_part")]
-    assert toy.calls[-1] == "assemble" and len(parts) == 2 and sum(parts) == persons and "write" not in toy.calls
+    assert toy.calls[-1] == "assemble" and len(parts) == 2 and sum(parts) == persons
     _edited(result.out_dir, persons - 1)
     failed = f"{TOY_CHECK}: the file says {persons - 1}, the MDF holds {persons}"
     assert validate_run(result.out_dir).violations == [failed]

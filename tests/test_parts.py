@@ -101,12 +101,14 @@ def test_assembled_release_equals_the_whole_country_outputs(tmp_path, states, la
         d.path.mkdir()
     _write_directly(direct, states, plan)
     blocks, solved, gq = _country(states)
-    outputs.write_release(registry, SolvedRelease(Geography.from_blocks(blocks, LEVELS), SCHEMAS, solved, gq), plan)
+    parts_io.write_release(registry, SolvedRelease(Geography.from_blocks(blocks, LEVELS), SCHEMAS, solved, gq), plan)
     written = _assemble(assembled, tmp_path / "parts", states, plan)
+    # a release held in memory is written as its states' parts, assembled: the same files as the states' own parts
     for name in ("mdf_persons.parquet", "mdf_units.parquet", "tables/P1.parquet", "tables/H1.parquet"):
-        assert (registry.path / name).read_bytes() == (direct.path / name).read_bytes(), name
+        assert (registry.path / name).read_bytes() == (assembled.path / name).read_bytes(), name
     assert sorted(registry.pl94171_dir.iterdir()) and all(
         p.read_bytes() == (direct.pl94171_dir / p.name).read_bytes() for p in registry.pl94171_dir.iterdir())
+    assert not list(registry.checkpoints_dir.glob("states/*/parts"))  # the parts, once assembled, are gone
 
     for kind in mdf_io.KINDS:  # same rows in the same order (units too: both are block-major)
         assert _decoded(assembled.mdf(kind)).equals(_decoded(direct.mdf(kind))), kind

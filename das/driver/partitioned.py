@@ -9,7 +9,7 @@ is the whole input, rooted at the nation, and held in the driver's process. A ru
     driver            solve the units' top (their bounds need the persons' household persons)
     per partition  C  solve units below the top, write its output parts
     driver            write the release: assemble the files from the states' parts, streaming (das.io.parts),
-                      or write the whole input's solution (das.io.outputs.write_release)
+                      or the whole input's solution cut into its states' parts and assembled (das.io.parts.write_release)
 
 A whole run has no top: the driver charges the plan and its partition does the rest in the driver's
 process, with the run's pool, its inputs read once. A partitioned run's state tasks go to the workers,
@@ -63,7 +63,7 @@ from das.frame.records import PublishedInvariants, SpineRecord
 from das.frame.rundir import RunDir, nmf_level_path
 from das.io import nmf
 from das.io import parts as state_parts
-from das.io.outputs import NationRelease, assemble_spine, concatenate_parts, write_release
+from das.io.outputs import NationRelease, assemble_spine, concatenate_parts
 from das.io.partitions import PartitionError, StateInputs, is_partitioned, state_inputs
 from das.model.levels import NATION, STATE
 from das.model.rules import Bounds
@@ -331,7 +331,7 @@ def _write(work: Work, pipe: Pipeline, tops: Tops, done: list, *, rows: dict) ->
     with the nation's rows (the sum of the states' solved `rows`, by release); and the nation's solved histograms."""
     if tops.held is not None:
         solved = done[0].solved
-        outputs = write_release(work.files, tops.held.solved_release(pipe.schemas, solved), work.outputs,
+        outputs = state_parts.write_release(work.files, tops.held.solved_release(pipe.schemas, solved), work.outputs,
                                 after=lambda name: crash_point("outputs"))
         return {name: sp.csr_matrix(h.sum(axis=0)) for name, h in solved.items()}, outputs
     nation = {name: sp.csr_matrix(sp.vstack(rows[name], format="csr").sum(axis=0)) for name in pipe.releases}

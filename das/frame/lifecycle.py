@@ -30,7 +30,8 @@ from das.frame.checkpoint import crash_point, file_sha256
 from das.frame.manifest import Manifest
 from das.frame.records import Counts, MechanismRecord, PublishedInvariants, ReleaseInfo, SpineRecord, ValidationRecord
 from das.frame.rundir import RunDir
-from das.io.outputs import OutputPlan, SolvedRelease, checks_of, write_release
+from das.io.outputs import OutputPlan, SolvedRelease, checks_of
+from das.io.parts import write_release
 from das.privacy.guarantee import combined
 from das.validate import NMF_HOLDS, validate_run
 

@@ -1,12 +1,12 @@
 """The outputs registry: every kind of release file as one object, so a new format is one registration.
 
-An output writes its files for a whole release (`write`), writes one state's part of them in a
-partitioned run (`write_part`, on a worker) and builds the release's files from the states' parts
-(`assemble`, on the driver, streaming), names its files (`patterns`, relative to the run directory:
-what `--overwrite` may remove and what the validator knows as das's), and says which of the
-validator's checks prove it (`checks`, names of das.validate's registered checks). `das run`, the
-partitioned driver and `das synth` all write through `write_release` / `das.io.parts`, in
-registration order.
+An output writes one state's part of its files (`write_part`: on a worker in a partitioned run) and
+builds the release's files from the states' parts (`assemble`, streaming), names its files
+(`patterns`, relative to the run directory: what `--overwrite` may remove and what the validator knows
+as das's), and says which of the validator's checks prove it (`checks`, names of das.validate's
+registered checks). There is no other way to write one: a release held in memory (a whole run, `das
+synth`, `das postprocess`) is written as its states' parts and assembled too (das.io.parts.write_release),
+so every release file is made by one protocol, in registration order.
 
     register(MyOutput())        # written, assembled, listed in the manifest and validated from then on
 """
@@ -38,7 +38,6 @@ from das.io.tables import (
     level_rows,
     table_answers,
     table_slices,
-    write_tables,
 )
 from das.model.geography import Geography
 from das.model.levels import DEFAULT_LEVELS, NATION
@@ -124,9 +123,6 @@ class Output:
     def wanted(self, plan: OutputPlan) -> bool:
         return True
 
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        raise NotImplementedError
-
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
         raise NotImplementedError
 
@@ -153,18 +149,6 @@ def wanted(plan: OutputPlan) -> list[Output]:
 def release_patterns() -> tuple[str, ...]:
     """Every file a release may hold, as patterns relative to its directory (`*` matches across '/')."""
     return tuple(p for o in OUTPUTS.values() for p in o.patterns())
-
-
-def write_release(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan, *,
-                  after: Callable[[str], None] | None = None) -> dict[str, list[Path]]:
-    """Every wanted output of a whole release: its files, by manifest field ("outputs", "nmf"); `after`
-    is called with each output's name once its files are written."""
-    written: dict[str, list[Path]] = {}
-    for output in wanted(plan):
-        written.setdefault(output.manifest_field, []).extend(output.write(run_dir, release, plan))
-        if after is not None:
-            after(output.name)
-    return written
 
 
 def checks_of(plan: OutputPlan) -> tuple[str, ...]:
@@ -197,10 +181,6 @@ class MdfOutput(Output):
 
     def checks(self, plan: OutputPlan) -> tuple[str, ...]:
         return ("mdf_codes", "units_mdf") if "units" in plan.mdf_kinds else ("mdf_codes",)
-
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        written = [self._write(kind, release, run_dir.mdf(kind), plan) for kind in plan.mdf_kinds]
-        return written + self._pipe(run_dir, plan.mdf_kinds, plan)
 
     def _write(self, kind: str, release: SolvedRelease, path: Path, plan: OutputPlan) -> Path:
         """One MDF built and written a block range at a time (das.io.mdf.mdf_slices): memory of a slice."""
@@ -276,13 +256,6 @@ class TablesOutput(Output):
     def checks(self, plan: OutputPlan) -> tuple[str, ...]:
         return ("tables_match_mdf",)
 
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        by_schema = release.by_schema()
-        with atomic.replacing(run_dir.tables_dir, directory=True) as tmp:
-            written = write_tables(tmp, release.geography, {k: h for k, (_, h) in by_schema.items()},
-                                   {k: s for k, (s, _) in by_schema.items()}, tables=plan.tables, metadata=plan.metadata)
-        return [run_dir.tables_dir / p.name for p in written]
-
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
         """Each table level by level below the nation, each level in row groups of at most ROW_GROUP_ROWS rows
         (so the driver reads a few MB at a time whatever the state); the rows per level."""
@@ -341,11 +314,6 @@ class Pl94171Output(Output):
     def wanted(self, plan: OutputPlan) -> bool:
         return plan.pl94171
 
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        with atomic.replacing(run_dir.pl94171_dir, directory=True) as tmp:
-            written = pl94171.write_release(tmp, release.geography, release.solved, release.schemas)
-        return [run_dir.pl94171_dir / p.name for p in written]
-
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
         written = pl94171.write_release(part.pl94171_dir, release.geography, release.solved, release.schemas)
         return {"files": [p.name for p in written]}
@@ -387,9 +355,6 @@ class NmfOutput(Output):
     def wanted(self, plan: OutputPlan) -> bool:
         return plan.nmf
 
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        return run_dir.nmf_files()
-
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
         return {}
 
@@ -425,7 +390,7 @@ def assemble_spine(run_dir: RunDir, part_dirs: list[RunDir], metadata: dict) -> 
 
 
 class ConcatenatedOutput(Output):
-    """One Parquet file, written whole or as a state's part of its rows, the parts concatenated in state order: its
+    """One Parquet file, written as a state's part of its rows, the parts concatenated in state order: its
     name, the validator's check that proves it, where it is in a run directory, which releases want it, its writer."""
 
     def __init__(self, name: str, *, check: str, file: Callable[[RunDir], Path], wanted_by: Callable[[OutputPlan], bool],
@@ -440,9 +405,6 @@ class ConcatenatedOutput(Output):
 
     def wanted(self, plan: OutputPlan) -> bool:
         return self.wanted_by(plan)
-
-    def write(self, run_dir: RunDir, release: SolvedRelease, plan: OutputPlan) -> list[Path]:
-        return [self.write_file(run_dir, release, plan)]
 
     def write_part(self, part: RunDir, release: SolvedRelease, plan: OutputPlan) -> dict:
         return {"rows": pq.read_metadata(self.write_file(part, release, plan)).num_rows}

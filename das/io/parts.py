@@ -1,4 +1,6 @@
-"""The release files of a partitioned run, written per state on the workers, assembled on the driver.
+"""The release files of every release, written per state and assembled: a partitioned run's states' parts on
+the workers, a release held in memory (a whole run, das synth, das postprocess) cut into its states here
+(`write_release`), the same protocol either way.
 
 A worker writes one state's *parts* (`write_state_parts`): every wanted output of the registry
 (das.io.outputs) writes its part of the state into a part directory laid out as a release. The
@@ -6,8 +8,8 @@ driver, which holds only the nation and the states, then builds the final files 
 output copying its parts row group by row group, so its memory follows one row group or one state's
 level, never the country; the files are written side by side in threads (Arrow's reading and writing
 run outside the GIL), so the assembly takes about its largest file's time where the driver has cores.
-The final files have the names, columns and row orders a whole release's have (docs/outputs.md,
-"Partitioned runs"), except that the units MDF is state-major.
+The files have the same names, columns, row orders and contents whatever the run's shape (docs/outputs.md,
+"How the release files are assembled from per-state parts"); the units MDF is state-major, as block-major is.
 
     <part_dir>/...              each output's part (mdf_persons.parquet, tables/, pl94171/ ...)
     <part_dir>/parts.json       each output's record of its part (Part), written last
@@ -16,6 +18,8 @@ The final files have the names, columns and row orders a whole release's have (d
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -86,4 +90,41 @@ def assemble(out: RunDir | Path, parts: list[Part], nation: NationRelease, plan:
     written: dict[str, list[Path]] = {}
     for output, paths in zip(outputs, files):
         written.setdefault(output.manifest_field, []).extend(paths)
+    return written
+
+
+def _state_spine(spine: Geography, state: str) -> Geography:
+    """A state's share of a release's spine (its blocks in the spine's order, their units where re-formed)."""
+    mask = np.char.startswith(spine.blocks.astype("U15"), state)
+    return Geography(spine.blocks[mask], spine.levels, {lv: codes[mask] for lv, codes in spine.spine.items()})
+
+
+def _states(release: SolvedRelease) -> list[tuple[str, slice]]:
+    """Each state of a release and the range of its blocks (blocks in geocode order: a state's are contiguous)."""
+    codes = np.asarray(release.geography.blocks, dtype="U15").astype("U2")
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    return [(str(codes[a]), slice(int(a), int(b))) for a, b in zip(starts, ends)]
+
+
+def write_release(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan, *,
+                  after: Callable[[str], None] | None = None) -> dict[str, list[Path]]:
+    """Every wanted output of a release held in memory, by manifest field ("outputs", "nmf"): its states' parts
+    written into the run's operator area (`RunDir.state_parts`, removed once assembled), then assembled as a
+    partitioned run's are; `after` is called with each output's name once the files are in place."""
+    parts, nation = [], {}
+    for state, rows in _states(release):
+        cut = None if release.spine is None else _state_spine(release.spine, state)
+        parts.append(write_state_parts(
+            run_dir.state_parts(state).path, release.schemas, release.geography.blocks[rows],
+            {name: h[rows] for name, h in release.solved.items()}, plan=plan, spine=cut,
+            gq_facilities=None if release.gq_facilities is None else release.gq_facilities[rows],
+            housing_units=None if release.housing_units is None else release.housing_units[rows]))
+    for name, h in release.solved.items():
+        nation[name] = sp.csr_matrix(h.sum(axis=0))
+    written = assemble(run_dir, parts, NationRelease(release.schemas, nation), plan)
+    for part in parts:  # its files are in the release now
+        shutil.rmtree(part.directory.path, ignore_errors=True)
+    for output in wanted(plan) if after is not None else ():
+        after(output.name)
     return written
