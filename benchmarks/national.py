@@ -232,12 +232,13 @@ def recording_tasks(records: list[dict], reports: dict):
     """Run every measurement chunk and batch of parents through `_timed` (records appended to `records`, tagged
     with the release) and keep the engine's LevelReports per release in `reports`."""
     import das.driver.pipeline
+    import das.driver.states
     import das.topdown.engine
     import das.topdown.measure
 
     release = [""]
     originals = {"timed_solve_batch": das.topdown.engine.timed_solve_batch, "measure_map": das.topdown.measure.ordered_map,
-                 "postprocess": das.driver.pipeline.postprocess, "measure_release": das.driver.pipeline.measure_release}
+                 "postprocess": das.driver.states.postprocess, "measure_release": das.driver.pipeline.measure_release}
 
     def timed_map(original):
         def wrapper(executor, fn, items, in_flight=None):
@@ -260,13 +261,13 @@ def recording_tasks(records: list[dict], reports: dict):
 
     das.topdown.engine.timed_solve_batch = _timed_batch  # pickled by name: the workers run _timed_batch
     das.topdown.measure.ordered_map = timed_map(originals["measure_map"])
-    das.driver.pipeline.postprocess, das.driver.pipeline.measure_release = postprocess, measure_release
+    das.driver.states.postprocess, das.driver.pipeline.measure_release = postprocess, measure_release
     try:
         yield
     finally:
         das.topdown.engine.timed_solve_batch = originals["timed_solve_batch"]
         das.topdown.measure.ordered_map = originals["measure_map"]
-        das.driver.pipeline.postprocess = originals["postprocess"]
+        das.driver.states.postprocess = originals["postprocess"]
         das.driver.pipeline.measure_release = originals["measure_release"]
 
 

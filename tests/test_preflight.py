@@ -91,12 +91,12 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_spec_is_refused_before_any_input_is_read(spec_dir, capsys, no_noise, monkeypatch, case):
-    import das.driver.pipeline
+    import das.driver.inputs
 
     def no_read(*args, **kwargs):
         raise AssertionError("an input file was read before the spec preflight passed")
 
-    monkeypatch.setattr(das.driver.pipeline, "read_inputs", no_read)
+    monkeypatch.setattr(das.driver.inputs, "read_inputs", no_read)
     c = CASES[case]
     spec = _spec(spec_dir, c.get("old", ""), c.get("new", ""), c.get("extra", ""))
     err = _refused(capsys, no_noise, ["run", str(spec), "--out", str(spec_dir / "out"), "--seed", "1"], *c["expected"])
@@ -213,11 +213,11 @@ def test_resume_of_a_complete_run_with_another_spec_is_refused(spec_dir, capsys)
 
 
 def test_the_pool_starts_only_after_the_inputs_are_read(spec_dir, monkeypatch):
-    import das.driver.pipeline
+    import das.driver.inputs
     from das.driver import run as run_module
     order = []
-    original_read, original_pool = das.driver.pipeline.read_inputs, run_module.make_executor
-    monkeypatch.setattr(das.driver.pipeline, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
+    original_read, original_pool = das.driver.inputs.read_inputs, run_module.make_executor
+    monkeypatch.setattr(das.driver.inputs, "read_inputs", lambda *a, **k: order.append("read") or original_read(*a, **k))
     monkeypatch.setattr(run_module, "make_executor", lambda *a, **k: order.append("pool") or original_pool(*a, **k))
     run(spec_dir / "spec.toml", spec_dir / "out", seed=1, progress=False)
     assert order == ["read", "pool"]

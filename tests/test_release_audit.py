@@ -15,7 +15,6 @@ from das.attack import distinguish as st
 from das.attack import neighbours as nb
 from das.attack import release_audit as ra
 from das.attack.detection import detection_limit
-from das.driver.pipeline import Pipeline
 from das.frame.records import Counts
 from das.mechanisms import MECHANISMS
 
@@ -116,15 +115,17 @@ def test_a_correct_synthetic_release_passes(tmp_path):
 @pytest.fixture
 def truth_in_the_manifest(monkeypatch):
     """A truth-derived count in a public field: the persons of the first block, read from the inputs."""
+    import das.driver.states
+
     captured = {}
-    original = Pipeline.read_inputs
+    original = das.driver.states.read_partition
 
-    def read_inputs(self, *args, **kwargs):
-        confidential = original(self, *args, **kwargs)
-        captured["first_block"] = int(confidential.histograms["persons"][0].sum())
-        return confidential
+    def read_partition(*args, **kwargs):
+        partition = original(*args, **kwargs)
+        captured["first_block"] = int(partition.confidential.histograms["persons"][0].sum())
+        return partition
 
-    monkeypatch.setattr(Pipeline, "read_inputs", read_inputs)
+    monkeypatch.setattr(das.driver.states, "read_partition", read_partition)
     monkeypatch.setattr(Counts, "to_dict", lambda self: {"persons": self.persons, "blocks": self.blocks,
                                                          "first_block": captured["first_block"]})
 

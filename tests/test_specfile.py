@@ -12,7 +12,7 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import das.driver.pipeline
+import das.driver.inputs
 import das.topdown.measure
 from das.attack.workload import WorkloadFile, load_attack_tables
 from das.cli import main as das_main
@@ -154,7 +154,7 @@ def nothing_read_or_drawn(monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("an input was read or noise drawn before the spec was refused")
 
-    monkeypatch.setattr(das.driver.pipeline, "read_inputs", never)
+    monkeypatch.setattr(das.driver.inputs, "read_inputs", never)
     monkeypatch.setattr(das.topdown.measure, "discrete_gaussian", never)
 
 
