@@ -332,7 +332,7 @@ def _write(work: Work, pipe: Pipeline, tops: Tops, done: list, *, rows: dict) ->
     if tops.held is not None:
         solved = done[0].solved
         outputs = state_parts.write_release(work.files, tops.held.solved_release(pipe.schemas, solved), work.outputs,
-                                after=lambda name: crash_point("outputs"))
+                                            after=lambda name: crash_point("outputs"))
         return {name: sp.csr_matrix(h.sum(axis=0)) for name, h in solved.items()}, outputs
     nation = {name: sp.csr_matrix(sp.vstack(rows[name], format="csr").sum(axis=0)) for name in pipe.releases}
     return nation, state_parts.assemble(work.files, [d.parts for d in done], NationRelease(pipe.schemas, nation),
