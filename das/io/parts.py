@@ -80,13 +80,22 @@ def _in_state_order(parts: list[Part]) -> list[Part]:
     return parts
 
 
-def assemble(out: RunDir | Path, parts: list[Part], nation: NationRelease, plan: OutputPlan) -> dict[str, list[Path]]:
-    """The release files of a partitioned run from the states' parts (in state order) and the nation's
-    solved histograms: each file, and each output's directory, appears whole. By manifest field."""
+def assemble(out: RunDir | Path, parts: list[Part], nation: NationRelease, plan: OutputPlan, *,
+             after: Callable[[str], None] | None = None) -> dict[str, list[Path]]:
+    """The release files from the states' parts (in state order) and the nation's solved histograms: each file,
+    and each output's directory, appears whole. By manifest field. The outputs are assembled side by side, or
+    with `after` one after another, `after` called with each output's name once its files are in place (a
+    release stopped there holds whole outputs and no others: das.frame.checkpoint.crash_point's `outputs`)."""
     run_dir = out if isinstance(out, RunDir) else RunDir(out)
     parts = _in_state_order(parts)
     outputs = wanted(plan)
-    files = mdf_io.side_by_side(lambda output: output.assemble(run_dir, parts, nation, plan), outputs)
+    if after is None:
+        files = mdf_io.side_by_side(lambda output: output.assemble(run_dir, parts, nation, plan), outputs)
+    else:
+        files = []
+        for output in outputs:
+            files.append(output.assemble(run_dir, parts, nation, plan))
+            after(output.name)
     written: dict[str, list[Path]] = {}
     for output, paths in zip(outputs, files):
         written.setdefault(output.manifest_field, []).extend(paths)
@@ -111,7 +120,7 @@ def write_release(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan, *,
                   after: Callable[[str], None] | None = None) -> dict[str, list[Path]]:
     """Every wanted output of a release held in memory, by manifest field ("outputs", "nmf"): its states' parts
     written into the run's operator area (`RunDir.state_parts`, removed once assembled), then assembled as a
-    partitioned run's are; `after` is called with each output's name once the files are in place."""
+    partitioned run's are (`after`: as `assemble`'s)."""
     parts, nation = [], {}
     for state, rows in _states(release):
         cut = None if release.spine is None else _state_spine(release.spine, state)
@@ -122,9 +131,7 @@ def write_release(run_dir: RunDir, release: SolvedRelease, plan: OutputPlan, *,
             housing_units=None if release.housing_units is None else release.housing_units[rows]))
     for name, h in release.solved.items():
         nation[name] = sp.csr_matrix(h.sum(axis=0))
-    written = assemble(run_dir, parts, NationRelease(release.schemas, nation), plan)
+    written = assemble(run_dir, parts, NationRelease(release.schemas, nation), plan, after=after)
     for part in parts:  # its files are in the release now
         shutil.rmtree(part.directory.path, ignore_errors=True)
-    for output in wanted(plan) if after is not None else ():
-        after(output.name)
     return written
