@@ -61,15 +61,6 @@ class Confidential:
     def n_blocks(self) -> int:
         return self.geography.n_blocks
 
-    @property
-    def standard(self) -> Geography:
-        """The blocks in geocode order (the standard geography the outputs are written in)."""
-        return self.geography if self.tabulation is None else self.tabulation
-
-    def without_truth(self) -> Confidential:
-        """The same inputs with the true counts dropped (past the measurement they are not needed)."""
-        return replace(self, histograms={})
-
     def solved_release(self, schemas: dict[str, Schema], solved: dict[str, sp.csr_matrix]) -> SolvedRelease:
         """What the writers (das.io.outputs) take of a release solved from these inputs: in the standard
         geography, whatever the spine."""
